@@ -1,0 +1,320 @@
+"""Host config: one TOML file parsed into typed, validated models.
+
+Every error names the file, the key path and what is allowed, so a bad edit can be fixed
+without reading this module. Parsing never touches running jobs: the supervisor only swaps
+in a config that validated completely.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from .watchdogs.config import WatchdogsConfig
+
+JOB_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
+
+
+class _Model(BaseModel):
+    # Unknown keys are typos until proven otherwise; strict so "10" is not silently 10.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+PositiveSeconds = Annotated[float, Field(gt=0)]
+
+
+class SupervisorConfig(_Model):
+    state_dir: Path = Path("/var/lib/isaacd")
+    control_socket: Path = Path("/run/isaacd/isaacd.sock")
+    socket_mode: str = "0600"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["auto", "json", "console"] = "auto"
+    tick_interval: Annotated[float, Field(gt=0, le=5)] = 0.2
+
+    @field_validator("socket_mode")
+    @classmethod
+    def _octal_mode(cls, v: str) -> str:
+        if not re.fullmatch(r"0?[0-7]{3}", v):
+            raise ValueError("must be an octal file mode string such as \"0600\"")
+        if int(v, 8) & 0o007:
+            raise ValueError("must not grant access to 'other' (last digit 0): anyone could stop your jobs")
+        return v
+
+    @field_validator("state_dir", "control_socket", mode="before")
+    @classmethod
+    def _path(cls, v: Any) -> Any:
+        return Path(v) if isinstance(v, str) else v
+
+
+class MetricsConfig(_Model):
+    enabled: bool = True
+    listen: str = "127.0.0.1:9835"
+    path: str = "/metrics"
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, v: str) -> str:
+        m = re.fullmatch(r"(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})", v)
+        if not m or not 0 < int(m.group(2)) < 65536:
+            raise ValueError('must be "host:port", e.g. "127.0.0.1:9835" or "[::1]:9835"')
+        return v
+
+    @field_validator("path")
+    @classmethod
+    def _abs_path(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError('must start with "/", e.g. "/metrics"')
+        return v
+
+
+class GpuConfig(_Model):
+    source: Literal["nvml", "scripted", "none"] = "nvml"
+    script: Path | None = None
+    sample_interval: Annotated[float, Field(gt=0, le=60)] = 1.0
+    slow_interval: Annotated[float, Field(gt=0, le=3600)] = 10.0
+
+    @field_validator("script", mode="before")
+    @classmethod
+    def _path(cls, v: Any) -> Any:
+        return Path(v) if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _script_needed(self) -> "GpuConfig":
+        if self.source == "scripted" and self.script is None:
+            raise ValueError('source = "scripted" needs script = "/path/to/timeline.json"')
+        return self
+
+
+class RestartPolicy(_Model):
+    max_restarts: Annotated[int, Field(ge=0)] = 10
+    window: PositiveSeconds = 3600.0
+    backoff_initial: Annotated[float, Field(ge=0)] = 1.0
+    backoff_max: Annotated[float, Field(ge=0)] = 300.0
+    backoff_factor: Annotated[float, Field(ge=1)] = 2.0
+    # An attempt that ran this long resets the backoff ladder: a crash once a day is not a loop.
+    reset_after: PositiveSeconds = 600.0
+
+    @model_validator(mode="after")
+    def _cap(self) -> "RestartPolicy":
+        if self.backoff_max < self.backoff_initial:
+            raise ValueError("backoff_max must be >= backoff_initial")
+        return self
+
+
+class ContainerConfig(_Model):
+    """Used by the podman and systemd runtimes."""
+
+    image: str = "localhost/isaacd-builtin:latest"
+    shm_size: str = "8g"
+    volumes: list[str] = []
+    ports: list[str] = []
+    environment: dict[str, str] = {}
+    user: str | None = None
+
+
+class JobConfig(_Model):
+    name: str
+    runtime: Literal["process", "podman", "systemd"] = "process"
+    workflow: Literal["builtin", "rsl_rl"] = "builtin"
+    task: str = "Isaacd-Cartpole-v0"
+    experiment: str | None = None
+    num_envs: Annotated[int, Field(gt=0, le=1_000_000)] = 256
+    seed: int = 42
+    max_iterations: Annotated[int, Field(gt=0)] = 300
+    save_interval: Annotated[int, Field(gt=0)] = 10
+    device: str = "cpu"
+    gpus: list[int | str] = []
+    log_root: Path = Path("logs")
+    extra_args: list[str] = []
+    environment: dict[str, str] = {}
+    autostart: bool = True
+    stop_timeout: PositiveSeconds = 30.0
+    # The trainer program for the process runtime; default is this venv's isaacd-train.
+    command: list[str] | None = None
+    # Isaac Lab's train.py (workflow "rsl_rl"); run through its python.sh/isaaclab.sh launcher.
+    isaaclab_train_script: str = "scripts/reinforcement_learning/rsl_rl/train.py"
+    restart: RestartPolicy = RestartPolicy()
+    container: ContainerConfig = ContainerConfig()
+    watchdogs: WatchdogsConfig = WatchdogsConfig()
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not JOB_NAME_RE.fullmatch(v):
+            raise ValueError("must be 1-63 chars of a-z, 0-9, '_', '.', '-' starting with a letter or digit "
+                             "(it becomes a unit and container name)")
+        return v
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if not DEVICE_RE.fullmatch(v):
+            raise ValueError('must be "cpu", "cuda" or "cuda:N"')
+        return v
+
+    @field_validator("log_root", mode="before")
+    @classmethod
+    def _path(cls, v: Any) -> Any:
+        return Path(v) if isinstance(v, str) else v
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_managed_flags(cls, v: list[str]) -> list[str]:
+        managed = {"--resume", "--load_run", "--checkpoint", "--max_iterations", "--log_root", "--experiment_name"}
+        clash = sorted({a.split("=", 1)[0] for a in v} & managed)
+        if clash:
+            raise ValueError(f"{', '.join(clash)} are set by isaacd (it chooses the checkpoint to resume); remove them")
+        return v
+
+    @property
+    def experiment_name(self) -> str:
+        return self.experiment or self.name
+
+
+class Config(_Model):
+    supervisor: SupervisorConfig = SupervisorConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    gpu: GpuConfig = GpuConfig()
+    jobs: list[JobConfig] = []
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "Config":
+        seen: set[str] = set()
+        for job in self.jobs:
+            if job.name in seen:
+                raise ValueError(f'duplicate job name "{job.name}": every [[jobs]] needs its own name')
+            seen.add(job.name)
+        return self
+
+    def job(self, name: str) -> JobConfig | None:
+        return next((j for j in self.jobs if j.name == name), None)
+
+
+@dataclass(frozen=True)
+class ConfigIssue:
+    key: str
+    message: str
+
+
+class ConfigError(Exception):
+    """A config that must not be used. `str()` is the full, user-facing report."""
+
+    def __init__(self, path: str, issues: list[ConfigIssue]):
+        self.path = path
+        self.issues = issues
+        lines = [f"{path}: {i.key}: {i.message}" if i.key else f"{path}: {i.message}" for i in issues]
+        super().__init__("\n".join(lines))
+
+
+def _key_path(loc: tuple[Any, ...], raw: dict[str, Any]) -> str:
+    parts: list[str] = []
+    node: Any = raw
+    for item in loc:
+        if isinstance(item, int):
+            label = f"[{item}]"
+            if isinstance(node, list) and item < len(node) and isinstance(node[item], dict) and "name" in node[item]:
+                label = f'[{item}] (name = "{node[item]["name"]}")'
+            parts.append(label)
+            node = node[item] if isinstance(node, list) and item < len(node) else None
+        else:
+            # pydantic inserts union member names ("int", "str") and validator tags into loc; skip them
+            if isinstance(node, dict) and item not in node and parts and item in ("int", "str", "function-after"):
+                continue
+            parts.append(("." if parts else "") + str(item))
+            node = node.get(item) if isinstance(node, dict) else None
+    return "".join(parts)
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | None:
+    """The field names valid at the parent of `loc`, for 'unknown key' messages."""
+    current: Any = model
+    for item in loc[:-1]:
+        if isinstance(item, int):
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return None
+        field = current.model_fields.get(str(item))
+        if field is None:
+            return None
+        ann = field.annotation
+        args = getattr(ann, "__args__", ())
+        current = args[0] if args and isinstance(args[0], type) and issubclass(args[0], BaseModel) else ann
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return sorted(current.model_fields)
+    return None
+
+
+def _issues_from(err: ValidationError, raw: dict[str, Any]) -> list[ConfigIssue]:
+    issues = []
+    for e in err.errors():
+        loc = tuple(e["loc"])
+        key = _key_path(loc, raw)
+        if e["type"] == "extra_forbidden":
+            allowed = _allowed_keys(Config, loc)
+            msg = "unknown key" + (f"; allowed keys here: {', '.join(allowed)}" if allowed else "")
+        else:
+            msg = e["msg"].removeprefix("Value error, ")
+            if e["type"].endswith("_type") or e["type"] in ("int_from_float",):
+                msg += f" (got {type(e.get('input')).__name__} {e.get('input')!r})"
+        issues.append(ConfigIssue(key, msg))
+    return issues
+
+
+def _resolve_paths(cfg: Config, base: Path) -> Config:
+    """Relative paths in the file are relative to the file's directory, not to the cwd."""
+
+    def rel(p: Path) -> Path:
+        return p if p.is_absolute() else (base / p).resolve()
+
+    sup = cfg.supervisor.model_copy(update={"state_dir": rel(cfg.supervisor.state_dir),
+                                            "control_socket": rel(cfg.supervisor.control_socket)})
+    gpu = cfg.gpu.model_copy(update={"script": rel(cfg.gpu.script)}) if cfg.gpu.script else cfg.gpu
+    jobs = [j.model_copy(update={"log_root": rel(j.log_root)}) for j in cfg.jobs]
+    return cfg.model_copy(update={"supervisor": sup, "gpu": gpu, "jobs": jobs})
+
+
+def parse_config(text: str, source: str, base_dir: Path) -> Config:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(source, [ConfigIssue("", f"not valid TOML: {exc}")]) from None
+    try:
+        cfg = Config.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(source, _issues_from(exc, raw)) from None
+    return _resolve_paths(cfg, base_dir)
+
+
+def load_config(path: str | Path) -> Config:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(str(path), [ConfigIssue("", f"cannot read: {exc.strerror}")]) from None
+    except UnicodeDecodeError:
+        raise ConfigError(str(path), [ConfigIssue("", "not UTF-8 text")]) from None
+    return parse_config(text, str(path), path.resolve().parent)
+
+
+EMBEDDED_DEFAULT_NAME = "<embedded default>"
+
+
+def embedded_default_text() -> str:
+    return resources.files("isaacd").joinpath("default.toml").read_text(encoding="utf-8")
+
+
+def load_embedded_default(base_dir: Path) -> Config:
+    """The config `isaacd run` uses when none is given: one builtin job, state under base_dir/var."""
+    return parse_config(embedded_default_text(), EMBEDDED_DEFAULT_NAME, base_dir)

@@ -1,0 +1,46 @@
+"""structlog setup: JSON lines for the journal, a readable console format on a terminal."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import structlog
+
+_SECRET_WORDS = ("token", "password", "secret", "api_key", "apikey", "credential")
+
+
+def _redact(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+    """Never log secrets: environment-like dicts and args passed to trainers may carry them."""
+
+    def scrub(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: ("***" if any(w in str(k).lower() for w in _SECRET_WORDS) else scrub(v))
+                    for k, v in value.items()}
+        if isinstance(value, list):
+            return [scrub(v) for v in value]
+        return value
+
+    return {k: ("***" if any(w in k.lower() for w in _SECRET_WORDS) else scrub(v)) for k, v in event.items()}
+
+
+def configure_logging(level: str = "info", fmt: str = "auto") -> None:
+    use_console = fmt == "console" or (fmt == "auto" and sys.stderr.isatty())
+    renderer: Any = structlog.dev.ConsoleRenderer() if use_console else structlog.processors.JSONRenderer()
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            _redact,
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+log = structlog.get_logger("isaacd")

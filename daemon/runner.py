@@ -1,0 +1,382 @@
+"""One job's life: launch, watch, decide, restart. Driven by Supervisor.tick(); never blocks.
+
+Decisions a user cares about (why a restart, which checkpoint, why it gave up) are written to the
+job's event journal and to the structured log with the same fields.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import launch
+from .config import JobConfig
+from .jobs import JobState, check_transition
+from .logs import log
+from .runtimes.base import ExitStatus, Handle, LaunchSpec, Runtime
+from .signals.checkpoints import Checkpoint, Lineage, choose_resume, newest_complete
+from .signals.tensorboard import ScalarPoint, TensorBoardTail, finite_or_none
+from .store import Attempt, JobHistory, StateStore
+
+CHECKPOINT_SCAN_INTERVAL = 2.0
+
+
+@dataclass
+class StopRequest:
+    reason: str  # said in events and status
+    then: str  # "stop" | "restart" | "rollback" | "shutdown" | "park"
+    deadline: float
+    killed: bool = False
+    # for rollback: resume strictly before this iteration; new seed if asked
+    before_iteration: int | None = None
+    new_seed: bool = False
+    # operator stops mark the job stopped across supervisor restarts; shutdown does not
+    final: bool = True
+
+
+class JobRunner:
+    def __init__(self, cfg: JobConfig, runtime: Runtime, store: StateStore, state_dir: Path):
+        self.cfg = cfg
+        self.runtime = runtime
+        self.store = store
+        self.state_dir = state_dir
+        self.history: JobHistory = store.load(cfg.name)
+        self.state = JobState.PENDING
+        self.state_since = time.time()
+        self.state_reason: str | None = None
+        self.handle: Handle | None = None
+        self.tail: TensorBoardTail | None = None
+        self.stop: StopRequest | None = None
+        self.backoff_until: float | None = None
+        self.next_launch_reason = "initial"
+        self.next_resume_before: int | None = None
+        self.next_seed: int | None = None
+        self.count_next_as_restart = False
+        self.restart_reason_class = "exit_code"
+        self._run_dirs_at_launch: set[str] = set()
+        self._checkpoint: Checkpoint | None = None
+        self._checkpoint_scanned_at = 0.0
+        self.iteration: int | None = None
+        self.scalars: dict[str, float] = {}
+        self.last_progress_time: float | None = None
+        self.new_points: list[ScalarPoint] = []  # this tick's scalars, for the watchdogs
+        self.pids_cache: list[int] = []
+        self.log = log.bind(job=cfg.name)
+
+    # ---- bookkeeping -------------------------------------------------------------------
+    def event(self, event: str, **fields: Any) -> None:
+        self.store.append_event(self.cfg.name, event, **fields)
+        level = "warning" if event in ("exited", "failed", "checkpoint_rejected", "config_rejected") else "info"
+        getattr(self.log, level)(event, **fields)
+
+    def set_state(self, new: JobState, reason: str | None = None) -> None:
+        if new == self.state:
+            return
+        check_transition(self.cfg.name, self.state, new)
+        self.event("state", old=self.state.value, new=new.value, reason=reason)
+        self.state, self.state_since, self.state_reason = new, time.time(), reason
+
+    def save(self) -> None:
+        self.store.save(self.history)
+
+    def lineage(self) -> list[Lineage]:
+        return [Lineage(Path(a.run_dir) if a.run_dir else None,
+                        a.resume_from["iteration"] if a.resume_from else None) for a in self.history.attempts]
+
+    # ---- startup -----------------------------------------------------------------------
+    def recover(self) -> None:
+        """After a supervisor (re)start: adopt a live trainer, or decide what the job should do."""
+        attempt = self.history.current
+        if attempt is not None and attempt.exit is None and attempt.handle:
+            handle = self.runtime.adopt(self.cfg, attempt.handle) if attempt.runtime == self.runtime.name else None
+            if handle is not None:
+                self.handle = handle
+                self._attach_run_dir(attempt)
+                self.state = JobState.RUNNING
+                self.state_since = time.time()
+                self.event("adopted", attempt=attempt.number, pid=handle.pid, run_dir=attempt.run_dir)
+                return
+            status = ExitStatus(detail="trainer ended while the supervisor was not running")
+            self._record_exit(attempt, status)
+            self.next_launch_reason = status.describe()
+            self.count_next_as_restart, self.restart_reason_class = True, "lost"
+        final = self.history.final_state
+        if final in ("stopped", "completed", "failed"):
+            self.state = JobState(final)
+            self.state_reason = self.history.final_reason
+            return
+        if not self.cfg.autostart and attempt is None:
+            self.state, self.state_reason = JobState.STOPPED, "autostart = false"
+
+    # ---- launching ---------------------------------------------------------------------
+    def launch(self, reason: str) -> None:
+        now = time.time()
+        rejected: list[tuple[Checkpoint, str]] = []
+        resume = choose_resume(self.lineage(), self.next_resume_before, rejected)
+        for ckpt, problem in rejected:
+            self.event("checkpoint_rejected", path=str(ckpt.path), iteration=ckpt.iteration, problem=problem)
+        if self.next_resume_before is not None and resume is None:
+            self.event("rollback_without_checkpoint", before_iteration=self.next_resume_before,
+                       detail="no complete checkpoint before the trouble; starting from scratch")
+        seed = self.next_seed
+        if self.count_next_as_restart:
+            h = self.history
+            h.restarts += 1
+            h.restart_times.append(now)
+            h.restarts_by_reason[self.restart_reason_class] = h.restarts_by_reason.get(self.restart_reason_class, 0) + 1
+            h.last_restart_reason = reason
+        self.history.final_state = self.history.final_reason = None
+        attempt = Attempt(number=len(self.history.attempts) + 1 if not self.history.attempts
+                          else self.history.attempts[-1].number + 1, started_at=now, reason=reason,
+                          resume_from=resume.as_json() if resume else None, runtime=self.runtime.name)
+        exp = launch.experiment_dir(self.cfg)
+        self._run_dirs_at_launch = {p.name for p in exp.iterdir()} if exp.is_dir() else set()
+        spec = LaunchSpec(
+            job=self.cfg,
+            argv=launch.process_argv(self.cfg, resume, seed),
+            env=launch.trainer_env(self.cfg),
+            cwd=launch.workdir(self.cfg, self.state_dir),
+            log_path=self.state_dir / "logs" / f"{self.cfg.name}.log",
+        )
+        self.set_state(JobState.STARTING, reason)
+        self.history.attempts.append(attempt)
+        try:
+            self.handle = self.runtime.start(spec)
+        except Exception as exc:  # noqa: BLE001 - any launch failure is a failed attempt, not a crash of ours
+            self.handle = None
+            self.save()
+            self.event("start_failed", attempt=attempt.number, error=str(exc))
+            self._after_exit(attempt, ExitStatus(code=None, detail=f"failed to start: {exc}"))
+            return
+        attempt.handle = dict(self.handle.state)
+        self.save()
+        self.tail = None
+        self.new_points = []
+        self.event("started", attempt=attempt.number, reason=reason, pid=self.handle.pid,
+                   resume_from=attempt.resume_from, seed=seed, argv=spec.argv)
+        self.next_launch_reason, self.next_resume_before, self.next_seed = "initial", None, None
+        self.count_next_as_restart = False
+
+    def _attach_run_dir(self, attempt: Attempt) -> None:
+        if attempt.run_dir:
+            self.tail = TensorBoardTail(Path(attempt.run_dir))
+            return
+        exp = launch.experiment_dir(self.cfg)
+        try:
+            new = sorted(p for p in exp.iterdir() if p.is_dir() and p.name not in self._run_dirs_at_launch
+                         and p.name.endswith(self.cfg.name))
+        except OSError:
+            return
+        if new:
+            attempt.run_dir = str(new[-1])
+            self.save()
+            self.tail = TensorBoardTail(new[-1])
+            self.event("run_dir", attempt=attempt.number, run_dir=attempt.run_dir)
+
+    # ---- the tick ------------------------------------------------------------------------
+    def tick(self, now: float) -> None:
+        self.new_points = []
+        if self.state in (JobState.STARTING, JobState.RUNNING, JobState.STOPPING):
+            self._watch(now)
+        elif self.state == JobState.BACKING_OFF and self.backoff_until is not None and now >= self.backoff_until:
+            self.launch(self.next_launch_reason)
+        elif self.state == JobState.PENDING:
+            self.launch(self.next_launch_reason)
+        if now - self._checkpoint_scanned_at >= CHECKPOINT_SCAN_INTERVAL:
+            self._checkpoint_scanned_at = now
+            self._checkpoint = choose_resume(self.lineage())
+
+    def _watch(self, now: float) -> None:
+        assert self.handle is not None
+        attempt = self.history.current
+        assert attempt is not None
+        status = self.runtime.poll(self.handle)
+        if self.tail is None:
+            self._attach_run_dir(attempt)
+        if self.tail is not None:
+            self.new_points = self.tail.poll(now)
+            prog = self.tail.progress
+            if self.new_points:
+                self.last_progress_time = now
+                self.iteration = prog.last_step
+                self.scalars.update(prog.latest)
+                if self.state == JobState.STARTING:
+                    self.set_state(JobState.RUNNING, f"training at iteration {prog.last_step}")
+        if status is None:
+            self.pids_cache = self.runtime.pids(self.handle)
+            if self.stop is not None and not self.stop.killed and now >= self.stop.deadline:
+                self.event("stop_timeout", detail="trainer ignored SIGINT; sending SIGKILL")
+                self.runtime.kill(self.handle)
+                self.stop.killed = True
+            return
+        self.pids_cache = []
+        self._record_exit(attempt, status)
+        self._after_exit(attempt, status)
+
+    def _record_exit(self, attempt: Attempt, status: ExitStatus) -> None:
+        attempt.ended_at = time.time()
+        attempt.exit = status.as_json()
+        if self.handle is not None:
+            try:
+                self.runtime.cleanup(self.handle)
+            except Exception as exc:  # noqa: BLE001
+                self.log.warning("cleanup_failed", error=str(exc))
+        self.handle = None
+        self.save()
+        self.event("exited", attempt=attempt.number, **status.as_json(), iteration=self.iteration)
+
+    def reached_max(self) -> bool:
+        ckpt = choose_resume(self.lineage())
+        self._checkpoint = ckpt
+        last = self.tail.progress.last_step if self.tail else None
+        return (ckpt is not None and ckpt.iteration >= self.cfg.max_iterations) or (
+            last is not None and last + 1 >= self.cfg.max_iterations)
+
+    def _after_exit(self, attempt: Attempt, status: ExitStatus) -> None:
+        stop, self.stop = self.stop, None
+        if stop is not None:
+            if stop.then in ("stop", "shutdown", "park"):
+                if stop.final:
+                    self.history.final_state, self.history.final_reason = "stopped", stop.reason
+                    self.save()
+                self.set_state(JobState.STOPPED, stop.reason)
+                return
+            # restart / rollback decided by an operator or a watchdog: go again now, no backoff
+            self.next_launch_reason = stop.reason
+            self.next_resume_before = stop.before_iteration
+            self.next_seed = random.randrange(2**31) if stop.new_seed else None
+            self.count_next_as_restart = True
+            self.restart_reason_class = "watchdog" if stop.reason.startswith("watchdog") else "operator"
+            self.backoff_until = time.time()
+            self.set_state(JobState.BACKING_OFF, stop.reason)
+            return
+        if status.success and self.reached_max():
+            self.history.final_state, self.history.final_reason = "completed", "max_iterations reached"
+            self.save()
+            self.set_state(JobState.COMPLETED, "max_iterations reached")
+            return
+        if status.external_stop:
+            reason = f"operator stop outside isaacd ({status.describe()})"
+            self.history.final_state, self.history.final_reason = "stopped", reason
+            self.save()
+            self.set_state(JobState.STOPPED, reason)
+            return
+        reason = status.describe() if not status.success else "exited with code 0 before max_iterations"
+        self._schedule_restart(reason, status.reason_class)
+
+    def _schedule_restart(self, reason: str, reason_class: str) -> None:
+        policy = self.cfg.restart
+        now = time.time()
+        recent = [t for t in self.history.restart_times if now - t <= policy.window]
+        if len(recent) >= policy.max_restarts:
+            why = (f"restart limit reached: {len(recent)} restarts within {policy.window:g} s "
+                   f"(max_restarts = {policy.max_restarts}); last: {reason}")
+            self.history.final_state, self.history.final_reason = "failed", why
+            self.save()
+            self.event("failed", reason=why)
+            self.set_state(JobState.FAILED, why)
+            return
+        delay = self._backoff_delay(now)
+        self.backoff_until = now + delay
+        self.next_launch_reason = reason
+        self.count_next_as_restart, self.restart_reason_class = True, reason_class
+        self.event("restart_scheduled", reason=reason, delay_seconds=round(delay, 3))
+        self.set_state(JobState.BACKING_OFF, f"{reason}; restarting in {delay:.1f} s")
+
+    def _backoff_delay(self, now: float) -> float:
+        """Exponential in the number of consecutive short-lived attempts; a long healthy run resets it."""
+        policy = self.cfg.restart
+        quick = 0
+        for a in reversed(self.history.attempts):
+            if a.ended_at is None or a.ended_at - a.started_at >= policy.reset_after:
+                break
+            quick += 1
+        return min(policy.backoff_initial * policy.backoff_factor ** max(quick - 1, 0), policy.backoff_max)
+
+    # ---- commands (operator and watchdogs) ---------------------------------------------
+    def request_stop(self, reason: str, then: str = "stop", before_iteration: int | None = None,
+                     new_seed: bool = False, final: bool = True) -> str:
+        if self.state in (JobState.STARTING, JobState.RUNNING) and self.handle is not None:
+            self.stop = StopRequest(reason, then, time.time() + self.cfg.stop_timeout,
+                                    before_iteration=before_iteration, new_seed=new_seed, final=final)
+            self.runtime.signal(self.handle, signal.SIGINT)
+            self.event("stopping", reason=reason, then=then, grace_seconds=self.cfg.stop_timeout)
+            self.set_state(JobState.STOPPING, reason)
+            return "stopping"
+        if self.state == JobState.STOPPING and self.stop is not None:
+            if then == "stop":
+                self.stop.then, self.stop.reason = "stop", reason
+            return "already stopping"
+        if then in ("restart", "rollback"):
+            return self.start(reason)
+        if self.state in (JobState.PENDING, JobState.BACKING_OFF):
+            if final:
+                self.history.final_state, self.history.final_reason = "stopped", reason
+                self.save()
+            self.set_state(JobState.STOPPED, reason)
+            return "stopped"
+        return f"not running ({self.state.value})"
+
+    def start(self, reason: str = "operator start") -> str:
+        if self.state.active or self.state == JobState.PENDING:
+            return f"already {self.state.value}"
+        self.next_launch_reason = reason
+        self.count_next_as_restart = reason != "operator start"
+        self.restart_reason_class = "operator"
+        self.backoff_until = None
+        if self.state == JobState.BACKING_OFF:
+            self.launch(reason)
+        else:
+            self.set_state(JobState.PENDING, reason)
+        return "starting"
+
+    # ---- read side -------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        h = self.history
+        attempt = h.current
+        desc = self.runtime.describe(self.handle) if self.handle else {}
+        prog = self.tail.progress if self.tail else None
+        ckpt = self._checkpoint
+        return {
+            "name": self.cfg.name,
+            "state": self.state.value,
+            "state_since": self.state_since,
+            "state_reason": self.state_reason,
+            "runtime": self.cfg.runtime,
+            "workflow": self.cfg.workflow,
+            "task": self.cfg.task,
+            "device": self.cfg.device,
+            "gpus": list(self.cfg.gpus),
+            "pid": desc.get("pid"),
+            "pids": list(self.pids_cache),
+            "cgroup": desc.get("cgroup"),
+            "container_id": desc.get("container_id"),
+            "unit": desc.get("unit"),
+            "iteration": self.iteration,
+            "max_iterations": self.cfg.max_iterations,
+            "mean_reward": finite_or_none(prog.mean_reward if prog else self.scalars.get("Train/mean_reward")),
+            "fps": finite_or_none(prog.fps if prog else self.scalars.get("Perf/total_fps")),
+            "scalars": dict(self.scalars),
+            "last_progress_time": self.last_progress_time,
+            "checkpoint": ckpt.as_json() if ckpt else None,
+            "restarts": h.restarts,
+            "last_restart_reason": h.last_restart_reason,
+            "restarts_by_reason": dict(h.restarts_by_reason),
+            "rollbacks": h.rollbacks,
+            "run_dir": attempt.run_dir if attempt else None,
+            "attempt": attempt.number if attempt else 0,
+            "started_at": attempt.started_at if attempt and self.state.active else None,
+            "backoff_until": self.backoff_until if self.state == JobState.BACKING_OFF else None,
+            "log_path": str(self.state_dir / "logs" / f"{self.cfg.name}.log"),
+            "watchdogs": {},
+            "watchdog_trips": [{"watchdog": k.split("/")[0], "action": k.split("/")[1], "count": v}
+                               for k, v in sorted(h.watchdog_trips.items())],
+        }
+
+    def newest_checkpoint_in_current_run(self) -> Checkpoint | None:
+        attempt = self.history.current
+        return newest_complete(Path(attempt.run_dir)) if attempt and attempt.run_dir else None

@@ -1,0 +1,3 @@
+from .base import ExitStatus, Handle, LaunchSpec, Runtime, make_runtime
+
+__all__ = ["ExitStatus", "Handle", "LaunchSpec", "Runtime", "make_runtime"]

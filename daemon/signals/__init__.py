@@ -1,0 +1,1 @@
+"""What the supervisor observes about a training run: checkpoints and TensorBoard scalars."""

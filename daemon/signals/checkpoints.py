@@ -1,0 +1,128 @@
+"""Checkpoint discovery: the newest *complete* `model_<iter>.pt`.
+
+rsl_rl saves with a plain `torch.save`, which is not atomic: a crash mid-save leaves a truncated
+file with the newest name. A torch checkpoint is a zip archive whose central directory is written
+last, so a file that opens as a zip, holds a `data.pkl` record and passes the CRC check is
+complete. Validation results are cached by (size, mtime) so status polling stays cheap.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+CHECKPOINT_RE = re.compile(r"^model_(\d+)\.pt$")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    path: Path
+    iteration: int
+    mtime: float
+    size: int
+
+    def as_json(self) -> dict[str, object]:
+        return {"iteration": self.iteration, "path": str(self.path), "time": self.mtime}
+
+
+_cache: dict[tuple[str, int, int], str | None] = {}
+_cache_lock = threading.Lock()
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """None if the file is a complete torch zip checkpoint, else why not."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        return f"cannot stat: {exc.strerror}"
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    with _cache_lock:
+        if key in _cache:
+            return _cache[key]
+    problem = _inspect(path)
+    with _cache_lock:
+        if len(_cache) > 4096:
+            _cache.clear()
+        _cache[key] = problem
+    return problem
+
+
+def _inspect(path: Path) -> str | None:
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+            if not any(n.endswith("/data.pkl") or n == "data.pkl" for n in names):
+                return "zip archive without data.pkl: not a torch checkpoint"
+            bad = zf.testzip()
+            if bad is not None:
+                return f"CRC mismatch in member {bad}"
+    except zipfile.BadZipFile as exc:
+        return f"not a complete zip archive (truncated or half-written?): {exc}"
+    except OSError as exc:
+        return f"cannot read: {exc.strerror or exc}"
+    return None
+
+
+def list_checkpoints(run_dir: Path) -> list[Checkpoint]:
+    """All model_<iter>.pt files in a run dir, newest iteration first (not validated)."""
+    out = []
+    try:
+        entries = list(Path(run_dir).iterdir())
+    except OSError:
+        return []
+    for entry in entries:
+        m = CHECKPOINT_RE.match(entry.name)
+        if not m:
+            continue
+        try:
+            st = entry.stat()
+        except OSError:
+            continue
+        out.append(Checkpoint(entry, int(m.group(1)), st.st_mtime, st.st_size))
+    out.sort(key=lambda c: c.iteration, reverse=True)
+    return out
+
+
+def newest_complete(run_dir: Path, max_iteration: int | None = None,
+                    rejected: list[tuple[Checkpoint, str]] | None = None) -> Checkpoint | None:
+    """Newest valid checkpoint in run_dir with iteration <= max_iteration; invalid ones go to `rejected`."""
+    for ckpt in list_checkpoints(run_dir):
+        if max_iteration is not None and ckpt.iteration > max_iteration:
+            continue
+        problem = checkpoint_problem(ckpt.path)
+        if problem is None:
+            return ckpt
+        if rejected is not None:
+            rejected.append((ckpt, problem))
+    return None
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """One attempt's place in the run's timeline, newest attempt last."""
+
+    run_dir: Path | None
+    resume_iteration: int | None  # the checkpoint iteration this attempt started from
+
+
+def choose_resume(lineage: list[Lineage], before_iteration: int | None = None,
+                  rejected: list[tuple[Checkpoint, str]] | None = None) -> Checkpoint | None:
+    """Newest complete checkpoint on the current timeline.
+
+    Walk attempts newest first. Each attempt's own run dir counts up to the current bound; once an
+    attempt started from iteration N, its predecessors only count up to N, because anything they
+    wrote after N was abandoned (a rollback, say). `before_iteration` starts the bound below a
+    known-bad iteration (rollback).
+    """
+    bound = None if before_iteration is None else before_iteration - 1
+    for step in reversed(lineage):
+        if step.run_dir is not None:
+            found = newest_complete(step.run_dir, bound, rejected)
+            if found is not None:
+                return found
+        if step.resume_iteration is not None:
+            bound = step.resume_iteration if bound is None else min(bound, step.resume_iteration)
+    return None

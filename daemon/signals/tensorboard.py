@@ -1,0 +1,108 @@
+"""Training progress read from rsl_rl's TensorBoard event files as they grow.
+
+tensorboard's EventFileLoader keeps its file offset, so each poll only parses new records.
+Tags are normalised across rsl_rl versions (4.0 renamed `Loss/value_function` to `Loss/value`,
+3.0 wrote `Perf/collection time` with a space).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+# Importing the loader pulls tensorboard's TF stub but never torch or tensorflow.
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+REWARD_TAGS = ("Train/mean_reward",)
+FPS_TAGS = ("Perf/total_fps",)
+TAG_ALIASES = {"Perf/collection time": "Perf/collection_time", "Perf/learning time": "Perf/learning_time"}
+
+
+@dataclass(frozen=True)
+class ScalarPoint:
+    step: int
+    tag: str
+    value: float
+    wall_time: float
+
+
+@dataclass
+class RunProgress:
+    """Everything seen so far in one run dir."""
+
+    last_step: int | None = None
+    first_step: int | None = None
+    latest: dict[str, float] = field(default_factory=dict)
+    last_new_step_at: float | None = None  # our clock, when a new step arrived
+
+    @property
+    def mean_reward(self) -> float | None:
+        return next((self.latest[t] for t in REWARD_TAGS if t in self.latest), None)
+
+    @property
+    def fps(self) -> float | None:
+        return next((self.latest[t] for t in FPS_TAGS if t in self.latest), None)
+
+
+def _scalar_value(value) -> float | None:  # type: ignore[no-untyped-def]
+    kind = value.WhichOneof("value")
+    if kind == "simple_value":
+        return float(value.simple_value)
+    if kind == "tensor":
+        t = value.tensor
+        if t.float_val:
+            return float(t.float_val[0])
+        if t.double_val:
+            return float(t.double_val[0])
+    return None
+
+
+class TensorBoardTail:
+    """Follows every event file in one run dir; `poll()` returns the new scalar points."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = Path(run_dir)
+        self._loaders: dict[Path, EventFileLoader] = {}
+        self.progress = RunProgress()
+
+    def _event_files(self) -> Iterator[Path]:
+        try:
+            yield from sorted(self.run_dir.glob("events.out.tfevents.*"))
+        except OSError:
+            return
+
+    def poll(self, now: float | None = None) -> list[ScalarPoint]:
+        now = time.time() if now is None else now
+        points: list[ScalarPoint] = []
+        for path in self._event_files():
+            loader = self._loaders.get(path)
+            if loader is None:
+                loader = self._loaders[path] = EventFileLoader(str(path))
+            try:
+                for event in loader.Load():
+                    if not event.HasField("summary"):
+                        continue
+                    for value in event.summary.value:
+                        v = _scalar_value(value)
+                        if v is None:
+                            continue
+                        tag = TAG_ALIASES.get(value.tag, value.tag)
+                        points.append(ScalarPoint(int(event.step), tag, v, float(event.wall_time)))
+            except Exception:  # noqa: BLE001 - a half-written record is retried on the next poll
+                continue
+        prog = self.progress
+        for p in points:
+            prog.latest[p.tag] = p.value
+            if prog.first_step is None:
+                prog.first_step = p.step
+            if prog.last_step is None or p.step > prog.last_step:
+                prog.last_step = p.step
+                prog.last_new_step_at = now
+        return points
+
+
+def finite_or_none(v: float | None) -> float | None:
+    return v if v is not None and math.isfinite(v) else None

@@ -1,0 +1,267 @@
+"""The supervisor: owns the job runners, ticks them, serves control requests, reloads config.
+
+One main thread does all the deciding (tick); the control socket and the metrics server run in
+their own threads and take `self.lock` only to read a status snapshot or to hand over a command,
+so a slow client can never stall restarts.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from . import __version__, sdnotify
+from .config import Config, ConfigError, load_config
+from .jobs import JobState
+from .logs import log
+from .runner import JobRunner
+from .runtimes.base import Runtime, make_runtime
+from .store import StateStore
+
+
+class AlreadyRunning(RuntimeError):
+    pass
+
+
+class Supervisor:
+    def __init__(self, config: Config, config_path: str | None):
+        self.config = config
+        self.config_path = config_path
+        self.started_at = time.time()
+        self.lock = threading.RLock()
+        self.store = StateStore(config.supervisor.state_dir)
+        self._lock_fd = self._take_state_lock()
+        self.runtimes: dict[str, Runtime] = {}
+        self.runners: dict[str, JobRunner] = {}
+        self.config_reloads = 0
+        self.config_errors = 0
+        self.last_config_error: str | None = None
+        self._stop = threading.Event()
+        self._reload_requested = threading.Event()
+        self._shutdown_jobs = True
+        self.control: Any = None
+        self.extensions: list[Any] = []  # metrics server, GPU sampler, watchdog engine: started/stopped with us
+        self.tick_hooks: list[Callable[[float], None]] = []
+        self.status_hooks: list[Callable[[dict[str, Any]], None]] = []
+        self._last_notify = 0.0
+
+    # ---- lifecycle ---------------------------------------------------------------------
+    def _take_state_lock(self) -> int:
+        """Two supervisors on one state dir would each start every job: refuse the second."""
+        path = self.store.dir / "supervisor.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = Path(path).read_text().strip() or "?"
+            os.close(fd)
+            raise AlreadyRunning(f"another isaacd supervisor (pid {other}) holds {path}; "
+                                 "use `isaacd status`, or stop it first") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        return fd
+
+    def runtime(self, name: str) -> Runtime:
+        if name not in self.runtimes:
+            self.runtimes[name] = make_runtime(name, self.config)
+        return self.runtimes[name]
+
+    def _make_runner(self, job_cfg: Any) -> JobRunner:
+        return JobRunner(job_cfg, self.runtime(job_cfg.runtime), self.store, self.config.supervisor.state_dir)
+
+    def start(self) -> None:
+        from .control import ControlServer
+
+        for job_cfg in self.config.jobs:
+            runner = self._make_runner(job_cfg)
+            runner.recover()
+            self.runners[job_cfg.name] = runner
+        self.control = ControlServer(self, self.config.supervisor.control_socket,
+                                     int(self.config.supervisor.socket_mode, 8))
+        self.control.start()
+        for ext in self.extensions:
+            ext.start()
+        log.info("supervisor_started", version=__version__, pid=os.getpid(), config=self.config_path,
+                 jobs=list(self.runners), socket=str(self.config.supervisor.control_socket))
+        self.tick()
+        sdnotify.notify("READY=1", f"STATUS={self.summary()}")
+
+    def install_signal_handlers(self) -> None:
+        def on_term(signum: int, _frame: Any) -> None:
+            log.info("shutdown_requested", signal=signal.Signals(signum).name)
+            self._stop.set()
+
+        signal.signal(signal.SIGTERM, on_term)
+        signal.signal(signal.SIGINT, on_term)
+        signal.signal(signal.SIGHUP, lambda *_: self._reload_requested.set())
+
+    def run_forever(self) -> None:
+        interval = self.config.supervisor.tick_interval
+        while not self._stop.wait(interval):
+            if self._reload_requested.is_set():
+                self._reload_requested.clear()
+                self.reload()
+            try:
+                self.tick()
+            except Exception:  # noqa: BLE001 - one bad tick must not take every job down with it
+                log.exception("tick_failed")
+        self.shutdown()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def tick(self) -> None:
+        now = time.time()
+        with self.lock:
+            for runner in list(self.runners.values()):
+                try:
+                    runner.tick(now)
+                except Exception:  # noqa: BLE001
+                    log.exception("job_tick_failed", job=runner.cfg.name)
+            for hook in self.tick_hooks:
+                try:
+                    hook(now)
+                except Exception:  # noqa: BLE001
+                    log.exception("tick_hook_failed", hook=getattr(hook, "__qualname__", str(hook)))
+        if now - self._last_notify >= 5.0:
+            self._last_notify = now
+            sdnotify.notify("WATCHDOG=1", f"STATUS={self.summary()}")
+
+    def shutdown(self) -> None:
+        """Stop process-runtime trainers gracefully (SIGINT, grace, SIGKILL); container jobs keep running
+        in their own units and are adopted by the next supervisor."""
+        sdnotify.notify("STOPPING=1")
+        with self.lock:
+            owned = [r for r in self.runners.values() if r.cfg.runtime == "process" and r.state.active]
+            for r in owned:
+                r.request_stop("supervisor shutdown", then="shutdown", final=False)
+        deadline = time.time() + max((r.cfg.stop_timeout for r in owned), default=0) + 5
+        while any(r.state.active for r in owned) and time.time() < deadline:
+            time.sleep(0.1)
+            with self.lock:
+                for r in owned:
+                    if r.state.active:
+                        r.tick(time.time())
+        for ext in reversed(self.extensions):
+            try:
+                ext.stop()
+            except Exception:  # noqa: BLE001
+                log.exception("extension_stop_failed")
+        if self.control is not None:
+            self.control.stop()
+        log.info("supervisor_stopped", jobs={n: r.state.value for n, r in self.runners.items()})
+        os.close(self._lock_fd)
+
+    # ---- config reload -----------------------------------------------------------------
+    def reload(self) -> dict[str, Any]:
+        """Re-read the config. A bad file changes nothing: the running config and jobs stay."""
+        if self.config_path is None:
+            return {"ok": False, "error": "running on the embedded default config; nothing to reload"}
+        try:
+            new = load_config(self.config_path)
+        except ConfigError as exc:
+            self.config_errors += 1
+            self.last_config_error = str(exc)
+            log.error("config_rejected", path=self.config_path, error=str(exc),
+                      detail="keeping the previous config; running jobs are untouched")
+            for r in self.runners.values():
+                self.store.append_event(r.cfg.name, "config_rejected", error=str(exc))
+            return {"ok": False, "error": str(exc)}
+        with self.lock:
+            changes = self._apply(new)
+        self.config_reloads += 1
+        self.last_config_error = None
+        log.info("config_reloaded", path=self.config_path, **changes)
+        return {"ok": True, **changes}
+
+    def _apply(self, new: Config) -> dict[str, Any]:
+        old = self.config
+        ignored = [k for k in ("state_dir", "control_socket", "socket_mode")
+                   if getattr(old.supervisor, k) != getattr(new.supervisor, k)]
+        if old.metrics != new.metrics:
+            ignored.append("metrics")
+        if old.gpu != new.gpu:
+            ignored.append("gpu")
+        if ignored:
+            log.warning("config_needs_restart", keys=ignored,
+                        detail="these settings apply when the supervisor restarts")
+        added, removed, changed = [], [], []
+        for job_cfg in new.jobs:
+            runner = self.runners.get(job_cfg.name)
+            if runner is None:
+                runner = self._make_runner(job_cfg)
+                runner.recover()
+                self.runners[job_cfg.name] = runner
+                added.append(job_cfg.name)
+            elif runner.cfg != job_cfg:
+                # Takes effect at the job's next launch; a running trainer is never killed by a reload.
+                runner.cfg = job_cfg
+                if runner.handle is None:
+                    runner.runtime = self.runtime(job_cfg.runtime)
+                runner.event("config_changed", detail="applies at the next start; `isaacd restart` applies it now")
+                changed.append(job_cfg.name)
+        for name in [n for n in self.runners if new.job(n) is None]:
+            runner = self.runners[name]
+            if runner.state.active:
+                runner.request_stop("removed from config", then="stop")
+                removed.append(name)
+            else:
+                del self.runners[name]
+                removed.append(name)
+        self.config = new.model_copy(update={"supervisor": old.supervisor, "metrics": old.metrics, "gpu": old.gpu})
+        return {"added": added, "removed": removed, "changed": changed, "needs_restart": ignored}
+
+    # ---- read side -----------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        with self.lock:
+            # a removed job lingers until its trainer is gone
+            for name in [n for n, r in self.runners.items() if self.config.job(n) is None and not r.state.active]:
+                del self.runners[name]
+            out = {
+                "supervisor": {
+                    "version": __version__,
+                    "pid": os.getpid(),
+                    "started_at": self.started_at,
+                    "uptime_seconds": time.time() - self.started_at,
+                    "config_path": self.config_path or "<embedded default>",
+                    "config_reloads_total": self.config_reloads,
+                    "config_errors_total": self.config_errors,
+                    "last_config_error": self.last_config_error,
+                    "state_dir": str(self.config.supervisor.state_dir),
+                },
+                "jobs": [r.status() for r in self.runners.values()],
+            }
+            for hook in self.status_hooks:
+                hook(out)
+            return out
+
+    def summary(self) -> str:
+        counts: dict[str, int] = {}
+        for r in self.runners.values():
+            counts[r.state.value] = counts.get(r.state.value, 0) + 1
+        return ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no jobs"
+
+    def events(self, job: str, limit: int | None = None) -> list[dict[str, Any]]:
+        return self.store.events(job, limit)
+
+    # ---- commands ------------------------------------------------------------------------
+    def command(self, op: str, job: str) -> str:
+        with self.lock:
+            runner = self.runners.get(job)
+            if runner is None:
+                raise KeyError(f"no job named {job!r}; jobs: {', '.join(self.runners) or 'none'}")
+            if op == "stop":
+                return runner.request_stop("operator stop (isaacd stop)")
+            if op == "start":
+                return runner.start("operator start")
+            if op == "restart":
+                return runner.request_stop("operator restart (isaacd restart)", then="restart")
+            raise ValueError(f"unknown command {op!r}")
+
+    def runner_states(self) -> dict[str, JobState]:
+        return {n: r.state for n, r in self.runners.items()}
