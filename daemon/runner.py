@@ -138,6 +138,7 @@ class JobRunner:
         spec = LaunchSpec(
             job=self.cfg,
             argv=launch.process_argv(self.cfg, resume, seed),
+            trainer_args=launch.trainer_args(self.cfg, resume, seed),
             env=launch.trainer_env(self.cfg),
             cwd=launch.workdir(self.cfg, self.state_dir),
             log_path=self.state_dir / "logs" / f"{self.cfg.name}.log",

@@ -18,8 +18,9 @@ from ..config import Config, JobConfig
 @dataclass(frozen=True)
 class LaunchSpec:
     job: JobConfig
-    argv: list[str]
-    env: dict[str, str]
+    argv: list[str]  # full host command line (process runtime)
+    trainer_args: list[str]  # flags only; container runtimes put them after the image's trainer command
+    env: dict[str, str]  # host environment + job.environment (process runtime)
     cwd: Path
     log_path: Path  # where stdout/stderr go when the runtime has no journal of its own
 

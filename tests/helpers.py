@@ -1,0 +1,111 @@
+"""Run a real `isaacd run` in a subprocess and talk to it through its real control socket."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from isaacd.control import request
+
+BIN = Path(sys.executable).parent
+
+
+def write_config(tmp: Path, jobs: str, extra: str = "") -> Path:
+    cfg = tmp / "isaacd.toml"
+    cfg.write_text(textwrap.dedent(f"""
+        [supervisor]
+        state_dir = "state"
+        control_socket = "isaacd.sock"
+        log_format = "json"
+        tick_interval = 0.1
+        [metrics]
+        enabled = false
+        [gpu]
+        source = "none"
+        """) + textwrap.dedent(extra) + textwrap.dedent(jobs))
+    return cfg
+
+
+def builtin_job(name: str = "cp", **over: Any) -> str:
+    fields = {"num_envs": 64, "max_iterations": 400, "save_interval": 2, "log_root": "logs",
+              "stop_timeout": 10.0, **over}
+    body = "\n".join(f"{k} = {json.dumps(v)}" for k, v in fields.items() if not isinstance(v, dict))
+    tables = "".join(f"\n[jobs.{k}]\n" + "\n".join(f"{kk} = {json.dumps(vv)}" for kk, vv in v.items())
+                     for k, v in fields.items() if isinstance(v, dict))
+    return f'\n[[jobs]]\nname = "{name}"\n{body}\n{tables}\n'
+
+
+def wait_for(pred: Callable[[], Any], timeout: float, interval: float = 0.1, what: str = "condition") -> Any:
+    deadline = time.time() + timeout
+    last_exc: Exception | None = None
+    while time.time() < deadline:
+        try:
+            v = pred()
+            if v:
+                return v
+        except Exception as exc:  # noqa: BLE001 - supervisor may still be starting
+            last_exc = exc
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_exc})" if last_exc else ""))
+
+
+class SupervisorProc:
+    def __init__(self, config: Path):
+        self.config = config
+        self.socket = config.parent / "isaacd.sock"
+        self.log_path = config.parent / "supervisor.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> "SupervisorProc":
+        self._log = open(self.log_path, "ab")
+        env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
+        self.proc = subprocess.Popen([str(BIN / "isaacd"), "run", "--config", str(self.config)],
+                                     stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        wait_for(lambda: self.status(), 30, what="supervisor control socket")
+        return self
+
+    def status(self) -> dict[str, Any]:
+        return request(self.socket, {"cmd": "status"}, timeout=5)
+
+    def job(self, name: str) -> dict[str, Any]:
+        return next(j for j in self.status()["jobs"] if j["name"] == name)
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return request(self.socket, {"cmd": "events", "job": name}, timeout=5)
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        res = subprocess.run([str(BIN / "isaacd"), "--config", str(self.config), *args],
+                             capture_output=True, text=True, timeout=60)
+        if check and res.returncode != 0:
+            raise AssertionError(f"isaacd {' '.join(args)} -> {res.returncode}: {res.stderr}")
+        return res
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            rc = self.proc.wait()
+        self._log.close()
+        return rc
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def kill_tree_by_job(status_job: dict[str, Any]) -> None:
+    for pid in status_job.get("pids") or [status_job["pid"]]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

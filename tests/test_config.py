@@ -1,0 +1,135 @@
+"""Config validation: every bad input names the file, the key path and the fix."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from isaacd.config import ConfigError, load_config, parse_config
+
+REPO = Path(__file__).resolve().parents[1]
+ISAACD = str(Path(sys.executable).parent / "isaacd")
+
+GOOD_JOB = '[[jobs]]\nname = "a"\n'
+
+BAD = [
+    # (toml text, key path expected in the message, words expected in the message)
+    ('[supervisor]\nbogus = 1\n', "supervisor.bogus", "unknown key; allowed keys here: control_socket"),
+    ('[supervisr]\n', "supervisr", "unknown key; allowed keys here: gpu, jobs, metrics, supervisor"),
+    ('[supervisor]\nsocket_mode = "0666"\n', "supervisor.socket_mode", "other"),
+    ('[supervisor]\nlog_level = "loud"\n', "supervisor.log_level", "'debug', 'info', 'warning' or 'error'"),
+    ('[metrics]\nlisten = "9835"\n', "metrics.listen", "host:port"),
+    ('[gpu]\nsource = "scripted"\n', "gpu", "script ="),
+    ('[gpu]\nsample_interval = 0\n', "gpu.sample_interval", "greater than 0"),
+    ('[[jobs]]\nname = "a"\nnum_envs = "many"\n', 'jobs[0] (name = "a").num_envs', "valid integer"),
+    ('[[jobs]]\nname = "a"\nnum_envs = 0\n', 'jobs[0] (name = "a").num_envs', "greater than 0"),
+    ('[[jobs]]\nname = "a"\nmax_iterations = 1.5\n', 'jobs[0] (name = "a").max_iterations', "integer"),
+    ('[[jobs]]\nname = "Bad Name"\n', 'jobs[0] (name = "Bad Name").name', "a-z"),
+    ('[[jobs]]\nname = "a"\ndevice = "gpu0"\n', 'jobs[0] (name = "a").device', '"cpu", "cuda" or "cuda:N"'),
+    ('[[jobs]]\nname = "a"\nruntime = "docker"\n', 'jobs[0] (name = "a").runtime', "'process', 'podman' or 'systemd'"),
+    ('[[jobs]]\nname = "a"\nextra_args = ["--resume"]\n', 'jobs[0] (name = "a").extra_args', "set by isaacd"),
+    ('[[jobs]]\nname = "a"\n[jobs.restart]\nmax_restart = 3\n', 'jobs[0] (name = "a").restart.max_restart',
+     "allowed keys here: backoff_factor"),
+    ('[[jobs]]\nname = "a"\n[jobs.restart]\nbackoff_initial = 10.0\nbackoff_max = 1.0\n',
+     'jobs[0] (name = "a").restart', "backoff_max must be >= backoff_initial"),
+    ('[[jobs]]\nname = "a"\n[jobs.watchdogs.nope]\nx = 1\n', 'jobs[0] (name = "a").watchdogs.nope',
+     "allowed keys here: divergence, duty_cycle"),
+    ('[[jobs]]\nname = "a"\n[jobs.watchdogs.no_progress]\ntimeout = -1.0\n',
+     'jobs[0] (name = "a").watchdogs.no_progress.timeout', "greater than 0"),
+    ('[[jobs]]\nname = "a"\n[jobs.watchdogs.no_progress]\nfor = "5m"\n',
+     'jobs[0] (name = "a").watchdogs.no_progress.for', "valid number"),
+    ('[[jobs]]\nname = "a"\n[jobs.watchdogs.gpu_temperature]\naction = "rollback"\n',
+     'jobs[0] (name = "a").watchdogs.gpu_temperature', "log, power-cap, stop"),
+    ('[[jobs]]\nname = "a"\n[jobs.watchdogs.gpu_temperature]\nresume_celsius = 90.0\n',
+     'jobs[0] (name = "a").watchdogs.gpu_temperature', "resume_celsius < threshold_celsius"),
+    ('[[jobs]]\nname = "a"\n[[jobs]]\nname = "a"\n', "", 'duplicate job name "a"'),
+    ('[[jobs]\nname = "a"\n', "", "not valid TOML"),
+]
+
+
+@pytest.mark.parametrize("text,key,words", BAD, ids=[b[1] or b[2] for b in BAD])
+def test_bad_config_names_file_key_and_fix(tmp_path, text, key, words):
+    path = tmp_path / "host.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    msg = str(info.value)
+    assert msg.startswith(f"{path}: ")
+    if key:
+        assert f"{path}: {key}: " in msg, msg
+    assert words in msg, msg
+
+
+def test_check_config_cli_prints_every_problem_and_exits_2(tmp_path):
+    path = tmp_path / "host.toml"
+    path.write_text('[supervisor]\nbogus = 1\n[[jobs]]\nname = "a"\nnum_envs = -3\n')
+    res = subprocess.run([ISAACD, "check-config", str(path)], capture_output=True, text=True)
+    assert res.returncode == 2
+    assert f"{path}: supervisor.bogus: unknown key" in res.stderr
+    assert f'{path}: jobs[0] (name = "a").num_envs: Input should be greater than 0' in res.stderr
+
+
+def test_shipped_example_config_is_valid():
+    res = subprocess.run([ISAACD, "check-config", str(REPO / "etc" / "isaacd.toml")], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert "1 job(s): cartpole" in res.stdout
+
+
+def test_relative_paths_resolve_against_the_config_file(tmp_path):
+    (tmp_path / "etc").mkdir()
+    path = tmp_path / "etc" / "c.toml"
+    path.write_text('[supervisor]\nstate_dir = "../var"\n[[jobs]]\nname = "a"\nlog_root = "/abs/logs"\n')
+    cfg = load_config(path)
+    assert cfg.supervisor.state_dir == tmp_path / "var"
+    assert str(cfg.jobs[0].log_root) == "/abs/logs"
+
+
+def test_watchdog_for_key_maps_to_hold():
+    cfg = parse_config(GOOD_JOB + '[jobs.watchdogs.gpu_temperature]\nfor = 12.5\n', "x.toml", Path("/"))
+    assert cfg.jobs[0].watchdogs.gpu_temperature.hold == 12.5
+
+
+toml_scalars = st.one_of(st.integers(-10**6, 10**6), st.floats(allow_nan=False), st.text(max_size=8),
+                         st.booleans(), st.lists(st.integers(), max_size=3))
+keys = st.sampled_from(["name", "num_envs", "runtime", "device", "max_iterations", "seed", "bogus", "gpus",
+                        "save_interval", "extra_args", "log_root", "stop_timeout"])
+
+
+def _toml_value(v):  # noqa: ANN001, ANN202
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    if isinstance(v, float):
+        return repr(v) if v == v and v not in (float("inf"), float("-inf")) else "0.0"
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return str(v)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.dictionaries(keys, toml_scalars, max_size=6), max_size=3), st.text(max_size=40))
+def test_parser_never_crashes_on_arbitrary_input(jobs, junk):
+    """Any input yields a Config or a ConfigError, never another exception."""
+    text = "".join("[[jobs]]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in j.items()) for j in jobs)
+    for candidate in (text, junk, text + junk):
+        try:
+            parse_config(candidate, "fuzz.toml", Path("/tmp"))
+        except ConfigError as exc:
+            assert str(exc).startswith("fuzz.toml: ")
+
+
+def test_embedded_default_is_valid_and_uses_loopback(tmp_path):
+    from isaacd.config import load_embedded_default
+
+    cfg = load_embedded_default(tmp_path)
+    assert cfg.metrics.listen.startswith("127.0.0.1:")
+    assert cfg.supervisor.socket_mode == "0600"
+    assert cfg.jobs and cfg.jobs[0].workflow == "builtin" and cfg.jobs[0].device == "cpu"
+    assert cfg.supervisor.state_dir == tmp_path / "var" / "state"
