@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from .config import Config
 from .supervisor import Supervisor
+from .watchdogs.engine import WatchdogEngine
 
 
 def build_supervisor(cfg: Config, config_path: str | None) -> Supervisor:
-    return Supervisor(cfg, config_path)
+    sup = Supervisor(cfg, config_path)
+    sup.extensions.append(WatchdogEngine(sup))
+    return sup

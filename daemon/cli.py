@@ -36,8 +36,27 @@ def _load(arg: str | None) -> tuple[Config, str | None]:
 def _socket(args: argparse.Namespace) -> Path:
     if args.socket:
         return Path(args.socket)
-    cfg, _ = _load(args.config)
-    return cfg.supervisor.control_socket
+    try:
+        cfg, _ = _load(args.config)
+        return cfg.supervisor.control_socket
+    except ConfigError:
+        # The file may be mid-edit or broken; the supervisor still runs on the old one. Find its socket anyway
+        # so `isaacd reload` can report the error and `status` keeps working.
+        return _socket_from_raw(_config_path(args.config))
+
+
+def _socket_from_raw(path: str | None) -> Path:
+    from .config import SupervisorConfig, tomllib
+
+    default = SupervisorConfig().control_socket
+    if path is None:
+        return default
+    try:
+        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        sock = Path(raw["supervisor"]["control_socket"])
+    except Exception:  # noqa: BLE001
+        return default
+    return sock if sock.is_absolute() else (Path(path).resolve().parent / sock).resolve()
 
 
 # ---- formatting -----------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Turns a job's config (and the checkpoint chosen for resume) into the trainer's command line.
 
 Both workflows take Isaac Lab's rsl_rl flags. Isaac Lab's train.py runs `max_iterations` *more*
-iterations after a resume, so the supervisor passes what is left of the job's total.
+iterations after a resume, so the supervisor passes what is left of the job's total. Iterations
+are numbered from 0 and `model_N.pt` holds the weights after iteration N, so N+1 are done.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def experiment_dir(job: JobConfig) -> Path:
 def trainer_args(job: JobConfig, resume: Checkpoint | None, seed: int | None = None,
                  log_root: Path | None = None) -> list[str]:
     """Flags common to every runtime; `log_root` differs inside a container."""
-    done = resume.iteration if resume else 0
+    done = resume.iteration + 1 if resume else 0
     args = ["--task", job.task, "--num_envs", str(job.num_envs), "--seed", str(job.seed if seed is None else seed),
             "--max_iterations", str(max(job.max_iterations - done, 0)), "--device", job.device,
             "--experiment_name", job.experiment_name, "--run_name", job.name]

@@ -65,6 +65,7 @@ class JobRunner:
         self.last_progress_time: float | None = None
         self.new_points: list[ScalarPoint] = []  # this tick's scalars, for the watchdogs
         self.pids_cache: list[int] = []
+        self.parked_by: str | None = None  # a watchdog that stopped the job and will resume it
         self.log = log.bind(job=cfg.name)
 
     # ---- bookkeeping -------------------------------------------------------------------
@@ -126,7 +127,8 @@ class JobRunner:
         if self.count_next_as_restart:
             h = self.history
             h.restarts += 1
-            h.restart_times.append(now)
+            if self.restart_reason_class != "operator":  # an operator's restart is no crash loop
+                h.restart_times.append(now)
             h.restarts_by_reason[self.restart_reason_class] = h.restarts_by_reason.get(self.restart_reason_class, 0) + 1
             h.last_restart_reason = reason
         self.history.final_state = self.history.final_reason = None
@@ -221,6 +223,7 @@ class JobRunner:
     def _record_exit(self, attempt: Attempt, status: ExitStatus) -> None:
         attempt.ended_at = time.time()
         attempt.exit = status.as_json()
+        self._checkpoint_scanned_at = 0.0  # a stopping trainer saves a last checkpoint: show it now
         if self.handle is not None:
             try:
                 self.runtime.cleanup(self.handle)
@@ -234,7 +237,7 @@ class JobRunner:
         ckpt = choose_resume(self.lineage())
         self._checkpoint = ckpt
         last = self.tail.progress.last_step if self.tail else None
-        return (ckpt is not None and ckpt.iteration >= self.cfg.max_iterations) or (
+        return (ckpt is not None and ckpt.iteration + 1 >= self.cfg.max_iterations) or (
             last is not None and last + 1 >= self.cfg.max_iterations)
 
     def _after_exit(self, attempt: Attempt, status: ExitStatus) -> None:
@@ -327,7 +330,7 @@ class JobRunner:
             return f"already {self.state.value}"
         self.next_launch_reason = reason
         self.count_next_as_restart = reason != "operator start"
-        self.restart_reason_class = "operator"
+        self.restart_reason_class = "watchdog" if reason.startswith("watchdog") else "operator"
         self.backoff_until = None
         if self.state == JobState.BACKING_OFF:
             self.launch(reason)

@@ -44,7 +44,7 @@ from .types import (
 )
 
 DEFAULT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-LOOPS = ("fast", "slow", "xid")
+LOOPS = ("fast", "slow")  # loops whose pass durations go into the histogram
 
 log = structlog.get_logger("isaacd.gpu")
 
@@ -76,6 +76,7 @@ class GpuSnapshot:
     xid_watch: bool = False
     xid_reason: str | None = None
     last_pass: Mapping[str, float] = field(default_factory=dict)  # loop -> unix time of last pass
+    failing: Mapping[str, str] = field(default_factory=dict)  # gpu key -> error kind of its failing fast sample
 
     @property
     def processes(self) -> tuple[ProcessMemory, ...]:
@@ -232,12 +233,15 @@ class GpuSampler:
         self._publish()
 
     def get_power_limit(self, gpu: Any) -> float:
-        return self._require_source().get_power_limit(self._info(gpu))
+        src = self._require_source()
+        return src.get_power_limit(self._info(gpu))
 
     def set_power_limit(self, gpu: Any, watts: float) -> None:
-        """Raises GpuPermissionError (a PermissionError) when not allowed, ValueError out of range."""
+        """Raises GpuPermissionError (a PermissionError) when not allowed, ValueError out of range,
+        GpuUnavailableError when there is no GPU source, KeyError for an unknown GPU."""
+        src = self._require_source()
         info = self._info(gpu)
-        self._require_source().set_power_limit(info, watts)
+        src.set_power_limit(info, watts)
         log.info("gpu power limit set", gpu=info.key, watts=watts)
 
     def _require_source(self) -> GpuSource:
@@ -336,10 +340,10 @@ class GpuSampler:
         self._publish()
 
     def poll_xid(self, timeout: float | None = None) -> list[XidEvent]:
-        """Wait up to ``timeout`` for XID events and count them. Returns the events seen."""
+        """Wait up to ``timeout`` for XID events and count them; returns the events seen.
+        A failing wait is counted (``errors[("all", "xid_wait", kind)]``) and re-raised."""
         if not self._opened.is_set():
             return []
-        t0 = time.perf_counter()
         try:
             events = self.source.wait_xid(self.xid_timeout if timeout is None else timeout)  # type: ignore[union-attr]
         except GpuNotSupportedError as e:
@@ -350,30 +354,30 @@ class GpuSampler:
                 log.warning("gpu xid events not watched", reason=str(e))
             self._publish()
             raise
-        except Exception as e:  # noqa: BLE001
-            kind = getattr(e, "kind", "error")
+        except Exception as e:
+            kind = e.kind if isinstance(e, GpuError) else "error"
             with self._lock:
-                self._errors[("all", "xid_wait", kind)] = self._errors.get(("all", "xid_wait", kind), 0) + 1
+                k = ("all", "xid_wait", kind)
+                self._errors[k] = self._errors.get(k, 0) + 1
                 first = self._xid_reason != str(e)
                 self._xid_reason = str(e)
             if first:
-                log.warning("gpu xid wait failed", error=str(e))
+                log.warning("gpu xid wait failed", error=str(e), kind=kind)
             self._publish()
-            return []
+            raise
+        changed = bool(events) or not self._xid_watch
         with self._lock:
-            if not self._xid_watch:
-                self._xid_watch, self._xid_reason = True, None
+            self._xid_watch, self._xid_reason = True, None
             for ev in events:
-                k = (ev.gpu, ev.xid)
-                old = self._xids.get(k)
-                self._xids[k] = XidCount(count=(old.count if old else 0) + 1,
-                                         last_seen=max(ev.timestamp, old.last_seen if old else ev.timestamp))
+                k2 = (ev.gpu, ev.xid)
+                old = self._xids.get(k2)
+                self._xids[k2] = XidCount(count=(old.count if old else 0) + 1,
+                                          last_seen=max(ev.timestamp, old.last_seen if old else ev.timestamp))
         for ev in events:
             log.warning("gpu xid", gpu=ev.gpu, xid=ev.xid, xid_class=xid_class(ev.xid),
                         gpu_instance=ev.gpu_instance_id, compute_instance=ev.compute_instance_id)
-        if events:
-            self._observe("xid", time.perf_counter() - t0)
-        self._publish()
+        if changed:
+            self._publish()
         return events
 
     # ------------------------------------------------------------------ bookkeeping
@@ -436,6 +440,7 @@ class GpuSampler:
                 xid_watch=self._xid_watch,
                 xid_reason=self._xid_reason,
                 last_pass=MappingProxyType(dict(self._last_pass)),
+                failing=MappingProxyType({g: k for (g, loop), k in self._failing.items() if loop == "fast"}),
             )
             self._snap = snap
 
@@ -475,8 +480,7 @@ class GpuSampler:
                 self.poll_xid()
             except GpuNotSupportedError:
                 return  # logged once in poll_xid; nothing to watch on this system
-            except Exception as e:  # noqa: BLE001
-                log.exception("gpu xid loop crashed", error=str(e))
+            except Exception:  # noqa: BLE001 - counted and logged in poll_xid
                 self._stop.wait(1.0)
 
 

@@ -90,6 +90,9 @@ class TensorBoardTail:
                         if v is None:
                             continue
                         tag = TAG_ALIASES.get(value.tag, value.tag)
+                        if tag.endswith("/time"):
+                            # rsl_rl's `Train/mean_reward/time` is stepped by elapsed seconds, not iterations
+                            continue
                         points.append(ScalarPoint(int(event.step), tag, v, float(event.wall_time)))
             except Exception:  # noqa: BLE001 - a half-written record is retried on the next poll
                 continue

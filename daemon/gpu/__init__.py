@@ -1,0 +1,54 @@
+"""GPU telemetry: one source interface (NVML or a scripted timeline) and a background sampler.
+
+    from isaacd.gpu import GpuSampler, make_source
+    sampler = GpuSampler(make_source("nvml"), sample_interval=1.0, slow_interval=10.0).start()
+    snap = sampler.snapshot()          # immutable; never blocks on NVML
+    snap.samples[0].temperature_celsius
+"""
+
+from .sampler import DEFAULT_BUCKETS, GpuSampler, GpuSnapshot, build_sampler, empty_snapshot
+from .scripted import ManualClock, ScriptedSource, ScriptError, load_script
+from .source import GpuSource, NoSource, make_source
+from .types import (
+    CLOCK_EVENT_REASONS,
+    TEMPERATURE_THRESHOLDS,
+    XID_APPLICATION,
+    XID_REBOOT,
+    XID_RESET,
+    DriverInfo,
+    DurationHistogram,
+    FieldError,
+    GpuError,
+    GpuInfo,
+    GpuLostError,
+    GpuMap,
+    GpuNotSupportedError,
+    GpuPermissionError,
+    GpuSample,
+    GpuSlowSample,
+    GpuUnavailableError,
+    ProcessMemory,
+    XidCount,
+    XidEvent,
+    clock_event_mask,
+    clock_event_names,
+    xid_class,
+)
+
+
+def __getattr__(name: str):  # NvmlSource imports nothing heavy, but keep pynvml out of `import isaacd.gpu`
+    if name == "NvmlSource":
+        from .nvml import NvmlSource
+
+        return NvmlSource
+    raise AttributeError(name)
+
+
+__all__ = [
+    "CLOCK_EVENT_REASONS", "DEFAULT_BUCKETS", "TEMPERATURE_THRESHOLDS", "XID_APPLICATION", "XID_REBOOT",
+    "XID_RESET", "DriverInfo", "DurationHistogram", "FieldError", "GpuError", "GpuInfo", "GpuLostError", "GpuMap",
+    "GpuNotSupportedError", "GpuPermissionError", "GpuSample", "GpuSampler", "GpuSlowSample", "GpuSnapshot",
+    "GpuSource", "GpuUnavailableError", "ManualClock", "NoSource", "NvmlSource", "ProcessMemory", "ScriptError",
+    "ScriptedSource", "XidCount", "XidEvent", "build_sampler", "clock_event_mask", "clock_event_names",
+    "empty_snapshot", "load_script", "make_source", "xid_class",
+]

@@ -1,0 +1,136 @@
+"""Every metric isaacd exports: name, type, labels, meaning.  The single source of truth for the
+collector (it can only emit names defined here), docs/metrics.md (a test checks every name is
+documented) and the dashboard/rules tests (every metric they reference must exist here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GPU_LABELS = ("gpu", "uuid", "model", "pci_bus_id")
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    name: str
+    type: str  # gauge | counter | histogram
+    labels: tuple[str, ...]
+    help: str
+    needs_gpu: bool = False  # only present when a GPU source is up
+
+
+def _g(name: str, labels: tuple[str, ...], help: str, gpu: bool = False) -> MetricDef:
+    return MetricDef(name, "gauge", labels, help, gpu)
+
+
+def _c(name: str, labels: tuple[str, ...], help: str, gpu: bool = False) -> MetricDef:
+    return MetricDef(name, "counter", labels, help, gpu)
+
+
+G = GPU_LABELS
+
+METRICS: tuple[MetricDef, ...] = (
+    # ---- supervisor
+    _g("isaacd_build_info", ("version", "python_version"), "Always 1; labels carry the isaacd and Python versions."),
+    _g("isaacd_start_time_seconds", (), "Unix time the supervisor started."),
+    _g("isaacd_uptime_seconds", (), "Seconds since the supervisor started."),
+    _g("isaacd_status_up", (), "1 if the supervisor's status could be read for this scrape (job metrics present), else 0."),
+    _c("isaacd_config_reloads_total", (), "Successful configuration reloads (SIGHUP / `isaacd reload`)."),
+    _c("isaacd_config_errors_total", (), "Configuration reloads rejected because the new file was invalid."),
+    _c("isaacd_scrape_errors_total", ("source",),
+       "Errors while building a scrape; source=status (supervisor status unreadable) or gpu (snapshot unreadable)."),
+    # ---- jobs
+    _g("isaacd_job_info", ("job", "runtime"), "Always 1 per configured job; runtime = process|podman|systemd."),
+    _g("isaacd_job_state", ("job", "state"),
+       "1 for the job's current state, 0 for the others (pending, starting, running, backing-off, stopping, "
+       "stopped, completed, failed)."),
+    _g("isaacd_job_iteration", ("job",), "Latest training iteration seen (TensorBoard step / checkpoint)."),
+    _g("isaacd_job_max_iterations", ("job",), "Configured number of training iterations."),
+    _g("isaacd_job_mean_reward", ("job",),
+       "Latest mean episode reward (rsl_rl Train/mean_reward; a rolling mean over finished episodes)."),
+    _g("isaacd_job_env_steps_per_second", ("job",), "Latest environment steps per second (rsl_rl Perf/total_fps)."),
+    _g("isaacd_job_scalar", ("job", "tag"),
+       "Latest value of every TensorBoard scalar the trainer writes; tag is the TensorBoard tag verbatim "
+       "(Loss/surrogate, Train/mean_episode_length, Perf/total_fps, ...). NaN is exported as NaN."),
+    _g("isaacd_job_last_progress_timestamp_seconds", ("job",), "Unix time a new TensorBoard step was last seen."),
+    _g("isaacd_job_checkpoint_iteration", ("job",), "Iteration of the newest valid checkpoint."),
+    _g("isaacd_job_checkpoint_timestamp_seconds", ("job",), "Unix time the newest valid checkpoint was written."),
+    _g("isaacd_job_start_time_seconds", ("job",), "Unix time the job's current attempt started."),
+    _c("isaacd_job_restarts_total", ("job", "reason"),
+       "Restarts by isaacd, by reason (exit_code, signal, oom, watchdog, operator, ...)."),
+    _g("isaacd_job_gpu_assigned", ("job", "gpu"), "1 for each GPU the job is configured to use (gpu = GPU key or UUID)."),
+    _g("isaacd_watchdog_state", ("job", "watchdog", "state"),
+       "1 for the watchdog's current state, 0 for the others (ok, pending, tripped, warmup, disabled)."),
+    _g("isaacd_watchdog_state_since_timestamp_seconds", ("job", "watchdog"), "Unix time the watchdog entered its state."),
+    _c("isaacd_watchdog_trips_total", ("job", "watchdog", "action"), "Watchdog trips by the action taken."),
+    # ---- GPU collector
+    _g("isaacd_gpu_collector_up", (), "1 if the GPU source (NVML) is open and sampled; 0 with the reason in the log."),
+    _g("isaacd_gpu_xid_watch_up", (), "1 if XID events are being watched (a thread blocked in nvmlEventSetWait_v2)."),
+    _g("isaacd_gpu_driver_info", ("driver_version", "nvml_version", "cuda_driver_version"), "Always 1; driver versions.",
+       True),
+    MetricDef("isaacd_gpu_sample_duration_seconds", "histogram", ("loop",),
+              "Time one sampler pass over all GPUs took; loop=fast (every sample_interval) or slow (every "
+              "slow_interval)."),
+    _c("isaacd_gpu_collector_errors_total", ("gpu", "field", "error"),
+       "Failed GPU reads: field (a sample field, or device = the whole GPU, xid_wait) and error kind "
+       "(not_supported, gpu_lost, no_permission, error...). not_supported is counted once per GPU and field.", True),
+    _g("isaacd_gpu_info", G + ("mig", "parent_gpu"),
+       "Always 1 per GPU and MIG device; mig=true|false, parent_gpu = physical GPU of a MIG device.", True),
+    _g("isaacd_gpu_up", G, "1 if the last fast sample of this GPU succeeded, 0 if it failed (GPU lost...).", True),
+    _g("isaacd_gpu_last_sample_timestamp_seconds", G, "Unix time of the GPU's latest successful fast sample.", True),
+    _g("isaacd_gpu_unhealthy", G + ("reason",), "1 while a watchdog has marked the GPU unhealthy.", True),
+    _g("isaacd_gpu_job_info", ("gpu", "uuid", "job"),
+       "1 for each (GPU, job) where a process of the job holds GPU memory. Join GPU series to jobs with "
+       "`isaacd_gpu_power_watts * on(instance, gpu) group_right isaacd_gpu_job_info` (works when jobs share a GPU).",
+       True),
+    _g("isaacd_gpu_utilization_ratio", G, "Fraction of time a kernel was running (0-1). Not reported on MIG devices.",
+       True),
+    _g("isaacd_gpu_memory_utilization_ratio", G, "Fraction of time device memory was read or written (0-1).", True),
+    _g("isaacd_gpu_temperature_celsius", G, "GPU core temperature.", True),
+    _g("isaacd_gpu_memory_temperature_celsius", G, "HBM (memory) temperature (NVML field NVML_FI_DEV_MEMORY_TEMP).",
+       True),
+    _g("isaacd_gpu_thermal_margin_celsius", G,
+       "Degrees below the temperature at which the GPU starts slowing down, as the driver reports it.", True),
+    _g("isaacd_gpu_temperature_threshold_celsius", G + ("threshold",),
+       "Driver temperature thresholds: slowdown, shutdown, gpu_max, memory_max.", True),
+    _g("isaacd_gpu_power_watts", G, "Power draw.", True),
+    _g("isaacd_gpu_power_limit_watts", G, "Enforced power limit.", True),
+    _g("isaacd_gpu_power_limit_constraint_watts", G + ("constraint",),
+       "Power limit bounds: min, max, default.", True),
+    _g("isaacd_gpu_sm_clock_hertz", G, "Current SM clock.", True),
+    _g("isaacd_gpu_memory_clock_hertz", G, "Current memory clock.", True),
+    _g("isaacd_gpu_sm_clock_max_hertz", G, "Maximum SM clock.", True),
+    _g("isaacd_gpu_memory_clock_max_hertz", G, "Maximum memory clock.", True),
+    _g("isaacd_gpu_clock_event_reason", G + ("reason",),
+       "1 while a clock-event (throttle) reason is active, else 0: gpu_idle, applications_clocks_setting, "
+       "sw_power_cap, hw_slowdown, sync_boost, sw_thermal_slowdown, hw_thermal_slowdown, hw_power_brake_slowdown, "
+       "display_clock_setting.", True),
+    _g("isaacd_gpu_memory_used_bytes", G, "Device memory in use.", True),
+    _g("isaacd_gpu_memory_total_bytes", G, "Device memory size.", True),
+    _c("isaacd_gpu_ecc_errors_total", G + ("type",),
+       "ECC errors since the driver loaded (volatile); type = corrected|uncorrected.", True),
+    _c("isaacd_gpu_ecc_errors_aggregate_total", G + ("type",),
+       "ECC errors over the GPU's lifetime (aggregate, persistent in the InfoROM); type = corrected|uncorrected.", True),
+    _c("isaacd_gpu_remapped_rows_total", G + ("cause",),
+       "HBM rows remapped; cause = correctable|uncorrectable.", True),
+    _g("isaacd_gpu_row_remap_pending", G, "1 if a row remap is pending (takes effect at the next GPU reset).", True),
+    _g("isaacd_gpu_row_remap_failure", G, "1 if a row remap failed (the GPU should be serviced).", True),
+    _c("isaacd_gpu_energy_joules_total", G, "Energy consumed since the driver loaded (slow loop).", True),
+    _g("isaacd_gpu_pcie_throughput_bytes_per_second", G + ("direction",),
+       "PCIe throughput over a 20 ms window (slow loop); direction = tx|rx.", True),
+    _g("isaacd_gpu_pcie_link_generation", G, "Current PCIe link generation (slow loop).", True),
+    _g("isaacd_gpu_pcie_link_width", G, "Current PCIe link width in lanes (slow loop).", True),
+    _c("isaacd_gpu_xid_errors_total", G + ("xid", "class"),
+       "XID errors seen since isaacd started, per code; class = application|reset|reboot|other.", True),
+    _g("isaacd_gpu_xid_last_timestamp_seconds", G + ("xid", "class"), "Unix time the XID code was last seen.", True),
+    _g("isaacd_gpu_process_memory_used_bytes", G + ("pid", "job"),
+       "Device memory held by one process (host PID); job is empty when the process belongs to no isaacd job.", True),
+)
+
+BY_NAME: dict[str, MetricDef] = {m.name: m for m in METRICS}
+
+
+def series_names(m: MetricDef) -> list[str]:
+    """Names that appear in an exposition / in PromQL for this metric."""
+    if m.type == "histogram":
+        return [m.name + s for s in ("_bucket", "_sum", "_count")]
+    return [m.name]

@@ -1,0 +1,296 @@
+"""prometheus-client custom collector over the supervisor's status dict and the GPU snapshot.
+
+A scrape reads two in-memory things - ``status_provider()`` and ``sampler.snapshot()`` - and never
+calls NVML.  Anything wrong with one job or one GPU costs that part of the scrape (counted in
+``isaacd_scrape_errors_total``), never the whole scrape.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import structlog
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from ..gpu.sampler import GpuSampler, GpuSnapshot
+from ..gpu.types import CLOCK_EVENT_REASONS, GpuInfo, xid_class
+from .attribution import attribute_pids
+from .catalog import BY_NAME
+
+log = structlog.get_logger("isaacd.metrics")
+
+JOB_STATES = ("pending", "starting", "running", "backing-off", "stopping", "stopped", "completed", "failed")
+WATCHDOG_STATES = ("ok", "pending", "tripped", "warmup", "disabled")
+RESTART_REASONS = ("exit_code", "signal", "oom", "watchdog", "operator")
+
+StatusProvider = Callable[[], Mapping[str, Any]]
+SnapshotProvider = Callable[[], GpuSnapshot]
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return float(v)
+
+
+class _Families:
+    """Creates families on first use from the catalog, so names/labels/help can't drift."""
+
+    def __init__(self) -> None:
+        self._fams: dict[str, Metric] = {}
+
+    def get(self, name: str) -> Metric:
+        fam = self._fams.get(name)
+        if fam is None:
+            d = BY_NAME[name]
+            if d.type == "counter":
+                fam = CounterMetricFamily(name[: -len("_total")], d.help, labels=list(d.labels))
+            elif d.type == "histogram":
+                fam = HistogramMetricFamily(name, d.help, labels=list(d.labels))
+            else:
+                fam = GaugeMetricFamily(name, d.help, labels=list(d.labels))
+            self._fams[name] = fam
+        return fam
+
+    def add(self, name: str, labels: Iterable[str], value: float | None) -> None:
+        if value is None:
+            return  # not reported: no series, never a fake 0
+        self.get(name).add_metric(list(labels), value)
+
+    def families(self) -> list[Metric]:
+        return list(self._fams.values())
+
+
+class IsaacdCollector(Collector):
+    def __init__(
+        self,
+        status_provider: StatusProvider | None = None,
+        gpu: GpuSampler | SnapshotProvider | None = None,
+        *,
+        proc_root: str = "/proc",
+        clock: Callable[[], float] = time.time,
+    ):
+        self._status_provider = status_provider
+        if isinstance(gpu, GpuSampler):
+            self._snapshot: SnapshotProvider | None = gpu.snapshot
+        else:
+            self._snapshot = gpu
+        self._proc_root = proc_root
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._scrape_errors = {"status": 0, "gpu": 0}
+        self._last_error: dict[str, str] = {}
+
+    def describe(self) -> list[Metric]:
+        return []  # don't run collect() at registration time (the supervisor may not be up yet)
+
+    def _error(self, source: str, err: BaseException, **ctx: Any) -> None:
+        with self._lock:
+            self._scrape_errors[source] = self._scrape_errors.get(source, 0) + 1
+            msg = f"{type(err).__name__}: {err}"
+            first = self._last_error.get(source) != msg
+            self._last_error[source] = msg
+        if first:  # log each distinct failure once, not on every scrape
+            log.error("metrics scrape error", source=source, error=msg, **ctx)
+
+    # ------------------------------------------------------------------ collect
+    def collect(self) -> Iterable[Metric]:
+        f = _Families()
+        now = self._clock()
+        status: Mapping[str, Any] | None = None
+        if self._status_provider is not None:
+            try:
+                status = self._status_provider()
+                if not isinstance(status, Mapping):
+                    raise TypeError(f"status provider returned {type(status).__name__}, not a dict")
+            except Exception as e:  # noqa: BLE001
+                status = None
+                self._error("status", e)
+        jobs: list[Mapping[str, Any]] = []
+        if status is not None:
+            jobs = [j for j in (status.get("jobs") or []) if isinstance(j, Mapping)]
+        self._supervisor(f, status, now)
+        snap: GpuSnapshot | None = None
+        if self._snapshot is not None:
+            try:
+                snap = self._snapshot()
+            except Exception as e:  # noqa: BLE001
+                self._error("gpu", e)
+        for job in jobs:
+            try:
+                self._job(f, job, snap)
+            except Exception as e:  # noqa: BLE001 - one odd job must not cost the others
+                self._error("status", e, job=job.get("name"))
+        self._gpu(f, snap, jobs)
+        with self._lock:
+            errors = dict(self._scrape_errors)
+        for source, n in sorted(errors.items()):
+            f.add("isaacd_scrape_errors_total", [source], n)
+        return f.families()
+
+    def _supervisor(self, f: _Families, status: Mapping[str, Any] | None, now: float) -> None:
+        from .. import __version__
+
+        sup = status.get("supervisor") if status is not None else None
+        sup = sup if isinstance(sup, Mapping) else {}
+        version = sup.get("version") if isinstance(sup.get("version"), str) else __version__
+        f.add("isaacd_build_info", [version, platform.python_version()], 1)
+        f.add("isaacd_status_up", [], 1 if status is not None else 0)
+        started = _num(sup.get("started_at"))
+        f.add("isaacd_start_time_seconds", [], started)
+        uptime = _num(sup.get("uptime_seconds"))
+        if uptime is None and started is not None:
+            uptime = max(0.0, now - started)
+        f.add("isaacd_uptime_seconds", [], uptime)
+        f.add("isaacd_config_reloads_total", [], _num(sup.get("config_reloads_total")))
+        f.add("isaacd_config_errors_total", [], _num(sup.get("config_errors_total")))
+
+    def _job(self, f: _Families, job: Mapping[str, Any], snap: GpuSnapshot | None) -> None:
+        name = job.get("name")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"job without a name in status: {dict(job)!r:.200}")
+        f.add("isaacd_job_info", [name, str(job.get("runtime") or "")], 1)
+        state = job.get("state")
+        states = JOB_STATES if state in JOB_STATES or not isinstance(state, str) else JOB_STATES + (state,)
+        for s in states:
+            f.add("isaacd_job_state", [name, s], 1 if s == state else 0)
+        f.add("isaacd_job_iteration", [name], _num(job.get("iteration")))
+        f.add("isaacd_job_max_iterations", [name], _num(job.get("max_iterations")))
+        f.add("isaacd_job_mean_reward", [name], _num(job.get("mean_reward")))
+        f.add("isaacd_job_env_steps_per_second", [name], _num(job.get("fps")))
+        scalars = job.get("scalars")
+        if isinstance(scalars, Mapping):
+            for tag, v in sorted(scalars.items()):
+                f.add("isaacd_job_scalar", [name, str(tag)], _num(v))
+        f.add("isaacd_job_last_progress_timestamp_seconds", [name], _num(job.get("last_progress_time")))
+        ck = job.get("checkpoint")
+        if isinstance(ck, Mapping):
+            f.add("isaacd_job_checkpoint_iteration", [name], _num(ck.get("iteration")))
+            f.add("isaacd_job_checkpoint_timestamp_seconds", [name], _num(ck.get("time")))
+        f.add("isaacd_job_start_time_seconds", [name], _num(job.get("started_at")))
+        by_reason = job.get("restarts_by_reason")
+        reasons: dict[str, float] = {r: 0.0 for r in RESTART_REASONS}
+        if isinstance(by_reason, Mapping):
+            for r, n in by_reason.items():
+                if (v := _num(n)) is not None:
+                    reasons[str(r)] = v
+        total = _num(job.get("restarts"))
+        if total is not None and total > sum(reasons.values()):
+            reasons["other"] = reasons.get("other", 0.0) + total - sum(reasons.values())
+        for r, n in sorted(reasons.items()):
+            f.add("isaacd_job_restarts_total", [name, r], n)
+        for g in job.get("gpus") or []:
+            info = snap.resolve(g) if snap is not None else None
+            f.add("isaacd_job_gpu_assigned", [name, info.key if info else str(g)], 1)
+        wds = job.get("watchdogs")
+        if isinstance(wds, Mapping):
+            for wd, w in sorted(wds.items()):
+                if not isinstance(w, Mapping):
+                    continue
+                st = w.get("state")
+                for s in (WATCHDOG_STATES if st in WATCHDOG_STATES or not isinstance(st, str)
+                          else WATCHDOG_STATES + (st,)):
+                    f.add("isaacd_watchdog_state", [name, str(wd), s], 1 if s == st else 0)
+                f.add("isaacd_watchdog_state_since_timestamp_seconds", [name, str(wd)], _num(w.get("since")))
+        for trip in job.get("watchdog_trips") or []:
+            if isinstance(trip, Mapping):
+                f.add("isaacd_watchdog_trips_total", [name, str(trip.get("watchdog", "")), str(trip.get("action", ""))],
+                      _num(trip.get("count")))
+
+    # ------------------------------------------------------------------ GPU
+    def _gpu(self, f: _Families, snap: GpuSnapshot | None, jobs: list[Mapping[str, Any]]) -> None:
+        f.add("isaacd_gpu_collector_up", [], 1 if snap is not None and snap.up else 0)
+        f.add("isaacd_gpu_xid_watch_up", [], 1 if snap is not None and snap.up and snap.xid_watch else 0)
+        hist = f.get("isaacd_gpu_sample_duration_seconds")
+        if snap is None:
+            return
+        for loop, h in sorted(snap.durations.items()):
+            buckets = [(_le(b), c) for b, c in zip(h.buckets, h.counts)] + [("+Inf", h.count)]
+            hist.add_metric([loop], buckets, sum_value=h.sum)  # type: ignore[attr-defined]
+        for (gpu, field, kind), n in sorted(snap.errors.items()):
+            f.add("isaacd_gpu_collector_errors_total", [gpu, field, kind], n)
+        if not snap.gpus:
+            return
+        try:
+            self._gpu_series(f, snap, jobs)
+        except Exception as e:  # noqa: BLE001
+            self._error("gpu", e)
+
+    def _gpu_series(self, f: _Families, snap: GpuSnapshot, jobs: list[Mapping[str, Any]]) -> None:
+        d = snap.driver
+        f.add("isaacd_gpu_driver_info", [d.driver_version or "", d.nvml_version or "", d.cuda_driver_version or ""], 1)
+        owner = attribute_pids({p.pid for p in snap.processes}, jobs, self._proc_root) if jobs else {}
+        for key, info in snap.gpus.items():
+            base = [info.key, info.uuid, info.model, info.pci_bus_id]
+            parent = "" if info.parent_index is None else str(info.parent_index)
+            f.add("isaacd_gpu_info", base + ["true" if info.is_mig else "false", parent], 1)
+            s = snap.samples.get(key)
+            f.add("isaacd_gpu_up", base, 1 if s is not None else 0)
+            if key in snap.unhealthy:
+                f.add("isaacd_gpu_unhealthy", base + [snap.unhealthy[key]], 1)
+            if s is not None:
+                self._fast(f, base, s, info, owner)
+            sl = snap.slow.get(key)
+            if sl is not None:
+                f.add("isaacd_gpu_energy_joules_total", base, sl.energy_joules)
+                f.add("isaacd_gpu_pcie_throughput_bytes_per_second", base + ["tx"], sl.pcie_tx_bytes_per_second)
+                f.add("isaacd_gpu_pcie_throughput_bytes_per_second", base + ["rx"], sl.pcie_rx_bytes_per_second)
+                f.add("isaacd_gpu_pcie_link_generation", base, sl.pcie_link_generation)
+                f.add("isaacd_gpu_pcie_link_width", base, sl.pcie_link_width)
+                f.add("isaacd_gpu_sm_clock_max_hertz", base, sl.sm_clock_max_hertz)
+                f.add("isaacd_gpu_memory_clock_max_hertz", base, sl.memory_clock_max_hertz)
+                for c, v in (("min", sl.power_limit_min_watts), ("max", sl.power_limit_max_watts),
+                             ("default", sl.power_limit_default_watts)):
+                    f.add("isaacd_gpu_power_limit_constraint_watts", base + [c], v)
+                for t, v in sorted(sl.temperature_thresholds_celsius.items()):
+                    f.add("isaacd_gpu_temperature_threshold_celsius", base + [t], v)
+        for (gkey, xid), c in sorted(snap.xids.items()):
+            info = snap.gpus.get(gkey)
+            base = [info.key, info.uuid, info.model, info.pci_bus_id] if info else [gkey, "", "", ""]
+            f.add("isaacd_gpu_xid_errors_total", base + [str(xid), xid_class(xid)], c.count)
+            f.add("isaacd_gpu_xid_last_timestamp_seconds", base + [str(xid), xid_class(xid)], c.last_seen)
+
+    def _fast(self, f: _Families, base: list[str], s: Any, info: GpuInfo, owner: Mapping[int, str]) -> None:
+        f.add("isaacd_gpu_last_sample_timestamp_seconds", base, s.timestamp)
+        f.add("isaacd_gpu_utilization_ratio", base, s.utilization_gpu_ratio)
+        f.add("isaacd_gpu_memory_utilization_ratio", base, s.utilization_memory_ratio)
+        f.add("isaacd_gpu_temperature_celsius", base, s.temperature_celsius)
+        f.add("isaacd_gpu_memory_temperature_celsius", base, s.memory_temperature_celsius)
+        f.add("isaacd_gpu_thermal_margin_celsius", base, s.thermal_margin_celsius)
+        f.add("isaacd_gpu_power_watts", base, s.power_watts)
+        f.add("isaacd_gpu_power_limit_watts", base, s.power_limit_watts)
+        f.add("isaacd_gpu_sm_clock_hertz", base, s.sm_clock_hertz)
+        f.add("isaacd_gpu_memory_clock_hertz", base, s.memory_clock_hertz)
+        if s.clock_event_reasons is not None:
+            for reason, bit in CLOCK_EVENT_REASONS.items():
+                f.add("isaacd_gpu_clock_event_reason", base + [reason], 1 if s.clock_event_reasons & bit else 0)
+        f.add("isaacd_gpu_memory_used_bytes", base, s.memory_used_bytes)
+        f.add("isaacd_gpu_memory_total_bytes", base, s.memory_total_bytes)
+        f.add("isaacd_gpu_ecc_errors_total", base + ["corrected"], s.ecc_corrected_volatile)
+        f.add("isaacd_gpu_ecc_errors_total", base + ["uncorrected"], s.ecc_uncorrected_volatile)
+        f.add("isaacd_gpu_ecc_errors_aggregate_total", base + ["corrected"], s.ecc_corrected_aggregate)
+        f.add("isaacd_gpu_ecc_errors_aggregate_total", base + ["uncorrected"], s.ecc_uncorrected_aggregate)
+        f.add("isaacd_gpu_remapped_rows_total", base + ["correctable"], s.remapped_rows_correctable)
+        f.add("isaacd_gpu_remapped_rows_total", base + ["uncorrectable"], s.remapped_rows_uncorrectable)
+        f.add("isaacd_gpu_row_remap_pending", base, None if s.remapped_rows_pending is None
+              else float(s.remapped_rows_pending))
+        f.add("isaacd_gpu_row_remap_failure", base, None if s.remapped_rows_failure is None
+              else float(s.remapped_rows_failure))
+        jobs_here: set[str] = set()
+        for p in s.processes or ():
+            job = owner.get(p.pid, "")
+            if job:
+                jobs_here.add(job)
+            f.add("isaacd_gpu_process_memory_used_bytes", base + [str(p.pid), job], p.used_bytes)
+        for job in sorted(jobs_here):
+            f.add("isaacd_gpu_job_info", [info.key, info.uuid, job], 1)
+
+
+def _le(b: float) -> str:
+    return "+Inf" if math.isinf(b) else repr(float(b))

@@ -1,0 +1,55 @@
+"""The ``"gpus"`` part of ``isaacd status --json``, built from a GPU snapshot (JSON-serialisable)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..gpu.sampler import GpuSnapshot
+from ..gpu.types import xid_class
+from .attribution import attribute_pids
+
+
+def gpu_status(snap: GpuSnapshot, jobs: Iterable[Mapping[str, Any]] = (), *, proc_root: str = "/proc") -> dict[str, Any]:
+    """``{"up", "reason", "source", "driver_version", "xid_watch", "devices": [...]}``; each device has
+    index (the GPU key), uuid, model, pci_bus_id, mig, the latest fast fields (None = not reported),
+    clock_event_reasons (active names), processes, jobs (names of isaacd jobs using it), xids
+    ({code: {count, last_seen, class}}) and health ("ok", "lost", or "unhealthy: <reason>")."""
+    jobs = [j for j in jobs if isinstance(j, Mapping)]
+    owner = attribute_pids({p.pid for p in snap.processes}, jobs, proc_root) if jobs else {}
+    devices = []
+    for key, info in snap.gpus.items():
+        s = snap.samples.get(key)
+        dev: dict[str, Any] = {
+            "index": key, "uuid": info.uuid, "model": info.model, "pci_bus_id": info.pci_bus_id, "mig": info.is_mig,
+        }
+        fields = ("temperature_celsius", "memory_temperature_celsius", "thermal_margin_celsius", "power_watts",
+                  "power_limit_watts", "sm_clock_hertz", "memory_clock_hertz", "memory_used_bytes",
+                  "memory_total_bytes")
+        for f in fields:
+            dev[f] = getattr(s, f) if s is not None else None
+        dev["utilization_ratio"] = s.utilization_gpu_ratio if s is not None else None
+        dev["memory_utilization_ratio"] = s.utilization_memory_ratio if s is not None else None
+        dev["clock_event_reasons"] = sorted(s.clock_event_reason_names) if s is not None else []
+        procs = list(s.processes or ()) if s is not None else []
+        dev["processes"] = [{"pid": p.pid, "used_bytes": p.used_bytes, "job": owner.get(p.pid)} for p in procs]
+        dev["jobs"] = sorted({owner[p.pid] for p in procs if p.pid in owner})
+        dev["xids"] = {str(x): {"count": c.count, "last_seen": c.last_seen, "class": xid_class(x)}
+                       for (g, x), c in sorted(snap.xids.items()) if g == key}
+        if key in snap.unhealthy:
+            dev["health"] = f"unhealthy: {snap.unhealthy[key]}"
+        elif key in snap.failing:
+            dev["health"] = "lost" if snap.failing[key] == "gpu_lost" else f"error: {snap.failing[key]}"
+        elif s is None:
+            dev["health"] = "no data yet"
+        else:
+            dev["health"] = "ok"
+        devices.append(dev)
+    return {
+        "up": snap.up,
+        "reason": snap.reason,
+        "source": snap.source,
+        "driver_version": snap.driver.driver_version,
+        "xid_watch": snap.xid_watch,
+        "devices": devices,
+    }

@@ -1,0 +1,64 @@
+"""Fakes for tests and demos: a status dict shaped like ``isaacd status --json`` and a GPU script
+that exercises every GPU series (used by tests/test_metrics*.py, tests/test_prometheus_e2e.py and
+bench/metrics.py)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+
+def fake_job(name: str, *, pids: list[int] | None = None, state: str = "running", iteration: int = 120,
+             now: float | None = None, cgroup: str | None = None, gpus: list[Any] | None = None) -> dict[str, Any]:
+    now = time.time() if now is None else now
+    return {
+        "name": name, "state": state, "runtime": "process", "pid": (pids or [None])[0], "pids": pids or [],
+        "cgroup": cgroup, "iteration": iteration, "max_iterations": 1500, "mean_reward": 3.25, "fps": 48213.0,
+        "scalars": {
+            "Loss/surrogate": -0.0123, "Loss/value_function": 0.0871, "Loss/entropy": 0.91,
+            "Loss/learning_rate": 0.001, "Policy/mean_noise_std": 0.72, "Train/mean_reward": 3.25,
+            "Train/mean_episode_length": 412.0, "Perf/total_fps": 48213.0, "Perf/collection time": 0.41,
+        },
+        "last_progress_time": now - 2.0,
+        "checkpoint": {"iteration": 100, "path": f"/var/lib/isaacd/{name}/model_100.pt", "time": now - 300.0},
+        "restarts": 3, "last_restart_reason": "exit_code",
+        "restarts_by_reason": {"exit_code": 2, "signal": 1, "oom": 0, "watchdog": 0, "operator": 0},
+        "gpus": [0] if gpus is None else gpus,
+        "watchdogs": {"no_progress": {"state": "ok", "since": now - 600.0},
+                      "duty_cycle": {"state": "warmup", "since": now - 30.0}},
+        "watchdog_trips": [{"watchdog": "no_progress", "action": "restart", "count": 1}],
+        "run_dir": f"/var/lib/isaacd/{name}/logs", "started_at": now - 900.0,
+    }
+
+
+def fake_status(jobs: list[dict[str, Any]] | None = None, *, started_at: float | None = None) -> dict[str, Any]:
+    now = time.time()
+    started = now - 3600.0 if started_at is None else started_at
+    return {
+        "supervisor": {"version": "0.1.0", "pid": 1234, "started_at": started, "uptime_seconds": now - started,
+                       "config_path": "/etc/isaacd/isaacd.toml", "config_reloads_total": 2,
+                       "config_errors_total": 1},
+        "jobs": jobs if jobs is not None else [fake_job("anymal")],
+    }
+
+
+def demo_gpu_script(gpus: int = 2, *, job_pid: Any = "self", xids: bool = True) -> dict[str, Any]:
+    """A timeline where every GPU series exists: load on GPU 0, a hot GPU 1 that throttles, an
+    application XID and a reset-class XID, ECC and remap counters, a process per GPU."""
+    events: list[dict[str, Any]] = [
+        {"t": 0, "gpu": "all", "utilization_gpu_ratio": 0.96, "utilization_memory_ratio": 0.41, "power_watts": 612,
+         "sm_clock_hertz": 1.98e9, "memory_clock_hertz": 3.201e9, "clock_event_reasons": ["sw_power_cap"],
+         "memory_used_bytes": 61 * 2**30, "pcie_tx_bytes_per_second": 2.1e9, "pcie_rx_bytes_per_second": 0.4e9,
+         "ecc_corrected_volatile": 3, "ecc_corrected_aggregate": 17, "remapped_rows_correctable": 1,
+         "processes": [{"pid": job_pid, "used_bytes": 60 * 2**30}]},
+        {"t": 0, "gpu": 0, "temperature_celsius": 58, "memory_temperature_celsius": 66},
+    ]
+    if gpus > 1:
+        events += [
+            {"t": 0, "gpu": 1, "temperature_celsius": 84, "memory_temperature_celsius": 80},
+            {"t": 30, "gpu": 1, "temperature_celsius": 90, "ramp": True},
+            {"t": 1, "gpu": 1, "clock_event_reasons": ["sw_thermal_slowdown", "hw_thermal_slowdown"]},
+        ]
+    if xids:
+        events += [{"t": 0, "gpu": 0, "xid": 13}, {"t": 0.5, "gpu": gpus - 1, "xid": [48, 48]}]
+    return {"gpus": gpus, "events": events}

@@ -1,0 +1,598 @@
+"""One job attempt as a container: the spec, and its renderings for Quadlet, systemd and the Podman API.
+
+`ContainerSpec.from_launch` is the single place that decides what a job's container looks like
+(image, command, mounts, GPUs, environment, ports, labels, limits). The renderers below only
+change the syntax:
+
+- `render_quadlet`: a Quadlet `.container` file (Podman >= 4.4 turns it into a service);
+- `render_service`: the equivalent `.service` with `ExecStart=podman run ...` for Podman < 4.4,
+  in the shape Quadlet generates (Type=notify, --sdnotify=conmon, --cgroups=split, --rm, cidfile);
+- `libpod_create_body`: the JSON body of the libpod API's `POST /containers/create`, for the
+  `podman` runtime.
+
+Every generated unit passes `quadlet -dryrun` and `systemd-analyze verify` with nothing on stderr
+(tests/test_quadlet_units.py checks both).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import resource
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import JobConfig
+from .base import LaunchSpec, RuntimeError_
+
+UNIT_PREFIX = "isaaclab-job-"
+ISAACLAB_DIR = "/workspace/isaaclab"  # the Isaac Lab checkout in NVIDIA's isaac-lab images
+BUILTIN_TRAINER = "isaacd-train"  # on PATH in containers/Containerfile.builtin and .isaaclab
+
+# Isaac Sim refuses to start without the EULA accepted; PRIVACY_CONSENT silences the telemetry
+# prompt; HEADLESS is read by Isaac Lab's AppLauncher. The job's own environment wins.
+CONTAINER_BASE_ENV = {
+    "ACCEPT_EULA": "Y",
+    "PRIVACY_CONSENT": "Y",
+    "OMNI_KIT_ACCEPT_EULA": "YES",
+    "HEADLESS": "1",
+    "PYTHONUNBUFFERED": "1",
+}
+# Never handed to a container, whoever sets them: NOTIFY_SOCKET would let the trainer's podman
+# claim the supervisor unit's main PID (see launch.TRAINER_ENV_DROP).
+CONTAINER_ENV_DROP = ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "WATCHDOG_USEC", "WATCHDOG_PID")
+
+LOOPBACK_NAMES = {"127.0.0.1", "::1", "localhost"}
+CAP_SYS_RESOURCE = 24
+
+
+def unit_base(job: str) -> str:
+    return f"{UNIT_PREFIX}{job}"
+
+
+def unit_name(job: str) -> str:
+    return f"{unit_base(job)}.service"
+
+
+def container_name(job: str) -> str:
+    return unit_base(job)
+
+
+# ---- systemd quoting ------------------------------------------------------------------------
+_SAFE_WORD = re.compile(r"^[A-Za-z0-9_./:=,@+^-]+$")
+
+
+def sd_escape(text: str) -> str:
+    """Literal text inside a unit-file value: % starts a specifier, $ an environment variable."""
+    return text.replace("%", "%%").replace("$", "$$")
+
+
+def sd_quote(word: str) -> str:
+    """One word of an ExecStart=/Exec=/Environment= line, systemd-quoted so it arrives verbatim."""
+    if word and _SAFE_WORD.match(word):
+        return sd_escape(word)
+    out = []
+    for ch in word:
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch == '"':
+            out.append('\\"')
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ord(ch) < 0x20 or ch == "\x7f":
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return '"' + sd_escape("".join(out)) + '"'
+
+
+def sd_join(words: list[str]) -> str:
+    return " ".join(sd_quote(w) for w in words)
+
+
+# ---- pieces of the spec ---------------------------------------------------------------------
+def cdi_devices(job: JobConfig) -> list[str]:
+    """CDI names for the job's GPUs: `nvidia.com/gpu=<index|uuid|all>`; none for a CPU job.
+
+    gpus = [0, 1] -> indices; "GPU-<uuid>" / "MIG-<uuid>" / "0:1" (MIG) pass through; a name that
+    already has a kind (`vendor.com/class=dev`) is used as it is. device = "cuda" with no gpus
+    means every GPU.
+    """
+    out: list[str] = []
+    for g in job.gpus:
+        s = str(g).strip()
+        if not s:
+            continue
+        if s.startswith("-"):
+            # Quadlet treats AddDevice=-x as an optional *path* and silently drops a CDI name
+            raise RuntimeError_(f"job {job.name}: gpus entry {s!r}: a CDI device name cannot start with '-'")
+        out.append(s if "=" in s and "/" in s.split("=", 1)[0] else f"nvidia.com/gpu={s}")
+    if not out and job.device.startswith("cuda"):
+        out.append("nvidia.com/gpu=all")
+    return list(dict.fromkeys(out))
+
+
+def container_device_arg(job: JobConfig) -> str:
+    """--device inside the container. CDI passes the job's GPUs renumbered from 0 (in PCI order,
+    which is nvidia-smi's index order), so `device = "cuda:2"` with `gpus = [2, 3]` is cuda:0 inside."""
+    dev = job.device
+    m = re.fullmatch(r"cuda:(\d+)", dev)
+    if not m or not job.gpus:
+        return dev
+    k = int(m.group(1))
+    if all(isinstance(g, int) or str(g).isdigit() for g in job.gpus):
+        ints = sorted({int(g) for g in job.gpus})
+        if k in ints:
+            return f"cuda:{ints.index(k)}"
+    return dev
+
+
+def parse_port(spec: str, job: str) -> str:
+    """A published port, forced onto the loopback: "6006" -> "127.0.0.1:6006:6006".
+
+    Binding to 0.0.0.0 is refused: the deployment guide's JupyterLab on 0.0.0.0 got the GPUs mined.
+    Reach a port from elsewhere with an SSH tunnel (`ssh -L 6006:127.0.0.1:6006 host`).
+    """
+    s = spec.strip()
+    proto = ""
+    if "/" in s:
+        s, p = s.rsplit("/", 1)
+        if p not in ("tcp", "udp", "sctp"):
+            raise RuntimeError_(f"job {job}: container.ports {spec!r}: protocol must be tcp, udp or sctp")
+        proto = "/" + p
+    ip = "127.0.0.1"
+    if s.startswith("["):  # [::1]:8080:80
+        end = s.index("]")
+        ip, s = s[1:end], s[end + 2:]
+        parts = s.split(":")
+    else:
+        parts = s.split(":")
+        if len(parts) == 3:
+            ip, parts = parts[0], parts[1:]
+    if len(parts) == 1:
+        host, cont = parts[0], parts[0]
+    elif len(parts) == 2:
+        host, cont = parts
+    else:
+        raise RuntimeError_(f"job {job}: container.ports {spec!r}: use \"PORT\", \"HOSTPORT:PORT\" or "
+                            "\"127.0.0.1:HOSTPORT:PORT\"")
+    for p in (host, cont):
+        if not re.fullmatch(r"\d{1,5}(-\d{1,5})?", p):
+            raise RuntimeError_(f"job {job}: container.ports {spec!r}: {p!r} is not a port (or range)")
+    if ip not in LOOPBACK_NAMES:
+        try:
+            loop = ipaddress.ip_address(ip).is_loopback
+        except ValueError:
+            loop = False
+        if not loop:
+            raise RuntimeError_(f"job {job}: container.ports {spec!r}: isaacd publishes ports on 127.0.0.1 only "
+                                "(a port on 0.0.0.0 is open to the world); use an SSH tunnel to reach it")
+    if ip == "localhost":
+        ip = "127.0.0.1"
+    ip_s = f"[{ip}]" if ":" in ip else ip
+    return f"{ip_s}:{host}:{cont}{proto}"
+
+
+def parse_volume(spec: str, job: str) -> tuple[str, str, str]:
+    parts = spec.split(":")
+    if len(parts) < 2 or len(parts) > 3 or not parts[0] or not parts[1].startswith("/"):
+        raise RuntimeError_(f"job {job}: container.volumes {spec!r}: use \"/host/path:/container/path[:ro]\"")
+    return parts[0], parts[1], parts[2] if len(parts) == 3 else ""
+
+
+def has_cap_sys_resource() -> bool:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapBnd:"):
+                return bool(int(line.split()[1], 16) >> CAP_SYS_RESOURCE & 1)
+    except OSError:
+        pass
+    return True
+
+
+def memlock_ulimit() -> str:
+    """memlock=-1:-1 (what CUDA/NCCL pinned memory wants), or the most this host grants.
+
+    Without CAP_SYS_RESOURCE in the bounding set (unprivileged containers, nspawn) the OCI runtime
+    cannot raise a hard limit, and the container fails with "setrlimit RLIMIT_MEMLOCK: Operation
+    not permitted"; then pass the current hard limit. `isaacd doctor` reports it.
+    """
+    if has_cap_sys_resource():
+        return "memlock=-1:-1"
+    hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
+    if hard == resource.RLIM_INFINITY:
+        return "memlock=-1:-1"
+    return f"memlock={hard}:{hard}"
+
+
+def container_command(job: JobConfig, trainer_args: list[str]) -> list[str]:
+    if job.command:
+        base = list(job.command)
+    elif job.workflow == "builtin":
+        base = [BUILTIN_TRAINER]
+    else:
+        base = [f"{ISAACLAB_DIR}/isaaclab.sh", "-p", job.isaaclab_train_script]
+    args = list(trainer_args)
+    for i, a in enumerate(args[:-1]):
+        if a == "--device":
+            args[i + 1] = container_device_arg(job)
+    return base + args
+
+
+def container_env(job: JobConfig) -> dict[str, str]:
+    env = dict(CONTAINER_BASE_ENV)
+    env.update(job.container.environment)
+    env.update(job.environment)
+    for k in CONTAINER_ENV_DROP:
+        env.pop(k, None)
+    return env
+
+
+@dataclass
+class ContainerSpec:
+    job: str
+    name: str
+    image: str | None  # an image reference, or None with rootfs
+    rootfs: str | None  # an absolute path, ":O" suffix for an overlay (podman run --rootfs)
+    entrypoint: str
+    args: list[str]
+    env: dict[str, str]
+    volumes: list[tuple[str, str, str]]
+    ports: list[str]
+    devices: list[str]
+    shm_size: str
+    ulimits: list[str]
+    labels: dict[str, str]
+    workdir: str | None
+    user: str | None
+    stop_timeout: int
+    attempt: int
+    token: str
+    description: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_launch(cls, spec: LaunchSpec, token: str, attempt: int) -> "ContainerSpec":
+        job = spec.job
+        cmd = container_command(job, spec.trainer_args)
+        log_root = str(job.log_root)
+        volumes = [parse_volume(v, job.name) for v in job.container.volumes]
+        # the log root at the same absolute path: checkpoint discovery, run-dir detection and
+        # TensorBoard tailing in the supervisor see exactly what the trainer writes
+        volumes.append((log_root, log_root, ""))
+        workdir = None
+        if job.workflow == "rsl_rl" and not job.command:
+            # Isaac Lab's train.py writes to ./logs relative to the checkout
+            workdir = ISAACLAB_DIR
+            volumes.append((log_root, f"{ISAACLAB_DIR}/logs", ""))
+        seen: set[str] = set()
+        vols = []
+        for v in volumes:
+            if v[1] not in seen:
+                seen.add(v[1])
+                vols.append(v)
+        image, rootfs = job.container.image, None
+        if image.startswith("/"):
+            image, rootfs = None, job.container.image
+        return cls(
+            job=job.name, name=container_name(job.name), image=image, rootfs=rootfs,
+            entrypoint=cmd[0], args=cmd[1:], env=container_env(job), volumes=vols,
+            ports=[parse_port(p, job.name) for p in job.container.ports], devices=cdi_devices(job),
+            shm_size=job.container.shm_size, ulimits=[memlock_ulimit()],
+            labels={"isaacd.job": job.name, "isaacd.attempt": str(attempt), "isaacd.launch": token},
+            workdir=workdir, user=job.container.user, stop_timeout=max(1, int(round(job.stop_timeout))),
+            attempt=attempt, token=token,
+            description=f"isaacd job {job.name} (attempt {attempt})",
+        )
+
+    def volume_arg(self, v: tuple[str, str, str]) -> str:
+        return ":".join(x for x in v if x)
+
+    # ---- podman run --------------------------------------------------------------------
+    def podman_run_options(self) -> list[str]:
+        """Options after `podman run` that describe the container (no lifecycle flags)."""
+        o = ["--shm-size", self.shm_size, "--entrypoint", self.entrypoint]
+        if self.workdir:
+            o += ["--workdir", self.workdir]
+        o += ["--stop-signal", "SIGINT", "--stop-timeout", str(self.stop_timeout)]
+        for u in self.ulimits:
+            o += ["--ulimit", u]
+        for d in self.devices:
+            o += ["--device", d]
+        if self.user:
+            o += ["--user", self.user]
+        for v in self.volumes:
+            o += ["-v", self.volume_arg(v)]
+        for p in self.ports:
+            o += ["--publish", p]
+        for k, v in self.env.items():
+            o += ["--env", f"{k}={v}"]
+        for k, v in self.labels.items():
+            o += ["--label", f"{k}={v}"]
+        o += ["--rootfs", self.rootfs] if self.rootfs else [self.image or ""]
+        return o + self.args
+
+    # ---- libpod API ----------------------------------------------------------------------
+    def libpod_create_body(self, default_ulimits: list[str]) -> dict[str, Any]:
+        r_limits: dict[str, dict[str, int]] = {}
+        for u in default_ulimits + self.ulimits:
+            kind, _, val = u.partition("=")
+            soft, _, hard = val.partition(":")
+            hard = hard or soft
+            r_limits[kind] = {"type": kind, "soft": _rlim(soft), "hard": _rlim(hard)}
+        body: dict[str, Any] = {
+            "name": self.name,
+            "entrypoint": [self.entrypoint],
+            "command": list(self.args),
+            "env": dict(self.env),
+            "labels": dict(self.labels),
+            "shm_size": parse_size(self.shm_size),
+            "r_limits": list(r_limits.values()),
+            "devices": [{"path": d} for d in self.devices],
+            "mounts": [{"type": "bind", "source": s, "destination": d, "options": ["rbind"] + ([o] if o else [])}
+                       for s, d, o in self.volumes],
+            "portmappings": [_portmapping(p) for p in self.ports],
+            "stop_signal": 2,
+            "stop_timeout": self.stop_timeout,
+        }
+        if self.rootfs:
+            path, overlay = (self.rootfs[:-2], True) if self.rootfs.endswith(":O") else (self.rootfs, False)
+            body["rootfs"] = path
+            body["rootfs_overlay"] = overlay
+        else:
+            body["image"] = self.image
+        if self.workdir:
+            body["work_dir"] = self.workdir
+        if self.user:
+            body["user"] = self.user
+        return body
+
+
+def _rlim(v: str) -> int:
+    return 2**64 - 1 if v in ("-1", "unlimited") else int(v)
+
+
+def _portmapping(p: str) -> dict[str, Any]:
+    proto = "tcp"
+    if "/" in p:
+        p, proto = p.rsplit("/", 1)
+    if p.startswith("["):
+        end = p.index("]")
+        ip, rest = p[1:end], p[end + 2:]
+    else:
+        ip, rest = p.split(":", 1)
+    host, cont = rest.split(":")
+    rng = 1
+    if "-" in cont:
+        a, b = cont.split("-")
+        rng = int(b) - int(a) + 1
+        cont = a
+        host = host.split("-")[0]
+    return {"host_ip": ip, "host_port": int(host), "container_port": int(cont), "protocol": proto, "range": rng}
+
+
+def parse_size(s: str) -> int:
+    m = re.fullmatch(r"\s*(\d+)\s*([bkmg]?)b?\s*", s.lower())
+    if not m:
+        raise RuntimeError_(f"shm_size {s!r}: use a size such as \"8g\" or \"512m\"")
+    return int(m.group(1)) * 1024 ** "bkmg".index(m.group(2) or "b")
+
+
+# ---- unit files -------------------------------------------------------------------------------
+def _header(spec: ContainerSpec, kind: str) -> list[str]:
+    return [
+        f"# Generated by isaacd for job {spec.job!r}, attempt {spec.attempt} ({kind}).",
+        "# Rewritten at every start of the job; edit the job in the isaacd config instead.",
+        "# isaacd decides restarts (Restart=no), so it can resume from the right checkpoint.",
+        f"# isaacd-launch: {spec.token}",
+    ]
+
+
+def _service_section(spec: ContainerSpec) -> list[str]:
+    return [
+        "[Service]",
+        "Restart=no",
+        # `systemctl stop` ends the container with SIGTERM -> 143 if the trainer does not catch it
+        "SuccessExitStatus=143",
+        f"TimeoutStopSec={spec.stop_timeout + 30}",
+    ]
+
+
+def render_quadlet(spec: ContainerSpec) -> str:
+    lines = _header(spec, "Quadlet, Podman >= 4.4") + [
+        "",
+        "[Unit]",
+        f"Description={sd_escape(spec.description)}",
+        "",
+        "[Container]",
+        f"ContainerName={spec.name}",
+    ]
+    lines.append(f"Rootfs={sd_escape(spec.rootfs)}" if spec.rootfs else f"Image={sd_escape(spec.image or '')}")
+    lines.append(f"Entrypoint={sd_escape(spec.entrypoint)}")
+    if spec.args:
+        lines.append(f"Exec={sd_join(spec.args)}")
+    if spec.workdir:
+        lines.append(f"WorkingDir={sd_escape(spec.workdir)}")
+    lines.append(f"ShmSize={spec.shm_size}")
+    for u in spec.ulimits:
+        lines.append(f"Ulimit={u}")
+    for d in spec.devices:
+        lines.append(f"AddDevice={d}")
+    if spec.user:
+        lines.append(f"User={sd_escape(spec.user)}")
+    for v in spec.volumes:
+        lines.append(f"Volume={sd_quote(spec.volume_arg(v))}")
+    for p in spec.ports:
+        lines.append(f"PublishPort={p}")
+    for k, v in spec.env.items():
+        lines.append(f"Environment={sd_quote(f'{k}={v}')}")
+    for k, v in spec.labels.items():
+        lines.append(f"Label={sd_quote(f'{k}={v}')}")
+    lines += ["StopSignal=SIGINT", f"StopTimeout={spec.stop_timeout}", ""]
+    lines += _service_section(spec)
+    return "\n".join(lines) + "\n"
+
+
+def render_service(spec: ContainerSpec, podman: str = "/usr/bin/podman") -> str:
+    """The unit Quadlet would generate, for Podman < 4.4 (Debian 12's 4.3.1) where there is no Quadlet."""
+    # %t/%N in the lifecycle flags are systemd specifiers on purpose; everything else is literal
+    words = [podman, "run", "--name", sd_quote(spec.name), "--cidfile=%t/%N.cid", "--replace", "--rm",
+             "--cgroups=split", "--sdnotify=conmon", "-d"] + [sd_quote(w) for w in spec.podman_run_options()]
+    rm = f"{podman} rm -v -f -i --cidfile=%t/%N.cid"
+    lines = _header(spec, "podman run unit for Podman < 4.4, in the shape Quadlet generates") + [
+        "",
+        "[Unit]",
+        f"Description={sd_escape(spec.description)}",
+        "Wants=network-online.target",
+        "After=network-online.target",
+        "RequiresMountsFor=%t/containers",
+    ]
+    for s, _d, _o in spec.volumes:
+        if s.startswith("/"):
+            lines.append(f"RequiresMountsFor={sd_quote(s)}")
+    lines += [
+        "",
+    ] + _service_section(spec) + [
+        "Environment=PODMAN_SYSTEMD_UNIT=%n",
+        "KillMode=mixed",
+        f"ExecStop={rm}",
+        f"ExecStopPost=-{rm}",
+        "Delegate=yes",
+        "Type=notify",
+        "NotifyAccess=all",
+        "SyslogIdentifier=%N",
+        "ExecStart=" + " ".join(words),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def launch_token_of(path: Path) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("# isaacd-launch: "):
+                    return line.split(":", 1)[1].strip()
+                if not line.startswith("#"):
+                    break
+    except OSError:
+        return None
+    return None
+
+
+# ---- Podman on this host ----------------------------------------------------------------------
+def podman_binary() -> str | None:
+    return os.environ.get("ISAACD_PODMAN") or shutil.which("podman")
+
+
+def podman_version(podman: str | None = None) -> tuple[int, ...] | None:
+    podman = podman or podman_binary()
+    if not podman:
+        return None
+    try:
+        out = subprocess.run([podman, "--version"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", out)
+    return tuple(int(x) for x in m.groups() if x is not None) if m else None
+
+
+QUADLET_PATHS = ("/usr/libexec/podman/quadlet", "/usr/lib/podman/quadlet")
+GENERATOR_PATHS = ("/usr/lib/systemd/system-generators/podman-system-generator",
+                   "/lib/systemd/system-generators/podman-system-generator")
+
+
+def quadlet_binary() -> str | None:
+    return next((p for p in QUADLET_PATHS if os.access(p, os.X_OK)), None)
+
+
+def has_quadlet(version: tuple[int, ...] | None) -> bool:
+    if os.environ.get("ISAACD_FORCE_SERVICE_FALLBACK") == "1":
+        return False
+    return bool(version and version >= (4, 4) and
+                any(os.path.exists(p) for p in GENERATOR_PATHS + QUADLET_PATHS))
+
+
+def containers_conf_ulimits() -> list[str]:
+    """`default_ulimits` from containers.conf, which the podman CLI applies and the API does not."""
+    import tomllib
+
+    files = [Path("/usr/share/containers/containers.conf"), Path("/etc/containers/containers.conf")]
+    d = Path("/etc/containers/containers.conf.d")
+    if d.is_dir():
+        files += sorted(d.glob("*.conf"))
+    out: list[str] = []
+    for f in files:
+        try:
+            data = tomllib.loads(f.read_text())
+        except (OSError, tomllib.TOMLDecodeError):
+            continue
+        v = data.get("containers", {}).get("default_ulimits")
+        if isinstance(v, list):
+            out = [str(x) for x in v]
+    return out
+
+
+# ---- shared by the podman and systemd runtimes ------------------------------------------------
+def clean_env() -> dict[str, str]:
+    """The supervisor's environment minus systemd's notify/watchdog/socket variables, for the
+    podman/systemctl commands it runs (a podman child must never talk to our NOTIFY_SOCKET)."""
+    return {k: v for k, v in os.environ.items() if k not in CONTAINER_ENV_DROP}
+
+
+def run_cmd(argv: list[str], timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess[str]:
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=clean_env(),
+                           stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise RuntimeError_(f"{argv[0]}: not found") from None
+    except subprocess.TimeoutExpired:
+        raise RuntimeError_(f"`{' '.join(argv)}` did not finish within {timeout:g} s") from None
+    if check and r.returncode != 0:
+        raise RuntimeError_(f"`{' '.join(argv)}` failed (exit {r.returncode}): {(r.stderr or r.stdout).strip()[-800:]}")
+    return r
+
+
+def attempt_number(spec: LaunchSpec, state_dir: Path) -> int:
+    """The attempt this launch is (1, 2, ...): LaunchSpec.attempt when the core passes it, else one
+    more than the last attempt saved in the state store (the runner saves after start())."""
+    n = getattr(spec, "attempt", None)
+    if isinstance(n, int) and n > 0:
+        return n
+    from ..store import StateStore
+
+    try:
+        hist = StateStore(state_dir).load(spec.job.name)
+    except Exception:  # noqa: BLE001 - a label is not worth failing a launch for
+        return 0
+    return hist.attempts[-1].number + 1 if hist.attempts else 1
+
+
+def cgroup_roots() -> list[Path]:
+    """Where systemd's cgroup paths live: /sys/fs/cgroup on cgroup2, the unified/systemd
+    hierarchy on hybrid/v1 hosts."""
+    base = Path("/sys/fs/cgroup")
+    return [p for p in (base, base / "unified", base / "systemd") if (p / "cgroup.procs").exists()]
+
+
+def cgroup_pids(cgroup: str, skip: tuple[str, ...] = ()) -> list[int]:
+    """All PIDs in a cgroup subtree (in our PID namespace), skipping child cgroups named in `skip`."""
+    for root in cgroup_roots():
+        top = root / cgroup.lstrip("/")
+        if not top.is_dir():
+            continue
+        pids: list[int] = []
+        for dirpath, dirnames, filenames in os.walk(top):
+            dirnames[:] = [d for d in dirnames if d not in skip]
+            try:
+                with open(os.path.join(dirpath, "cgroup.procs")) as fh:
+                    pids += [int(x) for x in fh.read().split()]
+            except OSError:
+                continue
+        return pids
+    return []

@@ -1,0 +1,288 @@
+"""runtime = "systemd": each job attempt is a container in a systemd unit of its own.
+
+Podman >= 4.4: isaacd writes `/etc/containers/systemd/isaaclab-job-<name>.container` (Quadlet)
+and systemd's generator turns it into `isaaclab-job-<name>.service`. Podman < 4.4 (Debian 12's
+4.3.1): isaacd writes the equivalent `/etc/systemd/system/isaaclab-job-<name>.service` with
+`ExecStart=podman run ...` itself. Either way: `systemctl daemon-reload`, `systemctl start
+--no-block`, and from then on the unit's state (ActiveState, Result, ExecMainStatus) says how the
+container is doing. The container's output is in the journal (`journalctl -u <unit>`).
+
+The unit is independent of the supervisor: a supervisor restart leaves it running, and the next
+supervisor adopts it by unit name (plus a launch token in the unit file, so a unit from another
+attempt is never mistaken for this one). The unit has Restart=no: isaacd restarts, from the
+checkpoint it chose, and counts.
+
+Who stopped it: isaacd stops a trainer with SIGINT to the container's processes (like Ctrl-C),
+then `podman kill -s KILL`; it never runs `systemctl stop`. A unit that left "active" before its
+main process exited was stopped by a stop job, i.e. by someone else (`systemctl stop` by an
+operator, or a shutdown): that is an operator stop, which isaacd records and does not fight.
+"""
+
+from __future__ import annotations
+
+import os
+import signal as _signal
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from ..config import Config, JobConfig
+from ..logs import log
+from .base import ExitStatus, Handle, LaunchSpec, RuntimeError_
+from .quadlet import (
+    ContainerSpec,
+    attempt_number,
+    cgroup_pids,
+    container_name,
+    has_quadlet,
+    launch_token_of,
+    podman_binary,
+    podman_version,
+    quadlet_binary,
+    render_quadlet,
+    render_service,
+    run_cmd,
+    unit_base,
+    unit_name,
+)
+
+__all__ = ["SystemdRuntime", "unit_name", "container_name"]
+
+ACTIVE_STATES = ("active", "activating", "deactivating", "reloading", "refreshing")
+PROPS = ("LoadState", "ActiveState", "SubState", "Result", "Job", "InvocationID", "MainPID", "ExecMainPID",
+         "ExecMainCode", "ExecMainStatus", "ControlGroup", "ActiveExitTimestampMonotonic",
+         "ExecMainExitTimestampMonotonic", "ExecMainStartTimestampMonotonic")
+START_GRACE = 10.0  # seconds a queued start may take to show up as a new invocation
+CLD_EXITED, CLD_KILLED, CLD_DUMPED = 1, 2, 3
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+class SystemdRuntime:
+    name = "systemd"
+
+    def __init__(self, config: Config | None = None):
+        self.config = config
+        self.podman = podman_binary()
+        self.podman_version = podman_version(self.podman)
+        self.quadlet = has_quadlet(self.podman_version)
+        self.quadlet_dir = Path(os.environ.get("ISAACD_QUADLET_DIR", "/etc/containers/systemd"))
+        self.unit_dir = Path(os.environ.get("ISAACD_UNIT_DIR", "/etc/systemd/system"))
+        self.systemctl = os.environ.get("ISAACD_SYSTEMCTL", "systemctl")
+        self._props: dict[str, dict[str, str]] = {}
+
+    # ---- systemd plumbing ------------------------------------------------------------------
+    def _ctl(self, *args: str, check: bool = True, timeout: float = 60) -> str:
+        return run_cmd([self.systemctl, *args], timeout=timeout, check=check).stdout
+
+    def show(self, unit: str, props: tuple[str, ...] = PROPS) -> dict[str, str]:
+        out = self._ctl("show", unit, "-p", ",".join(props), timeout=30)
+        res = {p: "" for p in props}
+        for line in out.splitlines():
+            k, _, v = line.partition("=")
+            res[k] = v
+        self._props[unit] = res
+        return res
+
+    def unit_file(self, job: str) -> Path:
+        return self.quadlet_dir / f"{unit_base(job)}.container" if self.quadlet else self.unit_dir / unit_name(job)
+
+    def render(self, spec: ContainerSpec) -> str:
+        return render_quadlet(spec) if self.quadlet else render_service(spec, self.podman or "/usr/bin/podman")
+
+    # ---- Runtime ---------------------------------------------------------------------------
+    def start(self, spec: LaunchSpec) -> Handle:
+        job = spec.job
+        if not self.podman:
+            raise RuntimeError_("podman not found: install it (apt-get install podman) or use runtime = \"process\"")
+        if not Path("/run/systemd/system").exists():
+            raise RuntimeError_("systemd is not PID 1 here: runtime = \"systemd\" needs it; "
+                                "use runtime = \"podman\" (Podman API) or \"process\"")
+        state_dir = self.config.supervisor.state_dir if self.config else Path("/var/lib/isaacd")
+        attempt = attempt_number(spec, state_dir)
+        token = uuid.uuid4().hex[:16]
+        cs = ContainerSpec.from_launch(spec, token, attempt)
+        unit = unit_name(job.name)
+
+        # Never two of a job: a unit still running here is not ours to keep (adoption would have
+        # taken it); stop it before its replacement starts.
+        before = self.show(unit)
+        if before["ActiveState"] in ACTIVE_STATES:
+            log.warning("stale_unit_stopped", job=job.name, unit=unit, state=before["ActiveState"],
+                        detail="a unit of this job was running but not adopted; stopping it first")
+            self._ctl("stop", unit, timeout=job.stop_timeout + 60)
+
+        job.log_root.mkdir(parents=True, exist_ok=True)
+        path = self.unit_file(job.name)
+        other = (self.unit_dir / unit_name(job.name)) if self.quadlet else \
+            (self.quadlet_dir / f"{unit_base(job.name)}.container")
+        if launch_token_of(other) is not None:  # ours, from the other mode (Podman was upgraded)
+            other.unlink(missing_ok=True)
+        _write_atomic(path, self.render(cs))
+        self._ctl("daemon-reload", timeout=120)
+        props = self.show(unit)
+        if props["LoadState"] != "loaded":
+            raise RuntimeError_(self._why_not_loaded(unit, path, props["LoadState"]))
+        self._ctl("reset-failed", unit, check=False)
+        self._ctl("start", "--no-block", unit)
+        log.info("unit_started", job=job.name, unit=unit, file=str(path), attempt=attempt,
+                 mode="quadlet" if self.quadlet else "service")
+        return Handle("systemd", job.name, {
+            "unit": unit, "container": cs.name, "unit_file": str(path), "token": token, "attempt": attempt,
+            "prev_invocation": props["InvocationID"], "started_at": time.time(),
+        })
+
+    def _why_not_loaded(self, unit: str, path: Path, load_state: str) -> str:
+        msg = f"{unit} is {load_state or 'not loaded'} after daemon-reload (written to {path})"
+        q = quadlet_binary()
+        if self.quadlet and q:
+            r = run_cmd([q, "-dryrun", "-no-kmsg-log"], check=False, timeout=60)
+            errs = [ln for ln in r.stderr.splitlines() if unit_base(unit.removesuffix(".service")) in ln
+                    or "error" in ln.lower() or "unsupported" in ln.lower()]
+            if errs:
+                msg += "; quadlet says: " + " | ".join(errs[-5:])
+        return msg
+
+    def poll(self, handle: Handle) -> ExitStatus | None:
+        st = handle.state
+        unit = st["unit"]
+        p = self.show(unit)
+        inv = p["InvocationID"]
+        active = p["ActiveState"]
+        if not st.get("invocation"):
+            if inv and inv != st.get("prev_invocation"):
+                st["invocation"] = inv
+            elif p["Job"] or active in ACTIVE_STATES or time.time() - st.get("started_at", 0) < START_GRACE:
+                return None  # our start job is queued or about to run
+            else:
+                return ExitStatus(detail=f"{unit} never started (LoadState={p['LoadState']}, "
+                                         f"ActiveState={active}, Result={p['Result']}); see journalctl -u {unit}")
+        elif inv and inv != st["invocation"]:
+            log.warning("unit_restarted_outside_isaacd", job=handle.job, unit=unit,
+                        detail="following the new invocation of the unit")
+            st["invocation"] = inv
+            st.pop("signalled", None)
+        if active in ACTIVE_STATES:
+            return None
+        return self._exit_status(handle, p)
+
+    def _exit_status(self, handle: Handle, p: dict[str, str]) -> ExitStatus:
+        st = handle.state
+        unit = st["unit"]
+        kind = int(p["ExecMainCode"] or 0)
+        status = int(p["ExecMainStatus"] or 0)
+        result = p["Result"]
+        code = sig = None
+        if kind == CLD_EXITED:
+            # conmon exits with the container's status; 128+N is "killed by signal N" inside
+            if 128 < status <= 128 + 64:
+                sig = status - 128
+            else:
+                code = status
+        elif kind in (CLD_KILLED, CLD_DUMPED):
+            sig = status
+        signalled = bool(st.get("signalled"))
+        a_exit = int(p["ActiveExitTimestampMonotonic"] or 0)
+        m_exit = int(p["ExecMainExitTimestampMonotonic"] or 0)
+        stop_job = bool(a_exit and m_exit and a_exit < m_exit)
+        oom = result == "oom-kill" or (sig == 9 and not signalled and self._oom_event(st))
+        external = stop_job and not signalled and not oom
+        detail = f"{unit}: Result={result}, exit status {status}" if kind else f"{unit}: Result={result}"
+        if external:
+            detail = f"`systemctl stop {unit}`, container exit status {status}"
+        if code == 125 and not external:
+            detail += " (podman could not create the container; see journalctl -u " + unit + ")"
+        return ExitStatus(code=code, signal=sig, oom_killed=oom, external_stop=external, detail=detail)
+
+    def _oom_event(self, st: dict[str, Any]) -> bool:
+        if not self.podman:
+            return False
+        since = int(st.get("started_at", time.time() - 3600)) - 1
+        try:
+            r = run_cmd([self.podman, "events", "--stream=false", "--since", str(since), "--until", "0s",
+                         "--filter", f"container={st['container']}", "--filter", "event=oom",
+                         "--format", "{{.Status}}"], check=False, timeout=10)
+        except RuntimeError_:
+            return False
+        return "oom" in r.stdout
+
+    def signal(self, handle: Handle, sig: int) -> None:
+        handle.state["signalled"] = True
+        pids = self.pids(handle)
+        if pids and sig != _signal.SIGKILL:
+            # Ctrl-C semantics, like the process runtime's killpg: every process of the trainer
+            # gets it. (podman kill would reach only the container's PID 1, which ignores signals
+            # it has no handler for, e.g. a shell such as isaaclab.sh.)
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            return
+        self._podman_kill(handle, sig)
+
+    def _podman_kill(self, handle: Handle, sig: int) -> None:
+        name = _signal.Signals(sig).name.removeprefix("SIG")
+        try:
+            run_cmd([self.podman or "podman", "kill", "--signal", name, handle.state["container"]], timeout=30)
+        except RuntimeError_ as exc:
+            log.warning("podman_kill_failed", job=handle.job, error=str(exc), detail="using systemctl kill")
+            self._ctl("kill", "-s", f"SIG{name}", handle.state["unit"], check=False)
+
+    def kill(self, handle: Handle) -> None:
+        handle.state["signalled"] = True
+        self._podman_kill(handle, _signal.SIGKILL)
+
+    def pids(self, handle: Handle) -> list[int]:
+        cg = self._props.get(handle.state["unit"], {}).get("ControlGroup")
+        if not cg:
+            return []
+        # --cgroups=split: conmon in <unit>/runtime, the container in <unit>/libpod-payload-<id>
+        return cgroup_pids(cg, skip=("runtime",))
+
+    def adopt(self, job: JobConfig, state: dict[str, Any]) -> Handle | None:
+        unit = state.get("unit") or unit_name(job.name)
+        path = Path(state.get("unit_file") or self.unit_file(job.name))
+        if not state.get("token") or launch_token_of(path) != state.get("token"):
+            return None  # the unit file belongs to another attempt, or is gone
+        try:
+            p = self.show(unit)
+        except RuntimeError_:
+            return None
+        inv = p["InvocationID"]
+        if not inv or inv == state.get("prev_invocation"):
+            return None  # never ran from this file, or systemd forgot it (reboot)
+        st = dict(state)
+        st["invocation"] = inv
+        st.pop("signalled", None)
+        log.info("unit_adopted", job=job.name, unit=unit, state=p["ActiveState"])
+        return Handle("systemd", job.name, st)
+
+    def cleanup(self, handle: Handle) -> None:
+        # The unit file stays (it documents the last attempt; the next start rewrites it); a failed
+        # unit would keep the host "degraded", and isaacd has recorded the exit already.
+        self._ctl("reset-failed", handle.state["unit"], check=False)
+
+    def describe(self, handle: Handle) -> dict[str, Any]:
+        unit = handle.state["unit"]
+        p = self._props.get(unit) or {}
+        pids = self.pids(handle)
+        cid = None
+        try:
+            cid = Path(f"/run/{unit.removesuffix('.service')}.cid").read_text().strip() or None
+        except OSError:
+            pass
+        return {"unit": unit, "container_id": cid, "container": handle.state.get("container"),
+                "pid": pids[0] if pids else (int(p["MainPID"]) if p.get("MainPID", "0") != "0" else None),
+                "cgroup": p.get("ControlGroup") or None, "unit_file": handle.state.get("unit_file"),
+                "attempt": handle.state.get("attempt")}

@@ -1,0 +1,55 @@
+"""Divergence: NaN/inf in a watched tag, or a value above spike_factor x its rolling median.
+
+The trip names the first bad iteration so a rollback resumes from a checkpoint taken before it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+
+from .base import JobView, Verdict, Watchdog
+from .config import Divergence
+
+
+class DivergenceWatchdog(Watchdog):
+    name = "divergence"
+    cfg: Divergence
+
+    def __init__(self, cfg: Divergence):
+        super().__init__(cfg)
+        self.history: dict[str, deque[float]] = {}
+        self.trouble: tuple[int, str, float, float | None] | None = None
+
+    def on_new_attempt(self, view: JobView) -> None:
+        self.history.clear()
+        self.trouble = None
+
+    def after_trip(self) -> None:
+        self.trouble = None
+
+    def evaluate(self, view: JobView) -> Verdict:
+        for p in sorted(view.new_points, key=lambda p: p.step):
+            if p.tag not in self.cfg.tags:
+                continue
+            hist = self.history.setdefault(p.tag, deque(maxlen=self.cfg.median_window))
+            if not math.isfinite(p.value):
+                if self.trouble is None:
+                    self.trouble = (p.step, p.tag, p.value, None)
+                continue
+            if len(hist) >= max(3, self.cfg.median_window // 2):
+                median = statistics.median(abs(v) for v in hist)
+                if median > 0 and abs(p.value) > self.cfg.spike_factor * median and self.trouble is None:
+                    self.trouble = (p.step, p.tag, p.value, median)
+                    continue
+            hist.append(p.value)
+        if self.trouble is None:
+            return Verdict(False)
+        step, tag, value, median = self.trouble
+        if median is None:
+            detail = f"{tag} is {value} at iteration {step}"
+        else:
+            detail = f"{tag} = {value:.4g} at iteration {step}, {abs(value) / median:.1f}x its rolling median {median:.4g}"
+        return Verdict(True, detail, {"tag": tag, "value": value, "rolling_median": median, "iteration": step},
+                       self.cfg.spike_factor, immediate=median is None, trouble_iteration=step)
