@@ -1,13 +1,59 @@
-"""Wires a Supervisor together with its optional parts (GPU sampler, metrics, watchdogs)."""
+"""Wires a Supervisor together with its optional parts: GPU sampler, watchdogs, metrics.
+
+Data flows one way: the sampler and the runners produce state; the watchdog engine reads it and
+acts on jobs; the status API and the exporter only read.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from .config import Config
+from .logs import log
 from .supervisor import Supervisor
 from .watchdogs.engine import WatchdogEngine
+from .watchdogs.gpufeed import NoGpus, SamplerFeed
+
+
+class _SamplerExtension:
+    def __init__(self, sampler: Any):
+        self.sampler = sampler
+
+    def start(self) -> None:
+        self.sampler.start()
+
+    def stop(self) -> None:
+        self.sampler.stop()
+
+
+class _MetricsExtension:
+    def __init__(self, sup: Supervisor, sampler: Any):
+        self.sup, self.sampler, self.server = sup, sampler, None
+
+    def start(self) -> None:
+        from .metrics import build_registry, serve
+
+        cfg = self.sup.config.metrics
+        registry = build_registry(self.sup.status, self.sampler)
+        self.server = serve(cfg.listen, cfg.path, registry)
+        log.info("metrics_listening", listen=cfg.listen, path=cfg.path)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
 
 
 def build_supervisor(cfg: Config, config_path: str | None) -> Supervisor:
     sup = Supervisor(cfg, config_path)
-    sup.extensions.append(WatchdogEngine(sup))
+    sampler = None
+    if cfg.gpu.source != "none":
+        from .gpu import GpuSampler
+        from .metrics import gpu_status
+
+        sampler = GpuSampler.from_config(cfg.gpu)
+        sup.extensions.append(_SamplerExtension(sampler))
+        sup.status_hooks.append(lambda st: st.__setitem__("gpus", gpu_status(sampler.snapshot(), st["jobs"])))
+    sup.extensions.append(WatchdogEngine(sup, SamplerFeed(sampler) if sampler else NoGpus()))
+    if cfg.metrics.enabled:
+        sup.extensions.append(_MetricsExtension(sup, sampler))
     return sup

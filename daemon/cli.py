@@ -98,10 +98,16 @@ def format_status(st: dict[str, Any], now: float | None = None) -> str:
                      _num(j["mean_reward"]), _num(j["fps"], "{:.0f}"), ck_s, rs, _age(j.get("started_at"), now)])
         if j.get("state_reason") and j["state"] in ("failed", "stopped", "backing-off", "stopping"):
             notes.append(f"  {j['name']}: {j['state_reason']}")
-        for wd, w in sorted((j.get("watchdogs") or {}).items()):
-            if w.get("state") not in ("ok", "disabled", None):
+        wds = j.get("watchdogs") or {}
+        quiet = [wd for wd, w in sorted(wds.items()) if w.get("state") in ("ok", "warmup")]
+        if wds:
+            states = {wd: wds[wd]["state"] for wd in quiet}
+            summary = ", ".join(f"{wd} {st}" for wd, st in states.items())
+            notes.append(f"  {j['name']} watchdogs: {summary}" if summary else f"  {j['name']} watchdogs:")
+        for wd, w in sorted(wds.items()):
+            if w.get("state") not in ("ok", "warmup", "disabled", None):
                 since = f" since {_age(w['since'], now)} ago" if w.get("since") else ""
-                notes.append(f"  {j['name']}: watchdog {wd} {w['state']}{since} {w.get('detail') or ''}".rstrip())
+                notes.append(f"    {wd} {w['state'].upper()}{since}: {w.get('detail') or ''}".rstrip(": "))
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, *rows]:
         lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())

@@ -199,7 +199,7 @@ def test_second_supervisor_on_the_same_state_dir_is_refused(tmp_path, supervisor
 
     from helpers import BIN
 
-    cfg = write_config(tmp_path, builtin_job("cp", command=["sleep", "60"]))
+    cfg = write_config(tmp_path, builtin_job("cp", command=["sh", "-c", "sleep 60"]))
     supervisor_factory(cfg)
     res = subprocess.run([str(BIN / "isaacd"), "run", "--config", str(cfg)], capture_output=True, text=True, timeout=30)
     assert res.returncode == 1 and "another isaacd supervisor" in res.stderr

@@ -24,7 +24,9 @@ class DutyCycleWatchdog(Watchdog):
         spin = all(g.utilization_ratio >= c.spin_utilization_ratio and g.power_watts is not None  # type: ignore[operator]
                    and g.power_limit_watts and g.power_watts < c.spin_power_ratio * g.power_limit_watts
                    for g in gpus)
-        progressing = view.last_progress_time is not None and view.now - view.last_progress_time < c.progress_grace
+        # a fresh attempt gets the same grace from its start: booting is not hanging
+        ref = max((t for t in (view.last_progress_time, view.attempt_started_at) if t is not None), default=None)
+        progressing = ref is not None and view.now - ref < c.progress_grace
         values = {f"gpu{g.index}_utilization_ratio": g.utilization_ratio for g in gpus}
         values.update({f"gpu{g.index}_power_watts": g.power_watts for g in gpus})
         if progressing:

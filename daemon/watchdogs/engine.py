@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..jobs import JobState
 from ..logs import log
-from .base import GpuReading, JobView, Trip, Watchdog, XidEvent
+from .base import GpuReading, JobView, Trip, Watchdog
 from .config import WatchdogsConfig
 from .divergence import DivergenceWatchdog
 from .duty_cycle import DutyCycleWatchdog
+from .gpufeed import FeedTick, NoGpus
 from .gpu_temperature import GpuTemperatureWatchdog
 from .loss_stagnation import LossStagnationWatchdog
 from .no_progress import NoProgressWatchdog
@@ -36,36 +37,14 @@ WATCHDOG_CLASSES = {
 
 
 class GpuFeed(Protocol):
-    """What the watchdogs need from the GPU collector (see isaacd.gpu)."""
+    """What the watchdogs need from the GPU collector; see gpufeed.SamplerFeed."""
 
-    def readings(self) -> list[GpuReading]: ...
-
-    def processes(self) -> dict[int, set[int]]:
-        """GPU index -> host PIDs using it."""
-
-    def xids_since(self, t: float) -> list[XidEvent]: ...
+    def poll(self) -> FeedTick: ...
 
     def set_power_limit(self, gpu: int, watts: float) -> None:
         """Raises PermissionError when not allowed (not root, or the driver refuses)."""
 
     def mark_unhealthy(self, gpu: int, reason: str) -> None: ...
-
-
-class NoGpus:
-    def readings(self) -> list[GpuReading]:
-        return []
-
-    def processes(self) -> dict[int, set[int]]:
-        return {}
-
-    def xids_since(self, t: float) -> list[XidEvent]:
-        return []
-
-    def set_power_limit(self, gpu: int, watts: float) -> None:
-        raise PermissionError("no GPU collector")
-
-    def mark_unhealthy(self, gpu: int, reason: str) -> None:
-        pass
 
 
 def make_watchdogs(cfg: WatchdogsConfig) -> dict[str, Watchdog]:
@@ -96,7 +75,6 @@ class WatchdogEngine:
         self.sup = supervisor
         self.feed = feed or NoGpus()
         self.sets: dict[str, tuple[WatchdogsConfig, dict[str, Watchdog]]] = {}
-        self.last_xid_check: dict[str, float] = {}
         self.original_power: dict[int, float] = {}  # GPU -> power limit before we capped it
 
     # extension protocol
@@ -114,13 +92,11 @@ class WatchdogEngine:
             self.sets[runner.cfg.name] = cur
         return cur[1]
 
-    def view(self, runner: "JobRunner", now: float, readings: list[GpuReading],
-             procs: dict[int, set[int]]) -> JobView:
+    def view(self, runner: "JobRunner", now: float, feed: FeedTick) -> JobView:
         attempt = runner.history.current
-        gpus = job_gpu_indices(runner, readings, procs)
-        since = self.last_xid_check.get(runner.cfg.name, now)
-        self.last_xid_check[runner.cfg.name] = now
-        xids = [x for x in self.feed.xids_since(since) if x.gpu in gpus]
+        readings = feed.readings
+        gpus = job_gpu_indices(runner, readings, feed.processes)
+        xids = [x for x in feed.new_xids if x.gpu in gpus]
         prog = runner.tail.progress if runner.tail else None
         return JobView(
             name=runner.cfg.name, now=now,
@@ -137,10 +113,9 @@ class WatchdogEngine:
         )
 
     def tick(self, now: float) -> None:
-        readings = self.feed.readings()
-        procs = self.feed.processes()
+        feed = self.feed.poll()
         for runner in list(self.sup.runners.values()):
-            view = self.view(runner, now, readings, procs)
+            view = self.view(runner, now, feed)
             for wd in self._watchdogs(runner).values():
                 trip = wd.step(view)
                 if trip is not None:
@@ -201,7 +176,7 @@ class WatchdogEngine:
                 continue
             try:
                 self.feed.set_power_limit(g.index, new)
-            except PermissionError as exc:
+            except Exception as exc:  # noqa: BLE001 - PermissionError (not root), driver refusal, GPU lost
                 msg = (f"cannot lower the power limit of GPU {g.index} ({exc}); power-cap needs root and a driver "
                        "that allows it: degraded to log")
                 log.warning("power_cap_unavailable", job=view.name, gpu=g.index, error=str(exc))
@@ -221,7 +196,7 @@ class WatchdogEngine:
                     self.feed.set_power_limit(g.index, watts)
                     runner.event("power_restored", gpu=g.index, watts=watts,
                                  detail=f"below {wd.cfg.resume_celsius:g} C")
-                except PermissionError as exc:
+                except Exception as exc:  # noqa: BLE001
                     log.warning("power_restore_failed", gpu=g.index, error=str(exc))
         if runner.parked_by == "gpu_temperature" and runner.state == JobState.STOPPED:
             runner.parked_by = None
@@ -234,7 +209,7 @@ class WatchdogEngine:
             try:
                 self.feed.set_power_limit(gpu, watts)
                 log.info("power_restored", gpu=gpu, watts=watts, reason=why)
-            except PermissionError:
+            except Exception:  # noqa: BLE001
                 pass
             self.original_power.pop(gpu, None)
 
