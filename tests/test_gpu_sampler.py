@@ -386,3 +386,18 @@ def test_lost_gpu_power_calls_raise():
     clock.advance(2)
     with pytest.raises(GpuLostError):
         sampler.get_power_limit(0)
+
+
+def test_restart_after_stop_reopens_and_does_not_spin():
+    src = ScriptedSource({"gpus": 1})
+    sampler = GpuSampler(src, sample_interval=0.02, xid_timeout=0.05)
+    for _ in range(2):
+        with sampler:
+            assert sampler.wait_ready(5)
+            deadline = time.time() + 5
+            while not sampler.snapshot().up and time.time() < deadline:
+                time.sleep(0.01)
+            assert sampler.snapshot().up
+            c0 = time.process_time()
+            time.sleep(0.3)
+            assert time.process_time() - c0 < 0.2, "no busy loop"

@@ -347,3 +347,13 @@ def test_docs_document_every_metric():
     for m in METRICS:
         for label in m.labels:
             assert label in doc
+
+
+def test_watchdog_trip_counters_exist_before_the_first_trip():
+    job = fake_job("a")
+    job["watchdogs"] = {"no_progress": {"state": "ok", "since": None, "action": "restart"},
+                        "thermal": {"state": "ok", "since": None, "action": "power-cap"}}
+    job["watchdog_trips"] = [{"watchdog": "no_progress", "action": "restart", "count": 2}]
+    smp, _ = samples(build_registry(lambda: fake_status([job]), None, process_metrics=False))
+    assert one(smp, "isaacd_watchdog_trips_total", job="a", watchdog="no_progress", action="restart") == 2
+    assert one(smp, "isaacd_watchdog_trips_total", job="a", watchdog="thermal", action="power-cap") == 0

@@ -121,7 +121,7 @@ def stack(tmp_path_factory):
     port = free_port()
     cfg = tmp / "prometheus.yml"
     cfg.write_text(json.dumps({  # JSON is YAML
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "global": {"scrape_interval": "500ms", "evaluation_interval": "500ms"},
         "rule_files": [str(RULES)],
         "scrape_configs": [{"job_name": "isaacd", "honor_labels": True, "metrics_path": "/metrics",
                             "static_configs": [{"targets": [inst_a, inst_b]}]}],
@@ -170,7 +170,7 @@ def test_job_series_arrive_with_the_right_labels(stack):
     scal = prom.query(f'isaacd_job_scalar{{instance="{a}",job="anymal",tag="Loss/surrogate"}}')["data"]["result"]
     assert len(scal) == 1 and float(scal[0]["value"][1]) == pytest.approx(-0.0123)
     assert prom.value(f'isaacd_job_restarts_total{{instance="{a}",job="anymal",reason="exit_code"}}') == 2
-    assert (prom.value(f'rate(isaacd_job_iteration{{instance="{a}",job="anymal"}}[30s])') or 0) > 1
+    assert (prom.value(f'irate(isaacd_job_iteration{{instance="{a}",job="anymal"}}[30s])') or 0) > 1
     # supervisor and GPU series keep the scrape job's name
     assert prom.value(f'isaacd_uptime_seconds{{instance="{a}",job="isaacd"}}') is not None
 

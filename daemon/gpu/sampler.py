@@ -169,6 +169,8 @@ class GpuSampler:
         if self._threads:
             return self
         self._stop.clear()
+        self._ready.clear()
+        self._last_open_try = -float("inf")  # a restart opens at once
         for name, target in (("fast", self._fast_loop), ("slow", self._slow_loop), ("xid", self._xid_loop)):
             t = threading.Thread(target=target, name=f"isaacd-gpu-{name}", daemon=True)
             t.start()
@@ -476,8 +478,11 @@ class GpuSampler:
         while not self._stop.is_set():
             if not self._opened.wait(0.5):
                 continue
+            t0 = time.monotonic()
             try:
-                self.poll_xid()
+                if not self.poll_xid() and time.monotonic() - t0 < min(0.01, self.xid_timeout):
+                    # a source that returns at once without events must not make this thread spin
+                    self._stop.wait(min(self.xid_timeout, 0.5))
             except GpuNotSupportedError:
                 return  # logged once in poll_xid; nothing to watch on this system
             except Exception:  # noqa: BLE001 - counted and logged in poll_xid

@@ -193,7 +193,7 @@ class ScriptedSource:
     name = "scripted"
 
     def __init__(self, script: str | Path | Mapping[str, Any] | list[Any], *,
-                 clock: Callable[[], float] = time.time, poll: float = 0.02):
+                 clock: Callable[[], float] = time.time, poll: float = 0.1):
         self._spec = load_script(script)
         self.script_path = str(script) if isinstance(script, (str, Path)) else None
         self._clock = clock
@@ -382,6 +382,7 @@ class ScriptedSource:
         with self._lock:
             if self._t0 is None:
                 self._t0 = self._clock()
+            self._wake.clear()  # re-opened after close()
             return list(self._gpus)
 
     def devices(self) -> list[GpuInfo]:

@@ -61,7 +61,7 @@ METRICS: tuple[MetricDef, ...] = (
     _g("isaacd_watchdog_state", ("job", "watchdog", "state"),
        "1 for the watchdog's current state, 0 for the others (ok, pending, tripped, warmup, disabled)."),
     _g("isaacd_watchdog_state_since_timestamp_seconds", ("job", "watchdog"), "Unix time the watchdog entered its state."),
-    _c("isaacd_watchdog_trips_total", ("job", "watchdog", "action"), "Watchdog trips by the action taken."),
+    _c("isaacd_watchdog_trips_total", ("job", "watchdog", "action"), "Watchdog trips by the action taken (0 before the first trip when the watchdog's status names its action)."),
     # ---- GPU collector
     _g("isaacd_gpu_collector_up", (), "1 if the GPU source (NVML) is open and sampled; 0 with the reason in the log."),
     _g("isaacd_gpu_xid_watch_up", (), "1 if XID events are being watched (a thread blocked in nvmlEventSetWait_v2)."),

@@ -198,10 +198,18 @@ class IsaacdCollector(Collector):
                           else WATCHDOG_STATES + (st,)):
                     f.add("isaacd_watchdog_state", [name, str(wd), s], 1 if s == st else 0)
                 f.add("isaacd_watchdog_state_since_timestamp_seconds", [name, str(wd)], _num(w.get("since")))
+        trips: dict[tuple[str, str], float] = {}
+        if isinstance(wds, Mapping):
+            # A watchdog whose status names its configured action gets a 0 counter before its first
+            # trip, so increase() sees the first one.
+            for wd, w in wds.items():
+                if isinstance(w, Mapping) and isinstance(w.get("action"), str):
+                    trips[(str(wd), w["action"])] = 0.0
         for trip in job.get("watchdog_trips") or []:
-            if isinstance(trip, Mapping):
-                f.add("isaacd_watchdog_trips_total", [name, str(trip.get("watchdog", "")), str(trip.get("action", ""))],
-                      _num(trip.get("count")))
+            if isinstance(trip, Mapping) and (n := _num(trip.get("count"))) is not None:
+                trips[(str(trip.get("watchdog", "")), str(trip.get("action", "")))] = n
+        for (wd, action), n in sorted(trips.items()):
+            f.add("isaacd_watchdog_trips_total", [name, wd, action], n)
 
     # ------------------------------------------------------------------ GPU
     def _gpu(self, f: _Families, snap: GpuSnapshot | None, jobs: list[Mapping[str, Any]]) -> None:

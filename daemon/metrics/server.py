@@ -150,7 +150,8 @@ def serve(listen: str = DEFAULT_LISTEN, path: str = "/metrics", registry: Collec
         address_family = family
 
     httpd = make_server(host, port, make_app(path, registry), server_class=Server, handler_class=_Handler)
-    t = threading.Thread(target=httpd.serve_forever, name="isaacd-metrics-http", daemon=True)
+    t = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="isaacd-metrics-http",
+                         daemon=True)
     t.start()
     srv = MetricsServer(httpd, t, host, path)
     if host in ("0.0.0.0", "::"):
