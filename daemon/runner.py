@@ -23,6 +23,7 @@ from .signals.tensorboard import ScalarPoint, TensorBoardTail, finite_or_none
 from .store import Attempt, JobHistory, StateStore
 
 CHECKPOINT_SCAN_INTERVAL = 2.0
+PIDS_SCAN_INTERVAL = 2.0
 
 
 @dataclass
@@ -60,6 +61,7 @@ class JobRunner:
         self._run_dirs_at_launch: set[str] = set()
         self._checkpoint: Checkpoint | None = None
         self._checkpoint_scanned_at = 0.0
+        self._pids_scanned_at = 0.0
         self.iteration: int | None = None
         self.scalars: dict[str, float] = {}
         self.last_progress_time: float | None = None
@@ -210,19 +212,23 @@ class JobRunner:
                 if self.state == JobState.STARTING:
                     self.set_state(JobState.RUNNING, f"training at iteration {prog.last_step}")
         if status is None:
-            self.pids_cache = self.runtime.pids(self.handle)
+            if now - self._pids_scanned_at >= PIDS_SCAN_INTERVAL:  # a /proc walk: not every tick
+                self._pids_scanned_at = now
+                self.pids_cache = self.runtime.pids(self.handle)
             if self.stop is not None and not self.stop.killed and now >= self.stop.deadline:
                 self.event("stop_timeout", detail="trainer ignored SIGINT; sending SIGKILL")
                 self.runtime.kill(self.handle)
                 self.stop.killed = True
             return
-        self.pids_cache = []
+        self.pids_cache, self._pids_scanned_at = [], 0.0
         self._record_exit(attempt, status)
         self._after_exit(attempt, status)
 
     def _record_exit(self, attempt: Attempt, status: ExitStatus) -> None:
         attempt.ended_at = time.time()
         attempt.exit = status.as_json()
+        newest = choose_resume(self.lineage())
+        attempt.checkpoint_at_exit = newest.iteration if newest else None
         self._checkpoint_scanned_at = 0.0  # a stopping trainer saves a last checkpoint: show it now
         if self.handle is not None:
             try:
@@ -291,12 +297,19 @@ class JobRunner:
         self.event("restart_scheduled", reason=reason, delay_seconds=round(delay, 3))
         self.set_state(JobState.BACKING_OFF, f"{reason}; restarting in {delay:.1f} s")
 
+    @staticmethod
+    def _moved_forward(a: Attempt) -> bool:
+        """The attempt left a newer checkpoint than it started from: resuming gains ground, no crash loop."""
+        start = a.resume_from["iteration"] if a.resume_from else -1
+        return a.checkpoint_at_exit is not None and a.checkpoint_at_exit > start
+
     def _backoff_delay(self, now: float) -> float:
-        """Exponential in the number of consecutive short-lived attempts; a long healthy run resets it."""
+        """Exponential in the number of consecutive attempts that neither ran long nor saved a newer
+        checkpoint; an attempt that made progress resets the ladder (max_restarts still bounds loops)."""
         policy = self.cfg.restart
         quick = 0
         for a in reversed(self.history.attempts):
-            if a.ended_at is None or a.ended_at - a.started_at >= policy.reset_after:
+            if a.ended_at is None or a.ended_at - a.started_at >= policy.reset_after or self._moved_forward(a):
                 break
             quick += 1
         return min(policy.backoff_initial * policy.backoff_factor ** max(quick - 1, 0), policy.backoff_max)

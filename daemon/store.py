@@ -43,6 +43,7 @@ class Attempt:
     handle: dict[str, Any] = field(default_factory=dict)  # runtime-specific, used to adopt after a crash
     ended_at: float | None = None
     exit: dict[str, Any] | None = None  # {"code", "signal", "oom_killed", "description"}
+    checkpoint_at_exit: int | None = None  # newest complete checkpoint on the timeline when it ended
 
 
 @dataclass
