@@ -12,7 +12,7 @@ from .config import Config
 from .logs import log
 from .supervisor import Supervisor
 from .watchdogs.engine import WatchdogEngine
-from .watchdogs.gpufeed import NoGpus, SamplerFeed
+from .watchdogs.gpufeed import SamplerFeed
 
 
 class _SamplerExtension:
@@ -45,15 +45,14 @@ class _MetricsExtension:
 
 def build_supervisor(cfg: Config, config_path: str | None) -> Supervisor:
     sup = Supervisor(cfg, config_path)
-    sampler = None
-    if cfg.gpu.source != "none":
-        from .gpu import GpuSampler
-        from .metrics import gpu_status
+    from .gpu import GpuSampler
+    from .metrics import gpu_status
 
-        sampler = GpuSampler.from_config(cfg.gpu)
-        sup.extensions.append(_SamplerExtension(sampler))
-        sup.status_hooks.append(lambda st: st.__setitem__("gpus", gpu_status(sampler.snapshot(), st["jobs"])))
-    sup.extensions.append(WatchdogEngine(sup, SamplerFeed(sampler) if sampler else NoGpus()))
+    # source = "none" still gets a sampler: it reports the collector down (once, with the reason)
+    sampler = GpuSampler.from_config(cfg.gpu)
+    sup.extensions.append(_SamplerExtension(sampler))
+    sup.status_hooks.append(lambda st: st.__setitem__("gpus", gpu_status(sampler.snapshot(), st["jobs"])))
+    sup.extensions.append(WatchdogEngine(sup, SamplerFeed(sampler)))
     if cfg.metrics.enabled:
         sup.extensions.append(_MetricsExtension(sup, sampler))
     return sup

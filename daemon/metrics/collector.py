@@ -26,8 +26,8 @@ from .catalog import BY_NAME
 log = structlog.get_logger("isaacd.metrics")
 
 JOB_STATES = ("pending", "starting", "running", "backing-off", "stopping", "stopped", "completed", "failed")
-WATCHDOG_STATES = ("ok", "pending", "tripped", "warmup", "disabled")
-RESTART_REASONS = ("exit_code", "signal", "oom", "watchdog", "operator")
+WATCHDOG_STATES = ("ok", "pending", "tripped", "cooldown", "warmup", "disabled")
+RESTART_REASONS = ("exit_code", "signal", "oom", "watchdog", "operator", "lost")
 
 StatusProvider = Callable[[], Mapping[str, Any]]
 SnapshotProvider = Callable[[], GpuSnapshot]
