@@ -1,0 +1,1 @@
+"""Batched torch environments implementing rsl_rl's ``VecEnv`` interface."""
