@@ -206,13 +206,14 @@ class PodmanRuntime:
         return ExitStatus(code=code, signal=sig, oom_killed=oom, external_stop=external, detail=detail)
 
     def _stopped_by(self, st: dict[str, Any]) -> str:
-        """"stop"/"kill" when a Podman event says someone stopped the container, else ""."""
+        """"stop" when a Podman event says someone ran `podman stop` on it (Podman >= 4.4 logs one;
+        4.3 does not), else "". A `podman kill` is a crash like any other: isaacd resumes."""
         since = int(st.get("started_at", time.time() - 3600)) - 1
         try:
             events = self.client().events(since=since, until=int(time.time()) + 1, decode=True,
                                           filters={"container": st["id"]})
             for ev in events:
-                if ev.get("Action") in ("stop", "kill"):
+                if ev.get("Action") == "stop":
                     return str(ev["Action"])
         except Exception as exc:  # noqa: BLE001 - the events log is best effort
             log.warning("podman_events_failed", error=str(exc))

@@ -404,11 +404,21 @@ def _service_section(spec: ContainerSpec) -> list[str]:
     ]
 
 
-def render_quadlet(spec: ContainerSpec) -> str:
-    lines = _header(spec, "Quadlet, Podman >= 4.4") + [
-        "",
+SUPERVISOR_UNIT = "isaaclab-supervisor.service"
+
+
+def _unit_section(spec: ContainerSpec) -> list[str]:
+    return [
         "[Unit]",
         f"Description={sd_escape(spec.description)}",
+        # Ordering only (no dependency): at shutdown the supervisor stops first, so it never
+        # mistakes the job's stop for an operator's and resumes the job after the reboot.
+        f"Before={SUPERVISOR_UNIT}",
+    ]
+
+
+def render_quadlet(spec: ContainerSpec) -> str:
+    lines = _header(spec, "Quadlet, Podman >= 4.4") + [""] + _unit_section(spec) + [
         "",
         "[Container]",
         f"ContainerName={spec.name}",
@@ -447,8 +457,7 @@ def render_service(spec: ContainerSpec, podman: str = "/usr/bin/podman") -> str:
     rm = f"{podman} rm -v -f -i --cidfile=%t/%N.cid"
     lines = _header(spec, "podman run unit for Podman < 4.4, in the shape Quadlet generates") + [
         "",
-        "[Unit]",
-        f"Description={sd_escape(spec.description)}",
+    ] + _unit_section(spec) + [
         "Wants=network-online.target",
         "After=network-online.target",
         "RequiresMountsFor=%t/containers",

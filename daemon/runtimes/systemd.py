@@ -20,6 +20,7 @@ operator, or a shutdown): that is an operator stop, which isaacd records and doe
 
 from __future__ import annotations
 
+import json
 import os
 import signal as _signal
 import time
@@ -55,6 +56,12 @@ PROPS = ("LoadState", "ActiveState", "SubState", "Result", "Job", "InvocationID"
          "ExecMainExitTimestampMonotonic", "ExecMainStartTimestampMonotonic")
 START_GRACE = 10.0  # seconds a queued start may take to show up as a new invocation
 CLD_EXITED, CLD_KILLED, CLD_DUMPED = 1, 2, 3
+# systemd's catalogue message IDs (sd-messages.h) for what PID 1 logs about a unit
+MSG_STOPPING = "de5b426a63be47a7b6ac3eaac82e2f6f"  # JOB_TYPE=stop: "Stopping <unit>..."
+MSG_PROCESS_EXIT = "98e322203f7a4ed290d09fe03c09fe15"  # EXIT_CODE=, EXIT_STATUS=
+MSG_SUCCESS = "7ad2d189f7e94e70a38c781354912448"  # "Deactivated successfully."
+MSG_FAILED = "d9b373ed55a64feb8242e02dbe79a49c"  # UNIT_RESULT=: "Failed with result '...'"
+MSG_OOM = "fe6faa94e7774663a0da52717891d8ef"  # "A process of this unit has been killed by the OOM killer."
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -157,31 +164,101 @@ class SystemdRuntime:
         st = handle.state
         unit = st["unit"]
         p = self.show(unit)
-        inv = p["InvocationID"]
-        active = p["ActiveState"]
-        if not st.get("invocation"):
+        inv, active = p["InvocationID"], p["ActiveState"]
+        ours = st.get("invocation")
+        if not ours:
             if inv and inv != st.get("prev_invocation"):
-                st["invocation"] = inv
-            elif p["Job"] or active in ACTIVE_STATES or time.time() - st.get("started_at", 0) < START_GRACE:
-                return None  # our start job is queued or about to run
+                st["invocation"] = ours = inv
+            elif p["Job"]:
+                return None  # our start job is queued
             else:
+                # no new invocation to see: not started yet, or started, ended cleanly and
+                # already garbage-collected by systemd (the journal remembers)
+                j = self._journal_end(unit, since=st.get("started_at", 0), exclude=st.get("prev_invocation"))
+                if j is not None:
+                    st["invocation"] = j["invocation"]
+                    return self._status(handle, j)
+                if time.time() - st.get("started_at", 0) < START_GRACE:
+                    return None
                 return ExitStatus(detail=f"{unit} never started (LoadState={p['LoadState']}, "
                                          f"ActiveState={active}, Result={p['Result']}); see journalctl -u {unit}")
-        elif inv and inv != st["invocation"]:
+        if inv == ours:
+            if active in ACTIVE_STATES:
+                return None
+            a_exit = int(p["ActiveExitTimestampMonotonic"] or 0)
+            m_exit = int(p["ExecMainExitTimestampMonotonic"] or 0)
+            return self._status(handle, {
+                "kind": int(p["ExecMainCode"] or 0), "status": int(p["ExecMainStatus"] or 0),
+                "result": p["Result"], "oom": p["Result"] == "oom-kill",
+                # the unit left "active" before its main process exited: a stop job did that
+                "stop_job": bool(a_exit and m_exit and a_exit < m_exit)})
+        if inv and active in ACTIVE_STATES:
             log.warning("unit_restarted_outside_isaacd", job=handle.job, unit=unit,
                         detail="following the new invocation of the unit")
             st["invocation"] = inv
             st.pop("signalled", None)
-        if active in ACTIVE_STATES:
             return None
-        return self._exit_status(handle, p)
+        # Our invocation is over and systemd has unloaded the unit (it collects a cleanly
+        # exited unit at once): read the end from the journal.
+        j = self._journal_end(unit, invocation=ours)
+        if j is None:
+            waited = time.time() - st.setdefault("journal_wait_since", time.time())
+            if waited < 5:
+                return None  # journald may lag a moment behind the state change
+            return ExitStatus(detail=f"{unit} ended; its exit status is not in the journal")
+        return self._status(handle, j)
 
-    def _exit_status(self, handle: Handle, p: dict[str, str]) -> ExitStatus:
+    def _journal_end(self, unit: str, invocation: str | None = None, since: float = 0,
+                     exclude: str | None = None) -> dict[str, Any] | None:
+        """How an invocation of the unit ended, from systemd's structured journal messages."""
+        argv = ["journalctl", "-b", "-o", "json", "--no-pager", "-q", "_PID=1", f"UNIT={unit}"]  # this boot only
+        if invocation:
+            argv.append(f"INVOCATION_ID={invocation}")
+        else:
+            argv.append(f"--since=@{max(int(since) - 1, 0)}")
+        try:
+            out = run_cmd(argv, check=False, timeout=20).stdout
+        except RuntimeError_:
+            return None
+        by_inv: dict[str, dict[str, Any]] = {}
+        order: list[str] = []
+        for line in out.splitlines():
+            try:
+                e = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            i = e.get("INVOCATION_ID")
+            if not i or i == exclude:
+                continue
+            if i not in by_inv:
+                by_inv[i] = {"invocation": i, "kind": 0, "status": 0, "result": "", "oom": False,
+                             "stop_job": False, "ended": False}
+                order.append(i)
+            d = by_inv[i]
+            mid = e.get("MESSAGE_ID")
+            if mid == MSG_STOPPING and e.get("JOB_TYPE") == "stop":
+                d["stop_job"] = True
+            elif mid == MSG_PROCESS_EXIT and e.get("EXIT_CODE"):
+                d["kind"] = {"exited": CLD_EXITED, "killed": CLD_KILLED, "dumped": CLD_DUMPED}.get(e["EXIT_CODE"], 0)
+                try:
+                    d["status"] = int(e.get("EXIT_STATUS") or 0)
+                except ValueError:
+                    d["status"] = getattr(_signal, f"SIG{e.get('EXIT_STATUS')}", 0) or 0
+            elif mid == MSG_OOM:
+                d["oom"] = True
+            elif mid == MSG_SUCCESS:
+                d["ended"], d["result"] = True, d["result"] or "success"
+                if not d["kind"]:
+                    d["kind"], d["status"] = CLD_EXITED, 0
+            elif mid == MSG_FAILED:
+                d["ended"], d["result"] = True, e.get("UNIT_RESULT") or "failed"
+        ended = [by_inv[i] for i in order if by_inv[i]["ended"]]
+        return ended[-1] if ended else None
+
+    def _status(self, handle: Handle, d: dict[str, Any]) -> ExitStatus:
         st = handle.state
         unit = st["unit"]
-        kind = int(p["ExecMainCode"] or 0)
-        status = int(p["ExecMainStatus"] or 0)
-        result = p["Result"]
+        kind, status, result = d["kind"], d["status"], d["result"]
         code = sig = None
         if kind == CLD_EXITED:
             # conmon exits with the container's status; 128+N is "killed by signal N" inside
@@ -192,17 +269,24 @@ class SystemdRuntime:
         elif kind in (CLD_KILLED, CLD_DUMPED):
             sig = status
         signalled = bool(st.get("signalled"))
-        a_exit = int(p["ActiveExitTimestampMonotonic"] or 0)
-        m_exit = int(p["ExecMainExitTimestampMonotonic"] or 0)
-        stop_job = bool(a_exit and m_exit and a_exit < m_exit)
-        oom = result == "oom-kill" or (sig == 9 and not signalled and self._oom_event(st))
-        external = stop_job and not signalled and not oom
+        oom = bool(d["oom"]) or (sig == 9 and not signalled and self._oom_event(st))
+        external = bool(d["stop_job"]) and not signalled and not oom
         detail = f"{unit}: Result={result}, exit status {status}" if kind else f"{unit}: Result={result}"
+        if external and self._system_stopping():
+            # the host is shutting down: not an operator's decision about this job; resume after boot
+            return ExitStatus(detail=f"{unit} stopped by the system shutdown")
         if external:
             detail = f"`systemctl stop {unit}`, container exit status {status}"
         if code == 125 and not external:
-            detail += " (podman could not create the container; see journalctl -u " + unit + ")"
+            detail += f" (podman could not create the container; see journalctl -u {unit})"
         return ExitStatus(code=code, signal=sig, oom_killed=oom, external_stop=external, detail=detail)
+
+    def _system_stopping(self) -> bool:
+        try:
+            out = self._ctl("is-system-running", check=False, timeout=10).strip()
+        except RuntimeError_:
+            return False
+        return out == "stopping"
 
     def _oom_event(self, st: dict[str, Any]) -> bool:
         if not self.podman:
@@ -261,7 +345,11 @@ class SystemdRuntime:
             return None
         inv = p["InvocationID"]
         if not inv or inv == state.get("prev_invocation"):
-            return None  # never ran from this file, or systemd forgot it (reboot)
+            # collected by systemd after a clean end (or never ran, or a reboot): the journal knows
+            j = self._journal_end(unit, since=state.get("started_at", 0), exclude=state.get("prev_invocation"))
+            if j is None:
+                return None
+            inv = j["invocation"]
         st = dict(state)
         st["invocation"] = inv
         st.pop("signalled", None)

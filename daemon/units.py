@@ -1,0 +1,161 @@
+"""`isaacd install-units`: the supervisor's systemd unit (and an example config) in place.
+
+    sudo isaacd install-units                  # /etc/systemd/system/isaaclab-supervisor.service
+    sudo systemctl daemon-reload
+    sudo systemctl enable --now isaaclab-supervisor
+
+`--prefix DIR` installs under DIR (packaging, tests); `--bin PATH` is the isaacd executable for
+ExecStart= (default: the one running this command). units/isaaclab-supervisor.service in the
+source tree is this template rendered for /usr/local/bin/isaacd; a test keeps the two in sync.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+UNIT_NAME = "isaaclab-supervisor.service"
+DEFAULT_BIN = "/usr/local/bin/isaacd"
+CONFIG_PATH = "/etc/isaacd/isaacd.toml"
+
+# WatchdogSec: the supervisor sends WATCHDOG=1 every 5 s from its tick loop; 30 s tolerates a slow
+# tick (a daemon-reload, a stuck podman call) five times over before systemd restarts it.
+SUPERVISOR_UNIT = """\
+# isaacd supervisor: keeps Isaac Lab / rsl_rl training jobs alive (see `isaacd --help`).
+# Installed by `isaacd install-units`; enable with `systemctl enable --now isaaclab-supervisor`.
+[Unit]
+Description=isaacd supervisor for Isaac Lab / rsl_rl training jobs
+Documentation=man:systemd.service(5) file://{config}
+Wants=network-online.target
+After=network-online.target podman.socket
+# A crash loop stops after 5 starts in 10 minutes (then `systemctl reset-failed` and read the journal).
+StartLimitIntervalSec=600
+StartLimitBurst=5
+
+[Service]
+# READY=1 once the config is loaded and jobs are adopted or started; STATUS= one-line summary;
+# WATCHDOG=1 keepalives from the main loop.
+Type=notify
+NotifyAccess=main
+ExecStart={bin} run --config {config}
+ExecReload=/bin/kill -HUP $MAINPID
+Restart=on-failure
+RestartSec=5s
+WatchdogSec=30s
+TimeoutStartSec=120s
+# process-runtime trainers get SIGINT and stop_timeout (default 30 s) to write a checkpoint
+TimeoutStopSec=120s
+# mixed: SIGTERM to the supervisor only; it stops its process-runtime trainers itself. Container
+# jobs run in units (systemd runtime) or scopes (podman runtime) of their own, so a restart or
+# upgrade of the supervisor leaves them running and the next supervisor adopts them.
+KillMode=mixed
+Environment=PYTHONUNBUFFERED=1
+RuntimeDirectory=isaacd
+RuntimeDirectoryMode=0750
+StateDirectory=isaacd
+StateDirectoryMode=0700
+# the supervisor outlives its trainers under memory pressure
+OOMScoreAdjust=-500
+LimitNOFILE=65536
+
+# Hardening that leaves Podman working. Left out on purpose:
+# - ProtectSystem/ProtectHome/PrivateTmp/ProtectKernel*/ProtectControlGroups/ReadOnlyPaths: each
+#   gives the unit a private mount namespace; podman commands and process-runtime trainers would
+#   then see mounts the host does not (and the reverse), which breaks container storage and
+#   bind-mounted log roots;
+# - PrivateDevices/DevicePolicy/DeviceAllow/ProtectClock: a device allow-list on this cgroup hides
+#   /dev/nvidia* from process-runtime trainers;
+# - RestrictNamespaces/SystemCallFilter/RestrictAddressFamilies/NoNewPrivileges: inherited by
+#   process-runtime trainers and by a `podman system service` started without systemd.
+LockPersonality=yes
+RestrictRealtime=yes
+SystemCallArchitectures=native
+UMask=0022
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+EXAMPLE_CONFIG = """\
+# isaacd host config (installed by `isaacd install-units`; `isaacd check-config` validates it,
+# `isaacd doctor` checks the host for it). Reload with `systemctl reload isaaclab-supervisor`.
+[supervisor]
+state_dir = "/var/lib/isaacd"
+control_socket = "/run/isaacd/isaacd.sock"
+
+[metrics]
+listen = "127.0.0.1:9835"
+
+# One job per [[jobs]] table. runtime = "systemd" runs the trainer as a Podman container in a
+# unit of its own (Quadlet on Podman >= 4.4); "podman" uses the Podman API without systemd;
+# "process" runs it directly.
+#
+# [[jobs]]
+# name = "anymal-rough"
+# runtime = "systemd"
+# workflow = "rsl_rl"
+# task = "Isaac-Velocity-Rough-Anymal-C-v0"
+# num_envs = 4096
+# max_iterations = 1500
+# save_interval = 50
+# device = "cuda:0"
+# gpus = [0]
+# log_root = "/data/isaacd/anymal-rough"       # on a data disk, not the system disk
+# [jobs.container]
+# image = "localhost/isaacd-isaaclab:2.3.2"     # containers/Containerfile.isaaclab
+# shm_size = "16g"
+# ports = ["6006"]                              # always published on 127.0.0.1 only
+# volumes = ["/data/isaacd/cache/kit:/isaac-sim/kit/cache", "/data/isaacd/cache/ov:/root/.cache/ov",
+#            "/data/isaacd/cache/glcache:/root/.cache/nvidia/GLCache",
+#            "/data/isaacd/cache/computecache:/root/.nv/ComputeCache"]
+"""
+
+
+def render_supervisor_unit(bin_path: str = DEFAULT_BIN, config: str = CONFIG_PATH) -> str:
+    return SUPERVISOR_UNIT.format(bin=bin_path, config=config)
+
+
+def default_bin() -> str:
+    exe = Path(sys.executable).with_name("isaacd")
+    if exe.exists():
+        return str(exe)
+    return shutil.which("isaacd") or DEFAULT_BIN
+
+
+def install_units(args: Any) -> int:
+    prefix = Path(getattr(args, "prefix", None) or "/")
+    bin_path = getattr(args, "bin", None) or default_bin()
+    config = getattr(args, "config", None) or CONFIG_PATH
+    if not os.path.isabs(bin_path):
+        print(f"isaacd install-units: --bin must be an absolute path (got {bin_path!r})", file=sys.stderr)
+        return 2
+    if not os.access(prefix / bin_path.lstrip("/"), os.X_OK) and not os.access(bin_path, os.X_OK):
+        print(f"isaacd install-units: warning: {bin_path} is not executable here", file=sys.stderr)
+
+    def under(p: str) -> Path:
+        return prefix / p.lstrip("/")
+
+    unit_path = under(f"/etc/systemd/system/{UNIT_NAME}")
+    unit_path.parent.mkdir(parents=True, exist_ok=True)
+    unit_path.write_text(render_supervisor_unit(bin_path, config))
+    os.chmod(unit_path, 0o644)
+    print(f"installed {unit_path}")
+    cfg_path = under(config)
+    if cfg_path.exists():
+        print(f"kept existing {cfg_path}")
+    else:
+        cfg_path.parent.mkdir(parents=True, exist_ok=True)
+        cfg_path.write_text(EXAMPLE_CONFIG)
+        os.chmod(cfg_path, 0o640)
+        print(f"installed example config {cfg_path} (add your [[jobs]])")
+    under("/etc/containers/systemd").mkdir(parents=True, exist_ok=True)
+    if str(prefix) == "/" and Path("/run/systemd/system").exists():
+        r = subprocess.run(["systemctl", "daemon-reload"], capture_output=True, text=True)
+        if r.returncode == 0:
+            print("systemctl daemon-reload: done")
+    print("next: isaacd check-config && isaacd doctor && systemctl enable --now isaaclab-supervisor")
+    return 0
