@@ -1,16 +1,23 @@
-"""A real Prometheus (Debian's `prometheus` binary) scrapes two isaacd exporters on loopback:
+"""A real Prometheus (Debian's `prometheus` binary) scrapes two real `isaacd run` supervisors on loopback.
 
-* target A: a scripted GPU timeline (2 GPUs, heat, throttling, XIDs) and a job whose PID holds GPU memory;
-* target B: the real NVML source - on CI there is no driver, so this is the "no GPU" host.
+* host A: `[gpu] source = "scripted"` - 2 GPUs (load, GPU 1 hot and in HW thermal slowdown, one failing
+  field, XIDs 13 and 48 on GPU 1), every direct child of the supervisor holding GPU memory
+  (`"pid": "children"`) and one process of no job (this pytest process) on GPU 0.  Jobs: `cp`, the
+  real built-in rsl_rl trainer on the CPU, and `sleeper`, a `sleep` on GPU 1 whose (real) XID
+  watchdog stops it on XID 48 and marks GPU 1 unhealthy.
+* host B: `[gpu] source = "nvml"` - on CI there is no driver, so this is the "no GPU" host the issue
+  talks about; its job `cpu-only` is the real trainer, run for 2 iterations.
 
 Then, through Prometheus's HTTP API: the job series arrived with the right labels (`job` is the
-training job thanks to honor_labels), every PromQL expression of the dashboard and of the rules
-parses and evaluates, dashboard panels return data (GPU panels on A; job panels on B too), the rules
-evaluate without errors, and the alerts the script should trigger fire.
+training job thanks to honor_labels, never `exported_job`; supervisor and GPU series keep
+job="isaacd"), the GPU series carry gpu/uuid/model/pci_bus_id and the job attribution, every PromQL
+expression of the dashboard and of the rules parses and returns data (GPU panels on A; everything that
+needs no GPU on B too), the scripted faults fire their alerts, `promtool check metrics` passes on a
+scrape of each daemon, and a `kill -9` of the trainer shows up as
+`isaacd_job_restarts_total{reason="signal"}` going 0 -> 1.
 
-Starts Prometheus once for the module, waits with bounded timeouts, always kills it.
-(The exporters are served from this process with a fake status provider; the same checks apply
-when the targets are real `isaacd run` supervisors.)
+Everything is started once for the module with bounded waits and always stopped.  Prometheus and both
+supervisors start together; the trainer's first TensorBoard step (~15-25 s: importing torch) dominates.
 """
 
 from __future__ import annotations
@@ -19,20 +26,19 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import pytest
+from helpers import SupervisorProc, builtin_job, write_config
 
-from isaacd.gpu import GpuSampler, ScriptedSource
-from isaacd.gpu.nvml import NvmlSource
-from isaacd.metrics import build_registry, serve
-from isaacd.metrics.catalog import BY_NAME
-from isaacd.metrics.testing import demo_gpu_script, fake_job, fake_status
+from isaacd.metrics.catalog import BY_NAME, GPU_LABELS
 
 pytestmark = pytest.mark.prometheus
 
@@ -41,6 +47,36 @@ DASHBOARD = ROOT / "etc" / "grafana" / "isaacd-dashboard.json"
 RULES = ROOT / "etc" / "prometheus" / "isaacd-rules.yml"
 SHIPPED_CONFIG = ROOT / "etc" / "prometheus" / "prometheus.yml"
 
+FAST = ["--num_steps_per_env", "8"]
+# One torch thread per trainer: two trainers share a 2-core CI runner with Prometheus and two supervisors.
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+RESTART_REASONS = {"exit_code", "signal", "oom", "watchdog", "operator", "lost"}
+
+def gpu_script(foreign_pid: int) -> dict:
+    """2 scripted H200s under load; GPU 1 hot, in HW thermal slowdown, with a failing field and XIDs.
+    Every direct child of the supervisor (its jobs' processes) holds 2 GB on each GPU; `foreign_pid`
+    (this pytest process: no isaacd job) holds 1 GB on GPU 0, like another user's process would."""
+    children = {"pid": "children", "used_bytes": 2e9}
+    return {
+        "gpus": 2,
+        "defaults": {"utilization_gpu_ratio": 0.93, "utilization_memory_ratio": 0.41, "power_watts": 540,
+                     "sm_clock_hertz": 1.98e9, "clock_event_reasons": ["sw_power_cap"],
+                     "memory_used_bytes": 40 * 2**30, "pcie_tx_bytes_per_second": 2.1e9,
+                     "pcie_rx_bytes_per_second": 0.4e9, "ecc_corrected_volatile": 3, "ecc_corrected_aggregate": 17,
+                     "remapped_rows_correctable": 1},
+        "events": [
+            {"t": 0, "gpu": 0, "temperature_celsius": 61, "memory_temperature_celsius": 66,
+             "processes": [children, {"pid": foreign_pid, "used_bytes": 1e9}]},
+            {"t": 0, "gpu": 1, "temperature_celsius": 86, "memory_temperature_celsius": 81,
+             "utilization_gpu_ratio": 0.97, "fail": {"pcie_link_width": "error"}, "processes": [children]},
+            {"t": 1, "gpu": 1, "clock_event_reasons": ["sw_thermal_slowdown", "hw_thermal_slowdown"]},
+            {"t": 2, "gpu": 1, "xid": [13, 48, 48]},
+        ],
+    }
+
+
+WATCHDOGS = ("no_progress", "duty_cycle", "loss_stagnation", "reward_plateau", "divergence", "gpu_temperature", "xid")
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -48,17 +84,32 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class LiveStatus:
-    """A status provider whose job makes progress (iteration grows), like a training run."""
+def job_with_watchdogs(name: str, enabled: set[str], **over) -> str:  # noqa: ANN003
+    """builtin_job plus [jobs.watchdogs.*] tables: only `enabled` watchdogs run (at their defaults), so
+    nothing but the scripted XID acts on a job during the test."""
+    job = builtin_job(name, **over)
+    return job + "".join(f"\n[jobs.watchdogs.{wd}]\nenabled = false\n" for wd in WATCHDOGS if wd not in enabled)
 
-    def __init__(self, name: str, pids: list[int]):
-        self.t0 = time.time()
-        self.name, self.pids = name, pids
 
-    def __call__(self) -> dict:
-        now = time.time()
-        job = fake_job(self.name, pids=self.pids, now=now, iteration=100 + int((now - self.t0) * 10))
-        return fake_status([job], started_at=self.t0 - 60)
+def supervisor_config(tmp: Path, jobs: str, port: int, gpu: str) -> Path:
+    cfg = write_config(tmp, jobs)
+    text = cfg.read_text()
+    base = '[metrics]\nenabled = false\n[gpu]\nsource = "none"\n'
+    assert base in text, "helpers.write_config changed; update this test"
+    cfg.write_text(text.replace(base, f'[metrics]\nenabled = true\nlisten = "127.0.0.1:{port}"\npath = "/metrics"\n'
+                                      f"[gpu]\n{gpu}\n"))
+    return cfg
+
+
+def nvml_works() -> bool:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+        return True
+    except Exception:  # noqa: BLE001 - no library, no driver, no GPU
+        return False
 
 
 class Prom:
@@ -78,6 +129,11 @@ class Prom:
     def query(self, expr: str) -> dict:
         return self.api("/api/v1/query", query=expr)
 
+    def result(self, expr: str) -> list[dict]:
+        r = self.query(expr)
+        assert r.get("status") == "success", f"{expr}: {r.get('error')}"
+        return r["data"]["result"]
+
     def value(self, expr: str) -> float | None:
         r = self.query(expr)
         res = r.get("data", {}).get("result", [])
@@ -88,106 +144,230 @@ class Prom:
         return float(res[0]["value"][1])
 
 
-def wait_for(pred, timeout: float, what: str, prom: Prom | None = None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        if prom is not None and prom.proc.poll() is not None:
-            raise AssertionError(f"prometheus exited ({prom.proc.returncode}): {prom.log.read_text()[-3000:]}")
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}"
-                         + (f"\nprometheus log:\n{prom.log.read_text()[-3000:]}" if prom else ""))
+class Stack:
+    def __init__(self, prom: Prom, a: str, b: str, sup_a: SupervisorProc, sup_b: SupervisorProc, nvml: bool):
+        self.prom, self.a, self.b, self.sup_a, self.sup_b, self.nvml = prom, a, b, sup_a, sup_b, nvml
+
+    def logs(self) -> str:
+        out = [f"prometheus log:\n{self.prom.log.read_text(errors='replace')[-2000:]}"]
+        for name, sp in (("A", self.sup_a), ("B", self.sup_b)):
+            out.append(f"isaacd {name} log:\n{sp.log_text()[-3000:]}")
+        return "\n".join(out)
+
+    def wait(self, pred, timeout: float, what: str):  # noqa: ANN001, ANN201
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            v = pred()
+            if v:
+                return v
+            for name, proc in (("prometheus", self.prom.proc), ("isaacd A", self.sup_a.proc),
+                               ("isaacd B", self.sup_b.proc)):
+                if proc is not None and proc.poll() is not None:
+                    raise AssertionError(f"{name} exited ({proc.returncode})\n{self.logs()}")
+            time.sleep(0.25)
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{self.logs()}")
+
+
+def _stop_prometheus(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
+    """Prometheus + two real supervisors, once for the module.  (conftest's supervisor_factory is
+    function-scoped; this starts the same SupervisorProc and cleans up the same way.)"""
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.skip("Debian's prometheus is not installed (apt-get install prometheus)")
-    tmp = tmp_path_factory.mktemp("prom")
-
-    script = demo_gpu_script(2, job_pid="self")
-    script["events"].append({"t": 0, "gpu": 1, "fail": {"pcie_link_width": "error"}})
-    sampler_a = GpuSampler(ScriptedSource(script), sample_interval=0.25, slow_interval=0.5, xid_timeout=0.1).start()
-    sampler_a.mark_unhealthy(1, "hw thermal slowdown")  # as a watchdog would
-    sampler_b = GpuSampler(NvmlSource(), sample_interval=0.25, slow_interval=0.5, xid_timeout=0.1).start()
-    srv_a = serve("127.0.0.1:0", "/metrics", build_registry(LiveStatus("anymal", [os.getpid()]), sampler_a))
-    srv_b = serve("127.0.0.1:0", "/metrics", build_registry(LiveStatus("cpu-only", [999999]), sampler_b))
-    inst_a, inst_b = f"127.0.0.1:{srv_a.port}", f"127.0.0.1:{srv_b.port}"
-
     assert "honor_labels: true" in SHIPPED_CONFIG.read_text()  # the test mirrors the shipped scrape config
-    port = free_port()
+    tmp = tmp_path_factory.mktemp("prom-e2e")
+    (tmp / "a").mkdir()
+    (tmp / "b").mkdir()
+    port_a, port_b, port_prom = free_port(), free_port(), free_port()
+    a, b = f"127.0.0.1:{port_a}", f"127.0.0.1:{port_b}"
+
+    (tmp / "a" / "gpu.json").write_text(json.dumps(gpu_script(os.getpid())))
+    jobs_a = (job_with_watchdogs("cp", {"no_progress", "duty_cycle"}, extra_args=FAST, gpus=[0], stop_timeout=3.0,
+                                 environment=ONE_THREAD)
+              + job_with_watchdogs("sleeper", {"xid"}, command=["sh", "-c", "sleep 300"], gpus=[1], stop_timeout=2.0))
+    cfg_a = supervisor_config(tmp / "a", jobs_a, port_a,
+                              'source = "scripted"\nscript = "gpu.json"\nsample_interval = 0.25\nslow_interval = 0.5')
+    jobs_b = job_with_watchdogs("cpu-only", set(WATCHDOGS), extra_args=FAST, max_iterations=2, stop_timeout=3.0,
+                                environment=ONE_THREAD)
+    cfg_b = supervisor_config(tmp / "b", jobs_b, port_b, 'source = "nvml"\nsample_interval = 0.25\nslow_interval = 0.5')
+
     cfg = tmp / "prometheus.yml"
     cfg.write_text(json.dumps({  # JSON is YAML
         "global": {"scrape_interval": "500ms", "evaluation_interval": "500ms"},
         "rule_files": [str(RULES)],
         "scrape_configs": [{"job_name": "isaacd", "honor_labels": True, "metrics_path": "/metrics",
-                            "static_configs": [{"targets": [inst_a, inst_b]}]}],
+                            "static_configs": [{"targets": [a, b]}]}],
     }))
     log = tmp / "prometheus.log"
-    with open(log, "wb") as logf:
-        proc = subprocess.Popen(
-            [binary, f"--config.file={cfg}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-            stdout=logf, stderr=subprocess.STDOUT, cwd=tmp)
-    prom = Prom(f"http://127.0.0.1:{port}", proc, log)
+    started: list[SupervisorProc] = []
+    proc = None
     try:
-        def ready():
+        with open(log, "wb") as logf:
+            proc = subprocess.Popen(
+                [binary, f"--config.file={cfg}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+                 f"--web.listen-address=127.0.0.1:{port_prom}", "--log.level=warn"],
+                stdout=logf, stderr=subprocess.STDOUT, cwd=tmp)
+        prom = Prom(f"http://127.0.0.1:{port_prom}", proc, log)
+        for c in (cfg_a, cfg_b):
+            sp = SupervisorProc(c)
+            started.append(sp)
+            sp.start()
+        st = Stack(prom, a, b, started[0], started[1], nvml_works())
+
+        def ready() -> bool:
             try:
                 with urllib.request.urlopen(f"{prom.base}/-/ready", timeout=2) as r:
                     return r.status == 200
             except OSError:
                 return False
 
-        wait_for(ready, 30, "prometheus /-/ready", prom)
-        wait_for(lambda: prom.value('count(up{job="isaacd"} == 1)') == 2, 30, "both targets up", prom)
-        # enough scrapes for rate()/increase() and some rule evaluations
-        wait_for(lambda: (prom.value("min(count_over_time(isaacd_uptime_seconds[1m]))") or 0) >= 5, 30,
-                 "5 scrapes of each target", prom)
-        yield prom, inst_a, inst_b
+        st.wait(ready, 30, "prometheus /-/ready")
+        st.wait(lambda: prom.value('count(up{job="isaacd"} == 1)') == 2, 30, "both isaacd targets up")
+        # the real trainers: a few TensorBoard steps and a checkpoint on A, B's short run finished
+        st.wait(lambda: (prom.value(f'isaacd_job_iteration{{instance="{a}",job="cp"}}') or 0) >= 2
+                and prom.value(f'isaacd_job_checkpoint_iteration{{instance="{a}",job="cp"}}') is not None,
+                90, "cp on A at iteration 2 with a checkpoint, in Prometheus")
+        st.wait(lambda: prom.value(f'isaacd_job_state{{instance="{b}",job="cpu-only",state="completed"}}') == 1,
+                60, "cpu-only on B completed, in Prometheus")
+        # enough scrapes for rate()/increase(); the iteration must have moved inside the rate() window
+        st.wait(lambda: (prom.value("min(count_over_time(isaacd_uptime_seconds[1m]))") or 0) >= 5, 30,
+                "5 scrapes of each target")
+        st.wait(lambda: (prom.value(f'rate(isaacd_job_iteration{{instance="{a}",job="cp"}}[1m])') or 0) > 0, 30,
+                "a non-zero iteration rate for cp")
+        yield st
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        srv_a.close()
-        srv_b.close()
-        sampler_a.stop()
-        sampler_b.stop()
+        if proc is not None:
+            _stop_prometheus(proc)
+        for sp in started:
+            if sp.proc is not None and sp.proc.poll() is None:
+                sp.stop(timeout=30)
+        # trainers left behind if a supervisor had to be SIGKILLed (as conftest's supervisor_factory does)
+        for line in os.popen(f"pgrep -f {tmp}").read().split():
+            try:
+                os.kill(int(line), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
 
 
 def test_job_series_arrive_with_the_right_labels(stack):
-    prom, a, b = stack
-    r = prom.query('isaacd_job_state{state="running"} == 1')
-    got = {(s["metric"]["instance"], s["metric"]["job"]) for s in r["data"]["result"]}
-    assert got == {(a, "anymal"), (b, "cpu-only")}
-    assert prom.query("count(isaacd_job_state{exported_job!=\"\"})")["data"]["result"] == [], \
-        "honor_labels keeps the training job in `job`"
-    scal = prom.query(f'isaacd_job_scalar{{instance="{a}",job="anymal",tag="Loss/surrogate"}}')["data"]["result"]
-    assert len(scal) == 1 and float(scal[0]["value"][1]) == pytest.approx(-0.0123)
-    assert prom.value(f'isaacd_job_restarts_total{{instance="{a}",job="anymal",reason="exit_code"}}') == 2
-    assert (prom.value(f'irate(isaacd_job_iteration{{instance="{a}",job="anymal"}}[30s])') or 0) > 1
-    # supervisor and GPU series keep the scrape job's name
-    assert prom.value(f'isaacd_uptime_seconds{{instance="{a}",job="isaacd"}}') is not None
+    prom, a, b = stack.prom, stack.a, stack.b
+    got = {(s["metric"]["instance"], s["metric"]["job"], s["metric"]["state"])
+           for s in prom.result("isaacd_job_state == 1")}
+    assert got == {(a, "cp", "running"), (a, "sleeper", "stopped"), (b, "cpu-only", "completed")}
+    assert prom.result('count({exported_job!=""})') == [], "honor_labels keeps the training job in `job`"
+    assert prom.result('count by (__name__) ({__name__=~"isaacd_(job|watchdog)_.*", job="isaacd"})') == [], \
+        "every job series carries the training job, not the scrape job"
+    # supervisor series keep the scrape job's name; up{job="isaacd"} works for both hosts
+    assert prom.value('count(up{job="isaacd"} == 1)') == 2
+    for inst in (a, b):
+        assert prom.value(f'isaacd_uptime_seconds{{instance="{inst}",job="isaacd"}}') is not None
+        assert prom.value(f'isaacd_status_up{{instance="{inst}",job="isaacd"}}') == 1
+        assert prom.value(f'isaacd_build_info{{instance="{inst}",job="isaacd"}}') == 1
+
+    # the scalars are what the real trainer wrote to TensorBoard, as `isaacd status` reports them
+    status = stack.sup_a.job("cp")
+    scal = prom.result(f'isaacd_job_scalar{{instance="{a}",job="cp"}}')
+    assert {s["metric"]["tag"] for s in scal} == set(status["scalars"])
+    assert {"Loss/surrogate", "Train/mean_reward", "Perf/total_fps", "Loss/learning_rate"} <= set(status["scalars"])
+    assert all(set(s["metric"]) == {"__name__", "instance", "job", "tag"} for s in scal)
+    it = prom.value(f'isaacd_job_iteration{{instance="{a}",job="cp"}}')
+    assert it is not None and 2 <= it <= (stack.sup_a.job("cp")["iteration"] or 0)
+    assert prom.value(f'isaacd_job_max_iterations{{instance="{a}",job="cp"}}') == 400
+    assert prom.value(f'isaacd_job_mean_reward{{instance="{a}",job="cp"}}') is not None
+    assert (prom.value(f'isaacd_job_env_steps_per_second{{instance="{a}",job="cp"}}') or 0) > 0
+    assert prom.value(f'time() - isaacd_job_last_progress_timestamp_seconds{{instance="{a}",job="cp"}}') < 60
+    ck = prom.value(f'isaacd_job_checkpoint_iteration{{instance="{a}",job="cp"}}')
+    assert ck is not None and ck <= it
+    assert prom.value(f'isaacd_job_start_time_seconds{{instance="{a}",job="cp"}}') is not None
+    assert prom.value(f'isaacd_job_gpu_assigned{{instance="{a}",job="cp",gpu="0"}}') == 1
+    assert prom.value(f'isaacd_job_info{{instance="{a}",job="cp",runtime="process"}}') == 1
+
+    # restarts: a 0 counter for every reason before the first restart, so increase() sees the first one
+    restarts = prom.result(f'isaacd_job_restarts_total{{instance="{a}",job="cp"}}')
+    assert {s["metric"]["reason"]: float(s["value"][1]) for s in restarts} == dict.fromkeys(RESTART_REASONS, 0.0)
+    # the trainer on the GPU-less host B reports just the same
+    assert prom.value(f'isaacd_job_iteration{{instance="{b}",job="cpu-only"}}') == 1
+    assert prom.value(f'isaacd_job_scalar{{instance="{b}",job="cpu-only",tag="Loss/surrogate"}}') is not None
+    # watchdogs: states and 0 counters per configured action, from the real engine
+    wd = {s["metric"]["watchdog"] for s in prom.result(f'isaacd_watchdog_state{{instance="{a}",job="cp"}} == 1')}
+    assert wd == set(WATCHDOGS)
+    assert prom.value(f'isaacd_watchdog_state{{instance="{a}",job="cp",watchdog="xid",state="disabled"}}') == 1
 
 
-def test_gpu_series_and_collector_state(stack):
-    prom, a, b = stack
-    assert prom.value(f'isaacd_gpu_collector_up{{instance="{a}"}}') == 1
-    assert prom.value(f'isaacd_gpu_collector_up{{instance="{b}"}}') == 0, "no NVML on CI: collector down"
-    t = prom.query(f'isaacd_gpu_temperature_celsius{{instance="{a}",gpu="0"}}')["data"]["result"]
-    assert len(t) == 1
-    m = t[0]["metric"]
-    assert m["job"] == "isaacd" and m["uuid"].startswith("GPU-") and m["model"] == "NVIDIA H200" and m["pci_bus_id"]
-    info = prom.query('isaacd_gpu_job_info{job="anymal"}')["data"]["result"]
+def test_gpu_series_attribution_and_collector_state(stack):
+    prom, a, b = stack.prom, stack.a, stack.b
+    assert prom.value(f'isaacd_gpu_collector_up{{instance="{a}",job="isaacd"}}') == 1
+    assert prom.value(f'isaacd_gpu_xid_watch_up{{instance="{a}"}}') == 1
+    if not stack.nvml:
+        assert prom.value(f'isaacd_gpu_collector_up{{instance="{b}"}}') == 0, "no NVML here: collector down"
+        assert prom.result(f'{{instance="{b}",__name__=~"isaacd_gpu_(info|up|temperature_celsius)"}}') == []
+
+    t = prom.result(f'isaacd_gpu_temperature_celsius{{instance="{a}"}}')
+    by_gpu = {s["metric"]["gpu"]: s for s in t}
+    assert set(by_gpu) == {"0", "1"}
+    m = by_gpu["0"]["metric"]
+    assert set(m) == {"__name__", "instance", "job", *GPU_LABELS}
+    assert (m["job"], m["uuid"], m["model"], m["pci_bus_id"]) == \
+        ("isaacd", "GPU-00000000-0000-4000-8000-5c0000000000", "NVIDIA H200", "00000000:18:00.0")
+    assert float(by_gpu["0"]["value"][1]) == 61 and float(by_gpu["1"]["value"][1]) == 86
+    assert prom.value(f'isaacd_gpu_utilization_ratio{{instance="{a}",gpu="1"}}') == pytest.approx(0.97)
+    assert prom.value(f'isaacd_gpu_thermal_margin_celsius{{instance="{a}",gpu="1"}}') == 1  # gpu_max 87 - 86
+    # every GPU series of A has the four GPU labels (the attribution series: gpu/uuid/job only)
+    missing = prom.result(f'count by (__name__) ({{instance="{a}",__name__=~"isaacd_gpu_.+",gpu!="",'
+                          f'__name__!~"isaacd_gpu_(job_info|collector_errors_total)"}} unless '
+                          f'{{uuid=~"GPU-.+",model="NVIDIA H200",pci_bus_id=~"0000.+"}})')
+    assert missing == [], missing
+
+    # attribution: the trainer (a direct child of the supervisor) holds memory on both GPUs
+    info = prom.result(f'isaacd_gpu_job_info{{instance="{a}",job="cp"}}')
     assert {s["metric"]["gpu"] for s in info} == {"0", "1"}
-    joined = prom.query('isaacd_gpu_power_watts * on(instance, gpu) group_right isaacd_gpu_job_info{job="anymal"}')
-    assert {s["metric"]["job"] for s in joined["data"]["result"]} == {"anymal"}
+    assert all(s["metric"]["uuid"].startswith("GPU-") for s in info)
+    pid = stack.sup_a.job("cp")["pid"]
+    mem = prom.result(f'isaacd_gpu_process_memory_used_bytes{{instance="{a}",job="cp"}}')
+    assert {s["metric"]["pid"] for s in mem} >= {str(pid)} and all(float(s["value"][1]) == 2e9 for s in mem)
+    # a process of no isaacd job: exported with job="" - which Prometheus (honor_labels) stores as no job label
+    foreign = prom.result(f'isaacd_gpu_process_memory_used_bytes{{instance="{a}",pid="{os.getpid()}"}}')
+    assert [(s["metric"]["gpu"], s["metric"].get("job", ""), float(s["value"][1])) for s in foreign] == [("0", "", 1e9)]
+    by_job = prom.result(f'sum by (job) (isaacd_gpu_process_memory_used_bytes{{instance="{a}",job!=""}})')
+    assert [(s["metric"]["job"], float(s["value"][1])) for s in by_job] == [("cp", 4e9)]
+    joined = prom.result(f'isaacd_gpu_power_watts{{instance="{a}"}} * on(instance, gpu) group_right '
+                         f'isaacd_gpu_job_info{{instance="{a}",job="cp"}}')
+    assert {(s["metric"]["job"], s["metric"]["gpu"]) for s in joined} == {("cp", "0"), ("cp", "1")}
+
+    # the scripted faults on GPU 1, and what the real XID watchdog did about them
     assert prom.value(f'isaacd_gpu_xid_errors_total{{instance="{a}",gpu="1",xid="48",class="reset"}}') == 2
+    assert prom.value(f'isaacd_gpu_xid_errors_total{{instance="{a}",gpu="1",xid="13",class="application"}}') == 1
+    assert prom.value(f'isaacd_gpu_clock_event_reason{{instance="{a}",gpu="1",reason="hw_thermal_slowdown"}}') == 1
+    assert prom.value(f'isaacd_gpu_clock_event_reason{{instance="{a}",gpu="0",reason="hw_thermal_slowdown"}}') == 0
+    unhealthy = prom.result(f'isaacd_gpu_unhealthy{{instance="{a}"}}')
+    assert [s["metric"]["gpu"] for s in unhealthy] == ["1"] and unhealthy[0]["metric"]["reason"].startswith("XID 48")
+    assert prom.value(f'isaacd_watchdog_trips_total{{instance="{a}",job="sleeper",watchdog="xid",action="stop"}}') == 1
+    assert prom.value(f'isaacd_gpu_collector_errors_total{{instance="{a}",gpu="1",field="pcie_link_width"}}') >= 1
+    assert prom.value(f'isaacd_gpu_pcie_link_width{{instance="{a}",gpu="0"}}') == 16
+    assert prom.result(f'isaacd_gpu_pcie_link_width{{instance="{a}",gpu="1"}}') == [], "a failed read drops the series"
+
+
+def test_promtool_check_metrics_passes_on_a_scrape_of_the_real_daemons(stack):
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian's prometheus package)")
+    for inst in (stack.a, stack.b):
+        with urllib.request.urlopen(f"http://{inst}/metrics", timeout=10) as r:
+            body = r.read()
+        assert b"isaacd_job_scalar{" in body
+        res = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, timeout=30)
+        assert res.returncode == 0 and not res.stdout.strip() and not res.stderr.strip(), \
+            f"promtool check metrics on {inst}: rc={res.returncode}\n{res.stdout.decode()}{res.stderr.decode()}"
 
 
 def _substitute(expr: str, instance: str) -> str:
@@ -206,7 +386,7 @@ def dashboard_queries() -> list[tuple[str, str]]:
     dash = json.loads(DASHBOARD.read_text())
     out: list[tuple[str, str]] = []
 
-    def walk(panels):
+    def walk(panels):  # noqa: ANN001, ANN202
         for p in panels:
             for t in p.get("targets", []):
                 out.append((f"panel {p['title']!r} {t.get('refId')}", t["expr"]))
@@ -228,12 +408,12 @@ def needs_gpu(expr: str) -> bool:
 
 
 def test_every_dashboard_expression_parses_and_returns_data(stack):
-    prom, a, b = stack
+    prom, a, b = stack.prom, stack.a, stack.b
     queries = dashboard_queries()
     assert len(queries) > 40
     problems = []
     for where, expr in queries:
-        for inst, expect_data in ((a, True), (b, not needs_gpu(expr))):
+        for inst, expect_data in ((a, True), (b, not needs_gpu(expr))):  # GPU panels: checked on A
             r = prom.query(_substitute(expr, inst))
             if r.get("status") != "success":
                 problems.append(f"{where} on {inst}: {r.get('error')}: {expr}")
@@ -243,13 +423,13 @@ def test_every_dashboard_expression_parses_and_returns_data(stack):
 
 
 def test_every_rule_parses_evaluates_and_the_scripted_faults_fire(stack):
-    prom, a, b = stack
+    prom, a, b = stack.prom, stack.a, stack.b
 
-    def groups():
+    def groups():  # noqa: ANN202
         return prom.api("/api/v1/rules")["data"]["groups"]
 
-    wait_for(lambda: all(r.get("lastEvaluation", "").startswith("2") or r.get("health") == "ok"
-                         for g in groups() for r in g["rules"]), 20, "rules evaluated", prom)
+    stack.wait(lambda: all(r.get("lastEvaluation", "").startswith("2") or r.get("health") == "ok"
+                           for g in groups() for r in g["rules"]), 20, "rules evaluated")
     rules = [r for g in groups() for r in g["rules"]]
     assert len(rules) >= 7
     names = {r["name"] for r in rules}
@@ -269,11 +449,35 @@ def test_every_rule_parses_evaluates_and_the_scripted_faults_fire(stack):
                 problems.append(f"{r['name']}: needs a severity label and a summary")
     assert not problems, "\n".join(problems)
 
-    def firing():
-        alerts = prom.api("/api/v1/alerts")["data"]["alerts"]
-        return {(x["labels"]["alertname"], x["labels"].get("gpu")) for x in alerts if x["state"] == "firing"}
+    def alerts(state: str) -> set[tuple[str, str | None, str | None]]:
+        return {(x["labels"]["alertname"], x["labels"].get("instance"), x["labels"].get("gpu"))
+                for x in prom.api("/api/v1/alerts")["data"]["alerts"] if x["state"] == state}
 
-    want = {("IsaacdGpuHwThermalSlowdown", "1"), ("IsaacdGpuXidResetRequired", "1"), ("IsaacdGpuXidError", "0"),
-            ("IsaacdGpuUnhealthy", "1")}
-    got = wait_for(lambda: (f := firing()) >= want and f, 15, f"alerts {want} firing", prom)
-    assert ("IsaacdGpuHot", "0") not in got
+    want = {("IsaacdGpuHwThermalSlowdown", a, "1"), ("IsaacdGpuXidResetRequired", a, "1"),
+            ("IsaacdGpuXidError", a, "1"), ("IsaacdGpuUnhealthy", a, "1")}
+    got = stack.wait(lambda: (f := alerts("firing")) >= want and f, 15, f"alerts {want} firing")
+    assert ("IsaacdGpuHot", a, "0") not in got, "GPU 0 is at 61 C"
+    # GPU 1 at 86 C: pending for its 30 s, or firing already on a slow runner
+    assert ("IsaacdGpuHot", a, "1") in got | alerts("pending")
+    if not stack.nvml:
+        assert ("IsaacdGpuCollectorDown", b, None) in alerts("pending"), "B has no GPU collector (for: 5m)"
+    assert not {x for x in got if x[0].startswith("IsaacdJob") or x[0] == "IsaacdDown"}
+
+
+def test_kill9_of_the_trainer_is_a_signal_restart_in_prometheus(stack):
+    prom, a = stack.prom, stack.a
+    sel = f'instance="{a}",job="cp"'
+    assert prom.value(f'isaacd_job_restarts_total{{{sel},reason="signal"}}') == 0
+    pid = stack.sup_a.job("cp")["pid"]
+    os.kill(pid, signal.SIGKILL)
+    stack.wait(lambda: prom.value(f'isaacd_job_restarts_total{{{sel},reason="signal"}}') == 1, 20,
+               "restarts_total{reason=signal} == 1 in Prometheus")
+    j = stack.sup_a.job("cp")
+    assert j["restarts"] == 1 and "killed by signal 9" in j["last_restart_reason"]
+    restarts = {s["metric"]["reason"]: float(s["value"][1])
+                for s in prom.result(f"isaacd_job_restarts_total{{{sel}}}")}
+    assert restarts == {**dict.fromkeys(RESTART_REASONS, 0.0), "signal": 1.0}
+    # the 0 -> 1 step is visible to increase(), which the restart-loop rule and the dashboard use
+    assert (prom.value(f'increase(isaacd_job_restarts_total{{{sel},reason="signal"}}[1m])') or 0) > 0
+    # the supervisor brings the trainer back: a new pid, attributed on the GPUs again
+    stack.wait(lambda: (x := stack.sup_a.job("cp"))["pid"] not in (None, pid) and x, 10, "a new trainer pid")
