@@ -29,7 +29,7 @@ SUPERVISOR_UNIT = """\
 # Installed by `isaacd install-units`; enable with `systemctl enable --now isaaclab-supervisor`.
 [Unit]
 Description=isaacd supervisor for Isaac Lab / rsl_rl training jobs
-Documentation=man:systemd.service(5) file://{config}
+Documentation=file://{config}
 Wants=network-online.target
 After=network-online.target podman.socket
 # A crash loop stops after 5 starts in 10 minutes (then `systemctl reset-failed` and read the journal).

@@ -34,7 +34,6 @@ from .quadlet import (
     attempt_number,
     clean_env,
     container_name,
-    containers_conf_ulimits,
     podman_binary,
 )
 
@@ -154,7 +153,7 @@ class PodmanRuntime:
                 log.warning("stale_container_removed", job=job.name, container=cs.name, state=st)
             old.remove(force=True, v=True)
         job.log_root.mkdir(parents=True, exist_ok=True)
-        body = cs.libpod_create_body(containers_conf_ulimits())
+        body = cs.libpod_create_body()
         import json  # noqa: PLC0415
 
         resp = client.api.post("/containers/create", data=json.dumps(body),

@@ -211,6 +211,15 @@ def memlock_ulimit() -> str:
     return f"memlock={hard}:{hard}"
 
 
+def container_ulimits() -> list[str]:
+    """memlock (see memlock_ulimit) plus containers.conf's default_ulimits: Podman 4.x replaces the
+    whole default list when a unit passes any --ulimit, which would bring back nofile=1048576 on
+    hosts that cannot grant it."""
+    out = {u.partition("=")[0]: u for u in containers_conf_ulimits()}
+    out["memlock"] = memlock_ulimit()
+    return list(out.values())
+
+
 def container_command(job: JobConfig, trainer_args: list[str]) -> list[str]:
     if job.command:
         base = list(job.command)
@@ -284,7 +293,7 @@ class ContainerSpec:
             job=job.name, name=container_name(job.name), image=image, rootfs=rootfs,
             entrypoint=cmd[0], args=cmd[1:], env=container_env(job), volumes=vols,
             ports=[parse_port(p, job.name) for p in job.container.ports], devices=cdi_devices(job),
-            shm_size=job.container.shm_size, ulimits=[memlock_ulimit()],
+            shm_size=job.container.shm_size, ulimits=container_ulimits(),
             labels={"isaacd.job": job.name, "isaacd.attempt": str(attempt), "isaacd.launch": token},
             workdir=workdir, user=job.container.user, stop_timeout=max(1, int(round(job.stop_timeout))),
             attempt=attempt, token=token,
@@ -319,9 +328,9 @@ class ContainerSpec:
         return o + self.args
 
     # ---- libpod API ----------------------------------------------------------------------
-    def libpod_create_body(self, default_ulimits: list[str]) -> dict[str, Any]:
+    def libpod_create_body(self) -> dict[str, Any]:
         r_limits: dict[str, dict[str, int]] = {}
-        for u in default_ulimits + self.ulimits:
+        for u in self.ulimits:
             kind, _, val = u.partition("=")
             soft, _, hard = val.partition(":")
             hard = hard or soft

@@ -1,0 +1,366 @@
+"""runtime = "podman" and the fallback `.service` for Podman < 4.4, on this host's real Podman (4.3.1).
+
+Containers run from an overlay of the host's own root (`--rootfs /:O`: no registry is reachable
+here), so the built-in trainer with the venv runs in them exactly as on the host. Needs a working
+podman: `../shared/testbed/host-setup.sh` (CI runs it through scripts/test.sh).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from isaacd.config import parse_config
+from isaacd.runtimes.base import LaunchSpec
+from isaacd.runtimes.podman import PodmanRuntime
+from isaacd.runtimes.quadlet import ContainerSpec, cgroup_pids, podman_version, render_service
+
+sys.path.insert(0, str(Path(__file__).parent))
+from helpers import SupervisorProc, builtin_job, wait_for, write_config  # noqa: E402
+
+pytestmark = pytest.mark.podman
+
+REPO = Path(__file__).resolve().parents[1]
+TRAINER = REPO / ".venv/bin/isaacd-train"
+ARGS = ["plain", "with space", "100%", "$HOME", 'dq"uote', "sq'uote", "back\\slash", "%n%t", "--f=v w"]
+PROBE = r"""
+out="$0"
+env > "$out/env.txt"
+printf '%s\n' "$@" > "$out/args.txt"
+grep -i 'locked memory' /proc/self/limits > "$out/limits.txt"
+df -k /dev/shm | tail -1 > "$out/shm.txt"
+trap 'echo got INT; exit 4' INT
+trap 'echo got TERM; exit 5' TERM
+echo probe ready
+while :; do sleep 0.1; done
+"""
+
+
+def _podman_works() -> str | None:
+    if os.geteuid() != 0:
+        return "the podman tests run rootful podman (needs root)"
+    try:
+        r = subprocess.run(["podman", "info", "--format", "{{.Host.OCIRuntime.Name}}"], capture_output=True,
+                           text=True, timeout=60)
+    except FileNotFoundError:
+        return "podman is not installed: run ../shared/testbed/host-setup.sh"
+    if r.returncode != 0:
+        return f"podman does not work here ({r.stderr.strip()[-200:]}): run ../shared/testbed/host-setup.sh"
+    return None
+
+
+@pytest.fixture(scope="module")
+def podman_url():
+    why = _podman_works()
+    if why:
+        pytest.skip(why)
+    # A private API socket: the runtime finds nothing there and starts `podman system service` itself.
+    url = f"unix:///tmp/isaacd-test-podman-{os.getpid()}.sock"
+    old = os.environ.get("ISAACD_PODMAN_URL")
+    os.environ["ISAACD_PODMAN_URL"] = url
+    yield url
+    if old is None:
+        del os.environ["ISAACD_PODMAN_URL"]
+    else:
+        os.environ["ISAACD_PODMAN_URL"] = old
+    for line in os.popen(f"pgrep -f 'podman system service --time=0 {url}'").read().split():
+        os.kill(int(line), signal.SIGTERM)
+    Path(url.removeprefix("unix://")).unlink(missing_ok=True)
+
+
+@pytest.fixture
+def cleanup_containers():
+    labels: list[str] = []
+    yield labels
+    for job in labels:
+        ids = subprocess.run(["podman", "ps", "-aq", "--filter", f"label=isaacd.job={job}"], capture_output=True,
+                             text=True).stdout.split()
+        if ids:
+            subprocess.run(["podman", "rm", "-f", "-v", *ids], capture_output=True)
+
+
+def _job(tmp_path: Path, name: str, command: list[str], ports: str = "[]", extra: str = ""):
+    toml = f"""
+[supervisor]
+state_dir = "{tmp_path}/state"
+[[jobs]]
+name = "{name}"
+runtime = "podman"
+log_root = "{tmp_path}/logs"
+command = {json.dumps(command)}
+stop_timeout = 10
+{extra}
+[jobs.container]
+image = "/:O"
+shm_size = "64m"
+ports = {ports}
+environment = {{ FROM_CONTAINER_CFG = "1" }}
+"""
+    cfg = parse_config(toml, "test", tmp_path)
+    return cfg, cfg.jobs[0]
+
+
+def _spec(job, args):
+    return LaunchSpec(job=job, argv=[], trainer_args=args, env={}, cwd=Path("/"), log_path=Path("/tmp/x.log"))
+
+
+def _wait_exit(rt, h, timeout=30.0):
+    return wait_for(lambda: rt.poll(h), timeout, what="container exit")
+
+
+def test_podman_runtime_runs_the_container_as_specified(tmp_path, podman_url, cleanup_containers, monkeypatch):
+    name = f"pt{uuid.uuid4().hex[:6]}"
+    cleanup_containers.append(name)
+    cfg, job = _job(tmp_path, name, ["sh", "-c", PROBE])
+    rt = PodmanRuntime(cfg)
+    monkeypatch.setenv("NOTIFY_SOCKET", "/run/systemd/notify")  # as under a Type=notify supervisor
+    monkeypatch.setenv("HOST_ONLY_VAR", "secret")
+    out = job.log_root  # the probe writes next to checkpoints: same path inside and outside
+    h = rt.start(_spec(job, [str(out)] + ARGS))
+    assert rt.client() is not None
+    wait_for(lambda: (out / "shm.txt").exists(), 30, what="probe output on the host, same path")
+    assert (out / "args.txt").read_text().splitlines() == ARGS
+    env = dict(ln.split("=", 1) for ln in (out / "env.txt").read_text().splitlines() if "=" in ln)
+    assert env["ACCEPT_EULA"] == "Y" and env["PRIVACY_CONSENT"] == "Y" and env["FROM_CONTAINER_CFG"] == "1"
+    assert "NOTIFY_SOCKET" not in env and "HOST_ONLY_VAR" not in env
+    assert int((out / "shm.txt").read_text().split()[1]) == 64 * 1024
+    assert "Max locked memory" in (out / "limits.txt").read_text()
+    assert rt.poll(h) is None
+    d = rt.describe(h)
+    assert d["container"] == f"isaaclab-job-{name}" and d["container_id"] == h.state["id"]
+    pids = rt.pids(h)
+    assert pids and pids[0] == h.state["pid"]
+    attrs = rt._attrs(h.state["id"])
+    assert attrs["Config"]["Labels"]["isaacd.job"] == name and attrs["Config"]["Labels"]["isaacd.launch"]
+    assert not attrs["HostConfig"].get("Privileged")
+    rt.signal(h, signal.SIGINT)  # graceful stop: Ctrl-C to the trainer
+    st = _wait_exit(rt, h)
+    assert st.code == 4 and st.signal is None and not st.external_stop and not st.oom_killed
+    logs = subprocess.run(["podman", "logs", f"isaaclab-job-{name}"], capture_output=True, text=True).stdout
+    assert "got INT" in logs  # the exited container stays for `isaacd logs` until the next start
+
+
+def test_podman_kill_is_a_crash_rm_is_an_operator_stop(tmp_path, podman_url, cleanup_containers):
+    name = f"pk{uuid.uuid4().hex[:6]}"
+    cleanup_containers.append(name)
+    cfg, job = _job(tmp_path, name, ["sh", "-c", PROBE])
+    rt = PodmanRuntime(cfg)
+    h = rt.start(_spec(job, [str(job.log_root)]))
+    wait_for(lambda: rt.pids(h), 20, what="container processes")
+    subprocess.run(["podman", "kill", f"isaaclab-job-{name}"], check=True, capture_output=True)
+    st = _wait_exit(rt, h)
+    assert st.signal == 9 and not st.external_stop, st  # resumed by isaacd like any crash
+
+    h = rt.start(_spec(job, [str(job.log_root)]))  # replaces the exited container: never two
+    ids = subprocess.run(["podman", "ps", "-aq", "--filter", f"label=isaacd.job={name}"], capture_output=True,
+                         text=True).stdout.split()
+    assert len(ids) == 1
+    wait_for(lambda: rt.pids(h), 20, what="container processes")
+    subprocess.run(["podman", "rm", "-f", f"isaaclab-job-{name}"], check=True, capture_output=True)
+    st = _wait_exit(rt, h)
+    assert st.external_stop and "removed outside isaacd" in st.describe()
+
+    h = rt.start(_spec(job, [str(job.log_root)]))
+    wait_for(lambda: rt.pids(h), 20, what="container processes")
+    rt.kill(h)
+    st = _wait_exit(rt, h)
+    assert st.signal == 9 and not st.external_stop
+
+
+def test_podman_adopt_after_supervisor_restart(tmp_path, podman_url, cleanup_containers):
+    name = f"pa{uuid.uuid4().hex[:6]}"
+    cleanup_containers.append(name)
+    cfg, job = _job(tmp_path, name, ["sh", "-c", PROBE])
+    rt = PodmanRuntime(cfg)
+    h = rt.start(_spec(job, [str(job.log_root)]))
+    wait_for(lambda: rt.pids(h), 20, what="container processes")
+    state = json.loads(json.dumps(h.state))  # what the state store keeps
+
+    rt2 = PodmanRuntime(cfg)  # a new supervisor
+    assert rt2.adopt(job, {**state, "token": "someone-else"}) is None
+    h2 = rt2.adopt(job, state)
+    assert h2 is not None and rt2.poll(h2) is None and rt2.pids(h2) == rt.pids(h)
+    rt2.signal(h2, signal.SIGINT)
+    assert _wait_exit(rt2, h2).code == 4
+
+    # ended while no supervisor ran: the exit code is still there for the next one
+    rt3 = PodmanRuntime(cfg)
+    h3 = rt3.adopt(job, state)
+    assert h3 is not None and rt3.poll(h3).code == 4
+
+
+def test_podman_ports_are_published_on_loopback(tmp_path, podman_url, cleanup_containers):
+    name = f"pp{uuid.uuid4().hex[:6]}"
+    cleanup_containers.append(name)
+    port = 20000 + os.getpid() % 20000
+    cfg, job = _job(tmp_path, name, ["sh", "-c", "sleep 60"], ports=f'["{port}"]')
+    rt = PodmanRuntime(cfg)
+    h = rt.start(_spec(job, []))
+    attrs = rt._attrs(h.state["id"])
+    binding = attrs["HostConfig"]["PortBindings"][f"{port}/tcp"]
+    assert binding == [{"HostIp": "127.0.0.1", "HostPort": str(port)}]
+    from isaacd.doctor import wildcard_listeners
+
+    assert not [w for w in wildcard_listeners() if w["port"] == port]
+    rt.kill(h)
+    _wait_exit(rt, h)
+
+
+# ---- the fallback .service on Podman 4.3 ----------------------------------------------------------
+def _sd_split(cmd: str) -> list[str]:
+    """Split a command line the way systemd does for ExecStart= (quotes, C escapes)."""
+    words, i, n = [], 0, len(cmd)
+    esc = {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "'": "'", "r": "\r", "a": "\a", "b": "\b",
+           "f": "\f", "v": "\v", "s": " "}
+    while i < n:
+        while i < n and cmd[i] in " \t":
+            i += 1
+        if i >= n:
+            break
+        w, quote = "", None
+        while i < n and (quote or cmd[i] not in " \t"):
+            c = cmd[i]
+            if quote is None and c in "\"'":
+                quote = c
+            elif c == quote:
+                quote = None
+            elif c == "\\" and i + 1 < n:
+                i += 1
+                c = cmd[i]
+                if c == "x":
+                    w += chr(int(cmd[i + 1:i + 3], 16))
+                    i += 2
+                else:
+                    w += esc.get(c, c)
+            else:
+                w += c
+            i += 1
+        words.append(w)
+    return words
+
+
+def _unquote_exec(line: str, unit: str) -> list[str]:
+    """ExecStart= -> argv, as systemd would run it (specifiers, $$, %% and quoting)."""
+    cmd = line.split("=", 1)[1]
+    cmd = cmd.replace("%%", "\x00").replace("%t", "/run").replace("%N", unit).replace("%n", unit + ".service")
+    return [w.replace("\x00", "%").replace("$$", "$") for w in _sd_split(cmd)]
+
+
+def test_fallback_service_execstart_runs_on_podman_43(tmp_path, cleanup_containers):
+    """Podman 4.3 has no Quadlet: isaacd writes the .service itself. With no systemd on this host,
+    play systemd's part: a cgroup for the unit, a NOTIFY_SOCKET, %t/%N, then ExecStart= and
+    ExecStop= exactly as written, and check Type=notify works (READY=1, MAINPID=conmon)."""
+    why = _podman_works()
+    if why:
+        pytest.skip(why)
+    ver = podman_version()
+    name = f"fb{uuid.uuid4().hex[:6]}"
+    cleanup_containers.append(name)
+    cfg, job = _job(tmp_path, name, ["sh", "-c", PROBE])
+    cs = ContainerSpec.from_launch(_spec(job, [str(job.log_root)] + ARGS), "tok", 1)
+    job.log_root.mkdir(parents=True)  # SystemdRuntime.start does this before it starts the unit
+    text = render_service(cs, podman="/usr/bin/podman")
+    unit = cs.name
+    start = _unquote_exec(next(ln for ln in text.splitlines() if ln.startswith("ExecStart=")), unit)
+    stop = _unquote_exec(next(ln for ln in text.splitlines() if ln.startswith("ExecStop=")), unit)
+    assert "--sdnotify=conmon" in start and "--cgroups=split" in start and "--rm" in start
+
+    notify = tmp_path / "notify.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(notify))
+    sock.settimeout(30)
+    cg = f"isaacd-test-{name}"
+    roots = [r for r in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd", "/sys/fs/cgroup")
+             if os.path.exists(f"{r}/cgroup.procs")]
+    for r in roots:
+        os.makedirs(f"{r}/{cg}", exist_ok=True)
+    moves = "; ".join(f"echo $$ > {r}/{cg}/cgroup.procs" for r in roots)
+    env = {**{k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}, "NOTIFY_SOCKET": str(notify),
+           "PODMAN_SYSTEMD_UNIT": unit + ".service"}
+    try:
+        r = subprocess.run(["sh", "-c", f'{moves}; exec "$@"', "sh", *start], env=env, capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0, f"podman {ver}: {r.stderr}"
+        msgs = ""
+        while "READY=1" not in msgs:
+            msgs += sock.recv(4096).decode() + "\n"
+        mainpid = int(re.search(r"MAINPID=(\d+)", msgs).group(1))
+        assert Path(f"/proc/{mainpid}/comm").read_text().strip() == "conmon"
+        cid = Path(f"/run/{unit}.cid").read_text().strip()
+        wait_for(lambda: (job.log_root / "args.txt").exists(), 20, what="probe output")
+        assert (job.log_root / "args.txt").read_text().splitlines() == ARGS
+        # the container's processes are in the unit's payload cgroup (what the systemd runtime signals)
+        payload = [p for p in cgroup_pids("/" + cg, skip=("runtime",)) if p != mainpid]
+        assert payload
+        for p in payload:
+            os.kill(p, signal.SIGINT)
+        wait_for(lambda: not Path(f"/proc/{mainpid}").exists(), 20, what="conmon (the unit's main PID) to exit")
+        r = subprocess.run(["podman", "events", "--stream=false", "--since", "2m", "--filter", f"container={cid}",
+                            "--filter", "event=died", "--format", "json"], capture_output=True, text=True)
+        assert '"containerExitCode":4' in r.stdout.replace(" ", "") or "4" in r.stdout, r.stdout
+        r = subprocess.run(stop, capture_output=True, text=True, env=env)  # ExecStop= / ExecStopPost=
+        assert r.returncode == 0, r.stderr
+        assert subprocess.run(["podman", "container", "exists", cid]).returncode == 1
+    finally:
+        sock.close()
+        subprocess.run(["podman", "rm", "-f", "-i", f"isaaclab-job-{name}"], capture_output=True)
+        Path(f"/run/{unit}.cid").unlink(missing_ok=True)
+        for r in roots:
+            for d in sorted(Path(f"{r}/{cg}").glob("**/"), key=lambda p: -len(p.parts)):
+                try:
+                    d.rmdir()
+                except OSError:
+                    pass
+
+
+# ---- the supervisor with runtime = "podman", end to end ------------------------------------------
+@pytest.mark.slow
+def test_supervisor_podman_job_resumes_adopts_and_stops(tmp_path, podman_url, supervisor_factory,
+                                                        cleanup_containers):
+    name = f"sp{uuid.uuid4().hex[:6]}"
+    cleanup_containers.append(name)
+    jobs = builtin_job(name, runtime="podman", command=[str(TRAINER)], save_interval=1, log_root=str(tmp_path / "logs"),
+                       extra_args=["--num_steps_per_env", "8"], restart={"backoff_initial": 0.2},
+                       container={"image": "/:O", "shm_size": "256m"})
+    cfg = write_config(tmp_path, jobs)
+    sup = supervisor_factory(cfg)
+
+    def job():
+        return sup.job(name)
+
+    wait_for(lambda: (j := job())["checkpoint"] and j["checkpoint"]["iteration"] >= 1, 120, what="a checkpoint")
+    j = job()
+    assert j["runtime"] == "podman" and j["container_id"] and j["pid"]
+    subprocess.run(["podman", "kill", f"isaaclab-job-{name}"], check=True, capture_output=True)
+    j = wait_for(lambda: (j := job())["restarts"] == 1 and j["state"] == "running" and j, 120, what="the resume")
+    started = [e for e in sup.events(name) if e["event"] == "started"]
+    assert started[-1]["resume_from"] is not None  # from the checkpoint, not from scratch
+    assert j["iteration"] > started[-1]["resume_from"]["iteration"]
+    cid = j["container_id"]
+
+    sup.stop()  # container jobs keep running without the supervisor
+    assert subprocess.run(["podman", "container", "inspect", "-f", "{{.State.Running}}", cid],
+                          capture_output=True, text=True).stdout.strip() == "true"
+    sup = supervisor_factory(cfg)
+    wait_for(lambda: any(e["event"] == "adopted" for e in sup.events(name)), 30, what="adoption")
+    j = job()
+    assert j["container_id"] == cid and j["restarts"] == 1
+    ids = subprocess.run(["podman", "ps", "-q", "--filter", f"label=isaacd.job={name}"], capture_output=True,
+                         text=True).stdout.split()
+    assert len(ids) == 1  # adopted, not duplicated
+
+    sup.cli("stop", name)
+    j = wait_for(lambda: (j := job())["state"] == "stopped" and j, 60, what="graceful stop")
+    ex = [e for e in sup.events(name) if e["event"] == "exited"][-1]
+    assert ex["code"] == 0 and not ex["external_stop"]  # the trainer caught SIGINT and saved

@@ -1,0 +1,364 @@
+"""Generated job units and the supervisor unit: contents, and validation by the real tools.
+
+- `quadlet -dryrun` (Podman 5.4's generator, in the testbed rootfs via chroot) must accept every
+  generated `.container` with nothing on stderr: one unknown key makes it drop the whole unit.
+- `systemd-analyze verify` (host systemd 252, and systemd 257 in the chroot) must print nothing on
+  stderr for every generated unit: it warns, exit status 0, on unknown keys and bad values.
+- GPU passthrough cannot run here (no GPU, and no Podman on the GPU machine): the CDI device
+  options are checked as text, in all three renderings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from isaacd.config import parse_config
+from isaacd.runtimes.base import LaunchSpec, RuntimeError_
+from isaacd.runtimes.quadlet import (
+    ContainerSpec,
+    cdi_devices,
+    container_command,
+    container_device_arg,
+    parse_port,
+    render_quadlet,
+    render_service,
+    sd_quote,
+)
+from isaacd.units import UNIT_NAME, install_units, render_supervisor_unit
+
+sys.path.insert(0, str(Path(__file__).parent / "testbed"))
+import tb as testbed  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+WEIRD = ["plain", "with space", "100%", "$HOME", "${X}", 'dq"uote', "sq'uote", "back\\slash", "semi;colon",
+         "tab\there", "%n%t", "a=b", "--flag=va lue", "", "ünïcödé"]
+
+
+def job_from(toml: str):
+    return parse_config(toml, "test", Path("/")).jobs[0]
+
+
+def spec_for(job, trainer_args=None, attempt=3, token="tok123") -> ContainerSpec:
+    ls = LaunchSpec(job=job, argv=[], trainer_args=trainer_args if trainer_args is not None else ["--x", "1"],
+                    env={"HOST_SECRET": "nope", "NOTIFY_SOCKET": "/run/systemd/notify"}, cwd=Path("/"),
+                    log_path=Path("/tmp/x.log"))
+    return ContainerSpec.from_launch(ls, token, attempt)
+
+
+JOBS = {
+    "builtin_rootfs": """
+[[jobs]]
+name = "cp"
+runtime = "systemd"
+log_root = "/data/isaacd/cp"
+command = ["/opt/venv/bin/isaacd-train"]
+[jobs.container]
+image = "/:O"
+shm_size = "1g"
+""",
+    "rsl_rl_gpus": """
+[[jobs]]
+name = "anymal.rough_v2"
+runtime = "systemd"
+workflow = "rsl_rl"
+task = "Isaac-Velocity-Rough-Anymal-C-v0"
+device = "cuda:2"
+gpus = [2, 3]
+log_root = "/data/isaacd/anymal"
+environment = { WANDB_MODE = "offline", "WEIRD" = "a b %n $X \\"q\\"" }
+[jobs.container]
+image = "nvcr.io/nvidia/isaac-lab:2.3.2"
+shm_size = "16g"
+ports = ["6006", "8888:8888", "127.0.0.1:9000:9000/udp", "[::1]:7000:7000"]
+volumes = ["/data/cache/kit:/isaac-sim/kit/cache", "/data/cache/ov:/root/.cache/ov:ro"]
+environment = { ACCEPT_EULA = "Y", OMNI_SERVER = "x" }
+user = "1000:1000"
+""",
+    "uuid_mig_all": """
+[[jobs]]
+name = "mig"
+runtime = "podman"
+device = "cuda"
+gpus = ["GPU-6f3a1c2e-0b1d-4e5f-8a9b-0c1d2e3f4a5b", "MIG-1c2d3e4f-aaaa-bbbb-cccc-1234567890ab", "0:1", "nvidia.com/gpu=all"]
+log_root = "/data/mig"
+""",
+}
+
+
+# ---- contents ---------------------------------------------------------------------------------
+def test_cdi_device_names_from_gpus():
+    assert cdi_devices(job_from(JOBS["builtin_rootfs"])) == []  # cpu, no gpus: no GPU at all
+    assert cdi_devices(job_from(JOBS["rsl_rl_gpus"])) == ["nvidia.com/gpu=2", "nvidia.com/gpu=3"]
+    assert cdi_devices(job_from(JOBS["uuid_mig_all"])) == [
+        "nvidia.com/gpu=GPU-6f3a1c2e-0b1d-4e5f-8a9b-0c1d2e3f4a5b",
+        "nvidia.com/gpu=MIG-1c2d3e4f-aaaa-bbbb-cccc-1234567890ab",
+        "nvidia.com/gpu=0:1",
+        "nvidia.com/gpu=all",
+    ]
+    cuda_no_gpus = job_from('[[jobs]]\nname = "a"\ndevice = "cuda:0"\n')
+    assert cdi_devices(cuda_no_gpus) == ["nvidia.com/gpu=all"]
+    with pytest.raises(RuntimeError_, match="cannot start with '-'"):
+        cdi_devices(job_from('[[jobs]]\nname = "a"\ngpus = ["-0"]\n'))
+
+
+def test_cdi_devices_in_every_rendering():
+    cs = spec_for(job_from(JOBS["rsl_rl_gpus"]))
+    q = render_quadlet(cs)
+    assert "AddDevice=nvidia.com/gpu=2\nAddDevice=nvidia.com/gpu=3\n" in q
+    assert "AddDevice=-" not in q  # "-" would make Quadlet treat it as an optional path and drop it
+    s = render_service(cs)
+    assert "--device nvidia.com/gpu=2 --device nvidia.com/gpu=3" in s
+    body = cs.libpod_create_body()
+    assert body["devices"] == [{"path": "nvidia.com/gpu=2"}, {"path": "nvidia.com/gpu=3"}]
+    assert "--privileged" not in s and "Privileged" not in q and "privileged" not in body
+
+
+def test_device_index_inside_the_container():
+    # CDI passes host GPUs 2 and 3 as cuda:0 and cuda:1 inside
+    assert container_device_arg(job_from(JOBS["rsl_rl_gpus"])) == "cuda:0"
+    cmd = container_command(job_from(JOBS["rsl_rl_gpus"]), ["--device", "cuda:2", "--headless"])
+    assert cmd == ["/workspace/isaaclab/isaaclab.sh", "-p", "scripts/reinforcement_learning/rsl_rl/train.py",
+                   "--device", "cuda:0", "--headless"]
+    assert container_device_arg(job_from('[[jobs]]\nname = "a"\ndevice = "cuda:1"\ngpus = [0, 1]\n')) == "cuda:1"
+    assert container_device_arg(job_from('[[jobs]]\nname = "a"\ndevice = "cpu"\n')) == "cpu"
+
+
+def test_commands_per_workflow():
+    builtin = job_from('[[jobs]]\nname = "a"\n')
+    assert container_command(builtin, ["--task", "T"]) == ["isaacd-train", "--task", "T"]
+    override = job_from('[[jobs]]\nname = "a"\ncommand = ["python", "-m", "my.train"]\n')
+    assert container_command(override, ["--x"]) == ["python", "-m", "my.train", "--x"]
+
+
+def test_ports_are_loopback_only():
+    assert parse_port("6006", "j") == "127.0.0.1:6006:6006"
+    assert parse_port("8080:80", "j") == "127.0.0.1:8080:80"
+    assert parse_port("localhost:8080:80/udp", "j") == "127.0.0.1:8080:80/udp"
+    assert parse_port("[::1]:7000:7000", "j") == "[::1]:7000:7000"
+    for bad in ("0.0.0.0:8888:8888", "10.0.0.5:80:80", "[::]:80:80"):
+        with pytest.raises(RuntimeError_, match="127.0.0.1 only"):
+            parse_port(bad, "j")
+    with pytest.raises(RuntimeError_):
+        parse_port("a:b:c:d", "j")
+    cs = spec_for(job_from(JOBS["rsl_rl_gpus"]))
+    assert cs.ports == ["127.0.0.1:6006:6006", "127.0.0.1:8888:8888", "127.0.0.1:9000:9000/udp", "[::1]:7000:7000"]
+    assert {p["host_ip"] for p in cs.libpod_create_body()["portmappings"]} == {"127.0.0.1", "::1"}
+
+
+def test_environment_isaac_sim_defaults_and_no_host_env():
+    cs = spec_for(job_from(JOBS["rsl_rl_gpus"]))
+    env = cs.env
+    assert env["ACCEPT_EULA"] == "Y" and env["PRIVACY_CONSENT"] == "Y" and env["HEADLESS"] == "1"
+    assert env["OMNI_SERVER"] == "x" and env["WANDB_MODE"] == "offline"
+    assert "HOST_SECRET" not in env and "NOTIFY_SOCKET" not in env and "PATH" not in env
+    os.environ["NOTIFY_SOCKET"] = "/run/systemd/notify"
+    try:
+        job = job_from('[[jobs]]\nname = "a"\nenvironment = { NOTIFY_SOCKET = "/x", WATCHDOG_USEC = "1" }\n')
+        assert "NOTIFY_SOCKET" not in spec_for(job).env and "WATCHDOG_USEC" not in spec_for(job).env
+    finally:
+        del os.environ["NOTIFY_SOCKET"]
+
+
+def test_log_root_same_path_and_isaaclab_logs():
+    cs = spec_for(job_from(JOBS["rsl_rl_gpus"]))
+    assert ("/data/isaacd/anymal", "/data/isaacd/anymal", "") in cs.volumes
+    assert ("/data/isaacd/anymal", "/workspace/isaaclab/logs", "") in cs.volumes
+    assert cs.workdir == "/workspace/isaaclab"
+    b = spec_for(job_from(JOBS["builtin_rootfs"]))
+    assert b.volumes == [("/data/isaacd/cp", "/data/isaacd/cp", "")] and b.workdir is None
+    assert b.rootfs == "/:O" and b.image is None
+
+
+def test_labels_restart_policy_and_limits():
+    cs = spec_for(job_from(JOBS["rsl_rl_gpus"]), attempt=7, token="abc")
+    assert cs.labels == {"isaacd.job": "anymal.rough_v2", "isaacd.attempt": "7", "isaacd.launch": "abc"}
+    for text in (render_quadlet(cs), render_service(cs)):
+        assert "Restart=no\n" in text and "# isaacd-launch: abc\n" in text
+        assert "Before=isaaclab-supervisor.service" in text
+        assert "Restart=always" not in text and "Restart=on-failure" not in text
+    assert any(u.startswith("memlock=") for u in cs.ulimits)
+    assert "Ulimit=memlock=" in render_quadlet(cs) and "--ulimit memlock=" in render_service(cs)
+    assert "ShmSize=16g" in render_quadlet(cs) and "--shm-size 16g" in render_service(cs)
+    assert cs.libpod_create_body()["shm_size"] == 16 * 2**30
+
+
+def test_fallback_service_has_quadlets_shape():
+    s = render_service(spec_for(job_from(JOBS["builtin_rootfs"])), podman="/usr/bin/podman")
+    for line in ("Type=notify", "NotifyAccess=all", "KillMode=mixed", "Delegate=yes", "SuccessExitStatus=143",
+                 "ExecStop=/usr/bin/podman rm -v -f -i --cidfile=%t/%N.cid",
+                 "ExecStopPost=-/usr/bin/podman rm -v -f -i --cidfile=%t/%N.cid",
+                 "Environment=PODMAN_SYSTEMD_UNIT=%n", "SyslogIdentifier=%N"):
+        assert line + "\n" in s, line
+    start = next(ln for ln in s.splitlines() if ln.startswith("ExecStart="))
+    assert start.startswith("ExecStart=/usr/bin/podman run --name isaaclab-job-cp --cidfile=%t/%N.cid --replace "
+                            "--rm --cgroups=split --sdnotify=conmon -d ")
+    assert start.endswith("--rootfs /:O --x 1")
+
+
+def test_sd_quote_shapes():
+    assert sd_quote("plain") == "plain"
+    assert sd_quote("100%") == '"100%%"'
+    assert sd_quote("$HOME") == '"$$HOME"'
+    assert sd_quote("") == '""'
+    assert sd_quote('a "b"') == '"a \\"b\\""'
+
+
+# ---- validation by the real tools ---------------------------------------------------------
+ROOTFS = testbed.LOWER
+
+
+@pytest.fixture(scope="module")
+def chroot_tools():
+    if os.geteuid() != 0:
+        pytest.skip("chroot into the testbed rootfs needs root")
+    why = testbed.unavailable_reason()
+    if why:
+        pytest.skip(why)
+    testbed.ensure_rootfs()
+    q = ROOTFS / "usr/libexec/podman/quadlet"
+    if not q.exists():
+        pytest.skip(f"{q} missing from the testbed rootfs")
+    work = ROOTFS / "tmp" / f"isaacd-qcheck-{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    yield work
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _all_specs() -> list[tuple[str, ContainerSpec]]:
+    out = []
+    for name, toml in JOBS.items():
+        out.append((name, spec_for(job_from(toml))))
+    out.append(("weird_args", spec_for(job_from(JOBS["builtin_rootfs"]), trainer_args=WEIRD)))
+    return out
+
+
+@pytest.mark.systemd
+def test_quadlet_dryrun_and_verify_every_generated_container(chroot_tools):
+    qdir, outdir = chroot_tools / "q", chroot_tools / "out"
+    qdir.mkdir()
+    outdir.mkdir()
+    specs = _all_specs()
+    for i, (name, cs) in enumerate(specs):
+        cs.name = f"isaaclab-job-{i}"
+        (qdir / f"isaaclab-job-{i}.container").write_text(render_quadlet(cs))
+    inside = "/" + str(qdir.relative_to(ROOTFS))
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "QUADLET_UNIT_DIRS": inside}
+    r = subprocess.run(["chroot", str(ROOTFS), "/usr/libexec/podman/quadlet", "-dryrun", "-no-kmsg-log"],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and _quadlet_complaints(r.stderr) == [], r.stderr
+    for i in range(len(specs)):
+        assert f"---isaaclab-job-{i}.service---" in r.stdout
+    r = subprocess.run(["chroot", str(ROOTFS), "/usr/libexec/podman/quadlet", "-no-kmsg-log",
+                        "/" + str(outdir.relative_to(ROOTFS))], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    units = sorted(outdir.glob("isaaclab-job-*.service"))
+    assert len(units) == len(specs)
+    for u in units:
+        _verify_both(u)
+    # what Quadlet made of the weird arguments: exactly our words, systemd-quoted
+    weird = (outdir / f"isaaclab-job-{len(specs) - 1}.service").read_text()
+    assert '"100%%" "$$HOME" "$${X}"' in weird
+
+
+@pytest.mark.systemd
+def test_systemd_analyze_verify_every_fallback_service(chroot_tools):
+    for i, (name, cs) in enumerate(_all_specs()):
+        cs.name = f"isaaclab-job-fb{i}"
+        p = chroot_tools / f"isaaclab-job-fb{i}.service"
+        p.write_text(render_service(cs, podman="/usr/bin/podman"))
+        _verify_both(p)
+
+
+@pytest.mark.systemd
+def test_supervisor_unit_verifies_clean(tmp_path, chroot_tools):
+    unit = tmp_path / UNIT_NAME
+    unit.write_text(render_supervisor_unit(bin_path=str(REPO / ".venv/bin/isaacd")))
+    r = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    # and systemd 257 (inside the rootfs, where /bin/true stands in for the isaacd binary)
+    p = chroot_tools / UNIT_NAME
+    p.write_text(render_supervisor_unit(bin_path="/bin/true"))
+    r = subprocess.run(["chroot", str(ROOTFS), "systemd-analyze", "verify", "/" + str(p.relative_to(ROOTFS))],
+                       capture_output=True, text=True, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+def _quadlet_complaints(stderr: str) -> list[str]:
+    """stderr of `quadlet -dryrun` minus its one informational line per file it reads."""
+    return [ln for ln in stderr.splitlines() if ln.strip() and "Loading source unit file" not in ln]
+
+
+@pytest.mark.systemd
+def test_quadlet_check_catches_a_bad_key(chroot_tools):
+    """Negative control for the check above: one unknown key is an error (and drops the unit)."""
+    qdir = chroot_tools / "bad"
+    qdir.mkdir()
+    text = render_quadlet(spec_for(job_from(JOBS["builtin_rootfs"]))).replace("ShmSize=", "ShmSise=")
+    (qdir / "isaaclab-job-bad.container").write_text(text)
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "QUADLET_UNIT_DIRS": "/" + str(qdir.relative_to(ROOTFS))}
+    r = subprocess.run(["chroot", str(ROOTFS), "/usr/libexec/podman/quadlet", "-dryrun", "-no-kmsg-log"],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode != 0 and any("ShmSise" in ln for ln in _quadlet_complaints(r.stderr)), r.stderr
+
+
+def _verify_both(path: Path) -> None:
+    """systemd-analyze verify on the host (252) and in the rootfs (257): no output on stderr."""
+    if shutil.which("systemd-analyze") and Path("/usr/bin/podman").exists():
+        r = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True)
+        assert r.returncode == 0 and r.stderr == "", f"host verify {path.name}: {r.stderr}"
+    inside = "/" + str(path.relative_to(ROOTFS))
+    r = subprocess.run(["chroot", str(ROOTFS), "systemd-analyze", "verify", inside], capture_output=True, text=True,
+                       env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+    assert r.returncode == 0 and r.stderr == "", f"chroot verify {path.name}: {r.stderr}"
+
+
+# ---- the supervisor unit --------------------------------------------------------------------
+def test_units_dir_matches_the_template():
+    assert (REPO / "units" / UNIT_NAME).read_text() == render_supervisor_unit()
+
+
+def test_supervisor_unit_contents():
+    u = render_supervisor_unit("/opt/isaacd/bin/isaacd")
+    for line in ("Type=notify", "NotifyAccess=main", "ExecStart=/opt/isaacd/bin/isaacd run --config /etc/isaacd/isaacd.toml",
+                 "Restart=on-failure", "RestartSec=5s", "WatchdogSec=30s", "KillMode=mixed",
+                 "StartLimitIntervalSec=600", "StartLimitBurst=5", "WantedBy=multi-user.target"):
+        assert line + "\n" in u, line
+    # no mount-namespace or device-policy hardening: those break Podman and GPU access
+    for bad in ("ProtectSystem=", "PrivateTmp=", "PrivateDevices=", "DevicePolicy=", "ProtectHome=",
+                "NoNewPrivileges=", "KillMode=control-group"):
+        assert "\n" + bad not in u, bad
+
+
+def test_install_units_into_a_prefix(tmp_path, capsys):
+    class Args:
+        prefix = str(tmp_path)
+        bin = "/opt/isaacd/bin/isaacd"
+        config = None
+
+    assert install_units(Args()) == 0
+    unit = tmp_path / "etc/systemd/system" / UNIT_NAME
+    assert "ExecStart=/opt/isaacd/bin/isaacd run --config /etc/isaacd/isaacd.toml" in unit.read_text()
+    cfg = tmp_path / "etc/isaacd/isaacd.toml"
+    assert cfg.exists() and (tmp_path / "etc/containers/systemd").is_dir()
+    parse_config(cfg.read_text(), str(cfg), tmp_path)  # the example config is valid
+    cfg.write_text("# mine\n")
+    assert install_units(Args()) == 0
+    assert cfg.read_text() == "# mine\n"  # never overwritten
+    assert "systemctl enable --now isaaclab-supervisor" in capsys.readouterr().out
+
+
+def test_install_units_cli(tmp_path):
+    r = subprocess.run([str(REPO / ".venv/bin/isaacd"), "install-units", "--prefix", str(tmp_path), "--bin",
+                        "/usr/local/bin/isaacd"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "etc/systemd/system" / UNIT_NAME).read_text() == render_supervisor_unit()
+    json.dumps(r.stdout)
