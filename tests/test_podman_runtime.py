@@ -301,7 +301,7 @@ def test_fallback_service_execstart_runs_on_podman_43(tmp_path, cleanup_containe
         wait_for(lambda: (job.log_root / "args.txt").exists(), 20, what="probe output")
         assert (job.log_root / "args.txt").read_text().splitlines() == ARGS
         # the container's processes are in the unit's payload cgroup (what the systemd runtime signals)
-        payload = [p for p in cgroup_pids("/" + cg, skip=("runtime",)) if p != mainpid]
+        payload = cgroup_pids("/" + cg, only_prefix="libpod-payload-")
         assert payload
         for p in payload:
             os.kill(p, signal.SIGINT)

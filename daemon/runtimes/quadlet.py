@@ -598,15 +598,20 @@ def cgroup_roots() -> list[Path]:
     return [p for p in (base, base / "unified", base / "systemd") if (p / "cgroup.procs").exists()]
 
 
-def cgroup_pids(cgroup: str, skip: tuple[str, ...] = ()) -> list[int]:
-    """All PIDs in a cgroup subtree (in our PID namespace), skipping child cgroups named in `skip`."""
+def cgroup_pids(cgroup: str, skip: tuple[str, ...] = (), only_prefix: str | None = None) -> list[int]:
+    """All PIDs in a cgroup subtree (in our PID namespace), skipping child cgroups named in `skip`;
+    with `only_prefix`, only those below a direct child whose name starts with it."""
     for root in cgroup_roots():
         top = root / cgroup.lstrip("/")
         if not top.is_dir():
             continue
         pids: list[int] = []
         for dirpath, dirnames, filenames in os.walk(top):
-            dirnames[:] = [d for d in dirnames if d not in skip]
+            at_top = os.path.samefile(dirpath, top)
+            dirnames[:] = [d for d in dirnames if d not in skip and
+                           (not at_top or only_prefix is None or d.startswith(only_prefix))]
+            if at_top and only_prefix is not None:
+                continue
             try:
                 with open(os.path.join(dirpath, "cgroup.procs")) as fh:
                     pids += [int(x) for x in fh.read().split()]

@@ -331,8 +331,9 @@ class SystemdRuntime:
         cg = self._props.get(handle.state["unit"], {}).get("ControlGroup")
         if not cg:
             return []
-        # --cgroups=split: conmon in <unit>/runtime, the container in <unit>/libpod-payload-<id>
-        return cgroup_pids(cg, skip=("runtime",))
+        # --cgroups=split: conmon in <unit>/runtime, the container in <unit>/libpod-payload-<id>;
+        # `podman run` itself, while it starts the container, sits in <unit> and is not the trainer
+        return cgroup_pids(cg, only_prefix="libpod-payload-")
 
     def adopt(self, job: JobConfig, state: dict[str, Any]) -> Handle | None:
         unit = state.get("unit") or unit_name(job.name)

@@ -1,0 +1,141 @@
+"""runtime = "systemd" with real systemd (257, PID 1) and real Podman (5.4, Quadlet), in the testbed
+of ../shared/testbed (a Debian trixie rootfs booted with systemd-nspawn; see tests/testbed/tb.py).
+
+- the runtime's lifecycle through Quadlet units, and through the `.service` isaacd writes for
+  Podman < 4.4 (forced here, on Podman 5.4, since the testbed has no 4.3);
+- the product end to end: `isaacd install-units`, `systemctl start isaaclab-supervisor` (Type=notify),
+  a built-in training job as a Quadlet container; the container killed -> resumed from its
+  checkpoint; `systemctl restart isaaclab-supervisor` -> adopted, not duplicated; an operator's
+  `systemctl stop` of the job unit -> recorded as an operator stop and not fought.
+
+Needs root, systemd-nspawn and debootstrap (`../shared/testbed/systemd-testbed.sh prep`); the rootfs
+is built once (~60 s) and cached in /tmp/testbed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "testbed"))
+import harness as H  # noqa: E402
+import tb as testbed  # noqa: E402
+
+pytestmark = [pytest.mark.systemd, pytest.mark.slow]
+
+PROBE = Path(__file__).parent / "testbed" / "rt_probe.py"
+
+
+@pytest.fixture(scope="module")
+def tbed():
+    why = testbed.unavailable_reason()
+    if why:
+        pytest.skip(why)
+    t = H.make_testbed("isaacd-tb-test")
+    try:
+        t.boot()
+    except testbed.TestbedUnavailable as exc:
+        t.stop()
+        pytest.skip(f"testbed does not boot here: {exc}")
+    yield t
+    t.stop()
+
+
+def _probe(t, env: str = "") -> dict:
+    r = t.shx(f"{env} {H.VENV}/bin/python {PROBE} /srv/probe-{int(time.time() * 1000)}", check=False, timeout=400)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _check_probe(out: dict) -> None:
+    from rt_probe import ARGS
+
+    assert out["args"] == ARGS  # every word arrives verbatim through systemd quoting, % and $ included
+    env = out["env"]
+    assert env["ACCEPT_EULA"] == "Y" and env["PRIVACY_CONSENT"] == "Y" and env["FROM_CFG"] == "yes"
+    assert "NOTIFY_SOCKET" not in env and "HOST_ONLY" not in env
+    assert out["describe"]["unit"] == "isaaclab-job-looper.service" and out["describe"]["container_id"]
+    assert out["pids"] and out["containers_running"] == 1
+    assert out["sigint"]["code"] == 4 and not out["sigint"]["external_stop"], out["sigint"]
+    assert out["journal_has_output"]
+    assert out["systemctl_stop"]["external_stop"], out["systemctl_stop"]
+    assert out["podman_kill"]["signal"] == 9 and not out["podman_kill"]["external_stop"], out["podman_kill"]
+    assert out["isaacd_kill"]["signal"] == 9 and not out["isaacd_kill"]["external_stop"]
+    assert out["exit0"]["code"] == 0 and out["exit0"]["signal"] is None and not out["exit0"]["external_stop"]
+    assert out["exit7"]["code"] == 7
+    assert out["exit3_unpolled"]["code"] == 3
+    assert out["adopt_wrong_token"] and out["adopt_running"]
+    assert out["containers_after_restart_over_live_unit"] == 1
+    assert out["sigint_after_replace"]["code"] == 4
+    assert out["adopt_ended"] is not None and out["adopt_ended"]["code"] == 0
+
+
+def test_systemd_runtime_with_quadlet_units(tbed):
+    out = _probe(tbed)
+    assert out["mode"] == "quadlet" and out["unit_file"].startswith("/etc/containers/systemd/")
+    _check_probe(out)
+
+
+def test_systemd_runtime_with_fallback_service(tbed):
+    out = _probe(tbed, "ISAACD_FORCE_SERVICE_FALLBACK=1")
+    assert out["mode"] == "service" and out["unit_file"] == "/etc/systemd/system/isaaclab-job-looper.service"
+    _check_probe(out)
+
+
+def test_supervisor_unit_end_to_end(tbed):
+    t = tbed
+    H.install_supervisor(t, H.job_config(backoff_initial=0.5))
+    t.sh("systemctl start isaaclab-supervisor", timeout=200)  # Type=notify: returns after READY=1
+    show = t.sh("systemctl show isaaclab-supervisor -p ActiveState,Type,WatchdogUSec,NRestarts,StatusText,MainPID "
+                "--no-pager").stdout
+    props = dict(ln.split("=", 1) for ln in show.splitlines())
+    assert props["ActiveState"] == "active" and props["Type"] == "notify" and props["WatchdogUSec"] == "30s"
+    assert props["StatusText"]  # STATUS= one-line summary
+    main_comm = t.sh(f"cat /proc/{props['MainPID']}/comm").stdout.strip()
+    assert main_comm == "isaacd", main_comm  # podman never took over MAINPID
+
+    j = H.wait_job(t, lambda j: j["checkpoint"] and j["checkpoint"]["iteration"] >= 1, 180, "a checkpoint")
+    assert j["runtime"] == "systemd" and j["unit"] == H.UNIT and j["container_id"]
+    assert len(H.containers(t)) == 1
+    logs = t.sh(f"{H.ISAACD} --config /etc/isaacd/isaacd.toml logs -n 200 {H.JOB}").stdout
+    assert "Learning iteration" in logs  # the trainer's output is in the journal of the job unit
+
+    # 1. the container is killed -> isaacd resumes it from the checkpoint
+    t.shx(f"podman kill {H.CONTAINER}")
+    j = H.wait_job(t, lambda j: j["restarts"] == 1 and j["state"] == "running", 180, "the resume")
+    started = [e for e in H.events(t) if e["event"] == "started"]
+    assert len(started) == 2 and started[-1]["resume_from"] is not None
+    exited = [e for e in H.events(t) if e["event"] == "exited"][-1]
+    assert exited["signal"] == 9 and not exited["external_stop"]
+    assert j["iteration"] > started[-1]["resume_from"]["iteration"]
+    cid = H.containers(t)
+    assert len(cid) == 1
+
+    # 2. the supervisor restarts -> the job is adopted, not duplicated, restarts still counted
+    t.sh("systemctl restart isaaclab-supervisor", timeout=200)
+    H.wait(lambda: any(e["event"] == "adopted" for e in H.events(t)), 60, "adoption")
+    j = H.wait_job(t, lambda j: j["state"] == "running", 60, "running after adoption")
+    assert j["restarts"] == 1 and H.containers(t) == cid
+    assert len([e for e in H.events(t) if e["event"] == "started"]) == 2
+
+    # 3. an operator stops the job unit -> operator stop, not restarted
+    t.sh(f"systemctl stop {H.UNIT}", timeout=120)
+    j = H.wait_job(t, lambda j: j["state"] == "stopped", 60, "the operator stop")
+    assert "operator stop outside isaacd" in j["state_reason"] and "systemctl stop" in j["state_reason"]
+    time.sleep(3)  # longer than the backoff: still stopped, no container, unit inactive
+    assert H.job_status(t)["state"] == "stopped" and H.containers(t) == []
+    assert t.sh(f"systemctl is-active {H.UNIT}", check=False).stdout.strip() in ("inactive", "failed")
+    assert len([e for e in H.events(t) if e["event"] == "started"]) == 2
+
+    # 4. ... and across a supervisor restart too; `isaacd start` resumes it
+    t.sh("systemctl restart isaaclab-supervisor", timeout=200)
+    time.sleep(2)
+    assert H.job_status(t)["state"] == "stopped" and H.containers(t) == []
+    t.sh(f"{H.ISAACD} --config /etc/isaacd/isaacd.toml start {H.JOB}")
+    H.wait_job(t, lambda j: j["state"] in ("starting", "running") and j["attempt"] == 3, 60, "the operator start")
+    t.sh("systemctl stop isaaclab-supervisor")
+    assert len(H.containers(t)) == 1  # the job outlives the supervisor

@@ -1,0 +1,171 @@
+"""Runs INSIDE the systemd testbed (systemd 257 + Podman 5.4): drives SystemdRuntime through its
+lifecycle with shell containers and prints one JSON object of observations for the test to check.
+
+    python rt_probe.py /srv/probe            # Quadlet units
+    ISAACD_FORCE_SERVICE_FALLBACK=1 python rt_probe.py /srv/probe   # the Podman < 4.4 .service
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from isaacd.config import parse_config
+from isaacd.runtimes.base import LaunchSpec
+from isaacd.runtimes.systemd import SystemdRuntime
+
+ARGS = ["plain", "with space", "100%", "$HOME", "${X}", 'dq"uote', "sq'uote", "back\\slash", "%n%t", "--f=v w",
+        "tab\there", "new\nline"]
+LOOPER = r"""
+out="$0"
+env > "$out/env.txt"
+for a in "$@"; do printf '%s\0' "$a"; done > "$out/args.bin"
+echo "looper up"
+trap 'echo got INT; exit 4' INT
+trap 'echo got TERM; exit 5' TERM
+while :; do sleep 0.1; done
+"""
+QUICK = 'sleep "$1"; exit "$2"'
+
+
+def job(base: Path, name: str, command: list[str]) -> Any:
+    toml = f"""
+[supervisor]
+state_dir = "{base}/state"
+[[jobs]]
+name = "{name}"
+runtime = "systemd"
+log_root = "{base}/{name}"
+command = {json.dumps(command)}
+stop_timeout = 5
+[jobs.container]
+image = "/:O"
+shm_size = "64m"
+environment = {{ FROM_CFG = "yes" }}
+"""
+    cfg = parse_config(toml, "probe", base)
+    return cfg, cfg.jobs[0]
+
+
+def spec(j: Any, args: list[str]) -> LaunchSpec:
+    return LaunchSpec(job=j, argv=[], trainer_args=args, env={"HOST_ONLY": "x"}, cwd=Path("/"), log_path=Path("/tmp/x"))
+
+
+def wait_exit(rt: SystemdRuntime, h: Any, timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = rt.poll(h)
+        if st is not None:
+            return st
+        time.sleep(0.1)
+    raise SystemExit(f"no exit within {timeout} s: {rt.show(h.state['unit'])}")
+
+
+def wait_running(rt: SystemdRuntime, h: Any, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert rt.poll(h) is None, "ended while waiting for it to run"
+        if rt.pids(h):
+            return
+        time.sleep(0.1)
+    raise SystemExit("never ran")
+
+
+def ex(st: Any) -> dict[str, Any]:
+    return {**st.as_json(), "detail": st.detail}
+
+
+def containers(name: str) -> list[str]:
+    return subprocess.run(["podman", "ps", "-aq", "--filter", f"label=isaacd.job={name}"], capture_output=True,
+                          text=True).stdout.split()
+
+
+def main() -> None:
+    base = Path(sys.argv[1])
+    base.mkdir(parents=True, exist_ok=True)
+    out: dict[str, Any] = {}
+    cfg, j = job(base, "looper", ["sh", "-c", LOOPER])
+    rt = SystemdRuntime(cfg)
+    out["mode"] = "quadlet" if rt.quadlet else "service"
+
+    # 1. start; what the container got; graceful stop by isaacd (SIGINT to the trainer)
+    h = rt.start(spec(j, [str(j.log_root)] + ARGS))
+    out["unit_file"] = h.state["unit_file"]
+    wait_running(rt, h)
+    deadline = time.monotonic() + 20
+    while not (j.log_root / "args.bin").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)
+    out["args"] = (j.log_root / "args.bin").read_bytes().decode().split("\0")[:-1]
+    out["env"] = dict(ln.split("=", 1) for ln in (j.log_root / "env.txt").read_text().splitlines() if "=" in ln)
+    out["describe"] = rt.describe(h)
+    out["pids"] = rt.pids(h)
+    out["containers_running"] = len(containers("looper"))
+    rt.signal(h, signal.SIGINT)
+    out["sigint"] = ex(wait_exit(rt, h))
+    rt.cleanup(h)
+    out["journal_has_output"] = "got INT" in subprocess.run(
+        ["journalctl", "-u", h.state["unit"], "--no-pager", "-o", "cat"], capture_output=True, text=True).stdout
+
+    # 2. an operator's `systemctl stop`: recorded as such
+    h = rt.start(spec(j, [str(j.log_root)]))
+    wait_running(rt, h)
+    subprocess.run(["systemctl", "stop", h.state["unit"]], check=True)
+    out["systemctl_stop"] = ex(wait_exit(rt, h))
+
+    # 3. the container killed (podman kill): a crash, resumed by isaacd
+    h = rt.start(spec(j, [str(j.log_root)]))
+    wait_running(rt, h)
+    subprocess.run(["podman", "kill", h.state["container"]], check=True, capture_output=True)
+    out["podman_kill"] = ex(wait_exit(rt, h))
+
+    # 4. isaacd's own SIGKILL after the grace period
+    h = rt.start(spec(j, [str(j.log_root)]))
+    wait_running(rt, h)
+    rt.kill(h)
+    out["isaacd_kill"] = ex(wait_exit(rt, h))
+
+    # 5. exits by itself: 0 (systemd collects the unit at once: the journal has the end) and 7
+    cfg2, q = job(base, "quick", ["sh", "-c", QUICK, "quick"])
+    rtq = SystemdRuntime(cfg2)
+    h = rtq.start(spec(q, ["1", "0"]))
+    out["exit0"] = ex(wait_exit(rtq, h))
+    h = rtq.start(spec(q, ["1", "7"]))
+    out["exit7"] = ex(wait_exit(rtq, h))
+    h = rtq.start(spec(q, ["0", "3"]))  # ends before the first poll
+    time.sleep(3)
+    out["exit3_unpolled"] = ex(wait_exit(rtq, h))
+
+    # 6. adoption by a new supervisor: by unit name and launch token; never a duplicate
+    h = rt.start(spec(j, [str(j.log_root)]))
+    wait_running(rt, h)
+    state = json.loads(json.dumps(h.state))
+    rt2 = SystemdRuntime(cfg)
+    out["adopt_wrong_token"] = rt2.adopt(j, {**state, "token": "nope"}) is None
+    h2 = rt2.adopt(j, state)
+    out["adopt_running"] = h2 is not None and rt2.poll(h2) is None and bool(rt2.pids(h2))
+    # a start while it runs (adoption failed, e.g. the state dir was lost): old one stopped first
+    h3 = rt2.start(spec(j, [str(j.log_root)]))
+    wait_running(rt2, h3)
+    out["containers_after_restart_over_live_unit"] = len(containers("looper"))
+    rt2.signal(h3, signal.SIGINT)
+    out["sigint_after_replace"] = ex(wait_exit(rt2, h3))
+
+    # 7. ended cleanly while no supervisor ran (unit already collected): adopted, the journal has the end
+    h = rtq.start(spec(q, ["0.5", "0"]))
+    state = json.loads(json.dumps(h.state))
+    time.sleep(3)
+    rt3 = SystemdRuntime(cfg2)
+    h4 = rt3.adopt(q, state)
+    out["adopt_ended"] = ex(wait_exit(rt3, h4)) if h4 is not None else None
+
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
