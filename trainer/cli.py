@@ -93,6 +93,13 @@ def _exit_spec(value: str) -> tuple[int, int]:
     return k, code
 
 
+def _scale_spec(value: str) -> tuple[int, float]:
+    m = re.fullmatch(r"\s*(\d+)\s*:\s*([-+0-9.eE]+)\s*", value)
+    if not m:
+        raise argparse.ArgumentTypeError(f"expected K:SCALE (an integer and a number), got {value!r}")
+    return int(m.group(1)), float(m.group(2))
+
+
 def build_parser() -> argparse.ArgumentParser:
     tasks = ", ".join(sorted(TASKS))
     p = argparse.ArgumentParser(
@@ -147,7 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Root of the log tree (default 'logs', relative to the working directory like Isaac Lab).")
     x.add_argument("--save_interval", type=_positive_int, default=None,
                    help="Save a checkpoint every N iterations (rsl_rl: when iteration %% N == 0).")
-    x.add_argument("--learning_rate", type=_positive_float, default=None, help="Initial PPO learning rate.")
+    x.add_argument("--learning_rate", type=_non_negative_float, default=None,
+                   help="Initial PPO learning rate (0 freezes the policy: a real loss/reward stagnation).")
     x.add_argument("--num_steps_per_env", type=_positive_int, default=None, help="Rollout length per iteration.")
     f = p.add_argument_group(
         "fault injection",
@@ -167,6 +175,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "ignored from then on, like a wedged process: only SIGKILL ends it.")
     f.add_argument("--fault_exit_after", type=_exit_spec, default=None, metavar="K:CODE",
                    help="At iteration K exit immediately with status CODE (no checkpoint).")
+    f.add_argument("--fault_reward_scale_after", type=_scale_spec, default=None, metavar="K:SCALE",
+                   help="From iteration K on every reward is multiplied by SCALE: the value loss spikes by about "
+                        "SCALE^2 and is logged (a divergence the supervisor can see and roll back).")
+    f.add_argument("--fault_once", action="store_true", default=False,
+                   help="Inject the faults above only in a fresh run, not when resuming: the fault does not recur "
+                        "after the supervisor restarts or rolls the run back.")
     f.add_argument("--step_delay", type=_non_negative_float, default=0.0, metavar="SECONDS",
                    help="Sleep this long before every environment step (slows training down deterministically).")
     return p

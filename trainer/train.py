@@ -63,6 +63,7 @@ class TrainingControl:
         fault_inf_reward_after: int | None = None,
         fault_hang_after: int | None = None,
         fault_exit_after: tuple[int, int] | None = None,
+        fault_reward_scale_after: tuple[int, float] | None = None,
         distributed: bool = False,
         device: str = "cpu",
     ) -> None:
@@ -70,6 +71,7 @@ class TrainingControl:
         self.fault_inf_reward_after = fault_inf_reward_after
         self.fault_hang_after = fault_hang_after
         self.fault_exit_after = fault_exit_after
+        self.fault_reward_scale_after = fault_reward_scale_after
         self.distributed = distributed
         self.device = device
         self.iteration = 0  # number of the iteration currently running
@@ -126,6 +128,10 @@ class TrainingControl:
             if getattr(env, "reward_override", None) is None:
                 _err(f"FAULT INJECTION: rewards are +inf from iteration {it} on")
             env.reward_override = math.inf
+        if self.fault_reward_scale_after is not None and it >= self.fault_reward_scale_after[0]:
+            if getattr(env, "reward_scale", 1.0) == 1.0:
+                _err(f"FAULT INJECTION: rewards x{self.fault_reward_scale_after[1]:g} from iteration {it} on")
+            env.reward_scale = self.fault_reward_scale_after[1]
         if self.step_delay > 0.0:
             time.sleep(self.step_delay)
             if self.stop_signal is not None and not self.distributed:
@@ -271,11 +277,13 @@ def _run(args: argparse.Namespace, plan: Plan) -> int:
         env = env_class(num_envs=plan.num_envs, device=device, cfg=env_cfg, seed=seed)
     except ValueError as e:
         raise UsageError(f"invalid environment config: {e}") from e
+    inject = not (args.fault_once and plan.resume_path is not None)  # --fault_once: fresh runs only
     control = TrainingControl(
         step_delay=args.step_delay,
-        fault_inf_reward_after=args.fault_inf_reward_after,
-        fault_hang_after=args.fault_hang_after,
-        fault_exit_after=args.fault_exit_after,
+        fault_inf_reward_after=args.fault_inf_reward_after if inject else None,
+        fault_hang_after=args.fault_hang_after if inject else None,
+        fault_exit_after=args.fault_exit_after if inject else None,
+        fault_reward_scale_after=args.fault_reward_scale_after if inject else None,
         distributed=plan.world_size > 1,
         device=device,
     )

@@ -203,8 +203,10 @@ class IsaacdCollector(Collector):
             # A watchdog whose status names its configured action gets a 0 counter before its first
             # trip, so increase() sees the first one.
             for wd, w in wds.items():
-                if isinstance(w, Mapping) and isinstance(w.get("action"), str):
-                    trips[(str(wd), w["action"])] = 0.0
+                if isinstance(w, Mapping):
+                    # every action the watchdog can take starts at 0, so increase() sees the first trip
+                    for action in w.get("actions") or ([w["action"]] if isinstance(w.get("action"), str) else []):
+                        trips[(str(wd), str(action))] = 0.0
         for trip in job.get("watchdog_trips") or []:
             if isinstance(trip, Mapping) and (n := _num(trip.get("count"))) is not None:
                 trips[(str(trip.get("watchdog", "")), str(trip.get("action", "")))] = n

@@ -154,7 +154,10 @@ class Watchdog:
         self.state, self.detail = "tripped", verdict.detail
         return trip
 
+    def possible_actions(self) -> set[str]:
+        return {self.cfg.action}
+
     def status(self) -> dict[str, Any]:
         return {"state": self.state, "since": self.pending_since if self.state == "pending" else
                 (self.last_action_at if self.state in ("tripped", "cooldown") else None),
-                "detail": self.detail, "action": self.cfg.action}
+                "detail": self.detail, "action": self.cfg.action, "actions": sorted(self.possible_actions())}

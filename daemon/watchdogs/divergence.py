@@ -19,11 +19,14 @@ class DivergenceWatchdog(Watchdog):
 
     def __init__(self, cfg: Divergence):
         super().__init__(cfg)
-        self.history: dict[str, deque[float]] = {}
+        # (step, value) per tag; kept across attempts so a resumed run is judged against the healthy past
+        self.history: dict[str, deque[tuple[int, float]]] = {}
         self.trouble: tuple[int, str, float, float | None] | None = None
 
+    def possible_actions(self) -> set[str]:
+        return {self.cfg.action, "stop"}  # stop once max_rollbacks is used up
+
     def on_new_attempt(self, view: JobView) -> None:
-        self.history.clear()
         self.trouble = None
 
     def after_trip(self) -> None:
@@ -34,16 +37,18 @@ class DivergenceWatchdog(Watchdog):
             if p.tag not in self.cfg.tags:
                 continue
             hist = self.history.setdefault(p.tag, deque(maxlen=self.cfg.median_window))
+            while hist and hist[-1][0] >= p.step:
+                hist.pop()  # a resume or rollback redoes these iterations: forget the abandoned values
             if not math.isfinite(p.value):
                 if self.trouble is None:
                     self.trouble = (p.step, p.tag, p.value, None)
                 continue
             if len(hist) >= max(3, self.cfg.median_window // 2):
-                median = statistics.median(abs(v) for v in hist)
+                median = statistics.median(abs(v) for _, v in hist)
                 if median > 0 and abs(p.value) > self.cfg.spike_factor * median and self.trouble is None:
                     self.trouble = (p.step, p.tag, p.value, median)
                     continue
-            hist.append(p.value)
+            hist.append((p.step, p.value))
         if self.trouble is None:
             return Verdict(False)
         step, tag, value, median = self.trouble

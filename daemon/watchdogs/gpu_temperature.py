@@ -17,6 +17,9 @@ class GpuTemperatureWatchdog(Watchdog):
     # recovery (resume once cool) is driven by the engine, which looks at the GPUs while the job is parked
     cfg: GpuTemperature
 
+    def possible_actions(self) -> set[str]:
+        return {self.cfg.action, "stop", "log"}  # stop above the hard limit; log when capping is refused
+
     def hot_reason(self, g: GpuReading) -> str | None:
         c = self.cfg
         t = g.temperature_celsius

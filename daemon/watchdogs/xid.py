@@ -20,6 +20,9 @@ class XidWatchdog(Watchdog):
         super().__init__(cfg)
         self.unhealthy: dict[int, str] = {}
 
+    def possible_actions(self) -> set[str]:
+        return {self.cfg.application_action, self.cfg.reset_action, "log"}
+
     def evaluate(self, view: JobView) -> Verdict:
         if not view.new_xids:
             return Verdict(False)

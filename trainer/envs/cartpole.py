@@ -83,6 +83,7 @@ class CartpoleEnv(VecEnv):
         # Hooks for isaacd's trainer (fault injection, graceful stop, slow-down). Not part of rsl_rl's interface.
         self.pre_step_hook: Callable[[], None] | None = None
         self.reward_override: float | None = None
+        self.reward_scale: float = 1.0
 
         self._reset_idx(torch.arange(self.num_envs, device=self.device))
 
@@ -123,6 +124,8 @@ class CartpoleEnv(VecEnv):
         rewards = (~terminated).float()
         if self.reward_override is not None:
             rewards = torch.full_like(rewards, float(self.reward_override))
+        elif self.reward_scale != 1.0:
+            rewards = rewards * self.reward_scale
         self.episode_reward_buf += rewards
 
         dones = terminated | truncated
