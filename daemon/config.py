@@ -135,7 +135,10 @@ class JobConfig(_Model):
     max_iterations: Annotated[int, Field(gt=0)] = 300
     save_interval: Annotated[int, Field(gt=0)] = 10
     device: str = "cpu"
-    gpus: list[int | str] = []
+    # GPU indices, UUIDs ("GPU-...", "MIG-..."), or "all"; several GPUs run one rank each under torchrun
+    gpus: list[int | str] | Literal["all"] = []
+    nproc_per_node: Annotated[int, Field(ge=1, le=64)] | None = None
+    share_gpus: bool = False  # allow other jobs with share_gpus on the same GPUs
     log_root: Path = Path("logs")
     extra_args: list[str] = []
     environment: dict[str, str] = {}
@@ -156,6 +159,28 @@ class JobConfig(_Model):
             raise ValueError("must be 1-63 chars of a-z, 0-9, '_', '.', '-' starting with a letter or digit "
                              "(it becomes a unit and container name)")
         return v
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, v: Any) -> Any:
+        if v == "all":
+            return v
+        for g in v:
+            if isinstance(g, int) and g < 0:
+                raise ValueError(f"GPU index {g} is negative")
+            if isinstance(g, str) and not re.fullmatch(r"(GPU|MIG)-[0-9a-fA-F-]+|\d+:\d+|[\w.-]+/[\w.-]+=\S+", g):
+                raise ValueError(f'"{g}" is not a GPU: use an index (0), a UUID ("GPU-8f1c...", "MIG-..."), '
+                                 'a MIG device "0:1", a CDI name, or gpus = "all"')
+        if len({str(g) for g in v}) != len(v):
+            raise ValueError("lists a GPU twice")
+        return v
+
+    @property
+    def ranks(self) -> int:
+        """Processes per node: nproc_per_node, else one per listed GPU."""
+        if self.nproc_per_node is not None:
+            return self.nproc_per_node
+        return len(self.gpus) if isinstance(self.gpus, list) and len(self.gpus) > 1 else 1
 
     @field_validator("device")
     @classmethod
@@ -196,6 +221,21 @@ class Config(_Model):
             if job.name in seen:
                 raise ValueError(f'duplicate job name "{job.name}": every [[jobs]] needs its own name')
             seen.add(job.name)
+        return self
+
+    @model_validator(mode="after")
+    def _exclusive_gpus(self) -> "Config":
+        """Two jobs on one GPU halve each other's throughput and can OOM it: only when both say share_gpus."""
+        owners: dict[str, str] = {}
+        for job in self.jobs:
+            if job.share_gpus:
+                continue
+            for g in (["all"] if job.gpus == "all" else [str(x) for x in job.gpus]):
+                for other_gpu, other in owners.items():
+                    if g == other_gpu or "all" in (g, other_gpu):
+                        raise ValueError(f'jobs "{other}" and "{job.name}" both claim GPU {g if g != "all" else other_gpu}'
+                                         '; give each job its own gpus, or set share_gpus = true on both')
+                owners[g] = job.name
         return self
 
     def job(self, name: str) -> JobConfig | None:

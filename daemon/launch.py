@@ -43,13 +43,19 @@ def trainer_args(job: JobConfig, resume: Checkpoint | None, seed: int | None = N
 
 
 def process_argv(job: JobConfig, resume: Checkpoint | None, seed: int | None = None) -> list[str]:
+    args = trainer_args(job, resume, seed)
     if job.command:
-        base = list(job.command)
-    elif job.workflow == "builtin":
-        base = default_trainer_command()
-    else:
-        base = [os.environ.get("ISAACLAB_SH", "isaaclab.sh"), "-p", job.isaaclab_train_script]
-    return base + trainer_args(job, resume, seed)
+        return list(job.command) + args
+    if job.ranks > 1:
+        # One job, several ranks: torchrun starts them, and with its default max_restarts = 0 it takes every
+        # rank down when one dies, so the supervisor restarts the whole job from rank 0's checkpoint.
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={job.ranks}"]
+        if job.workflow == "builtin":
+            return torchrun + ["-m", "isaacd_trainer"] + args + ["--distributed"]
+        return torchrun + [job.isaaclab_train_script] + args + ["--distributed"]
+    if job.workflow == "builtin":
+        return default_trainer_command() + args
+    return [os.environ.get("ISAACLAB_SH", "isaaclab.sh"), "-p", job.isaaclab_train_script] + args
 
 
 def workdir(job: JobConfig, state_dir: Path) -> Path:
@@ -68,6 +74,9 @@ def workdir(job: JobConfig, state_dir: Path) -> Path:
 
 def trainer_env(job: JobConfig) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in TRAINER_ENV_DROP}
+    if job.ranks > 1 and isinstance(job.gpus, list) and job.gpus:
+        # rank r uses cuda:r (rsl_rl requires cuda:<LOCAL_RANK>): map those onto the job's own GPUs
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job.gpus)
     env.update(job.environment)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env

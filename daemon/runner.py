@@ -367,7 +367,7 @@ class JobRunner:
             "workflow": self.cfg.workflow,
             "task": self.cfg.task,
             "device": self.cfg.device,
-            "gpus": list(self.cfg.gpus),
+            "gpus": self.cfg.gpus if self.cfg.gpus == "all" else list(self.cfg.gpus),
             "pid": desc.get("pid"),
             "pids": list(self.pids_cache),
             "cgroup": desc.get("cgroup"),

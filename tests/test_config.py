@@ -133,3 +133,41 @@ def test_embedded_default_is_valid_and_uses_loopback(tmp_path):
     assert cfg.supervisor.socket_mode == "0600"
     assert cfg.jobs and cfg.jobs[0].workflow == "builtin" and cfg.jobs[0].device == "cpu"
     assert cfg.supervisor.state_dir == tmp_path / "var" / "state"
+
+
+MULTI_GPU_BAD = [
+    ('[[jobs]]\nname = "a"\ngpus = [0]\n[[jobs]]\nname = "b"\ngpus = [1, 0]\n', 'jobs "a" and "b" both claim GPU 0'),
+    ('[[jobs]]\nname = "a"\ngpus = "all"\n[[jobs]]\nname = "b"\ngpus = [3]\n', 'jobs "a" and "b" both claim GPU'),
+    ('[[jobs]]\nname = "a"\ngpus = [0, 0]\n', "lists a GPU twice"),
+    ('[[jobs]]\nname = "a"\ngpus = [-1]\n', "negative"),
+    ('[[jobs]]\nname = "a"\ngpus = ["first"]\n', "is not a GPU"),
+    ('[[jobs]]\nname = "a"\ngpus = "some"\n', "gpus"),
+    ('[[jobs]]\nname = "a"\nnproc_per_node = 0\n', "nproc_per_node"),
+]
+
+
+@pytest.mark.parametrize("text,words", MULTI_GPU_BAD)
+def test_gpu_claims_are_validated(tmp_path, text, words):
+    path = tmp_path / "host.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert words in str(info.value)
+
+
+def test_shared_gpus_and_multi_rank_launch(tmp_path):
+    from isaacd.launch import process_argv, trainer_env
+
+    text = ('[[jobs]]\nname = "a"\ngpus = [0, 1]\ndevice = "cuda"\nshare_gpus = true\n'
+            '[[jobs]]\nname = "b"\ngpus = ["GPU-8f1c2d3e-0000-1111-2222-333344445555", 1]\nshare_gpus = true\n'
+            '[[jobs]]\nname = "c"\ngpus = [2]\ndevice = "cuda:2"\n')
+    cfg = parse_config(text, "x.toml", tmp_path)
+    a, b, c = cfg.jobs
+    assert a.ranks == 2 and b.ranks == 2 and c.ranks == 1
+    argv = process_argv(a, None)
+    assert argv[1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    assert argv[5:7] == ["-m", "isaacd_trainer"] and argv[-1] == "--distributed"
+    assert trainer_env(a)["CUDA_VISIBLE_DEVICES"] == "0,1"
+    # a single-GPU job keeps its device name and sees every GPU
+    assert "torch.distributed.run" not in process_argv(c, None) and "CUDA_VISIBLE_DEVICES" not in {
+        k for k in trainer_env(c) if k not in __import__("os").environ}

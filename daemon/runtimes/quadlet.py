@@ -105,7 +105,7 @@ def cdi_devices(job: JobConfig) -> list[str]:
     means every GPU.
     """
     out: list[str] = []
-    for g in job.gpus:
+    for g in (["all"] if job.gpus == "all" else job.gpus):
         s = str(g).strip()
         if not s:
             continue

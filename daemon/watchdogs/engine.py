@@ -56,10 +56,10 @@ def job_gpu_indices(runner: "JobRunner", readings: list[GpuReading], procs: dict
     cfg = runner.cfg
     out: set[int] = set()
     by_uuid = {g.uuid: g.index for g in readings}
-    for g in cfg.gpus:
-        if g == "all":
-            out.update(r.index for r in readings)
-        elif isinstance(g, int):
+    if cfg.gpus == "all":
+        out.update(r.index for r in readings)
+    for g in (cfg.gpus if isinstance(cfg.gpus, list) else []):
+        if isinstance(g, int):
             out.add(g)
         elif g in by_uuid:
             out.add(by_uuid[g])
