@@ -124,6 +124,8 @@ class SystemdRuntime:
         # Never two of a job: a unit still running here is not ours to keep (adoption would have
         # taken it); stop it before its replacement starts.
         before = self.show(unit)
+        if before["ActiveState"] == "deactivating":
+            before = self._settle(unit, job.stop_timeout + 30)
         if before["ActiveState"] in ACTIVE_STATES:
             log.warning("stale_unit_stopped", job=job.name, unit=unit, state=before["ActiveState"],
                         detail="a unit of this job was running but not adopted; stopping it first")
@@ -148,6 +150,15 @@ class SystemdRuntime:
             "unit": unit, "container": cs.name, "unit_file": str(path), "token": token, "attempt": attempt,
             "prev_invocation": props["InvocationID"], "started_at": time.time(),
         })
+
+    def _settle(self, unit: str, timeout: float) -> dict[str, str]:
+        """Wait for a deactivating unit (the last attempt's ExecStop) to finish."""
+        deadline = time.monotonic() + timeout
+        p = self.show(unit)
+        while p["ActiveState"] == "deactivating" and time.monotonic() < deadline:
+            time.sleep(0.05)
+            p = self.show(unit)
+        return p
 
     def _why_not_loaded(self, unit: str, path: Path, load_state: str) -> str:
         msg = f"{unit} is {load_state or 'not loaded'} after daemon-reload (written to {path})"
@@ -183,7 +194,10 @@ class SystemdRuntime:
                 return ExitStatus(detail=f"{unit} never started (LoadState={p['LoadState']}, "
                                          f"ActiveState={active}, Result={p['Result']}); see journalctl -u {unit}")
         if inv == ours:
-            if active in ACTIVE_STATES:
+            main_exited = int(p["ExecMainExitTimestampMonotonic"] or 0) > 0 and p["MainPID"] in ("", "0")
+            # "deactivating" with the main process (conmon) gone: the exit status is final; the
+            # rest is ExecStop's `podman rm` of the dead container (~0.3 s), no need to wait for it
+            if active in ACTIVE_STATES and not (active == "deactivating" and main_exited):
                 return None
             a_exit = int(p["ActiveExitTimestampMonotonic"] or 0)
             m_exit = int(p["ExecMainExitTimestampMonotonic"] or 0)
