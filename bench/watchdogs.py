@@ -134,10 +134,11 @@ def detection_latency(name: str, runs: int, iter_s: float, seed: int) -> tuple[l
     return latencies, nominal, misses
 
 
-def record_healthy_run(iterations: int, workdir: Path) -> list[ScalarPoint]:
+def record_healthy_run(iterations: int, workdir: Path, device: str = "cpu", num_envs: int = 64) -> list[ScalarPoint]:
     exe = Path(sys.executable).with_name("isaacd-train")
-    subprocess.run([str(exe), "--task", "Isaacd-Cartpole-v0", "--num_envs", "64", "--num_steps_per_env", "8",
-                    "--max_iterations", str(iterations), "--save_interval", str(iterations), "--device", "cpu",
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "isaacd_trainer"]
+    subprocess.run([*cmd, "--task", "Isaacd-Cartpole-v0", "--num_envs", str(num_envs), "--num_steps_per_env", "8",
+                    "--max_iterations", str(iterations), "--save_interval", str(iterations), "--device", device,
                     "--log_root", str(workdir), "--experiment_name", "bench", "--run_name", "healthy", "--seed", "7"],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     run_dir = next((workdir / "rsl_rl" / "bench").iterdir())
@@ -169,6 +170,8 @@ def main() -> int:
     ap.add_argument("--iterations", type=int, default=None, help="length of the healthy real run")
     ap.add_argument("--iter-seconds", type=float, default=1.0, help="simulated seconds per training iteration")
     ap.add_argument("--seed", type=int, default=3)
+    ap.add_argument("--device", default="cpu", help="device of the healthy real run (cuda on a GPU host)")
+    ap.add_argument("--num-envs", type=int, default=64)
     args = ap.parse_args()
     runs = args.runs or (5 if args.quick else 15)
     iterations = args.iterations or (25 if args.quick else 300)
@@ -185,11 +188,12 @@ def main() -> int:
         print(f"{name:<17} {desc:>24} {med:>9} {mx:>9} {runs - len(lat):>7} {early:>6}")
 
     with tempfile.TemporaryDirectory(prefix="isaacd-wd-bench-") as tmp:
-        points = record_healthy_run(iterations, Path(tmp))
+        points = record_healthy_run(iterations, Path(tmp), args.device, args.num_envs)
     fps = false_positives(points)
     steps = len({p.step for p in points})
     print()
-    print(f"false positives over a healthy real run ({steps} iterations of the built-in trainer, default settings):")
+    print(f"false positives over a healthy real run ({steps} iterations of the built-in trainer, {args.num_envs} envs "
+          f"on {args.device}, default settings):")
     for name, n in fps.items():
         print(f"  {name:<17} {n} trips")
     return 0

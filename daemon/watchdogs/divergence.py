@@ -1,4 +1,4 @@
-"""Divergence: NaN/inf in a watched tag, or a value above spike_factor x its rolling median.
+"""Divergence: NaN/inf in a watched tag, or a value-loss spike above spike_factor x its rolling median.
 
 The trip names the first bad iteration so a rollback resumes from a checkpoint taken before it.
 """
@@ -34,15 +34,15 @@ class DivergenceWatchdog(Watchdog):
 
     def evaluate(self, view: JobView) -> Verdict:
         for p in sorted(view.new_points, key=lambda p: p.step):
+            if not math.isfinite(p.value) and (p.tag in self.cfg.nonfinite_tags or p.tag in self.cfg.tags):
+                if self.trouble is None:
+                    self.trouble = (p.step, p.tag, p.value, None)
+                continue
             if p.tag not in self.cfg.tags:
                 continue
             hist = self.history.setdefault(p.tag, deque(maxlen=self.cfg.median_window))
             while hist and hist[-1][0] >= p.step:
                 hist.pop()  # a resume or rollback redoes these iterations: forget the abandoned values
-            if not math.isfinite(p.value):
-                if self.trouble is None:
-                    self.trouble = (p.step, p.tag, p.value, None)
-                continue
             if len(hist) >= max(3, self.cfg.median_window // 2):
                 median = statistics.median(abs(v) for _, v in hist)
                 if median > 0 and abs(p.value) > self.cfg.spike_factor * median and self.trouble is None:
