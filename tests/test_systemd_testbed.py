@@ -63,6 +63,7 @@ def _check_probe(out: dict) -> None:
     assert out["sigint"]["code"] == 4 and not out["sigint"]["external_stop"], out["sigint"]
     assert out["journal_has_output"]
     assert out["systemctl_stop"]["external_stop"], out["systemctl_stop"]
+    assert out["systemctl_stop_activating"]["external_stop"], out["systemctl_stop_activating"]
     assert out["podman_kill"]["signal"] == 9 and not out["podman_kill"]["external_stop"], out["podman_kill"]
     assert out["isaacd_kill"]["signal"] == 9 and not out["isaacd_kill"]["external_stop"]
     assert out["exit0"]["code"] == 0 and out["exit0"]["signal"] is None and not out["exit0"]["external_stop"]
@@ -84,6 +85,18 @@ def test_systemd_runtime_with_fallback_service(tbed):
     out = _probe(tbed, "ISAACD_FORCE_SERVICE_FALLBACK=1")
     assert out["mode"] == "service" and out["unit_file"] == "/etc/systemd/system/isaaclab-job-looper.service"
     _check_probe(out)
+
+
+def test_podman_runtime_under_systemd(tbed):
+    """runtime = "podman" on a systemd host with no API socket up: isaacd starts `podman system
+    service` as a transient unit of its own, outside the supervisor's cgroup."""
+    r = tbed.shx(f"{H.VENV}/bin/python {PROBE} /srv/pprobe-{int(time.time() * 1000)} podman", check=False,
+                 timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["service_unit_active"] == "active", out
+    assert out["sigint"]["code"] == 4 and not out["sigint"]["external_stop"]
+    assert out["env_ok"]
 
 
 def test_supervisor_unit_end_to_end(tbed):
@@ -136,6 +149,13 @@ def test_supervisor_unit_end_to_end(tbed):
     time.sleep(2)
     assert H.job_status(t)["state"] == "stopped" and H.containers(t) == []
     t.sh(f"{H.ISAACD} --config /etc/isaacd/isaacd.toml start {H.JOB}")
-    H.wait_job(t, lambda j: j["state"] in ("starting", "running") and j["attempt"] == 3, 60, "the operator start")
+    H.wait_job(t, lambda j: j["state"] == "running" and j["attempt"] == 3, 120, "the operator start")
+
+    # 5. isaacd's own graceful stop from inside its (hardened) unit: SIGINT to the trainer, which saves
+    t.sh(f"{H.ISAACD} --config /etc/isaacd/isaacd.toml restart {H.JOB}")
+    H.wait_job(t, lambda j: j["state"] == "running" and j["attempt"] == 4, 120, "the operator restart")
+    exited = [e for e in H.events(t) if e["event"] == "exited"][-1]
+    assert exited["attempt"] == 3 and exited["code"] == 0 and not exited["external_stop"], exited
+    assert len(H.containers(t)) == 1
     t.sh("systemctl stop isaaclab-supervisor")
     assert len(H.containers(t)) == 1  # the job outlives the supervisor

@@ -34,6 +34,7 @@ from .quadlet import (
     attempt_number,
     clean_env,
     container_name,
+    prepare_log_root,
     podman_binary,
 )
 
@@ -152,7 +153,7 @@ class PodmanRuntime:
             if st in RUNNING_STATES:
                 log.warning("stale_container_removed", job=job.name, container=cs.name, state=st)
             old.remove(force=True, v=True)
-        job.log_root.mkdir(parents=True, exist_ok=True)
+        prepare_log_root(job)
         body = cs.libpod_create_body()
         import json  # noqa: PLC0415
 

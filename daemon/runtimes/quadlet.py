@@ -220,6 +220,23 @@ def container_ulimits() -> list[str]:
     return list(out.values())
 
 
+def prepare_log_root(job: JobConfig) -> None:
+    """Create the log root; with a numeric container.user (Isaac Lab 3 images run as uid 1000), hand
+    it and the experiment dir to that user so the trainer can write checkpoints (not recursive)."""
+    job.log_root.mkdir(parents=True, exist_ok=True)
+    m = re.fullmatch(r"(\d+)(?::(\d+))?", (job.container.user or "").strip())
+    if not m:
+        return
+    uid = int(m.group(1))
+    gid = int(m.group(2)) if m.group(2) else uid
+    for d in (job.log_root, job.log_root / "rsl_rl", job.log_root / "rsl_rl" / job.experiment_name):
+        if d.is_dir():
+            try:
+                os.chown(d, uid, gid)
+            except OSError:
+                pass
+
+
 def container_command(job: JobConfig, trainer_args: list[str]) -> list[str]:
     if job.command:
         base = list(job.command)

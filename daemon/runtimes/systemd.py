@@ -28,6 +28,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from .. import sdnotify
 from ..config import Config, JobConfig
 from ..logs import log
 from .base import ExitStatus, Handle, LaunchSpec, RuntimeError_
@@ -36,6 +37,7 @@ from .quadlet import (
     attempt_number,
     cgroup_pids,
     container_name,
+    prepare_log_root,
     has_quadlet,
     launch_token_of,
     podman_binary,
@@ -54,10 +56,12 @@ ACTIVE_STATES = ("active", "activating", "deactivating", "reloading", "refreshin
 PROPS = ("LoadState", "ActiveState", "SubState", "Result", "Job", "InvocationID", "MainPID", "ExecMainPID",
          "ExecMainCode", "ExecMainStatus", "ControlGroup", "ActiveExitTimestampMonotonic",
          "ExecMainExitTimestampMonotonic", "ExecMainStartTimestampMonotonic")
+STALE_STOP_MAX = 15.0  # a stale unit gets this long to stop gracefully, then SIGKILL
 START_GRACE = 10.0  # seconds a queued start may take to show up as a new invocation
 CLD_EXITED, CLD_KILLED, CLD_DUMPED = 1, 2, 3
 # systemd's catalogue message IDs (sd-messages.h) for what PID 1 logs about a unit
 MSG_STOPPING = "de5b426a63be47a7b6ac3eaac82e2f6f"  # JOB_TYPE=stop: "Stopping <unit>..."
+MSG_STOPPED = "9d1aaa27d60140bd96365438aad20286"  # JOB_TYPE=stop, JOB_RESULT=: "Stopped <unit>."
 MSG_PROCESS_EXIT = "98e322203f7a4ed290d09fe03c09fe15"  # EXIT_CODE=, EXIT_STATUS=
 MSG_SUCCESS = "7ad2d189f7e94e70a38c781354912448"  # "Deactivated successfully."
 MSG_FAILED = "d9b373ed55a64feb8242e02dbe79a49c"  # UNIT_RESULT=: "Failed with result '...'"
@@ -129,9 +133,13 @@ class SystemdRuntime:
         if before["ActiveState"] in ACTIVE_STATES:
             log.warning("stale_unit_stopped", job=job.name, unit=unit, state=before["ActiveState"],
                         detail="a unit of this job was running but not adopted; stopping it first")
-            self._ctl("stop", unit, timeout=job.stop_timeout + 60)
+            self._ctl("stop", "--no-block", unit)
+            if self._settle(unit, min(job.stop_timeout + 30, STALE_STOP_MAX), states=ACTIVE_STATES)["ActiveState"] \
+                    in ACTIVE_STATES:
+                self._ctl("kill", "-s", "SIGKILL", unit, check=False)
+                self._settle(unit, 10, states=ACTIVE_STATES)
 
-        job.log_root.mkdir(parents=True, exist_ok=True)
+        prepare_log_root(job)
         path = self.unit_file(job.name)
         other = (self.unit_dir / unit_name(job.name)) if self.quadlet else \
             (self.quadlet_dir / f"{unit_base(job.name)}.container")
@@ -151,12 +159,17 @@ class SystemdRuntime:
             "prev_invocation": props["InvocationID"], "started_at": time.time(),
         })
 
-    def _settle(self, unit: str, timeout: float) -> dict[str, str]:
-        """Wait for a deactivating unit (the last attempt's ExecStop) to finish."""
+    def _settle(self, unit: str, timeout: float, states: tuple[str, ...] = ("deactivating",)) -> dict[str, str]:
+        """Wait while the unit is in one of `states` (e.g. the last attempt's ExecStop running),
+        keeping the supervisor's systemd watchdog fed meanwhile."""
         deadline = time.monotonic() + timeout
         p = self.show(unit)
-        while p["ActiveState"] == "deactivating" and time.monotonic() < deadline:
+        last_ping = time.monotonic()
+        while p["ActiveState"] in states and time.monotonic() < deadline:
             time.sleep(0.05)
+            if time.monotonic() - last_ping > 2:
+                sdnotify.notify("WATCHDOG=1")
+                last_ping = time.monotonic()
             p = self.show(unit)
         return p
 
@@ -195,17 +208,21 @@ class SystemdRuntime:
                                          f"ActiveState={active}, Result={p['Result']}); see journalctl -u {unit}")
         if inv == ours:
             main_exited = int(p["ExecMainExitTimestampMonotonic"] or 0) > 0 and p["MainPID"] in ("", "0")
+            was_active = int(p["ActiveExitTimestampMonotonic"] or 0) > 0
             # "deactivating" with the main process (conmon) gone: the exit status is final; the
             # rest is ExecStop's `podman rm` of the dead container (~0.3 s), no need to wait for it
-            if active in ACTIVE_STATES and not (active == "deactivating" and main_exited):
+            if active in ACTIVE_STATES and not (active == "deactivating" and main_exited and was_active):
                 return None
             a_exit = int(p["ActiveExitTimestampMonotonic"] or 0)
             m_exit = int(p["ExecMainExitTimestampMonotonic"] or 0)
+            # the unit left "active" before its main process exited: a stop job did that; a unit
+            # stopped while still activating never was active, and the journal says it instead
+            stop_job = bool(a_exit and m_exit and a_exit < m_exit)
+            if not stop_job and not st.get("signalled"):
+                stop_job = self._journal_stop_job(unit, ours)
             return self._status(handle, {
                 "kind": int(p["ExecMainCode"] or 0), "status": int(p["ExecMainStatus"] or 0),
-                "result": p["Result"], "oom": p["Result"] == "oom-kill",
-                # the unit left "active" before its main process exited: a stop job did that
-                "stop_job": bool(a_exit and m_exit and a_exit < m_exit)})
+                "result": p["Result"], "oom": p["Result"] == "oom-kill", "stop_job": stop_job})
         if inv and active in ACTIVE_STATES:
             log.warning("unit_restarted_outside_isaacd", job=handle.job, unit=unit,
                         detail="following the new invocation of the unit")
@@ -221,6 +238,17 @@ class SystemdRuntime:
                 return None  # journald may lag a moment behind the state change
             return ExitStatus(detail=f"{unit} ended; its exit status is not in the journal")
         return self._status(handle, j)
+
+    def _journal_stop_job(self, unit: str, invocation: str) -> bool:
+        """A stop job ran on this invocation: "Stopping ..." when it was active, only "Stopped ..."
+        when it was stopped while still activating."""
+        try:
+            out = run_cmd(["journalctl", "-b", "-o", "json", "--no-pager", "-q", "_PID=1", f"UNIT={unit}",
+                           f"INVOCATION_ID={invocation}", f"MESSAGE_ID={MSG_STOPPING}", f"MESSAGE_ID={MSG_STOPPED}"],
+                          check=False, timeout=20).stdout
+        except RuntimeError_:
+            return False
+        return '"JOB_TYPE":"stop"' in out.replace(" ", "")
 
     def _journal_end(self, unit: str, invocation: str | None = None, since: float = 0,
                      exclude: str | None = None) -> dict[str, Any] | None:
@@ -250,7 +278,7 @@ class SystemdRuntime:
                 order.append(i)
             d = by_inv[i]
             mid = e.get("MESSAGE_ID")
-            if mid == MSG_STOPPING and e.get("JOB_TYPE") == "stop":
+            if mid in (MSG_STOPPING, MSG_STOPPED) and e.get("JOB_TYPE") == "stop":
                 d["stop_job"] = True
             elif mid == MSG_PROCESS_EXIT and e.get("EXIT_CODE"):
                 d["kind"] = {"exited": CLD_EXITED, "killed": CLD_KILLED, "dumped": CLD_DUMPED}.get(e["EXIT_CODE"], 0)

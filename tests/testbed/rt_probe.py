@@ -70,7 +70,7 @@ def wait_running(rt: SystemdRuntime, h: Any, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert rt.poll(h) is None, "ended while waiting for it to run"
-        if rt.pids(h):
+        if rt.pids(h) and rt.show(h.state["unit"])["ActiveState"] == "active":
             return
         time.sleep(0.1)
     raise SystemExit("never ran")
@@ -85,8 +85,40 @@ def containers(name: str) -> list[str]:
                           text=True).stdout.split()
 
 
+def podman_main(base: Path) -> None:
+    import os
+
+    from isaacd.runtimes.podman import SERVICE_UNIT, PodmanRuntime
+
+    os.environ["ISAACD_PODMAN_URL"] = f"unix://{base}/podman.sock"
+    cfg, j = job(base, "papi", ["sh", "-c", LOOPER])
+    rt = PodmanRuntime(cfg)
+    h = rt.start(spec(j, [str(j.log_root)]))
+    out: dict[str, Any] = {"service_unit_active": subprocess.run(
+        ["systemctl", "is-active", f"{SERVICE_UNIT}.service"], capture_output=True, text=True).stdout.strip()}
+    deadline = time.monotonic() + 30
+    while not (j.log_root / "env.txt").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)
+    env = (j.log_root / "env.txt").read_text()
+    out["env_ok"] = "ACCEPT_EULA=Y" in env and "NOTIFY_SOCKET" not in env
+    rt.signal(h, signal.SIGINT)
+    deadline = time.monotonic() + 30
+    st = None
+    while st is None and time.monotonic() < deadline:
+        st = rt.poll(h)
+        time.sleep(0.1)
+    out["sigint"] = ex(st)
+    subprocess.run(["systemctl", "stop", f"{SERVICE_UNIT}.service"], capture_output=True)
+    print(json.dumps(out))
+
+
 def main() -> None:
     base = Path(sys.argv[1])
+    if sys.argv[2:] == ["podman"]:
+        base.mkdir(parents=True, exist_ok=True)
+        podman_main(base)
+        return
     base.mkdir(parents=True, exist_ok=True)
     out: dict[str, Any] = {}
     cfg, j = job(base, "looper", ["sh", "-c", LOOPER])
@@ -117,6 +149,14 @@ def main() -> None:
     wait_running(rt, h)
     subprocess.run(["systemctl", "stop", h.state["unit"]], check=True)
     out["systemctl_stop"] = ex(wait_exit(rt, h))
+
+    # 2b. ... also while the unit is still activating (before conmon's READY=1)
+    h = rt.start(spec(j, [str(j.log_root)]))
+    while rt.show(h.state["unit"])["ActiveState"] != "activating":
+        assert rt.poll(h) is None
+        time.sleep(0.01)
+    subprocess.run(["systemctl", "stop", h.state["unit"]], check=True)
+    out["systemctl_stop_activating"] = ex(wait_exit(rt, h))
 
     # 3. the container killed (podman kill): a crash, resumed by isaacd
     h = rt.start(spec(j, [str(j.log_root)]))
