@@ -105,8 +105,10 @@ def test_cdi_device_names_from_gpus():
     ]
     cuda_no_gpus = job_from('[[jobs]]\nname = "a"\ndevice = "cuda:0"\n')
     assert cdi_devices(cuda_no_gpus) == ["nvidia.com/gpu=all"]
+    assert cdi_devices(job_from('[[jobs]]\nname = "a"\ngpus = "all"\n')) == ["nvidia.com/gpu=all"]
+    unchecked = job_from('[[jobs]]\nname = "a"\n').model_copy(update={"gpus": ["-0"]})  # config refuses it too
     with pytest.raises(RuntimeError_, match="cannot start with '-'"):
-        cdi_devices(job_from('[[jobs]]\nname = "a"\ngpus = ["-0"]\n'))
+        cdi_devices(unchecked)
 
 
 def test_cdi_devices_in_every_rendering():
@@ -124,11 +126,25 @@ def test_cdi_devices_in_every_rendering():
 def test_device_index_inside_the_container():
     # CDI passes host GPUs 2 and 3 as cuda:0 and cuda:1 inside
     assert container_device_arg(job_from(JOBS["rsl_rl_gpus"])) == "cuda:0"
-    cmd = container_command(job_from(JOBS["rsl_rl_gpus"]), ["--device", "cuda:2", "--headless"])
+    one = job_from('[[jobs]]\nname = "a"\nworkflow = "rsl_rl"\ndevice = "cuda:2"\ngpus = [2]\n')
+    cmd = container_command(one, ["--device", "cuda:2", "--headless"])
     assert cmd == ["/workspace/isaaclab/isaaclab.sh", "-p", "scripts/reinforcement_learning/rsl_rl/train.py",
                    "--device", "cuda:0", "--headless"]
     assert container_device_arg(job_from('[[jobs]]\nname = "a"\ndevice = "cuda:1"\ngpus = [0, 1]\n')) == "cuda:1"
     assert container_device_arg(job_from('[[jobs]]\nname = "a"\ndevice = "cpu"\n')) == "cpu"
+
+
+def test_multi_gpu_jobs_run_torchrun_in_the_container():
+    j = job_from('[[jobs]]\nname = "a"\ndevice = "cuda:0"\ngpus = [2, 3]\n')
+    cmd = container_command(j, ["--device", "cuda:2"])
+    assert cmd == ["python", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
+                   "isaacd_trainer", "--device", "cuda:0", "--distributed"]
+    cs = spec_for(j)
+    assert "CUDA_VISIBLE_DEVICES" not in cs.env  # CDI already numbers the job's GPUs from 0
+    assert cs.devices == ["nvidia.com/gpu=2", "nvidia.com/gpu=3"]
+    r = job_from('[[jobs]]\nname = "a"\nworkflow = "rsl_rl"\ndevice = "cuda:0"\ngpus = [0, 1]\n')
+    assert container_command(r, ["--headless"])[:6] == ["/workspace/isaaclab/isaaclab.sh", "-p", "-m",
+                                                       "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
 
 
 def test_commands_per_workflow():

@@ -123,7 +123,7 @@ def container_device_arg(job: JobConfig) -> str:
     which is nvidia-smi's index order), so `device = "cuda:2"` with `gpus = [2, 3]` is cuda:0 inside."""
     dev = job.device
     m = re.fullmatch(r"cuda:(\d+)", dev)
-    if not m or not job.gpus:
+    if not m or not job.gpus or job.gpus == "all":
         return dev
     k = int(m.group(1))
     if all(isinstance(g, int) or str(g).isdigit() for g in job.gpus):
@@ -238,17 +238,23 @@ def prepare_log_root(job: JobConfig) -> None:
 
 
 def container_command(job: JobConfig, trainer_args: list[str]) -> list[str]:
-    if job.command:
-        base = list(job.command)
-    elif job.workflow == "builtin":
-        base = [BUILTIN_TRAINER]
-    else:
-        base = [f"{ISAACLAB_DIR}/isaaclab.sh", "-p", job.isaaclab_train_script]
     args = list(trainer_args)
     for i, a in enumerate(args[:-1]):
         if a == "--device":
             args[i + 1] = container_device_arg(job)
-    return base + args
+    if job.command:
+        return list(job.command) + args
+    if job.ranks > 1:
+        # as the process runtime: torchrun starts the ranks (max_restarts 0: one dies, all go, isaacd
+        # restarts the job); inside the container CDI numbers the job's GPUs from 0, so rank r is
+        # cuda:r with no CUDA_VISIBLE_DEVICES
+        run = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={job.ranks}"]
+        if job.workflow == "builtin":
+            return ["python", *run, "-m", "isaacd_trainer", *args, "--distributed"]
+        return [f"{ISAACLAB_DIR}/isaaclab.sh", "-p", *run, job.isaaclab_train_script, *args, "--distributed"]
+    if job.workflow == "builtin":
+        return [BUILTIN_TRAINER] + args
+    return [f"{ISAACLAB_DIR}/isaaclab.sh", "-p", job.isaaclab_train_script] + args
 
 
 def container_env(job: JobConfig) -> dict[str, str]:
