@@ -238,7 +238,10 @@ def chroot_tools():
     why = testbed.unavailable_reason()
     if why:
         pytest.skip(why)
-    testbed.ensure_rootfs()
+    try:
+        testbed.ensure_rootfs()
+    except testbed.TestbedUnavailable as exc:
+        pytest.skip(str(exc))
     q = ROOTFS / "usr/libexec/podman/quadlet"
     if not q.exists():
         pytest.skip(f"{q} missing from the testbed rootfs")

@@ -46,13 +46,14 @@ class TestbedUnavailable(Exception):
 
 
 def unavailable_reason() -> str | None:
+    """Why the testbed cannot even be attempted here; missing packages are not a reason, since
+    ensure_rootfs() installs them (apt) through the shared script's `prep`."""
     if os.geteuid() != 0:
         return "the systemd testbed needs root"
-    if not TB_SCRIPT.exists():
-        return f"{TB_SCRIPT} not found"
-    for tool in ("systemd-nspawn", "debootstrap", "nsenter"):
-        if shutil.which(tool) is None and not (LOWER / ".testbed-built").exists():
-            return f"{tool} missing (run {TB_SCRIPT} prep)"
+    if not TB_SCRIPT.exists() and not (LOWER / ".testbed-built").exists():
+        return f"{TB_SCRIPT} not found and no cached rootfs in {LOWER}"
+    if shutil.which("nsenter") is None:
+        return "nsenter (util-linux) missing"
     return None
 
 
