@@ -22,6 +22,7 @@ class DivergenceWatchdog(Watchdog):
         # (step, value) per tag; kept across attempts so a resumed run is judged against the healthy past
         self.history: dict[str, deque[tuple[int, float]]] = {}
         self.trouble: tuple[int, str, float, float | None] | None = None
+        self.peak: dict[str, float] = {}
 
     def possible_actions(self) -> set[str]:
         return {self.cfg.action, "stop"}  # stop once max_rollbacks is used up
@@ -45,16 +46,19 @@ class DivergenceWatchdog(Watchdog):
                 hist.pop()  # a resume or rollback redoes these iterations: forget the abandoned values
             if len(hist) >= max(3, self.cfg.median_window // 2):
                 median = statistics.median(abs(v) for _, v in hist)
-                if median > 0 and abs(p.value) > self.cfg.spike_factor * median and self.trouble is None:
-                    self.trouble = (p.step, p.tag, p.value, median)
+                ref = max(median, self.cfg.peak_floor_ratio * self.peak.get(p.tag, 0.0))
+                if ref > 0 and abs(p.value) > self.cfg.spike_factor * ref and self.trouble is None:
+                    self.trouble = (p.step, p.tag, p.value, ref)
                     continue
             hist.append((p.step, p.value))
+            self.peak[p.tag] = max(self.peak.get(p.tag, 0.0), abs(p.value))
         if self.trouble is None:
             return Verdict(False)
         step, tag, value, median = self.trouble
         if median is None:
             detail = f"{tag} is {value} at iteration {step}"
         else:
-            detail = f"{tag} = {value:.4g} at iteration {step}, {abs(value) / median:.1f}x its rolling median {median:.4g}"
-        return Verdict(True, detail, {"tag": tag, "value": value, "rolling_median": median, "iteration": step},
+            detail = f"{tag} = {value:.4g} at iteration {step}, {abs(value) / median:.1f}x its reference {median:.4g} " \
+                     "(rolling median, at least a fraction of the run's peak)"
+        return Verdict(True, detail, {"tag": tag, "value": value, "reference": median, "iteration": step},
                        self.cfg.spike_factor, immediate=median is None, trouble_iteration=step)
