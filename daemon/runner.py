@@ -146,6 +146,7 @@ class JobRunner:
             env=launch.trainer_env(self.cfg),
             cwd=launch.workdir(self.cfg, self.state_dir),
             log_path=self.state_dir / "logs" / f"{self.cfg.name}.log",
+            attempt=attempt.number,
         )
         self.set_state(JobState.STARTING, reason)
         self.history.attempts.append(attempt)

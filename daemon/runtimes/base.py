@@ -23,6 +23,7 @@ class LaunchSpec:
     env: dict[str, str]  # host environment + job.environment (process runtime)
     cwd: Path
     log_path: Path  # where stdout/stderr go when the runtime has no journal of its own
+    attempt: int = 0  # the job's attempt number (container label)
 
 
 @dataclass(frozen=True)
