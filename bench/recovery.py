@@ -27,6 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from helpers import SupervisorProc, builtin_job, wait_for, write_config  # noqa: E402
 
+from isaacd.signals.tensorboard import TensorBoardTail  # noqa: E402
+
 
 def proc_cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -67,10 +69,13 @@ def main() -> int:
                              and x["checkpoint"] is not None and x, 180, what="running")
                 time.sleep(rng.uniform(0.5, 4.0))  # a random moment inside the run
                 j = sp.job("bench")
-                it_at_kill, old_pid, old_run = j["iteration"], j["pid"], j["run_dir"]
+                old_pid, old_run = j["pid"], j["run_dir"]
                 os.kill(old_pid, signal.SIGKILL)
                 t_kill = time.time()
-                j2 = wait_for(lambda: (x := sp.job("bench"))["pid"] not in (None, old_pid) and x, 30, interval=0.01,
+                tail = TensorBoardTail(Path(old_run))  # the last iteration the killed trainer logged
+                tail.poll()
+                it_at_kill = tail.progress.last_step
+                j2 = wait_for(lambda: (x := sp.job("bench"))["pid"] not in (None, old_pid) and x, 300, interval=0.01,
                               what="restart")
                 t_restart = time.time()
                 wait_for(lambda: (x := sp.job("bench"))["run_dir"] not in (None, old_run) and
@@ -78,6 +83,7 @@ def main() -> int:
                 t_iter = time.time()
                 started = [e for e in sp.events("bench") if e["event"] == "started"][-1]
                 resumed = started["resume_from"]["iteration"] if started["resume_from"] else -1
+                # iterations done after the checkpoint and redone by the resumed run
                 rows.append({"restart": t_restart - t_kill, "startup": t_iter - t_restart,
                              "recovery": t_iter - t_kill, "lost": it_at_kill - resumed})
                 print(f"kill {n + 1}/{kills}: at iteration {it_at_kill}, resumed from {resumed}, "
