@@ -21,6 +21,7 @@ class _SamplerExtension:
 
     def start(self) -> None:
         self.sampler.start()
+        self.sampler.wait_ready(5.0)  # jobs are checked against the GPU inventory before their first launch
 
     def stop(self) -> None:
         self.sampler.stop()
@@ -43,6 +44,21 @@ class _MetricsExtension:
             self.server.close()
 
 
+def missing_gpus(sampler: Any, job: Any) -> str | None:
+    """Why a job's GPUs are not on this host, or None. Unknown (collector down) is not a reason to refuse."""
+    snap = sampler.snapshot()
+    if not snap.up:
+        return None
+    wanted = [] if job.gpus == "all" else list(job.gpus)
+    if not wanted and job.device.startswith("cuda:"):
+        wanted = [int(job.device.split(":")[1])]
+    missing = [str(g) for g in wanted if not (isinstance(g, str) and "=" in g) and snap.resolve(g) is None]
+    if not missing:
+        return None
+    have = ", ".join(f"{k} ({i.uuid})" for k, i in snap.gpus.items()) or "none"
+    return f"GPU {', '.join(missing)} is not on this host (GPUs here: {have}); fix the job's gpus/device"
+
+
 def build_supervisor(cfg: Config, config_path: str | None) -> Supervisor:
     sup = Supervisor(cfg, config_path)
     from .gpu import GpuSampler
@@ -51,6 +67,7 @@ def build_supervisor(cfg: Config, config_path: str | None) -> Supervisor:
     # source = "none" still gets a sampler: it reports the collector down (once, with the reason)
     sampler = GpuSampler.from_config(cfg.gpu)
     sup.extensions.append(_SamplerExtension(sampler))
+    sup.gpu_check = lambda job: missing_gpus(sampler, job)
     sup.status_hooks.append(lambda st: st.__setitem__("gpus", gpu_status(sampler.snapshot(), st["jobs"])))
     sup.extensions.append(WatchdogEngine(sup, SamplerFeed(sampler)))
     if cfg.metrics.enabled:

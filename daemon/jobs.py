@@ -36,7 +36,7 @@ class JobState(str, enum.Enum):
 
 S = JobState
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    S.PENDING: frozenset({S.STARTING, S.STOPPED}),
+    S.PENDING: frozenset({S.STARTING, S.STOPPED, S.FAILED}),
     S.STARTING: frozenset({S.RUNNING, S.BACKING_OFF, S.FAILED, S.STOPPING, S.COMPLETED, S.STOPPED}),
     S.RUNNING: frozenset({S.BACKING_OFF, S.COMPLETED, S.FAILED, S.STOPPING, S.STOPPED}),
     S.BACKING_OFF: frozenset({S.STARTING, S.STOPPED, S.FAILED}),

@@ -68,6 +68,7 @@ class JobRunner:
         self.new_points: list[ScalarPoint] = []  # this tick's scalars, for the watchdogs
         self.pids_cache: list[int] = []
         self.parked_by: str | None = None  # a watchdog that stopped the job and will resume it
+        self.gpu_check: Any = None  # (JobConfig) -> problem or None, from the GPU inventory
         self.log = log.bind(job=cfg.name)
 
     # ---- bookkeeping -------------------------------------------------------------------
@@ -118,6 +119,15 @@ class JobRunner:
     # ---- launching ---------------------------------------------------------------------
     def launch(self, reason: str) -> None:
         now = time.time()
+        problem = self.gpu_check(self.cfg) if self.gpu_check else None
+        if problem is not None:
+            # a GPU this host does not have: retrying cannot help, so fail once with the reason
+            why = f"cannot start: {problem}"
+            self.history.final_state, self.history.final_reason = "failed", why
+            self.save()
+            self.event("failed", reason=why)
+            self.set_state(JobState.FAILED, why)
+            return
         rejected: list[tuple[Checkpoint, str]] = []
         resume = choose_resume(self.lineage(), self.next_resume_before, rejected)
         for ckpt, problem in rejected:

@@ -47,6 +47,7 @@ class Supervisor:
         self.control: Any = None
         self.extensions: list[Any] = []  # metrics server, GPU sampler, watchdog engine: started/stopped with us
         self.tick_hooks: list[Callable[[float], None]] = []
+        self.gpu_check: Callable[[Any], str | None] | None = None  # set by app.build_supervisor
         self.status_hooks: list[Callable[[dict[str, Any]], None]] = []
         self._last_notify = 0.0
 
@@ -72,7 +73,9 @@ class Supervisor:
         return self.runtimes[name]
 
     def _make_runner(self, job_cfg: Any) -> JobRunner:
-        return JobRunner(job_cfg, self.runtime(job_cfg.runtime), self.store, self.config.supervisor.state_dir)
+        runner = JobRunner(job_cfg, self.runtime(job_cfg.runtime), self.store, self.config.supervisor.state_dir)
+        runner.gpu_check = lambda cfg: self.gpu_check(cfg) if self.gpu_check else None
+        return runner
 
     def start(self) -> None:
         from .control import ControlServer

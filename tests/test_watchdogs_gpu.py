@@ -136,3 +136,13 @@ def test_idle_gpu_with_training_progress_is_not_a_hang(tmp_path, supervisor_fact
     sp = supervisor_factory(cfg)
     wait_for(lambda: (sp.job("g")["iteration"] or 0) >= 6, 120, what="training progress")
     assert [t for t in trips(sp) if t["watchdog"] == "duty_cycle"] == []
+
+
+def test_a_gpu_the_host_does_not_have_fails_the_job_once_with_the_reason(tmp_path, supervisor_factory):
+    cfg = gpu_job(tmp_path, {"gpus": 2}, {})
+    cfg.write_text(cfg.read_text().replace("gpus = [0]", "gpus = [0, 3]"))
+    sp = supervisor_factory(cfg)
+    j = wait_for(lambda: (x := sp.job("g"))["state"] == "failed" and x, 10, what="failed")
+    assert "GPU 3 is not on this host" in j["state_reason"] and "GPUs here: 0 (" in j["state_reason"]
+    assert [e for e in sp.events("g") if e["event"] == "started"] == []
+    assert j["restarts"] == 0
