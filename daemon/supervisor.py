@@ -126,6 +126,9 @@ class Supervisor:
                     runner.tick(now)
                 except Exception:  # noqa: BLE001
                     log.exception("job_tick_failed", job=runner.cfg.name)
+            # a job removed from the config lingers until its trainer is gone
+            for name in [n for n, r in self.runners.items() if self.config.job(n) is None and not r.state.active]:
+                del self.runners[name]
             for hook in self.tick_hooks:
                 try:
                     hook(now)
@@ -222,9 +225,6 @@ class Supervisor:
     # ---- read side -----------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         with self.lock:
-            # a removed job lingers until its trainer is gone
-            for name in [n for n, r in self.runners.items() if self.config.job(n) is None and not r.state.active]:
-                del self.runners[name]
             out = {
                 "supervisor": {
                     "version": __version__,

@@ -229,3 +229,19 @@ def test_clients_say_clearly_when_no_supervisor_runs(tmp_path):
         res = subprocess.run([str(BIN / "isaacd"), "--config", str(cfg), *args], capture_output=True, text=True)
         assert res.returncode == 3
         assert "no isaacd supervisor is listening" in res.stderr
+
+
+def test_reload_adds_and_removes_jobs_without_touching_the_others(tmp_path, supervisor_factory):
+    keep = builtin_job("keep", command=["sh", "-c", "sleep 600"])
+    gone = builtin_job("gone", command=["sh", "-c", "sleep 600"])
+    cfg = write_config(tmp_path, keep + gone)
+    sp = supervisor_factory(cfg)
+    wait_for(lambda: all(j["pid"] for j in sp.status()["jobs"]) and len(sp.status()["jobs"]) == 2, 10, what="both up")
+    keep_pid, gone_pid = sp.job("keep")["pid"], sp.job("gone")["pid"]
+    cfg.write_text(cfg.read_text().replace(gone, builtin_job("new", command=["sh", "-c", "sleep 600"])))
+    out = sp.cli("reload").stdout
+    assert "added ['new']" in out and "removed ['gone']" in out
+    wait_for(lambda: [j["name"] for j in sp.status()["jobs"]] == ["keep", "new"], 15, what="gone removed")
+    with pytest.raises(ProcessLookupError):
+        os.kill(gone_pid, 0)
+    assert sp.job("keep")["pid"] == keep_pid and sp.job("new")["pid"]
