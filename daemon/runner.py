@@ -99,6 +99,8 @@ class JobRunner:
             handle = self.runtime.adopt(self.cfg, attempt.handle) if attempt.runtime == self.runtime.name else None
             if handle is not None:
                 self.handle = handle
+                # the trainer may not have made its run dir yet: earlier attempts' dirs are not it
+                self._run_dirs_at_launch = {Path(a.run_dir).name for a in self.history.attempts if a.run_dir}
                 self._attach_run_dir(attempt)
                 self.state = JobState.RUNNING
                 self.state_since = time.time()
@@ -164,9 +166,10 @@ class JobRunner:
             self.handle = self.runtime.start(spec)
         except Exception as exc:  # noqa: BLE001 - any launch failure is a failed attempt, not a crash of ours
             self.handle = None
-            self.save()
             self.event("start_failed", attempt=attempt.number, error=str(exc))
-            self._after_exit(attempt, ExitStatus(code=None, detail=f"failed to start: {exc}"))
+            status = ExitStatus(code=None, detail=f"failed to start: {exc}")
+            self._record_exit(attempt, status)  # ended, so the backoff ladder counts it
+            self._after_exit(attempt, status)
             return
         attempt.handle = dict(self.handle.state)
         self.save()

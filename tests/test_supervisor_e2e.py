@@ -245,3 +245,12 @@ def test_reload_adds_and_removes_jobs_without_touching_the_others(tmp_path, supe
     with pytest.raises(ProcessLookupError):
         os.kill(gone_pid, 0)
     assert sp.job("keep")["pid"] == keep_pid and sp.job("new")["pid"]
+
+
+def test_a_trainer_that_cannot_be_started_is_retried_then_failed(tmp_path, supervisor_factory):
+    job = builtin_job("nobin", command=["/nonexistent/isaacd-train"],
+                      restart={"max_restarts": 1, "backoff_initial": 0.1, "backoff_max": 0.2})
+    sp = supervisor_factory(write_config(tmp_path, job))
+    j = wait_for(lambda: (x := sp.job("nobin"))["state"] == "failed" and x, 10, what="failed")
+    assert "failed to start" in j["state_reason"] and "/nonexistent/isaacd-train" in j["state_reason"]
+    assert [e["event"] for e in sp.events("nobin")].count("start_failed") == 2
