@@ -42,8 +42,8 @@ def trainer_args(job: JobConfig, resume: Checkpoint | None, seed: int | None = N
     return args + list(job.extra_args)
 
 
-def process_argv(job: JobConfig, resume: Checkpoint | None, seed: int | None = None) -> list[str]:
-    args = trainer_args(job, resume, seed)
+def process_argv(job: JobConfig, args: list[str]) -> list[str]:
+    """The host command line for the process runtime: the trainer program plus `trainer_args(...)`."""
     if job.command:
         return list(job.command) + args
     if job.ranks > 1:

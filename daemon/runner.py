@@ -87,6 +87,15 @@ class JobRunner:
     def save(self) -> None:
         self.store.save(self.history)
 
+    def settle(self, state: JobState, reason: str, remember: bool = True) -> None:
+        """Come to rest in stopped/completed/failed; `remember` keeps it so across supervisor restarts."""
+        if remember:
+            self.history.final_state, self.history.final_reason = state.value, reason
+            self.save()
+        if state == JobState.FAILED:
+            self.event("failed", reason=reason)
+        self.set_state(state, reason)
+
     def lineage(self) -> list[Lineage]:
         return [Lineage(Path(a.run_dir) if a.run_dir else None,
                         a.resume_from["iteration"] if a.resume_from else None) for a in self.history.attempts]
@@ -124,11 +133,7 @@ class JobRunner:
         problem = self.gpu_check(self.cfg) if self.gpu_check else None
         if problem is not None:
             # a GPU this host does not have: retrying cannot help, so fail once with the reason
-            why = f"cannot start: {problem}"
-            self.history.final_state, self.history.final_reason = "failed", why
-            self.save()
-            self.event("failed", reason=why)
-            self.set_state(JobState.FAILED, why)
+            self.settle(JobState.FAILED, f"cannot start: {problem}")
             return
         rejected: list[tuple[Checkpoint, str]] = []
         resume = choose_resume(self.lineage(), self.next_resume_before, rejected)
@@ -151,10 +156,11 @@ class JobRunner:
                           resume_from=resume.as_json() if resume else None, runtime=self.runtime.name)
         exp = launch.experiment_dir(self.cfg)
         self._run_dirs_at_launch = {p.name for p in exp.iterdir()} if exp.is_dir() else set()
+        args = launch.trainer_args(self.cfg, resume, seed)
         spec = LaunchSpec(
             job=self.cfg,
-            argv=launch.process_argv(self.cfg, resume, seed),
-            trainer_args=launch.trainer_args(self.cfg, resume, seed),
+            argv=launch.process_argv(self.cfg, args),
+            trainer_args=args,
             env=launch.trainer_env(self.cfg),
             cwd=launch.workdir(self.cfg, self.state_dir),
             log_path=self.state_dir / "logs" / f"{self.cfg.name}.log",
@@ -241,9 +247,9 @@ class JobRunner:
     def _record_exit(self, attempt: Attempt, status: ExitStatus) -> None:
         attempt.ended_at = time.time()
         attempt.exit = status.as_json()
-        newest = choose_resume(self.lineage())
-        attempt.checkpoint_at_exit = newest.iteration if newest else None
-        self._checkpoint_scanned_at = 0.0  # a stopping trainer saves a last checkpoint: show it now
+        # a stopping trainer saves a last checkpoint: look once, for the backoff ladder, completion and status
+        self._checkpoint, self._checkpoint_scanned_at = choose_resume(self.lineage()), time.time()
+        attempt.checkpoint_at_exit = self._checkpoint.iteration if self._checkpoint else None
         if self.handle is not None:
             try:
                 self.runtime.cleanup(self.handle)
@@ -254,8 +260,8 @@ class JobRunner:
         self.event("exited", attempt=attempt.number, **status.as_json(), iteration=self.iteration)
 
     def reached_max(self) -> bool:
-        ckpt = choose_resume(self.lineage())
-        self._checkpoint = ckpt
+        """Called after _record_exit, which refreshed the newest checkpoint."""
+        ckpt = self._checkpoint
         last = self.tail.progress.last_step if self.tail else None
         return (ckpt is not None and ckpt.iteration + 1 >= self.cfg.max_iterations) or (
             last is not None and last + 1 >= self.cfg.max_iterations)
@@ -264,10 +270,7 @@ class JobRunner:
         stop, self.stop = self.stop, None
         if stop is not None:
             if stop.then in ("stop", "shutdown", "park"):
-                if stop.final:
-                    self.history.final_state, self.history.final_reason = "stopped", stop.reason
-                    self.save()
-                self.set_state(JobState.STOPPED, stop.reason)
+                self.settle(JobState.STOPPED, stop.reason, remember=stop.final)
                 return
             # restart / rollback decided by an operator or a watchdog: go again now, no backoff
             self.next_launch_reason = stop.reason
@@ -279,15 +282,10 @@ class JobRunner:
             self.set_state(JobState.BACKING_OFF, stop.reason)
             return
         if status.success and self.reached_max():
-            self.history.final_state, self.history.final_reason = "completed", "max_iterations reached"
-            self.save()
-            self.set_state(JobState.COMPLETED, "max_iterations reached")
+            self.settle(JobState.COMPLETED, "max_iterations reached")
             return
         if status.external_stop:
-            reason = f"operator stop outside isaacd ({status.describe()})"
-            self.history.final_state, self.history.final_reason = "stopped", reason
-            self.save()
-            self.set_state(JobState.STOPPED, reason)
+            self.settle(JobState.STOPPED, f"operator stop outside isaacd ({status.describe()})")
             return
         reason = status.describe() if not status.success else "exited with code 0 before max_iterations"
         self._schedule_restart(reason, status.reason_class)
@@ -297,12 +295,8 @@ class JobRunner:
         now = time.time()
         recent = [t for t in self.history.restart_times if now - t <= policy.window]
         if len(recent) >= policy.max_restarts:
-            why = (f"restart limit reached: {len(recent)} restarts within {policy.window:g} s "
-                   f"(max_restarts = {policy.max_restarts}); last: {reason}")
-            self.history.final_state, self.history.final_reason = "failed", why
-            self.save()
-            self.event("failed", reason=why)
-            self.set_state(JobState.FAILED, why)
+            self.settle(JobState.FAILED, f"restart limit reached: {len(recent)} restarts within {policy.window:g} s "
+                                         f"(max_restarts = {policy.max_restarts}); last: {reason}")
             return
         delay = self._backoff_delay(now)
         self.backoff_until = now + delay
@@ -345,10 +339,7 @@ class JobRunner:
         if then in ("restart", "rollback"):
             return self.start(reason)
         if self.state in (JobState.PENDING, JobState.BACKING_OFF):
-            if final:
-                self.history.final_state, self.history.final_reason = "stopped", reason
-                self.save()
-            self.set_state(JobState.STOPPED, reason)
+            self.settle(JobState.STOPPED, reason, remember=final)
             return "stopped"
         return f"not running ({self.state.value})"
 

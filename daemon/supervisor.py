@@ -47,7 +47,7 @@ class Supervisor:
         self.control: Any = None
         self.extensions: list[Any] = []  # metrics server, GPU sampler, watchdog engine: started/stopped with us
         self.tick_hooks: list[Callable[[float], None]] = []
-        self.gpu_check: Callable[[Any], str | None] | None = None  # set by app.build_supervisor
+        self.gpu_check: Callable[[Any], str | None] | None = None  # set by app.build_supervisor, before start()
         self.status_hooks: list[Callable[[dict[str, Any]], None]] = []
         self._last_notify = 0.0
 
@@ -74,7 +74,7 @@ class Supervisor:
 
     def _make_runner(self, job_cfg: Any) -> JobRunner:
         runner = JobRunner(job_cfg, self.runtime(job_cfg.runtime), self.store, self.config.supervisor.state_dir)
-        runner.gpu_check = lambda cfg: self.gpu_check(cfg) if self.gpu_check else None
+        runner.gpu_check = self.gpu_check
         return runner
 
     def start(self) -> None:

@@ -156,7 +156,7 @@ def test_gpu_claims_are_validated(tmp_path, text, words):
 
 
 def test_shared_gpus_and_multi_rank_launch(tmp_path):
-    from isaacd.launch import process_argv, trainer_env
+    from isaacd.launch import process_argv, trainer_args, trainer_env
 
     text = ('[[jobs]]\nname = "a"\ngpus = [0, 1]\ndevice = "cuda"\nshare_gpus = true\n'
             '[[jobs]]\nname = "b"\ngpus = ["GPU-8f1c2d3e-0000-1111-2222-333344445555", 1]\nshare_gpus = true\n'
@@ -164,10 +164,10 @@ def test_shared_gpus_and_multi_rank_launch(tmp_path):
     cfg = parse_config(text, "x.toml", tmp_path)
     a, b, c = cfg.jobs
     assert a.ranks == 2 and b.ranks == 2 and c.ranks == 1
-    argv = process_argv(a, None)
+    argv = process_argv(a, trainer_args(a, None))
     assert argv[1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     assert argv[5:7] == ["-m", "isaacd_trainer"] and argv[-1] == "--distributed"
     assert trainer_env(a)["CUDA_VISIBLE_DEVICES"] == "0,1"
     # a single-GPU job keeps its device name and sees every GPU
-    assert "torch.distributed.run" not in process_argv(c, None) and "CUDA_VISIBLE_DEVICES" not in {
+    assert "torch.distributed.run" not in process_argv(c, trainer_args(c, None)) and "CUDA_VISIBLE_DEVICES" not in {
         k for k in trainer_env(c) if k not in __import__("os").environ}

@@ -14,7 +14,7 @@ from .base import GpuReading, JobView, Trip, Watchdog
 from .config import WatchdogsConfig
 from .divergence import DivergenceWatchdog
 from .duty_cycle import DutyCycleWatchdog
-from .gpufeed import FeedTick, NoGpus
+from .gpufeed import FeedTick
 from .gpu_temperature import GpuTemperatureWatchdog
 from .loss_stagnation import LossStagnationWatchdog
 from .no_progress import NoProgressWatchdog
@@ -71,9 +71,9 @@ def job_gpu_indices(runner: "JobRunner", readings: list[GpuReading], procs: dict
 
 
 class WatchdogEngine:
-    def __init__(self, supervisor: "Supervisor", feed: GpuFeed | None = None):
+    def __init__(self, supervisor: "Supervisor", feed: GpuFeed):
         self.sup = supervisor
-        self.feed = feed or NoGpus()
+        self.feed = feed
         self.sets: dict[str, tuple[WatchdogsConfig, dict[str, Watchdog]]] = {}
         self.original_power: dict[int, float] = {}  # GPU -> power limit before we capped it
 

@@ -68,13 +68,3 @@ class SamplerFeed:
     def mark_unhealthy(self, gpu: int, reason: str) -> None:
         self.sampler.mark_unhealthy(gpu, reason)
 
-
-class NoGpus:
-    def poll(self) -> FeedTick:
-        return FeedTick()
-
-    def set_power_limit(self, gpu: int, watts: float) -> None:
-        raise PermissionError("no GPU collector")
-
-    def mark_unhealthy(self, gpu: int, reason: str) -> None:
-        pass
