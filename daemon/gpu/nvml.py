@@ -112,6 +112,12 @@ class _Reader:
             self.fail(field, e)
             return None
 
+    def scaled(self, field: str, fn: Callable[..., Any], *args: Any,
+               mul: float = 1.0, div: float = 1.0) -> float | None:
+        """`call` converted to base units (mW -> W: div=1000; MHz -> Hz: mul=1e6); None stays None."""
+        v = self.call(field, fn, *args)
+        return None if v is None else float(v) * mul / div
+
 
 class NvmlSource:
     name = "nvml"
@@ -284,16 +290,12 @@ class NvmlSource:
             vals["utilization_gpu_ratio"] = util.gpu / 100.0
             vals["utilization_memory_ratio"] = util.memory / 100.0
         vals["temperature_celsius"] = r.call("temperature_celsius", self._temperature, h)
-        m = r.call("thermal_margin_celsius", nv.nvmlDeviceGetMarginTemperature, h)
-        vals["thermal_margin_celsius"] = None if m is None else float(m)
-        p = r.call("power_watts", nv.nvmlDeviceGetPowerUsage, h)
-        vals["power_watts"] = None if p is None else p / 1000.0
-        p = r.call("power_limit_watts", nv.nvmlDeviceGetEnforcedPowerLimit, h)
-        vals["power_limit_watts"] = None if p is None else p / 1000.0
-        c = r.call("sm_clock_hertz", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
-        vals["sm_clock_hertz"] = None if c is None else c * 1e6
-        c = r.call("memory_clock_hertz", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
-        vals["memory_clock_hertz"] = None if c is None else c * 1e6
+        vals["thermal_margin_celsius"] = r.scaled("thermal_margin_celsius", nv.nvmlDeviceGetMarginTemperature, h)
+        vals["power_watts"] = r.scaled("power_watts", nv.nvmlDeviceGetPowerUsage, h, div=1000.0)
+        vals["power_limit_watts"] = r.scaled("power_limit_watts", nv.nvmlDeviceGetEnforcedPowerLimit, h, div=1000.0)
+        vals["sm_clock_hertz"] = r.scaled("sm_clock_hertz", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM, mul=1e6)
+        vals["memory_clock_hertz"] = r.scaled(
+            "memory_clock_hertz", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM, mul=1e6)
         vals["clock_event_reasons"] = r.call("clock_event_reasons", self._clock_reasons, h)
         vals.update(self._field_values(r, h))
         if self._migs_of.get(gpu.key):
@@ -384,21 +386,20 @@ class NvmlSource:
         if gpu.is_mig:
             return GpuSlowSample(gpu=gpu.key, timestamp=now)
         vals: dict[str, Any] = {}
-        e = r.call("energy_joules", nv.nvmlDeviceGetTotalEnergyConsumption, h)
-        vals["energy_joules"] = None if e is None else e / 1000.0
+        vals["energy_joules"] = r.scaled("energy_joules", nv.nvmlDeviceGetTotalEnergyConsumption, h, div=1000.0)
         # NVML reports KB/s (KiB) averaged over a 20 ms window; the call blocks for that window.
-        tx = r.call("pcie_tx_bytes_per_second", nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_TX_BYTES)
-        vals["pcie_tx_bytes_per_second"] = None if tx is None else tx * 1024.0
-        rx = r.call("pcie_rx_bytes_per_second", nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_RX_BYTES)
-        vals["pcie_rx_bytes_per_second"] = None if rx is None else rx * 1024.0
+        vals["pcie_tx_bytes_per_second"] = r.scaled(
+            "pcie_tx_bytes_per_second", nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_TX_BYTES, mul=1024.0)
+        vals["pcie_rx_bytes_per_second"] = r.scaled(
+            "pcie_rx_bytes_per_second", nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_RX_BYTES, mul=1024.0)
         vals["pcie_link_generation"] = r.call("pcie_link_generation", nv.nvmlDeviceGetCurrPcieLinkGeneration, h)
         vals["pcie_link_width"] = r.call("pcie_link_width", nv.nvmlDeviceGetCurrPcieLinkWidth, h)
-        c = r.call("sm_clock_max_hertz", nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM)
-        vals["sm_clock_max_hertz"] = None if c is None else c * 1e6
-        c = r.call("memory_clock_max_hertz", nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_MEM)
-        vals["memory_clock_max_hertz"] = None if c is None else c * 1e6
-        d = r.call("power_limit_default_watts", nv.nvmlDeviceGetPowerManagementDefaultLimit, h)
-        vals["power_limit_default_watts"] = None if d is None else d / 1000.0
+        vals["sm_clock_max_hertz"] = r.scaled(
+            "sm_clock_max_hertz", nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM, mul=1e6)
+        vals["memory_clock_max_hertz"] = r.scaled(
+            "memory_clock_max_hertz", nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_MEM, mul=1e6)
+        vals["power_limit_default_watts"] = r.scaled(
+            "power_limit_default_watts", nv.nvmlDeviceGetPowerManagementDefaultLimit, h, div=1000.0)
         mm = r.call("power_limit_min_watts", nv.nvmlDeviceGetPowerManagementLimitConstraints, h)
         if mm is not None:
             vals["power_limit_min_watts"], vals["power_limit_max_watts"] = mm[0] / 1000.0, mm[1] / 1000.0
