@@ -183,6 +183,13 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return 2
+    from .workflows import config_issues  # what only the filesystem can tell: train script, Isaac Lab generation
+
+    source = args.file or _config_path(args.config) or EMBEDDED_DEFAULT_NAME
+    issues = config_issues(cfg)
+    if issues:
+        print(str(ConfigError(str(source), issues)), file=sys.stderr)
+        return 2
     print(f"{args.file or _config_path(args.config) or EMBEDDED_DEFAULT_NAME}: OK, "
           f"{len(cfg.jobs)} job(s): {', '.join(j.name for j in cfg.jobs) or '-'}")
     return 0

@@ -127,7 +127,9 @@ class ContainerConfig(_Model):
 class JobConfig(_Model):
     name: str
     runtime: Literal["process", "podman", "systemd"] = "process"
-    workflow: Literal["builtin", "rsl_rl"] = "builtin"
+    # The trainer contract (daemon/workflows/): "builtin" is isaacd's own Isaac Lab-faithful trainer;
+    # "rsl_rl", "rl_games", "skrl" are Isaac Lab's train scripts for those libraries.
+    workflow: Literal["builtin", "rsl_rl", "rl_games", "skrl"] = "builtin"
     task: str = "Isaacd-Cartpole-v0"
     experiment: str | None = None
     num_envs: Annotated[int, Field(gt=0, le=1_000_000)] = 256
@@ -140,14 +142,26 @@ class JobConfig(_Model):
     nproc_per_node: Annotated[int, Field(ge=1, le=64)] | None = None
     share_gpus: bool = False  # allow other jobs with share_gpus on the same GPUs
     log_root: Path = Path("logs")
-    extra_args: list[str] = []
+    extra_args: list[str] = []  # more trainer flags and Hydra overrides (env.*=..., agent.*=...)
     environment: dict[str, str] = {}
     autostart: bool = True
     stop_timeout: PositiveSeconds = 30.0
-    # The trainer program for the process runtime; default is this venv's isaacd-train.
+    # A raw trainer program (process runtime) or container command: replaces launcher + shim + script.
     command: list[str] | None = None
-    # Isaac Lab's train.py (workflow "rsl_rl"); run through its python.sh/isaaclab.sh launcher.
-    isaaclab_train_script: str = "scripts/reinforcement_learning/rsl_rl/train.py"
+    # Where Isaac Lab is: a checkout on the host (process runtime) or inside the image (containers,
+    # default /workspace/isaaclab as in NVIDIA's isaac-lab images).
+    isaaclab_dir: Path | None = None
+    # "2.0", "2.3", "3.0", ... when isaacd cannot read it from isaaclab_dir/VERSION or the image tag.
+    isaaclab_version: str | None = None
+    # The train script: relative to isaaclab_dir, or absolute (an extension project's
+    # scripts/rsl_rl/train.py, the common case). Default: Isaac Lab's own for the library.
+    train_script: str | None = None
+    # How to start Python: default `<isaaclab_dir>/isaaclab.sh -p`; e.g. ["/opt/conda/envs/il/bin/python"].
+    launcher: list[str] | None = None
+    agent: str | None = None  # --agent: the agent config entry point (default: the library's)
+    # Run the train script through isaacd's launcher shim (same process): a stop saves a checkpoint
+    # at the next iteration boundary, and the run dir and checkpoints are reported, not guessed.
+    shim: bool = True
     restart: RestartPolicy = RestartPolicy()
     container: ContainerConfig = ContainerConfig()
     watchdogs: WatchdogsConfig = WatchdogsConfig()
@@ -189,18 +203,28 @@ class JobConfig(_Model):
             raise ValueError('must be "cpu", "cuda" or "cuda:N"')
         return v
 
-    @field_validator("log_root", mode="before")
+    @field_validator("log_root", "isaaclab_dir", mode="before")
     @classmethod
     def _path(cls, v: Any) -> Any:
         return Path(v) if isinstance(v, str) else v
 
+    @field_validator("isaaclab_version")
+    @classmethod
+    def _version(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"\d+\.\d+(\.\d+)?([.+-]\w+)*", v):
+            raise ValueError('must be an Isaac Lab version such as "2.3", "2.3.2" or "3.0"')
+        return v
+
     @field_validator("extra_args")
     @classmethod
     def _no_managed_flags(cls, v: list[str]) -> list[str]:
-        managed = {"--resume", "--load_run", "--checkpoint", "--max_iterations", "--log_root", "--experiment_name"}
+        managed = {"--resume", "--load_run", "--checkpoint", "--max_iterations", "--log_root", "--experiment_name",
+                   "--run_name", "--rl_library", "agent.save_interval", "agent.resume", "agent.load_run",
+                   "agent.load_checkpoint", "agent.max_iterations", "agent.experiment_name", "agent.run_name"}
         clash = sorted({a.split("=", 1)[0] for a in v} & managed)
         if clash:
-            raise ValueError(f"{', '.join(clash)} are set by isaacd (it chooses the checkpoint to resume); remove them")
+            raise ValueError(f"{', '.join(clash)} are set by isaacd (it chooses the checkpoint to resume and owns "
+                             "the run layout); remove them (save_interval and experiment are job keys)")
         return v
 
     @property

@@ -469,9 +469,25 @@ def check_images(cfg: Config) -> list[Check]:
     return out
 
 
+def check_workflows(cfg: Config) -> list[Check]:
+    """Each job's trainer contract: the Isaac Lab generation, the train script, the launcher."""
+    from .workflows import WorkflowError, resolve
+
+    out = []
+    for j in cfg.jobs:
+        try:
+            r = resolve(j)
+        except WorkflowError as exc:
+            out.append(Check(f"workflow:{j.name}", "fail", exc.message, f"set {exc.key} in the job's [[jobs]] table"))
+            continue
+        out.append(Check(f"workflow:{j.name}", "pass", r.workflow.contract + ("" if j.shim or j.command else
+                                                                           "; shim off: a stop saves no checkpoint")))
+    return out
+
+
 CHECKS: list[Callable[[Config], Check | list[Check]]] = [
     check_driver, check_nvml, check_cdi, check_podman, check_quadlet, check_systemd, check_memlock,
-    check_images, check_shm, check_disk, check_ports, check_listeners,
+    check_images, check_shm, check_disk, check_ports, check_listeners, check_workflows,
 ]
 
 

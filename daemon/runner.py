@@ -18,9 +18,12 @@ from .config import JobConfig
 from .jobs import JobState, check_transition
 from .logs import log
 from .runtimes.base import ExitStatus, Handle, LaunchSpec, Runtime
-from .signals.checkpoints import Checkpoint, Lineage, choose_resume, newest_complete
+from .signals.checkpoints import Checkpoint, Lineage, choose_resume
 from .signals.tensorboard import ScalarPoint, TensorBoardTail, finite_or_none
 from .store import Attempt, JobHistory, StateStore
+from .workflows import Resolved, WorkflowError, resolve
+from .workflows.sidechannel import ShimEvents
+from .workflows.validate import VALIDATOR, expected_rsl_rl_format
 
 CHECKPOINT_SCAN_INTERVAL = 2.0
 PIDS_SCAN_INTERVAL = 2.0
@@ -70,6 +73,12 @@ class JobRunner:
         self.parked_by: str | None = None  # a watchdog that stopped the job and will resume it
         self.gpu_check: Any = None  # (JobConfig) -> problem or None, from the GPU inventory
         self.log = log.bind(job=cfg.name)
+        self.resolved: Resolved | None = None  # the job's trainer contract, resolved at each launch
+        self.shim: ShimEvents | None = None  # what the launcher shim reports for the current attempt
+        try:
+            self.resolved = resolve(cfg)
+        except WorkflowError:
+            pass  # said when the job launches (and by check-config / doctor before that)
 
     # ---- bookkeeping -------------------------------------------------------------------
     def event(self, event: str, **fields: Any) -> None:
@@ -100,6 +109,19 @@ class JobRunner:
         return [Lineage(Path(a.run_dir) if a.run_dir else None,
                         a.resume_from["iteration"] if a.resume_from else None) for a in self.history.attempts]
 
+    def newest_checkpoint(self, deep: bool = False, before_iteration: int | None = None,
+                          rejected: list[tuple[Checkpoint, str]] | None = None) -> Checkpoint | None:
+        """Newest complete checkpoint on the job's timeline; `deep` also asks whether its trainer can load it."""
+        if self.resolved is None:
+            return None
+        wf = self.resolved.workflow
+        validator = None
+        if deep:
+            expected = expected_rsl_rl_format(self.history.trainer_rsl_rl_version, self.resolved.generation.major,
+                                              self.cfg.workflow == "builtin")
+            validator = lambda c: VALIDATOR.problem(c, expected, wf.library)  # noqa: E731
+        return choose_resume(self.lineage(), before_iteration, rejected, wf.layout, validator)
+
     # ---- startup -----------------------------------------------------------------------
     def recover(self) -> None:
         """After a supervisor (re)start: adopt a live trainer, or decide what the job should do."""
@@ -110,6 +132,7 @@ class JobRunner:
                 self.handle = handle
                 # the trainer may not have made its run dir yet: earlier attempts' dirs are not it
                 self._run_dirs_at_launch = {Path(a.run_dir).name for a in self.history.attempts if a.run_dir}
+                self.shim = ShimEvents(Path(attempt.shim_events)) if attempt.shim_events else None
                 self._attach_run_dir(attempt)
                 self.state = JobState.RUNNING
                 self.state_since = time.time()
@@ -135,13 +158,31 @@ class JobRunner:
             # a GPU this host does not have: retrying cannot help, so fail once with the reason
             self.settle(JobState.FAILED, f"cannot start: {problem}")
             return
+        try:
+            self.resolved = resolved = resolve(self.cfg)
+        except WorkflowError as exc:
+            # a missing train script or an unknown Isaac Lab generation: retrying cannot help either
+            self.settle(JobState.FAILED, f"cannot start: {exc.key}: {exc.message}")
+            return
+        wf = resolved.workflow
         rejected: list[tuple[Checkpoint, str]] = []
-        resume = choose_resume(self.lineage(), self.next_resume_before, rejected)
-        for ckpt, problem in rejected:
-            self.event("checkpoint_rejected", path=str(ckpt.path), iteration=ckpt.iteration, problem=problem)
+        resume = self.newest_checkpoint(deep=True, before_iteration=self.next_resume_before, rejected=rejected)
+        for ckpt, why in rejected:
+            self.event("checkpoint_rejected", path=str(ckpt.path), iteration=ckpt.iteration, problem=why)
+        if resume is None and any(why.startswith("incompatible") for _, why in rejected):
+            # starting from scratch would silently throw the run away: stop and say why
+            newest = rejected[0]
+            self.settle(JobState.FAILED, f"no checkpoint this trainer can load: {newest[0].path.name} is {newest[1]}. "
+                                         "Run the job with the trainer that wrote it (image / isaaclab_dir), or move "
+                                         "its run dirs away and `isaacd start` to train from scratch")
+            return
         if self.next_resume_before is not None and resume is None:
             self.event("rollback_without_checkpoint", before_iteration=self.next_resume_before,
                        detail="no complete checkpoint before the trouble; starting from scratch")
+        if resume is not None and wf.is_complete(self.cfg, resume, None):
+            self.settle(JobState.COMPLETED, f"max_iterations reached ({resume.path.name} holds "
+                                            f"{wf.iterations_done(resume)} of {self.cfg.max_iterations})")
+            return
         seed = self.next_seed
         if self.count_next_as_restart:
             h = self.history
@@ -151,17 +192,23 @@ class JobRunner:
             h.restarts_by_reason[self.restart_reason_class] = h.restarts_by_reason.get(self.restart_reason_class, 0) + 1
             h.last_restart_reason = reason
         self.history.final_state = self.history.final_reason = None
-        attempt = Attempt(number=len(self.history.attempts) + 1 if not self.history.attempts
-                          else self.history.attempts[-1].number + 1, started_at=now, reason=reason,
-                          resume_from=resume.as_json() if resume else None, runtime=self.runtime.name)
-        exp = launch.experiment_dir(self.cfg)
+        number = self.history.attempts[-1].number + 1 if self.history.attempts else 1
+        shim_events = launch.shim_events_path(self.state_dir, self.cfg, number)
+        program = resolved.program(in_container=False)
+        attempt = Attempt(number=number, started_at=now, reason=reason,
+                          resume_from=resume.as_json() if resume else None, runtime=self.runtime.name,
+                          shim_events=str(shim_events) if program.shim else None)
+        exp = wf.experiment_dir(self.cfg)
         self._run_dirs_at_launch = {p.name for p in exp.iterdir()} if exp.is_dir() else set()
-        args = launch.trainer_args(self.cfg, resume, seed)
+        args = launch.trainer_args(self.cfg, resume, seed, resolved)
+        if program.shim:
+            shim_events.parent.mkdir(parents=True, exist_ok=True)
+            shim_events.unlink(missing_ok=True)  # a number reused after history loss must not replay old news
         spec = LaunchSpec(
             job=self.cfg,
-            argv=launch.process_argv(self.cfg, args),
+            argv=program.prefix + args + program.suffix,
             trainer_args=args,
-            env=launch.trainer_env(self.cfg),
+            env=launch.trainer_env(self.cfg, shim_events if program.shim else None),
             cwd=launch.workdir(self.cfg, self.state_dir),
             log_path=self.state_dir / "logs" / f"{self.cfg.name}.log",
             attempt=attempt.number,
@@ -180,9 +227,11 @@ class JobRunner:
         attempt.handle = dict(self.handle.state)
         self.save()
         self.tail = None
+        self.shim = ShimEvents(shim_events) if program.shim else None
         self.new_points = []
         self.event("started", attempt=attempt.number, reason=reason, pid=self.handle.pid,
-                   resume_from=attempt.resume_from, seed=seed, argv=spec.argv)
+                   resume_from=attempt.resume_from, seed=seed if seed is not None else self.cfg.seed,
+                   contract=wf.contract, argv=spec.argv)
         self.next_launch_reason, self.next_resume_before, self.next_seed = "initial", None, None
         self.count_next_as_restart = False
 
@@ -190,17 +239,33 @@ class JobRunner:
         if attempt.run_dir:
             self.tail = TensorBoardTail(Path(attempt.run_dir))
             return
-        exp = launch.experiment_dir(self.cfg)
-        try:
-            new = sorted(p for p in exp.iterdir() if p.is_dir() and p.name not in self._run_dirs_at_launch
-                         and p.name.endswith(self.cfg.name))
-        except OSError:
-            return
-        if new:
-            attempt.run_dir = str(new[-1])
+        found: Path | None = None
+        if self.shim is not None and self.shim.report.run_dir:
+            found = launch.host_path(self.cfg, self.shim.report.run_dir)  # rank 0's run dir, as the trainer said
+        elif self.shim is None and self.resolved is not None:
+            found = self._guess_run_dir()
+        if found is not None:
+            attempt.run_dir = str(found)
             self.save()
-            self.tail = TensorBoardTail(new[-1])
+            self.tail = TensorBoardTail(found)
             self.event("run_dir", attempt=attempt.number, run_dir=attempt.run_dir)
+
+    def _guess_run_dir(self) -> Path | None:
+        """Without the shim: a run dir created since the launch, named exactly as this job's launches name them.
+
+        Several ranks (Isaac Lab 2.x) each stamp a dir; rank 0's is the one that gets TensorBoard events.
+        """
+        assert self.resolved is not None
+        wf = self.resolved.workflow
+        name_re = wf.run_dir_re(self.cfg)
+        try:
+            new = sorted(p for p in wf.experiment_dir(self.cfg).iterdir() if p.is_dir()
+                         and p.name not in self._run_dirs_at_launch and name_re.match(p.name))
+        except OSError:
+            return None
+        if self.cfg.ranks > 1:
+            new = [p for p in new if any(p.glob("events.out.tfevents.*"))]
+        return new[-1] if new else None
 
     # ---- the tick ------------------------------------------------------------------------
     def tick(self, now: float) -> None:
@@ -213,13 +278,36 @@ class JobRunner:
             self.launch(self.next_launch_reason)
         if now - self._checkpoint_scanned_at >= CHECKPOINT_SCAN_INTERVAL:
             self._checkpoint_scanned_at = now
-            self._checkpoint = choose_resume(self.lineage())
+            self._checkpoint = self.newest_checkpoint()
+
+    def _poll_shim(self, attempt: Attempt) -> None:
+        """Fold in what the shim said: the run dir, checkpoints as they land, which checkpoint was loaded."""
+        if self.shim is None:
+            return
+        for ev in self.shim.poll():
+            kind = ev.get("event")
+            if kind == "checkpoint_saved" and ev.get("path"):
+                path = launch.host_path(self.cfg, str(ev["path"]))
+                VALIDATOR.prewarm(path)  # deep validation off the tick, before any resume needs it
+                self._checkpoint_scanned_at = 0.0  # status shows it at the next scan, not in 2 s
+            elif kind == "checkpoint_loaded":
+                wanted = attempt.resume_from["path"] if attempt.resume_from else None
+                got = str(launch.host_path(self.cfg, str(ev.get("path"))))
+                if wanted is not None and Path(got) != Path(wanted):
+                    self.event("resume_mismatch", attempt=attempt.number, chosen=wanted, loaded=got,
+                               detail="the trainer loaded another checkpoint than isaacd chose")
+            elif kind in ("runner_started", "shim_started") and self.shim.report.rsl_rl_version:
+                self.history.trainer_rsl_rl_version = self.shim.report.rsl_rl_version
+            elif kind == "stopped":
+                self.event("trainer_saved_on_stop", attempt=attempt.number, iteration=ev.get("iteration"),
+                           checkpoint=ev.get("checkpoint"))
 
     def _watch(self, now: float) -> None:
         assert self.handle is not None
         attempt = self.history.current
         assert attempt is not None
         status = self.runtime.poll(self.handle)
+        self._poll_shim(attempt)
         if self.tail is None:
             self._attach_run_dir(attempt)
         if self.tail is not None:
@@ -248,7 +336,10 @@ class JobRunner:
         attempt.ended_at = time.time()
         attempt.exit = status.as_json()
         # a stopping trainer saves a last checkpoint: look once, for the backoff ladder, completion and status
-        self._checkpoint, self._checkpoint_scanned_at = choose_resume(self.lineage()), time.time()
+        self._poll_shim(attempt)  # its last words: the checkpoint a stop saved, the run dir of a short run
+        if self.tail is None and attempt.run_dir is None:
+            self._attach_run_dir(attempt)
+        self._checkpoint, self._checkpoint_scanned_at = self.newest_checkpoint(), time.time()
         attempt.checkpoint_at_exit = self._checkpoint.iteration if self._checkpoint else None
         if self.handle is not None:
             try:
@@ -261,10 +352,12 @@ class JobRunner:
 
     def reached_max(self) -> bool:
         """Called after _record_exit, which refreshed the newest checkpoint."""
-        ckpt = self._checkpoint
+        if self.resolved is None:
+            return False
+        if self.tail is not None:
+            self.tail.poll(time.time())  # the last iterations may have landed after the last tick
         last = self.tail.progress.last_step if self.tail else None
-        return (ckpt is not None and ckpt.iteration + 1 >= self.cfg.max_iterations) or (
-            last is not None and last + 1 >= self.cfg.max_iterations)
+        return self.resolved.workflow.is_complete(self.cfg, self._checkpoint, last)
 
     def _after_exit(self, attempt: Attempt, status: ExitStatus) -> None:
         stop, self.stop = self.stop, None
@@ -370,6 +463,7 @@ class JobRunner:
             "state_reason": self.state_reason,
             "runtime": self.cfg.runtime,
             "workflow": self.cfg.workflow,
+            "contract": self.resolved.workflow.contract if self.resolved else None,
             "task": self.cfg.task,
             "device": self.cfg.device,
             "gpus": self.cfg.gpus if self.cfg.gpus == "all" else list(self.cfg.gpus),
@@ -398,7 +492,3 @@ class JobRunner:
             "watchdog_trips": [{"watchdog": k.split("/")[0], "action": k.split("/")[1], "count": v}
                                for k, v in sorted(h.watchdog_trips.items())],
         }
-
-    def newest_checkpoint_in_current_run(self) -> Checkpoint | None:
-        attempt = self.history.current
-        return newest_complete(Path(attempt.run_dir)) if attempt and attempt.run_dir else None

@@ -44,6 +44,7 @@ class Attempt:
     ended_at: float | None = None
     exit: dict[str, Any] | None = None  # {"code", "signal", "oom_killed", "description"}
     checkpoint_at_exit: int | None = None  # newest complete checkpoint on the timeline when it ended
+    shim_events: str | None = None  # the launcher shim's side channel for this attempt (None: no shim)
 
 
 @dataclass
@@ -57,6 +58,7 @@ class JobHistory:
     watchdog_trips: dict[str, int] = field(default_factory=dict)  # "watchdog/action" -> count
     final_state: str | None = None  # stopped | completed | failed, when the job is not meant to run
     final_reason: str | None = None
+    trainer_rsl_rl_version: str | None = None  # as the shim last reported it: which checkpoints load
     attempts: list[Attempt] = field(default_factory=list)
 
     @property

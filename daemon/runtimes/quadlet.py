@@ -30,8 +30,6 @@ from ..config import JobConfig
 from .base import LaunchSpec, RuntimeError_
 
 UNIT_PREFIX = "isaaclab-job-"
-ISAACLAB_DIR = "/workspace/isaaclab"  # the Isaac Lab checkout in NVIDIA's isaac-lab images
-BUILTIN_TRAINER = "isaacd-train"  # on PATH in containers/Containerfile.builtin and .isaaclab
 
 # Isaac Sim refuses to start without the EULA accepted; PRIVACY_CONSENT silences the telemetry
 # prompt; HEADLESS is read by Isaac Lab's AppLauncher. The job's own environment wins.
@@ -238,23 +236,18 @@ def prepare_log_root(job: JobConfig) -> None:
 
 
 def container_command(job: JobConfig, trainer_args: list[str]) -> list[str]:
+    """The container's command: launcher (+ torchrun) + shim + train script + flags, as the job's workflow says.
+
+    Inside the container CDI numbers the job's GPUs from 0, so `--device` is rewritten to match.
+    """
+    from ..workflows import resolve  # late: workflows import config, which this module's users load first
+
     args = list(trainer_args)
     for i, a in enumerate(args[:-1]):
         if a == "--device":
             args[i + 1] = container_device_arg(job)
-    if job.command:
-        return list(job.command) + args
-    if job.ranks > 1:
-        # as the process runtime: torchrun starts the ranks (max_restarts 0: one dies, all go, isaacd
-        # restarts the job); inside the container CDI numbers the job's GPUs from 0, so rank r is
-        # cuda:r with no CUDA_VISIBLE_DEVICES
-        run = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={job.ranks}"]
-        if job.workflow == "builtin":
-            return ["python", *run, "-m", "isaacd_trainer", *args, "--distributed"]
-        return [f"{ISAACLAB_DIR}/isaaclab.sh", "-p", *run, job.isaaclab_train_script, *args, "--distributed"]
-    if job.workflow == "builtin":
-        return [BUILTIN_TRAINER] + args
-    return [f"{ISAACLAB_DIR}/isaaclab.sh", "-p", job.isaaclab_train_script] + args
+    prog = resolve(job).program(in_container=True)
+    return prog.prefix + args + prog.suffix
 
 
 def container_env(job: JobConfig) -> dict[str, str]:
@@ -292,17 +285,26 @@ class ContainerSpec:
     @classmethod
     def from_launch(cls, spec: LaunchSpec, token: str, attempt: int) -> "ContainerSpec":
         job = spec.job
+        from .. import launch
+        from ..workflows.launcher import SHIM_IN_CONTAINER, shim_source
+
         cmd = container_command(job, spec.trainer_args)
         log_root = str(job.log_root)
         volumes = [parse_volume(v, job.name) for v in job.container.volumes]
         # the log root at the same absolute path: checkpoint discovery, run-dir detection and
         # TensorBoard tailing in the supervisor see exactly what the trainer writes
         volumes.append((log_root, log_root, ""))
-        workdir = None
-        if job.workflow == "rsl_rl" and not job.command:
-            # Isaac Lab's train.py writes to ./logs relative to the checkout
-            workdir = ISAACLAB_DIR
-            volumes.append((log_root, f"{ISAACLAB_DIR}/logs", ""))
+        # upstream train scripts write ./logs/<library>/... relative to their cwd
+        workdir = launch.container_workdir(job)
+        volumes.append((log_root, f"{workdir}/logs", ""))
+        env = container_env(job)
+        shim_events = spec.env.get(launch.SHIM_EVENTS_ENV)
+        if job.shim and not job.command:
+            volumes.append((str(shim_source()), SHIM_IN_CONTAINER, "ro"))
+            if shim_events:
+                # the side channel at the same path in and out of the container
+                volumes.append((str(Path(shim_events).parent), str(Path(shim_events).parent), ""))
+                env[launch.SHIM_EVENTS_ENV] = shim_events
         seen: set[str] = set()
         vols = []
         for v in volumes:
@@ -314,7 +316,7 @@ class ContainerSpec:
             image, rootfs = None, job.container.image
         return cls(
             job=job.name, name=container_name(job.name), image=image, rootfs=rootfs,
-            entrypoint=cmd[0], args=cmd[1:], env=container_env(job), volumes=vols,
+            entrypoint=cmd[0], args=cmd[1:], env=env, volumes=vols,
             ports=[parse_port(p, job.name) for p in job.container.ports], devices=cdi_devices(job),
             shm_size=job.container.shm_size, ulimits=container_ulimits(),
             labels={"isaacd.job": job.name, "isaacd.attempt": str(attempt), "isaacd.launch": token},

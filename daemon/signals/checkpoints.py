@@ -13,8 +13,29 @@ import threading
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 CHECKPOINT_RE = re.compile(r"^model_(\d+)\.pt$")
+
+
+@dataclass(frozen=True)
+class CheckpointLayout:
+    """Where a workflow keeps its checkpoints inside a run dir, and how a name gives the iteration.
+
+    rsl_rl: `<run>/model_<iter>.pt`; rl_games: `<run>/nn/last_<name>_ep_<epoch>_rew_<r>.pth`;
+    skrl: `<run>/checkpoints/agent_<timestep>.pt`. Group 1 of `pattern` is the number in the name.
+    """
+
+    subdir: str | None
+    pattern: re.Pattern[str]
+
+    def directory(self, run_dir: Path) -> Path:
+        return run_dir / self.subdir if self.subdir else run_dir
+
+
+RSL_RL_LAYOUT = CheckpointLayout(None, CHECKPOINT_RE)
+# Deep checks beyond "a complete zip": a workflow's validator returns a problem or None.
+Validator = Callable[["Checkpoint"], "str | None"]
 
 
 @dataclass(frozen=True)
@@ -66,15 +87,15 @@ def _inspect(path: Path) -> str | None:
     return None
 
 
-def list_checkpoints(run_dir: Path) -> list[Checkpoint]:
-    """All model_<iter>.pt files in a run dir, newest iteration first (not validated)."""
+def list_checkpoints(run_dir: Path, layout: CheckpointLayout = RSL_RL_LAYOUT) -> list[Checkpoint]:
+    """All checkpoint files of a run dir, newest iteration first (not validated)."""
     out = []
     try:
-        entries = list(Path(run_dir).iterdir())
+        entries = list(layout.directory(Path(run_dir)).iterdir())
     except OSError:
         return []
     for entry in entries:
-        m = CHECKPOINT_RE.match(entry.name)
+        m = layout.pattern.match(entry.name)
         if not m:
             continue
         try:
@@ -87,12 +108,15 @@ def list_checkpoints(run_dir: Path) -> list[Checkpoint]:
 
 
 def newest_complete(run_dir: Path, max_iteration: int | None = None,
-                    rejected: list[tuple[Checkpoint, str]] | None = None) -> Checkpoint | None:
+                    rejected: list[tuple[Checkpoint, str]] | None = None,
+                    layout: CheckpointLayout = RSL_RL_LAYOUT, validator: Validator | None = None) -> Checkpoint | None:
     """Newest valid checkpoint in run_dir with iteration <= max_iteration; invalid ones go to `rejected`."""
-    for ckpt in list_checkpoints(run_dir):
+    for ckpt in list_checkpoints(run_dir, layout):
         if max_iteration is not None and ckpt.iteration > max_iteration:
             continue
         problem = checkpoint_problem(ckpt.path)
+        if problem is None and validator is not None:
+            problem = validator(ckpt)
         if problem is None:
             return ckpt
         if rejected is not None:
@@ -109,7 +133,8 @@ class Lineage:
 
 
 def choose_resume(lineage: list[Lineage], before_iteration: int | None = None,
-                  rejected: list[tuple[Checkpoint, str]] | None = None) -> Checkpoint | None:
+                  rejected: list[tuple[Checkpoint, str]] | None = None,
+                  layout: CheckpointLayout = RSL_RL_LAYOUT, validator: Validator | None = None) -> Checkpoint | None:
     """Newest complete checkpoint on the current timeline.
 
     Walk attempts newest first. Each attempt's own run dir counts up to the current bound; once an
@@ -120,7 +145,7 @@ def choose_resume(lineage: list[Lineage], before_iteration: int | None = None,
     bound = None if before_iteration is None else before_iteration - 1
     for step in reversed(lineage):
         if step.run_dir is not None:
-            found = newest_complete(step.run_dir, bound, rejected)
+            found = newest_complete(step.run_dir, bound, rejected, layout, validator)
             if found is not None:
                 return found
         if step.resume_iteration is not None:

@@ -1,0 +1,73 @@
+"""Trainer contracts: which flags, run layout and numbering a job's train script speaks.
+
+`resolve(job)` is the one entry point: it detects the Isaac Lab generation (or takes the
+`isaaclab_version` key), picks the contract module and checks what can be checked before a
+launch (script exists, generation known). Errors are `WorkflowError(key, message)` so
+`check-config` and the runner can name the config key to fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import JobConfig
+from .base import Generation, Workflow, WorkflowError, regex_literal
+from .detect import detect_generation, resume_flavour
+from .launcher import Program, build_program, train_script
+from .rl_games import RlGames
+from .rsl_rl import RslRl
+
+__all__ = ["Resolved", "Workflow", "WorkflowError", "Generation", "resolve", "regex_literal"]
+
+
+@dataclass(frozen=True)
+class Resolved:
+    job: JobConfig
+    workflow: Workflow
+    generation: Generation
+
+    def program(self, *, in_container: bool, python: str | None = None) -> Program:
+        return build_program(self.job, self.workflow.library, self.generation, in_container=in_container,
+                             python=python)
+
+
+def resolve(job: JobConfig) -> Resolved:
+    gen = detect_generation(job)
+    library = "rsl_rl" if job.workflow == "builtin" else job.workflow
+    in_container = job.runtime != "process"
+    if library == "rsl_rl":
+        flavour = None
+        if job.workflow == "rsl_rl" and not in_container and gen.major < 3:
+            # an extension project's own cli_args.py (next to its train.py) decides, whatever Isaac Lab says
+            script = train_script(job, library, gen, in_container=False)
+            flavour = resume_flavour(_sibling(script, "cli_args.py"))
+        if flavour is None:
+            flavour = "bool" if (gen.major, gen.minor) <= (2, 0) else "store_true"
+        wf: Workflow = RslRl(gen, flavour)
+    elif library == "rl_games":
+        wf = RlGames(gen)
+    else:
+        raise WorkflowError("workflow", f'workflow = "{job.workflow}" is not supported yet: use "rsl_rl", '
+                                        '"rl_games" or "builtin"')
+    resolved = Resolved(job, wf, gen)
+    resolved.program(in_container=in_container)  # raises for a missing script or launcher
+    return resolved
+
+
+def _sibling(script: str, name: str):  # noqa: ANN202 - a Path
+    from pathlib import Path
+
+    return Path(script).with_name(name)
+
+
+def config_issues(cfg) -> list:  # noqa: ANN001 - Config -> list[ConfigIssue]; typed loosely to keep imports light
+    """What `check-config` and `doctor` can tell before a launch: script exists, generation known."""
+    from ..config import ConfigIssue
+
+    issues = []
+    for i, job in enumerate(cfg.jobs):
+        try:
+            resolve(job)
+        except WorkflowError as exc:
+            issues.append(ConfigIssue(f'jobs[{i}] (name = "{job.name}").{exc.key}', exc.message))
+    return issues

@@ -1,0 +1,69 @@
+"""Isaac Lab's rsl_rl train scripts: 1.x/2.0, 2.1-2.3 and 3.x, and isaacd's built-in trainer.
+
+What the upstream code says (read for this module; see docs/workflows.md for the citations):
+- `scripts/reinforcement_learning/rsl_rl/train.py` (2.x) parses with `parse_known_args()` and
+  hands every leftover token to Hydra: an unknown flag or a stray value is a Hydra error (exit 1)
+  after Isaac Sim has booted.
+- `cli_args.add_rsl_rl_args`: `--resume` is `type=bool` up to 2.0 (`--resume True`; a bare
+  `--resume` is an argparse error) and `action="store_true"` from 2.1 (a bare `--resume`;
+  `--resume True` leaves a stray `True` for Hydra).
+- `get_checkpoint_path(log_root, load_run, checkpoint)`: both are regexes, `re.match` (a prefix
+  match), sorted, the last wins; so isaacd anchors both (`regex_literal`).
+- Runs: `logs/rsl_rl/<experiment>/<%Y-%m-%d_%H-%M-%S>[_<run_name>]/model_<it>.pt`, relative to
+  the working directory, a new run dir for every launch.
+- rsl_rl's `OnPolicyRunner.learn` starts at `current_learning_iteration`, which `load` sets to
+  the checkpoint's `iter`: after loading model_N.pt iteration N runs again, and
+  `--max_iterations M` means M *more*, ending with model_{N+M-1}. So a resume asks for
+  `total - N`, and model_N holds N+1 of the job's iterations.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..config import JobConfig
+from ..signals.checkpoints import RSL_RL_LAYOUT, Checkpoint
+from .base import Generation, Workflow, regex_literal
+
+TIMESTAMP_RE = r"\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}"
+
+
+class RslRl(Workflow):
+    library = "rsl_rl"
+    layout = RSL_RL_LAYOUT
+
+    def __init__(self, generation: Generation, resume_flag: str):
+        self.generation = generation
+        self.resume_flag = resume_flag  # "bool" | "store_true"
+        self.unified = generation.major >= 3  # scripts/reinforcement_learning/train.py --rl_library rsl_rl
+        kind = "type=bool --resume" if resume_flag == "bool" else "store_true --resume"
+        self.contract = f"Isaac Lab {generation.label} rsl_rl ({kind}; {generation.source})"
+
+    def experiment_dir(self, job: JobConfig) -> Path:
+        return job.log_root / "rsl_rl" / job.experiment_name
+
+    def run_dir_re(self, job: JobConfig) -> re.Pattern[str]:
+        return re.compile(rf"^{TIMESTAMP_RE}_{re.escape(job.name)}$")
+
+    def iterations_to_request(self, job: JobConfig, resume: Checkpoint | None) -> int:
+        # rsl_rl re-runs iteration N after loading model_N.pt, and counts --max_iterations from there
+        return job.max_iterations - (resume.iteration if resume else 0)
+
+    def args(self, job: JobConfig, resume: Checkpoint | None, seed: int) -> list[str]:
+        args = ["--task", job.task, "--num_envs", str(job.num_envs), "--seed", str(seed),
+                "--max_iterations", str(self.iterations_to_request(job, resume)), "--device", job.device,
+                "--experiment_name", job.experiment_name, "--run_name", job.name]
+        if job.agent:
+            args += ["--agent", job.agent]
+        if self.generation.major < 3:
+            args.append("--headless")  # 3.x is headless by default and deprecates the flag
+        args.append(f"agent.save_interval={job.save_interval}")  # a Hydra override, as upstream documents
+        if resume is not None:
+            args += self.resume_args(resume)
+        return args + list(job.extra_args)
+
+    def resume_args(self, resume: Checkpoint) -> list[str]:
+        flag = ["--resume", "True"] if self.resume_flag == "bool" else ["--resume"]
+        return flag + ["--load_run", regex_literal(resume.path.parent.name),
+                       "--checkpoint", regex_literal(resume.path.name)]

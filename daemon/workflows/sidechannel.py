@@ -1,0 +1,81 @@
+"""What the launcher shim tells the supervisor: one JSON object per line, appended by the trainer.
+
+The file is per attempt (`state_dir/shim/<job>/attempt-<n>.jsonl`, named by ISAACD_SHIM_EVENTS in
+the trainer's environment). The shim writes each line with one O_APPEND write, so a reader sees
+whole lines except, at worst, a torn last one after a crash: that one is left for the next poll
+and skipped once a newer line follows it. Events are the shim's: shim_started, checkpoint_loaded,
+runner_started, checkpoint_saved, stop_requested, stopped, learn_finished.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class ShimReport:
+    """Everything the shim said so far, folded (rank 0 only: the rank that owns the run dir)."""
+
+    run_dir: str | None = None
+    start_iteration: int | None = None
+    loaded: str | None = None  # checkpoint path the trainer actually loaded
+    loaded_iteration: int | None = None
+    checkpoints: list[tuple[int, str]] = field(default_factory=list)
+    stop_signal: str | None = None
+    stopped_checkpoint: str | None = None
+    finished: bool = False
+    rsl_rl_version: str | None = None
+
+
+class ShimEvents:
+    def __init__(self, path: Path):
+        self.path = path
+        self._offset = 0
+        self.report = ShimReport()
+        self.bad_lines = 0
+
+    def poll(self) -> list[dict[str, Any]]:
+        """New complete events since the last poll, folded into `report` as well."""
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read()
+        except OSError:
+            return []
+        end = data.rfind(b"\n")
+        if end < 0:
+            return []
+        self._offset += end + 1
+        out = []
+        for line in data[:end].split(b"\n"):
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                self.bad_lines += 1  # a line torn by a crash, then appended past: skip it
+                continue
+            if isinstance(ev, dict) and int(ev.get("rank") or 0) == 0:
+                self._fold(ev)
+                out.append(ev)
+        return out
+
+    def _fold(self, ev: dict[str, Any]) -> None:
+        r, kind = self.report, ev.get("event")
+        if kind == "runner_started":
+            r.run_dir = ev.get("run_dir") or r.run_dir
+            r.start_iteration = ev.get("start_iteration")
+            r.rsl_rl_version = ev.get("rsl_rl_version") or r.rsl_rl_version
+        elif kind == "checkpoint_loaded":
+            r.loaded, r.loaded_iteration = ev.get("path"), ev.get("iteration")
+        elif kind == "checkpoint_saved" and ev.get("path"):
+            r.checkpoints.append((int(ev.get("iteration") or 0), str(ev["path"])))
+        elif kind == "stop_requested":
+            r.stop_signal = ev.get("signal")
+        elif kind == "stopped":
+            r.stopped_checkpoint = ev.get("checkpoint")
+        elif kind == "learn_finished":
+            r.finished = True
+        elif kind == "shim_started":
+            r.rsl_rl_version = ev.get("rsl_rl_version") or r.rsl_rl_version
