@@ -52,6 +52,9 @@ class _Opaque:
     def __setstate__(self, state: Any) -> None:
         self.state = state
 
+    def __call__(self, *args: Any, **kwargs: Any) -> "_Opaque":
+        return _Opaque()  # e.g. getattr(obj, "name")(): a stand-in for the result, nothing runs
+
 
 class _StorageType:
     def __init__(self, name: str):
