@@ -166,7 +166,8 @@ def test_shared_gpus_and_multi_rank_launch(tmp_path):
     assert a.ranks == 2 and b.ranks == 2 and c.ranks == 1
     argv = process_argv(a, trainer_args(a, None))
     assert argv[1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    assert argv[5:7] == ["-m", "isaacd_trainer"] and argv[-1] == "--distributed"
+    # torchrun starts the launcher shim on every rank, which runs the trainer module in the same process
+    assert argv[5].endswith("shim.py") and argv[6:8] == ["-m", "isaacd_trainer"] and argv[-1] == "--distributed"
     assert trainer_env(a)["CUDA_VISIBLE_DEVICES"] == "0,1"
     # a single-GPU job keeps its device name and sees every GPU
     assert "torch.distributed.run" not in process_argv(c, trainer_args(c, None)) and "CUDA_VISIBLE_DEVICES" not in {

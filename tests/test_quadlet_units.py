@@ -126,31 +126,38 @@ def test_cdi_devices_in_every_rendering():
 def test_device_index_inside_the_container():
     # CDI passes host GPUs 2 and 3 as cuda:0 and cuda:1 inside
     assert container_device_arg(job_from(JOBS["rsl_rl_gpus"])) == "cuda:0"
-    one = job_from('[[jobs]]\nname = "a"\nworkflow = "rsl_rl"\ndevice = "cuda:2"\ngpus = [2]\n')
+    one = job_from('[[jobs]]\nname = "a"\nruntime = "podman"\nworkflow = "rsl_rl"\ndevice = "cuda:2"\ngpus = [2]\n'
+                   '[jobs.container]\nimage = "nvcr.io/nvidia/isaac-lab:2.3.2"\n')
     cmd = container_command(one, ["--device", "cuda:2", "--headless"])
-    assert cmd == ["/workspace/isaaclab/isaaclab.sh", "-p", "scripts/reinforcement_learning/rsl_rl/train.py",
-                   "--device", "cuda:0", "--headless"]
+    # Isaac Lab's launcher runs isaacd's shim (bind-mounted), which runs the unmodified train script
+    assert cmd == ["/workspace/isaaclab/isaaclab.sh", "-p", "/opt/isaacd/isaacd_shim.py",
+                   "/workspace/isaaclab/scripts/reinforcement_learning/rsl_rl/train.py", "--device", "cuda:0", "--headless"]
     assert container_device_arg(job_from('[[jobs]]\nname = "a"\ndevice = "cuda:1"\ngpus = [0, 1]\n')) == "cuda:1"
     assert container_device_arg(job_from('[[jobs]]\nname = "a"\ndevice = "cpu"\n')) == "cpu"
 
 
 def test_multi_gpu_jobs_run_torchrun_in_the_container():
-    j = job_from('[[jobs]]\nname = "a"\ndevice = "cuda:0"\ngpus = [2, 3]\n')
+    j = job_from('[[jobs]]\nname = "a"\nruntime = "podman"\ndevice = "cuda:0"\ngpus = [2, 3]\n')
     cmd = container_command(j, ["--device", "cuda:2"])
-    assert cmd == ["python", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
-                   "isaacd_trainer", "--device", "cuda:0", "--distributed"]
+    assert cmd == ["python", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                   "/opt/isaacd/isaacd_shim.py", "-m", "isaacd_trainer", "--device", "cuda:0", "--distributed"]
     cs = spec_for(j)
     assert "CUDA_VISIBLE_DEVICES" not in cs.env  # CDI already numbers the job's GPUs from 0
     assert cs.devices == ["nvidia.com/gpu=2", "nvidia.com/gpu=3"]
-    r = job_from('[[jobs]]\nname = "a"\nworkflow = "rsl_rl"\ndevice = "cuda:0"\ngpus = [0, 1]\n')
-    assert container_command(r, ["--headless"])[:6] == ["/workspace/isaaclab/isaaclab.sh", "-p", "-m",
-                                                       "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    r = job_from('[[jobs]]\nname = "a"\nruntime = "podman"\nworkflow = "rsl_rl"\ndevice = "cuda:0"\ngpus = [0, 1]\n'
+                 '[jobs.container]\nimage = "nvcr.io/nvidia/isaac-lab:2.3.2"\n')
+    assert container_command(r, ["--headless"])[:7] == ["/workspace/isaaclab/isaaclab.sh", "-p", "-m",
+                                                       "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                                                       "/opt/isaacd/isaacd_shim.py"]
 
 
 def test_commands_per_workflow():
-    builtin = job_from('[[jobs]]\nname = "a"\n')
-    assert container_command(builtin, ["--task", "T"]) == ["isaacd-train", "--task", "T"]
-    override = job_from('[[jobs]]\nname = "a"\ncommand = ["python", "-m", "my.train"]\n')
+    builtin = job_from('[[jobs]]\nname = "a"\nruntime = "podman"\n')
+    assert container_command(builtin, ["--task", "T"]) == ["python", "/opt/isaacd/isaacd_shim.py", "-m",
+                                                           "isaacd_trainer", "--task", "T"]
+    no_shim = job_from('[[jobs]]\nname = "a"\nruntime = "podman"\nshim = false\nisaaclab_version = "3.0"\n')
+    assert container_command(no_shim, ["--x"]) == ["python", "-m", "isaacd_trainer.isaaclab3", "--x"]
+    override = job_from('[[jobs]]\nname = "a"\nruntime = "podman"\ncommand = ["python", "-m", "my.train"]\n')
     assert container_command(override, ["--x"]) == ["python", "-m", "my.train", "--x"]
 
 
@@ -189,8 +196,22 @@ def test_log_root_same_path_and_isaaclab_logs():
     assert ("/data/isaacd/anymal", "/workspace/isaaclab/logs", "") in cs.volumes
     assert cs.workdir == "/workspace/isaaclab"
     b = spec_for(job_from(JOBS["builtin_rootfs"]))
-    assert b.volumes == [("/data/isaacd/cp", "/data/isaacd/cp", "")] and b.workdir is None
+    # a raw `command` gets no shim; its ./logs is the log root too, as for Isaac Lab's scripts
+    assert b.volumes == [("/data/isaacd/cp", "/data/isaacd/cp", ""), ("/data/isaacd/cp", "/workspace/isaacd/logs", "")]
+    assert b.workdir == "/workspace/isaacd"
     assert b.rootfs == "/:O" and b.image is None
+
+
+def test_shim_and_its_side_channel_are_mounted():
+    job = job_from(JOBS["rsl_rl_gpus"])
+    ls = LaunchSpec(job=job, argv=[], trainer_args=["--x"], env={"ISAACD_SHIM_EVENTS": "/var/lib/isaacd/shim/a/attempt-3.jsonl"},
+                    cwd=Path("/"), log_path=Path("/tmp/x.log"))
+    cs = ContainerSpec.from_launch(ls, "tok", 3)
+    shim = next(v for v in cs.volumes if v[1] == "/opt/isaacd/isaacd_shim.py")
+    assert shim[2] == "ro" and Path(shim[0]).name == "shim.py"
+    assert ("/var/lib/isaacd/shim/a", "/var/lib/isaacd/shim/a", "") in cs.volumes
+    assert cs.env["ISAACD_SHIM_EVENTS"] == "/var/lib/isaacd/shim/a/attempt-3.jsonl"
+    assert "-v /var/lib/isaacd/shim/a:/var/lib/isaacd/shim/a" in " ".join(cs.podman_run_options())
 
 
 def test_labels_restart_policy_and_limits():
