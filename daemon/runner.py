@@ -194,7 +194,7 @@ class JobRunner:
         self.history.final_state = self.history.final_reason = None
         number = self.history.attempts[-1].number + 1 if self.history.attempts else 1
         shim_events = launch.shim_events_path(self.state_dir, self.cfg, number)
-        program = resolved.program(in_container=False)
+        program = resolved.program(in_container=self.cfg.runtime != "process")
         attempt = Attempt(number=number, started_at=now, reason=reason,
                           resume_from=resume.as_json() if resume else None, runtime=self.runtime.name,
                           shim_events=str(shim_events) if program.shim else None)
@@ -204,6 +204,10 @@ class JobRunner:
         if program.shim:
             shim_events.parent.mkdir(parents=True, exist_ok=True)
             shim_events.unlink(missing_ok=True)  # a number reused after history loss must not replay old news
+            if self.cfg.runtime != "process":
+                from .runtimes.quadlet import hand_to_container_user
+
+                hand_to_container_user(self.cfg, [shim_events.parent])  # Isaac Lab 3 images run as uid 1000
         spec = LaunchSpec(
             job=self.cfg,
             argv=program.prefix + args + program.suffix,

@@ -222,12 +222,17 @@ def prepare_log_root(job: JobConfig) -> None:
     """Create the log root; with a numeric container.user (Isaac Lab 3 images run as uid 1000), hand
     it and the experiment dir to that user so the trainer can write checkpoints (not recursive)."""
     job.log_root.mkdir(parents=True, exist_ok=True)
+    hand_to_container_user(job, [job.log_root, job.log_root / "rsl_rl", job.log_root / "rsl_rl" / job.experiment_name])
+
+
+def hand_to_container_user(job: JobConfig, dirs: list[Path]) -> None:
+    """chown existing `dirs` to a numeric container.user, so a non-root trainer can write there."""
     m = re.fullmatch(r"(\d+)(?::(\d+))?", (job.container.user or "").strip())
     if not m:
         return
     uid = int(m.group(1))
     gid = int(m.group(2)) if m.group(2) else uid
-    for d in (job.log_root, job.log_root / "rsl_rl", job.log_root / "rsl_rl" / job.experiment_name):
+    for d in dirs:
         if d.is_dir():
             try:
                 os.chown(d, uid, gid)
