@@ -156,7 +156,7 @@ def test_commands_per_workflow():
     assert container_command(builtin, ["--task", "T"]) == ["python", "/opt/isaacd/isaacd_shim.py", "-m",
                                                            "isaacd_trainer", "--task", "T"]
     no_shim = job_from('[[jobs]]\nname = "a"\nruntime = "podman"\nshim = false\nisaaclab_version = "3.0"\n')
-    assert container_command(no_shim, ["--x"]) == ["python", "-m", "isaacd_trainer.isaaclab3", "--x"]
+    assert container_command(no_shim, ["--x"]) == ["python", "-m", "isaacd_trainer.isaaclab30", "--rl_library", "rsl_rl", "--x"]
     override = job_from('[[jobs]]\nname = "a"\nruntime = "podman"\ncommand = ["python", "-m", "my.train"]\n')
     assert container_command(override, ["--x"]) == ["python", "-m", "my.train", "--x"]
 

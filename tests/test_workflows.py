@@ -213,3 +213,14 @@ def test_side_channel_reads_whole_lines_and_skips_a_torn_one(tmp_path):
         fh.write('\n{"event": "checkpoint_saved", "path": "/l/run/model_42.pt", "iteration": 42, "rank": 0}\n')
     assert [e["event"] for e in ev.poll()] == ["checkpoint_saved"]
     assert ev.bad_lines == 1 and ev.report.checkpoints == [(42, "/l/run/model_42.pt")]
+
+
+def test_isaaclab_3_resumes_with_the_absolute_checkpoint_file_and_no_resume_flag(tmp_path):
+    root = fake_isaaclab(tmp_path / "IsaacLab", "3.0.0", unified=True)
+    r = resolve(job(f'workflow = "rsl_rl"\nisaaclab_dir = "{root}"\n'))
+    c = ckpt("2026-12-03_08-00-00_j", 40, tmp_path / "logs/rsl_rl/j")
+    args = r.workflow.args(r.job, c, seed=7)
+    assert argv_value(args, "--checkpoint") == str(c.path)
+    assert "--resume" not in args and "--load_run" not in args  # 3.x has neither: Hydra would reject them
+    b = resolve(job('isaaclab_version = "3.0"\n'))
+    assert b.program(in_container=False).prefix[-4:] == ["-m", "isaacd_trainer.isaaclab30", "--rl_library", "rsl_rl"]

@@ -19,7 +19,7 @@ from .detect import isaaclab_dir
 
 SHIM_IN_CONTAINER = "/opt/isaacd/isaacd_shim.py"
 # the faithful built-in trainer speaks each generation's contract from its own entry point
-BUILTIN_MODULES = {"2.0": "isaacd_trainer.isaaclab20", "2.3": "isaacd_trainer", "3": "isaacd_trainer.isaaclab3"}
+BUILTIN_MODULES = {"2.0": "isaacd_trainer.isaaclab20", "2.3": "isaacd_trainer", "3": "isaacd_trainer.isaaclab30"}
 
 _UPSTREAM_SCRIPTS = {
     # (library, generation line) -> script relative to the Isaac Lab checkout
@@ -89,7 +89,7 @@ def build_program(job: JobConfig, library: str, gen: Generation, *, in_container
     if job.workflow == "builtin":
         py = python or ("python" if in_container else sys.executable)
         launcher = [py]
-        target = ["-m", builtin_module(gen)]
+        target = ["-m", builtin_module(gen)] + (["--rl_library", library] if gen.major >= 3 else [])
     else:
         launcher = list(job.launcher) if job.launcher else [_default_launcher(job, in_container)]
         if not job.launcher:

@@ -11,6 +11,10 @@ What the upstream code says (read for this module; see docs/workflows.md for the
   match), sorted, the last wins; so isaacd anchors both (`regex_literal`).
 - Runs: `logs/rsl_rl/<experiment>/<%Y-%m-%d_%H-%M-%S>[_<run_name>]/model_<it>.pt`, relative to
   the working directory, a new run dir for every launch.
+- 3.x (`isaaclab_rl/entrypoints/backends/cli_args_rsl_rl.py` and `train_rsl_rl.py`, IsaacLab commit
+  062dd2ad): the unified entry point takes `--rl_library rsl_rl`; there is no `--resume` and no
+  `--load_run`; `--checkpoint latest|best|<dir>|<file>`, where an existing file path is loaded as is.
+  isaacd passes the absolute file it chose, which no sibling run can shadow.
 - rsl_rl's `OnPolicyRunner.learn` starts at `current_learning_iteration`, which `load` sets to
   the checkpoint's `iter`: after loading model_N.pt iteration N runs again, and
   `--max_iterations M` means M *more*, ending with model_{N+M-1}. So a resume asks for
@@ -37,7 +41,8 @@ class RslRl(Workflow):
         self.generation = generation
         self.resume_flag = resume_flag  # "bool" | "store_true"
         self.unified = generation.major >= 3  # scripts/reinforcement_learning/train.py --rl_library rsl_rl
-        kind = "type=bool --resume" if resume_flag == "bool" else "store_true --resume"
+        kind = ("--checkpoint <file>" if self.unified else
+                "type=bool --resume" if resume_flag == "bool" else "store_true --resume")
         self.contract = f"Isaac Lab {generation.label} rsl_rl ({kind}; {generation.source})"
 
     def experiment_dir(self, job: JobConfig) -> Path:
@@ -64,6 +69,8 @@ class RslRl(Workflow):
         return args + list(job.extra_args)
 
     def resume_args(self, resume: Checkpoint) -> list[str]:
+        if self.unified:
+            return ["--checkpoint", str(resume.path)]
         flag = ["--resume", "True"] if self.resume_flag == "bool" else ["--resume"]
         return flag + ["--load_run", regex_literal(resume.path.parent.name),
                        "--checkpoint", regex_literal(resume.path.name)]
