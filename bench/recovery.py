@@ -59,7 +59,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="isaacd-bench-") as tmp:
         cfg = write_config(Path(tmp), builtin_job("bench", max_iterations=100000, save_interval=args.save_interval,
-                                                  extra_args=["--num_steps_per_env", "8"]))
+                                                  extra_args=["agent.num_steps_per_env=8"]))
         sp = SupervisorProc(cfg).start()
         t_start = time.time()
         try:

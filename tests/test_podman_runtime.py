@@ -331,7 +331,7 @@ def test_supervisor_podman_job_resumes_adopts_and_stops(tmp_path, podman_url, su
     name = f"sp{uuid.uuid4().hex[:6]}"
     cleanup_containers.append(name)
     jobs = builtin_job(name, runtime="podman", command=[str(TRAINER)], save_interval=1, log_root=str(tmp_path / "logs"),
-                       extra_args=["--num_steps_per_env", "8"], restart={"backoff_initial": 0.2},
+                       extra_args=["agent.num_steps_per_env=8"], restart={"backoff_initial": 0.2},
                        container={"image": "/:O", "shm_size": "256m"})
     cfg = write_config(tmp_path, jobs)
     sup = supervisor_factory(cfg)

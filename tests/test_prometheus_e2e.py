@@ -47,7 +47,7 @@ DASHBOARD = ROOT / "etc" / "grafana" / "isaacd-dashboard.json"
 RULES = ROOT / "etc" / "prometheus" / "isaacd-rules.yml"
 SHIPPED_CONFIG = ROOT / "etc" / "prometheus" / "prometheus.yml"
 
-FAST = ["--num_steps_per_env", "8"]
+FAST = ["agent.num_steps_per_env=8"]
 # One torch thread per trainer: two trainers share a 2-core CI runner with Prometheus and two supervisors.
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 RESTART_REASONS = {"exit_code", "signal", "oom", "watchdog", "operator", "lost"}

@@ -16,7 +16,7 @@ from isaacd.signals.tensorboard import TensorBoardTail
 
 pytestmark = pytest.mark.slow
 
-FAST = ["--num_steps_per_env", "8"]
+FAST = ["agent.num_steps_per_env=8"]
 
 
 def _ckpt_at_least(sp, job, k):  # noqa: ANN001, ANN202
@@ -47,14 +47,18 @@ def test_kill9_restarts_within_2s_and_resumes_from_newest_checkpoint(tmp_path, s
     newest = newest_complete(old_run)
     assert newest is not None
     assert started["resume_from"]["iteration"] == newest.iteration
-    assert "--resume" in started["argv"] and f"model_{newest.iteration}.pt" in started["argv"]
+    # Isaac Lab 2.3's contract: a bare store_true --resume and anchored regexes for run and checkpoint
+    argv = started["argv"]
+    assert argv[argv.index("--resume") + 1] == "--load_run" and "True" not in argv
+    assert argv[argv.index("--checkpoint") + 1] == f"^model_{newest.iteration}[.]pt$"
+    assert argv[argv.index("--load_run") + 1] == f"^{old_run.name}$"
 
-    # training continues in a new run dir, TensorBoard steps continue after the checkpoint (not from 0)
+    # training continues in a new run dir; rsl_rl runs iteration N again after loading model_N.pt (not from 0)
     j3 = wait_for(lambda: (x := sp.job("cp"))["run_dir"] not in (None, str(old_run)) and x["state"] == "running"
                   and x, 90, what="new run dir with steps")
     tail = TensorBoardTail(Path(j3["run_dir"]))
     wait_for(lambda: tail.poll() or tail.progress.first_step is not None, 30, what="TensorBoard steps")
-    assert tail.progress.first_step == newest.iteration + 1
+    assert tail.progress.first_step == newest.iteration
 
     text = sp.cli("events", "cp").stdout
     assert "killed by signal 9" in text and "restart_scheduled" in text

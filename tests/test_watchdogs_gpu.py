@@ -132,7 +132,7 @@ def test_idle_gpu_with_training_progress_is_not_a_hang(tmp_path, supervisor_fact
     """CPU-bound phases (checkpointing, evaluation) idle the GPU while steps keep arriving."""
     script = {"gpus": 1, "defaults": {"utilization_gpu_ratio": 0.01, "power_watts": 80}}
     cfg = gpu_job(tmp_path, script, {"duty_cycle": {"for": 1.0, "warmup_seconds": 0.0, "progress_grace": 20.0}},
-                  command=[str(__import__("helpers").BIN / "isaacd-train")], extra_args=["--num_steps_per_env", "8"])
+                  command=[str(__import__("helpers").BIN / "isaacd-train")], extra_args=["agent.num_steps_per_env=8"])
     sp = supervisor_factory(cfg)
     wait_for(lambda: (sp.job("g")["iteration"] or 0) >= 6, 120, what="training progress")
     assert [t for t in trips(sp) if t["watchdog"] == "duty_cycle"] == []

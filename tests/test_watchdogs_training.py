@@ -9,7 +9,7 @@ from helpers import builtin_job, wait_for, write_config
 
 pytestmark = pytest.mark.slow
 
-FAST = ["--num_steps_per_env", "8"]
+FAST = ["agent.num_steps_per_env=8"]
 
 
 def job_with(tmp_path, watchdogs: dict, **over):  # noqa: ANN001, ANN201
@@ -30,7 +30,7 @@ def started(sp, job="t"):  # noqa: ANN001, ANN201
 def test_learning_rate_zero_freezes_the_loss_and_trips_stagnation(tmp_path, supervisor_factory):
     cfg = job_with(tmp_path, {"loss_stagnation": {"tags": ["Loss/surrogate"], "warmup_iterations": 3,
                                                   "warmup_seconds": 0.0, "action": "stop"}},
-                   extra_args=[*FAST, "--learning_rate", "0", "agent.algorithm.schedule=fixed"])
+                   extra_args=[*FAST, "agent.algorithm.learning_rate=0.0", "agent.algorithm.schedule=fixed"])
     sp = supervisor_factory(cfg)
     trip = wait_for(lambda: trips(sp), 120, what="stagnation trip")[0]
     assert trip["watchdog"] == "loss_stagnation" and trip["action"] == "stop"
