@@ -330,6 +330,10 @@ def test_v30_checkpoint_contract(tmp_path, procs):
     # a missing file: FileNotFoundError, exit 1
     r = run(V30 + QUICK + ["--max_iterations", "1", "--checkpoint", str(first / "model_99.pt")], tmp_path)
     assert r.returncode == 1 and "Unable to find the file" in r.stderr
+    # a run *directory*: upstream passes the directory text as the checkpoint regex too (update_rsl_rl_cfg set
+    # load_checkpoint = --checkpoint), so nothing matches: ValueError, exit 1. Pass a file path instead.
+    r = run(V30 + QUICK + ["--max_iterations", "1", "--checkpoint", str(first)], tmp_path)
+    assert r.returncode == 1 and "No checkpoints in the directory" in r.stderr
     # Ctrl-C: KeyboardInterrupt is suppressed around learn(): exit 0, nothing saved
     time.sleep(1.0)
     p = start(V30 + QUICK + ["--max_iterations", "1000", "agent.save_interval=1000", "--step_delay", "0.003"],
