@@ -8,6 +8,7 @@ alone with ``ISAACD_SHIM_SAVE_ON_STOP=0``.
 from __future__ import annotations
 
 import json
+from importlib import metadata
 import os
 import signal
 import subprocess
@@ -89,7 +90,7 @@ def test_events_of_a_normal_run_and_a_resume(tmp_path):
     assert [e["event"] for e in evs][:2] == ["shim_started", "runner_started"]
     (rs,) = by(evs, "runner_started")
     assert rs["run_dir"] == str(rd) and rs["start_iteration"] == 0 and rs["num_learning_iterations"] == 5
-    assert rs["runner_class"] == "OnPolicyRunner" and rs["rsl_rl_version"] == "5.5.1"
+    assert rs["runner_class"] == "OnPolicyRunner" and rs["rsl_rl_version"] == metadata.version("rsl-rl-lib")
     saved = [(e["path"], e["iteration"]) for e in by(evs, "checkpoint_saved")]
     # rsl_rl saves 0, 2, 4 periodically and model_4.pt again as the final model
     assert saved == [(str(rd / f"model_{n}.pt"), n) for n in (0, 2, 4, 4)]
@@ -225,3 +226,115 @@ def test_ranks_agree_on_the_stop_iteration(tmp_path, procs):
     assert set(stops) == {0, 1} and stops[0]["iteration"] == stops[1]["iteration"] >= 1
     assert [e["rank"] for e in by(evs, "stop_requested")] == [1]
     assert (tmp_path / "trainer.out").read_text().count("cleanup ran") == 2
+
+
+XV_SCRIPT = """
+# A minimal Isaac-Lab-shaped train script for rsl_rl 2.x / 3.x / 4.x (rsl_rl imported late, after "boot").
+import os, time
+from importlib import metadata
+
+major = int(metadata.version("rsl-rl-lib").split(".")[0])
+from isaacd_trainer.envs.cartpole import CartpoleEnv
+
+alg = {"class_name": "PPO", "value_loss_coef": 1.0, "use_clipped_value_loss": True, "clip_param": 0.2,
+       "entropy_coef": 0.005, "num_learning_epochs": 2, "num_mini_batches": 2, "learning_rate": 1e-3,
+       "schedule": "adaptive", "gamma": 0.99, "lam": 0.95, "desired_kl": 0.01, "max_grad_norm": 1.0}
+cfg = {"num_steps_per_env": 8, "save_interval": 1000, "algorithm": alg, "logger": "tensorboard"}
+
+
+class Cart(CartpoleEnv):
+    def step(self, actions):
+        time.sleep(0.01)
+        return super().step(actions)
+
+    def reset(self):  # rsl_rl 2.x's VecEnv declares it abstract
+        return self.get_observations()
+
+
+if major >= 4:
+    env = Cart(16, "cpu", seed=1)
+    cfg["obs_groups"] = {"actor": ["policy"], "critic": ["policy"]}
+    cfg["actor"] = {"class_name": "MLPModel", "hidden_dims": [32, 32], "activation": "elu", "obs_normalization": True,
+                    "stochastic": True, "init_noise_std": 1.0}
+    cfg["critic"] = {"class_name": "MLPModel", "hidden_dims": [32, 32], "activation": "elu",
+                     "obs_normalization": True, "stochastic": False}
+elif major == 3:
+    env = Cart(16, "cpu", seed=1)
+    cfg["obs_groups"] = {"policy": ["policy"], "critic": ["policy"]}
+    cfg["policy"] = {"class_name": "ActorCritic", "init_noise_std": 1.0, "actor_hidden_dims": [32, 32],
+                     "critic_hidden_dims": [32, 32], "activation": "elu", "actor_obs_normalization": True,
+                     "critic_obs_normalization": True}
+else:
+    class Env2x:  # rsl_rl 2.x VecEnv: plain tensors, extras["observations"]
+        def __init__(self, env):
+            self.env, self.num_envs, self.num_actions, self.device = env, env.num_envs, env.num_actions, env.device
+            self.num_obs, self.num_privileged_obs = 4, None
+            self.max_episode_length, self.cfg = env.max_episode_length, env.cfg
+
+        episode_length_buf = property(lambda s: s.env.episode_length_buf,
+                                      lambda s, v: setattr(s.env, "episode_length_buf", v))
+
+        def get_observations(self):
+            return self.env.get_observations()["policy"], {"observations": {}}
+
+        def step(self, actions):
+            obs, rew, dones, extras = self.env.step(actions)
+            extras["observations"] = {}
+            return obs["policy"], rew, dones, extras
+
+    env = Env2x(Cart(16, "cpu", seed=1))
+    cfg["empirical_normalization"] = True
+    cfg["policy"] = {"class_name": "ActorCritic", "init_noise_std": 1.0, "actor_hidden_dims": [32, 32],
+                     "critic_hidden_dims": [32, 32], "activation": "elu"}
+
+from rsl_rl.runners import OnPolicyRunner
+
+runner = OnPolicyRunner(env, cfg, log_dir=os.path.abspath(os.path.join("logs", "xv")), device="cpu")
+runner.learn(num_learning_iterations=100000)
+print("cleanup ran", flush=True)
+"""
+
+
+@pytest.fixture(scope="session")
+def rsl_rl_versions(tmp_path_factory):
+    """Older rsl-rl-lib releases unpacked side by side (pure-Python wheels, --no-deps); skipped if pip cannot get them."""
+    root = tmp_path_factory.mktemp("rsl_rl_versions")
+
+    def get(version: str) -> Path:
+        target = root / version
+        if not target.exists():
+            r = subprocess.run([PY, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+                                "--target", str(target), f"rsl-rl-lib=={version}"], capture_output=True, text=True,
+                               timeout=180)
+            if r.returncode != 0:
+                pytest.skip(f"rsl-rl-lib=={version} not installable here: {r.stderr.strip()[-300:]}")
+        return target
+
+    return get
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("version", ["2.3.3", "3.1.2", "4.0.1"])
+def test_save_on_stop_across_rsl_rl_generations(tmp_path, procs, rsl_rl_versions, version):
+    import torch
+
+    target = rsl_rl_versions(version)
+    (tmp_path / "train_xv.py").write_text(XV_SCRIPT)
+    ev = tmp_path / "ev.jsonl"
+    env = shim_env(ev)
+    env["PYTHONPATH"] = str(target) + os.pathsep + env.get("PYTHONPATH", "")
+    p = start([PY, SHIM, str(tmp_path / "train_xv.py")], tmp_path, env=env)
+    procs.append(p)
+    rd = tmp_path / "logs" / "xv"
+    wait_for(lambda: (rd.is_dir() and 2 in iteration_steps(rd)), 90, "iteration 2 in TensorBoard", p)
+    p.send_signal(signal.SIGINT)
+    assert p.wait(60) == 0, (tmp_path / "trainer.err").read_text()[-3000:]
+    assert "cleanup ran" in (tmp_path / "trainer.out").read_text()
+    evs = events(ev)
+    (rs,) = by(evs, "runner_started")
+    assert rs["rsl_rl_version"] == version and rs["run_dir"] == str(rd) and rs["start_iteration"] == 0
+    (stopped,) = by(evs, "stopped")
+    n = stopped["iteration"]
+    assert n >= 2 and stopped["checkpoint"] == str(rd / f"model_{n}.pt") and max(iteration_steps(rd)) == n
+    assert checkpoints(rd) == [0, n]
+    assert torch.load(rd / f"model_{n}.pt", weights_only=False)["iter"] == n
