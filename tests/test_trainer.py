@@ -1,14 +1,17 @@
-"""End-to-end tests of isaacd's built-in trainer (``isaacd-train``): real rsl_rl, real processes, no mocks.
+"""Contract tests of isaacd's built-in trainer against Isaac Lab's documented/observed behaviour (no mocks).
 
-Every training run is a separate ``python -m isaacd_trainer`` process on the CPU with tiny settings, read back
-through its stdout markers, its checkpoints and its TensorBoard event files.
+Real hydra-core parses the overrides, real rsl-rl-lib trains, every run is its own process on the CPU with tiny
+settings, read back through its run dirs under ``<cwd>/logs/rsl_rl/<experiment>/``, its checkpoints and its
+TensorBoard event files. Modes: ``python -m isaacd_trainer`` (Isaac Lab 2.1 - 2.3), ``-m isaacd_trainer.isaaclab20``
+(<= 2.0), ``-m isaacd_trainer.isaaclab30 --rl_library rsl_rl`` (3.x unified entry point). The launcher shim has its
+own file, tests/test_shim.py.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,51 +21,37 @@ from pathlib import Path
 
 import pytest
 
-TRAIN = [sys.executable, "-m", "isaacd_trainer"]
+PY = sys.executable
+V23 = [PY, "-m", "isaacd_trainer"]
+V20 = [PY, "-m", "isaacd_trainer.isaaclab20"]
+V30 = [PY, "-m", "isaacd_trainer.isaaclab30", "--rl_library", "rsl_rl"]
 TASK = "Isaacd-Cartpole-v0"
 # small and quick: one iteration is 16 envs x 8 steps
-QUICK = ["--task", TASK, "--device", "cpu", "--num_envs", "16", "--num_steps_per_env", "8"]
+QUICK = ["--task", TASK, "--device", "cpu", "--num_envs", "16", "agent.num_steps_per_env=8"]
 
 
-def _env() -> dict[str, str]:
+def trainer_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("OMP_NUM_THREADS", "1")  # tiny networks: one thread each is faster, and runs overlap
-    env.pop("WORLD_SIZE", None)
-    env.pop("LOCAL_RANK", None)
-    env.pop("RANK", None)
+    for k in ("WORLD_SIZE", "LOCAL_RANK", "RANK", "ISAACD_SHIM_EVENTS", "ISAACD_SHIM_SAVE_ON_STOP",
+              "HYDRA_FULL_ERROR"):
+        env.pop(k, None)
     return env
 
 
-def run_trainer(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(TRAIN + args, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
+def run(cmd: list[str], cwd: Path, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=cwd, env=env or trainer_env(), capture_output=True, text=True, timeout=timeout)
 
 
-def start_trainer(args: list[str], cwd: Path) -> tuple[subprocess.Popen, Path, Path]:
-    out, err = cwd / "stdout.txt", cwd / "stderr.txt"
-    proc = subprocess.Popen(
-        TRAIN + args, cwd=cwd, env=_env(), stdout=open(out, "w"), stderr=open(err, "w"), text=True
-    )
-    return proc, out, err
+def start(cmd: list[str], cwd: Path, env: dict | None = None, name: str = "trainer") -> subprocess.Popen:
+    return subprocess.Popen(cmd, cwd=cwd, env=env or trainer_env(), stdout=open(cwd / f"{name}.out", "w"),
+                            stderr=open(cwd / f"{name}.err", "w"), text=True)
 
 
-def run_dir_of(stdout: str) -> Path:
-    first = stdout.splitlines()[0]
-    m = re.fullmatch(r"ISAACD_RUN_DIR=(.+)", first)
-    assert m, f"first stdout line is not the run-dir marker: {first!r}"
-    path = Path(m.group(1))
-    assert path.is_absolute()
-    return path
-
-
-def wait_run_dir(out: Path, timeout: float = 60) -> Path:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        text = out.read_text() if out.exists() else ""
-        if "\n" in text:
-            return run_dir_of(text)
-        time.sleep(0.1)
-    raise AssertionError("no ISAACD_RUN_DIR line on stdout")
+def run_dirs(cwd: Path, experiment: str = "cartpole") -> list[Path]:
+    root = cwd / "logs" / "rsl_rl" / experiment
+    return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
 
 
 def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
@@ -79,12 +68,18 @@ def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def iteration_steps(run_dir: Path) -> list[int]:
-    """Iteration numbers logged so far (tags ending in /time are stepped by seconds, not iterations)."""
+    """Iteration numbers logged (tags ending in /time are stepped by seconds, not iterations)."""
     return sorted({s for t, vals in scalars(run_dir).items() if not t.endswith("/time") for s, _ in vals})
 
 
 def checkpoints(run_dir: Path) -> list[int]:
     return sorted(int(p.stem.split("_")[1]) for p in run_dir.glob("model_*.pt"))
+
+
+def loaded_from(stdout: str) -> str:
+    m = re.search(r"Loading model checkpoint from: (\S+)", stdout)
+    assert m, f"no 'Loading model checkpoint' line in stdout:\n{stdout[-2000:]}"
+    return m.group(1)
 
 
 def wait_for(cond, timeout: float, what: str, proc: subprocess.Popen | None = None):
@@ -95,7 +90,7 @@ def wait_for(cond, timeout: float, what: str, proc: subprocess.Popen | None = No
             return v
         if proc is not None and proc.poll() is not None:
             raise AssertionError(f"trainer exited ({proc.returncode}) while waiting for {what}")
-        time.sleep(0.2)
+        time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
 
 
@@ -109,51 +104,71 @@ def procs():
             p.wait(10)
 
 
-# ------------------------------------------------------------------------------------------------ cheap checks
+# ------------------------------------------------------------------------------------------------ parsers (no torch)
 def test_help_is_fast_and_imports_no_torch():
     code = (
         "import sys, isaacd_trainer.cli as c\n"
-        "assert 'torch' not in sys.modules and 'rsl_rl' not in sys.modules\n"
         "try:\n    c.main(['--help'])\nexcept SystemExit as e:\n    assert e.code == 0\n"
-        "assert 'torch' not in sys.modules\n"
+        "assert 'torch' not in sys.modules and 'rsl_rl' not in sys.modules and 'hydra' not in sys.modules\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    for flag in ("--task", "--num_envs", "--seed", "--max_iterations", "--device", "--experiment_name", "--run_name",
-                 "--resume", "--load_run", "--checkpoint", "--logger", "--log_root", "--save_interval",
-                 "--learning_rate", "--num_steps_per_env", "--fault_inf_reward_after", "--fault_hang_after",
-                 "--fault_exit_after", "--step_delay"):
+    for flag in ("--task", "--num_envs", "--seed", "--max_iterations", "--device", "--headless", "--experiment_name",
+                 "--run_name", "--resume", "--load_run", "--checkpoint", "--logger", "--distributed",
+                 "--fault_inf_reward_after", "--fault_hang_after", "--fault_exit_after", "--fault_once",
+                 "--fault_reward_scale_after", "--step_delay"):
         assert flag in r.stdout
+    # isaacd's old conveniences are gone (Isaac Lab has none of them)
+    for gone in ("--log_root", "--save_interval", "--learning_rate", "--num_steps_per_env", "ISAACD_RUN_DIR"):
+        assert gone not in r.stdout
 
 
-def test_argument_parsing():
-    from isaacd_trainer.cli import parse_args
+def test_parsers_follow_each_generation():
+    from isaacd_trainer.isaaclab30 import build_parser as p30
+    from isaacd_trainer.train_v2 import build_parser
 
-    a, o = parse_args(["--task", TASK, "--resume"])
-    assert a.resume is True and o == []
-    a, _ = parse_args(["--task", TASK, "--resume", "True", "--load_run", "x"])
-    assert a.resume is True and a.load_run == "x"
-    a, _ = parse_args(["--task", TASK, "--resume", "False"])
-    assert a.resume is False
-    a, _ = parse_args(["--task", TASK, "--fault_exit_after", "3:17", "--step_delay", "0.5"])
-    assert a.fault_exit_after == (3, 17) and a.step_delay == 0.5
-    a, o = parse_args(["--task", TASK, "agent.save_interval=7", "agent.algorithm.entropy_coef=0.01", "env.dt=0.01"])
-    assert o == [("agent", ["save_interval"], 7), ("agent", ["algorithm", "entropy_coef"], 0.01), ("env", ["dt"], 0.01)]
-    for bad in (["--task", TASK, "--bogus"], ["--task", TASK, "stray"], ["--task", TASK, "--fault_exit_after", "3"],
-                ["--task", TASK, "--num_envs", "0"], ["--task", TASK, "--logger", "wandb"], []):
-        with pytest.raises(SystemExit) as e:
-            parse_args(bad)
-        assert e.value.code == 2
+    p21, p20 = build_parser("2.1"), build_parser("2.0")
+    # 2.1 - 2.3: store_true; "--resume True" leaves a stray "True" for Hydra
+    a, rest = p21.parse_known_args(["--task", TASK, "--resume", "True", "--load_run", "x"])
+    assert a.resume is True and a.load_run == "x" and rest == ["True"]
+    a, rest = p21.parse_known_args(["--task", TASK])
+    assert a.resume is False and rest == []
+    # <= 2.0: type=bool, any non-empty value is True (even "False"); a bare --resume is an argparse error
+    assert p20.parse_known_args(["--resume", "True"])[0].resume is True
+    assert p20.parse_known_args(["--resume", "False"])[0].resume is True
+    assert p20.parse_known_args([])[0].resume is None
+    with pytest.raises(SystemExit) as e:
+        p20.parse_known_args(["--resume"])
+    assert e.value.code == 2
+    # 3.x: no --resume, no --load_run (left over, for Hydra to reject)
+    a, rest = p30().parse_known_args(["--task", TASK, "--resume", "--load_run", "x", "--checkpoint", "latest"])
+    assert rest == ["--resume", "--load_run", "x"] and a.checkpoint == "latest"
+    # isaacd's fault flags are parsed in their own group and never reach Hydra
+    a, rest = p21.parse_known_args(["--fault_exit_after", "3:17", "--step_delay", "0.5", "agent.seed=1"])
+    assert a.fault_exit_after == (3, 17) and a.step_delay == 0.5 and rest == ["agent.seed=1"]
 
 
-def test_unknown_task_and_bad_override_fail_clearly(tmp_path):
-    r = run_trainer(["--task", "Isaac-Nope-v0", "--device", "cpu"], tmp_path, timeout=60)
-    assert r.returncode == 2
-    assert "unknown task 'Isaac-Nope-v0'" in r.stderr and TASK in r.stderr
-    assert r.stdout == ""
-    r = run_trainer(QUICK + ["--max_iterations", "1", "agent.no_such_key=1"], tmp_path, timeout=60)
-    assert r.returncode == 2 and "agent.no_such_key" in r.stderr
-    assert not (tmp_path / "logs").exists() or not any((tmp_path / "logs").rglob("model_*.pt"))
+def test_get_checkpoint_path_semantics(tmp_path):
+    from isaacd_trainer.upstream import get_checkpoint_path
+
+    root = tmp_path / "cartpole"
+    for run in ("2026-01-01_10-00-00_job", "2026-01-01_10-00-00_jobx", "2026-01-01_09-00-00_job"):
+        (root / run).mkdir(parents=True)
+        for n in (2, 9, 10):
+            (root / run / f"model_{n}.pt").write_bytes(b"x")
+    (root / "2026-01-01_10-00-00_job" / "model_7.pt").write_bytes(b"x")
+    # re.match is a prefix match: the unanchored name of "..._job" also matches its sibling "..._jobx", which sorts last
+    assert get_checkpoint_path(str(root), "2026-01-01_10-00-00_job", "model_.*.pt") == \
+        str(root / "2026-01-01_10-00-00_jobx" / "model_10.pt")
+    with pytest.raises(ValueError, match=r"No checkpoints in the directory: '.*_jobx' match 'model_7.pt'\."):
+        get_checkpoint_path(str(root), "2026-01-01_10-00-00_job", "model_7.pt")
+    assert get_checkpoint_path(str(root), "^" + re.escape("2026-01-01_10-00-00_job") + "$", r"^model_7\.pt$") == \
+        str(root / "2026-01-01_10-00-00_job" / "model_7.pt")
+    # default regexes: newest run, and model_10 sorts after model_9 (key f"{m:0>15}")
+    assert get_checkpoint_path(str(root), ".*", "model_.*.pt") == str(root / "2026-01-01_10-00-00_jobx" / "model_10.pt")
+    assert get_checkpoint_path(str(root), None) == str(root / "2026-01-01_10-00-00_jobx" / "model_10.pt")
+    with pytest.raises(ValueError, match=re.escape(f"No runs present in the directory: '{root}' match: 'nope'.")):
+        get_checkpoint_path(str(root), "nope", "model_.*.pt")
 
 
 def test_env_batched_step_and_auto_reset():
@@ -164,191 +179,170 @@ def test_env_batched_step_and_auto_reset():
     env = CartpoleEnv(num_envs=8, device="cpu", seed=0)
     obs = env.get_observations()
     assert obs["policy"].shape == (8, 4) and env.num_actions == 1 and env.max_episode_length == 500
-    # push every cart hard to the right: all fail well before the time limit, each reset in place
     ended = torch.zeros(8, dtype=torch.bool)
     for _ in range(200):
         obs, rew, dones, extras = env.step(torch.ones(8, 1))
         assert rew.shape == (8,) and dones.shape == (8,) and extras["time_outs"].shape == (8,)
-        assert not extras["time_outs"].any()
         ended |= dones.bool()
         if dones.any():
             assert (env.episode_length_buf[dones.bool()] == 0).all()
-            assert "Episode_Termination/pole_fallen" in extras["log"]
             assert (obs["policy"][dones.bool()].abs() <= 0.05).all()  # fresh episode
     assert ended.all()
-    # time-out path: runner may set episode_length_buf (init_at_random_ep_len)
     env.episode_length_buf[:] = env.max_episode_length - 1
     env.state.zero_()
     _, rew, dones, extras = env.step(torch.zeros(8, 1))
     assert dones.all() and extras["time_outs"].all() and (rew == 1.0).all()
 
 
-# ------------------------------------------------------------------------------------------------ training runs
-@pytest.mark.timeout(180)
-def test_learning_beats_untrained_policy(tmp_path):
-    t0 = time.monotonic()
-    r = run_trainer(["--task", TASK, "--device", "cpu", "--num_envs", "128", "--max_iterations", "20",
-                     "--seed", "42", "--save_interval", "100"], tmp_path, timeout=170)
-    elapsed = time.monotonic() - t0
-    assert r.returncode == 0, r.stderr[-3000:]
-    run_dir = run_dir_of(r.stdout)
-    rewards = dict(scalars(run_dir)["Train/mean_reward"])
-    untrained = rewards[0]  # episodes collected with the initial policy
-    trained = max(rewards[s] for s in (17, 18, 19))
-    print(f"learning: mean_reward it0={untrained:.1f} it17-19 max={trained:.1f} in {elapsed:.1f}s")
-    assert untrained < 40
-    assert trained > 3 * untrained and trained > 75
-    assert checkpoints(run_dir) == [0, 19]  # save_interval 100: iteration 0, then the final one
+# ------------------------------------------------------------------------------------------------ Hydra (real)
+def test_stray_true_and_bad_overrides_exit_1_like_upstream(tmp_path):
+    # the pre-fix isaacd argv on Isaac Lab 2.1+: "--resume True" -> Hydra "Error parsing override 'True'", exit 1
+    r = run(V23 + QUICK + ["--max_iterations", "1", "--resume", "True", "--load_run", "x"], tmp_path)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "Error parsing override 'True'" in r.stderr
+    r = run(V23 + QUICK + ["--max_iterations", "1", "agent.no_such_key=1"], tmp_path)
+    assert r.returncode == 1 and "Could not override 'agent.no_such_key'" in r.stderr
+    r = run(V23 + QUICK + ["--max_iterations", "1", "--bogus_flag"], tmp_path)
+    assert r.returncode == 2 and "unrecognized arguments: --bogus_flag" in r.stderr  # Hydra's own argparse
+    # nothing trained, no run directory (Hydra fails before the task function)
+    assert run_dirs(tmp_path) == []
+    # resume with nothing to resume: get_checkpoint_path's ValueError inside the Hydra task -> exit 1
+    # (no experiment dir at all: os.scandir's FileNotFoundError, not caught upstream either)
+    r = run(V23 + QUICK + ["--max_iterations", "1", "--resume", "--load_run", "nope"], tmp_path)
+    assert r.returncode == 1 and "FileNotFoundError" in r.stderr
+    (tmp_path / "logs" / "rsl_rl" / "cartpole" / "other").mkdir(parents=True)
+    r = run(V23 + QUICK + ["--max_iterations", "1", "--resume", "--load_run", "nope"], tmp_path)
+    assert r.returncode == 1 and "No runs present in the directory" in r.stderr and "match: 'nope'" in r.stderr
+    assert [d.name for d in run_dirs(tmp_path)] == ["other"]  # resolved before the new run dir exists
 
 
+# ------------------------------------------------------------------------------------------------ 2.1 - 2.3
 @pytest.mark.timeout(240)
-def test_layout_checkpoints_and_resume(tmp_path):
-    r = run_trainer(QUICK + ["--max_iterations", "3", "--save_interval", "1", "--experiment_name", "exp",
-                             "--run_name", "first"], tmp_path)
+def test_v23_layout_exact_resume_and_vanilla_numbering(tmp_path):
+    # fresh run: ./logs/rsl_rl/<experiment>/<timestamp>_<run_name>, Hydra overrides for save_interval etc.
+    r = run(V23 + QUICK + ["--max_iterations", "9", "--experiment_name", "exp", "--run_name", "job",
+                           "agent.save_interval=7", "agent.algorithm.learning_rate=0.0005"], tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
-    run1 = run_dir_of(r.stdout)
-    assert run1.parent == (tmp_path / "logs" / "rsl_rl" / "exp").resolve()
-    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}_first", run1.name)
-    assert checkpoints(run1) == [0, 1, 2]
-    assert iteration_steps(run1) == [0, 1, 2]
-    tags = set(scalars(run1))
-    for tag in ("Loss/value", "Loss/surrogate", "Loss/entropy", "Loss/learning_rate", "Policy/mean_std",
-                "Perf/total_fps", "Perf/collection_time", "Perf/learning_time", "Train/mean_reward",
-                "Train/mean_episode_length"):
-        assert tag in tags, sorted(tags)
-    assert (run1 / "params" / "agent.yaml").is_file() and (run1 / "params" / "env.yaml").is_file()
-    assert f"ISAACD_DONE iteration=2 checkpoint={run1 / 'model_2.pt'}" in r.stdout
-
-    import torch
-
-    ck = torch.load(run1 / "model_2.pt", map_location="cpu", weights_only=False)
-    assert {"actor_state_dict", "critic_state_dict", "optimizer_state_dict", "iter", "infos"} <= set(ck)
-    assert ck["iter"] == 2
-
-    # resume from model_2.pt: new run dir, numbering continues at 3
-    r = run_trainer(QUICK + ["--max_iterations", "2", "--save_interval", "1", "--experiment_name", "exp",
-                             "--run_name", "second", "--resume", "--load_run", run1.name,
-                             "--checkpoint", "model_2.pt"], tmp_path)
+    (first,) = run_dirs(tmp_path, "exp")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_job", first.name)
+    assert checkpoints(first) == [0, 7, 8] and iteration_steps(first) == list(range(9))
+    agent = (first / "params" / "agent.yaml").read_text()
+    assert "save_interval: 7" in agent and "learning_rate: 0.0005" in agent and "experiment_name: exp" in agent
+    assert (tmp_path / "outputs").is_dir()  # Hydra's own output dir, like upstream
+    # a sibling run whose name shares the prefix and sorts after it ("..._job" vs "..._jobx", same second)
+    sibling = first.with_name(first.name + "x")
+    shutil.copytree(first, sibling)
+    shutil.copy(first / "model_8.pt", sibling / "model_11.pt")
+    # resume exactly <first>/model_7.pt with isaacd's anchored regexes and a bare --resume
+    r = run(V23 + QUICK + ["--max_iterations", "3", "--experiment_name", "exp", "--run_name", "job", "--resume",
+                           "--load_run", f"^{re.escape(first.name)}$", "--checkpoint", r"^model_7\.pt$",
+                           "agent.save_interval=7"], tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
-    run2 = run_dir_of(r.stdout)
-    assert run2 != run1 and run2.parent == run1.parent and run2.name.endswith("_second")
-    assert f"Loading model checkpoint from: {run1 / 'model_2.pt'}" in r.stdout
-    steps = iteration_steps(run2)
-    assert steps == [3, 4] and min(steps) > 2
-    assert checkpoints(run2) == [3, 4]
-    assert torch.load(run2 / "model_4.pt", map_location="cpu", weights_only=False)["iter"] == 4
-    assert checkpoints(run1) == [0, 1, 2]  # the old run is left alone
+    assert loaded_from(r.stdout) == str(first / "model_7.pt")
+    new = [d for d in run_dirs(tmp_path, "exp") if d not in (first, sibling)]
+    assert len(new) == 1  # a new run dir per launch, resumed or not
+    # vanilla rsl_rl: iteration 7 runs again, --max_iterations 3 = 7, 8, 9, the final save is model_9.pt
+    assert iteration_steps(new[0]) == [7, 8, 9]
+    assert checkpoints(new[0]) == [7, 9]
+    assert checkpoints(first) == [0, 7, 8]  # the old run is untouched
 
-    # Isaac Lab defaults: bare --resume True picks the newest run and its newest checkpoint; 0 iterations just
-    # re-saves it under its own number in the new run dir
-    r = run_trainer(QUICK + ["--max_iterations", "0", "--experiment_name", "exp", "--resume", "True"], tmp_path)
+
+# ------------------------------------------------------------------------------------------------ <= 2.0
+@pytest.mark.timeout(180)
+def test_v20_resume_true_works(tmp_path):
+    r = run(V20 + QUICK + ["--max_iterations", "2", "agent.experiment_name=e20"], tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
-    run3 = run_dir_of(r.stdout)
-    assert f"Loading model checkpoint from: {run2 / 'model_4.pt'}" in r.stdout
-    assert checkpoints(run3) == [4] and iteration_steps(run3) == []
+    (first,) = run_dirs(tmp_path, "e20")
+    assert checkpoints(first) == [0, 1]
+    r = run(V20 + QUICK + ["--max_iterations", "1", "agent.experiment_name=e20", "--resume", "True",
+                           "--load_run", f"^{re.escape(first.name)}$", "--checkpoint", r"^model_0\.pt$"], tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert loaded_from(r.stdout) == str(first / "model_0.pt")
+    r = run(V20 + QUICK + ["--resume"], tmp_path)  # bare --resume: argparse error
+    assert r.returncode == 2 and "expected one argument" in r.stderr
 
 
-def test_resume_missing_or_corrupt_checkpoint_fails_clearly(tmp_path):
-    exp = tmp_path / "logs" / "rsl_rl" / "cartpole"
-    run = exp / "2024-01-01_00-00-00"
-    run.mkdir(parents=True)
-    r = run_trainer(QUICK + ["--max_iterations", "1", "--resume", "True", "--load_run", run.name,
-                             "--checkpoint", "model_7.pt"], tmp_path, timeout=60)
-    assert r.returncode == 3
-    assert str(run / "model_7.pt") in r.stderr
-    assert "ISAACD_RUN_DIR" not in r.stdout
-    assert [p.name for p in exp.iterdir()] == [run.name]  # no new run dir
-
-    (run / "model_7.pt").write_bytes(b"PK\x03\x04 truncated")
-    r = run_trainer(QUICK + ["--max_iterations", "1", "--resume", "--load_run", run.name,
-                             "--checkpoint", "model_7.pt"], tmp_path, timeout=60)
-    assert r.returncode == 3
-    assert "cannot read checkpoint" in r.stderr and str(run / "model_7.pt") in r.stderr
-
-    r = run_trainer(QUICK + ["--max_iterations", "1", "--resume", "--load_run", "2099-no-such-run"], tmp_path,
-                    timeout=60)
-    assert r.returncode == 3 and str(exp / "2099-no-such-run") in r.stderr
+# ------------------------------------------------------------------------------------------------ signals, faults
+@pytest.mark.timeout(180)
+def test_sigint_and_sigterm_save_nothing_without_the_shim(tmp_path, procs):
+    a, b = tmp_path / "int", tmp_path / "term"
+    a.mkdir(), b.mkdir()
+    args = V23 + QUICK + ["--max_iterations", "1000", "agent.save_interval=1000", "--step_delay", "0.003"]
+    pa, pb = start(args, a), start(args, b)
+    procs += [pa, pb]
+    for p, d in ((pa, a), (pb, b)):
+        wait_for(lambda d=d: run_dirs(d) and any(run_dirs(d)[0].glob("events.*")) and 3 in iteration_steps(run_dirs(d)[0]),
+                 90, "iteration 3 logged", p)
+    pa.send_signal(signal.SIGINT)
+    pb.send_signal(signal.SIGTERM)
+    assert pa.wait(30) == -signal.SIGINT  # KeyboardInterrupt propagates out of learn/Hydra: Python dies of SIGINT
+    assert pb.wait(30) == -signal.SIGTERM  # default action
+    assert "KeyboardInterrupt" in (a / "trainer.err").read_text()
+    for d in (a, b):
+        assert checkpoints(run_dirs(d)[0]) == [0]  # nothing saved on the way out
 
 
-# ------------------------------------------------------------------------------------------------ stop + faults
-@pytest.mark.timeout(150)
-def test_sigint_and_sigterm_stop_gracefully_with_checkpoint(tmp_path, procs):
-    runs = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):  # two trainers side by side
-        cwd = tmp_path / sig.name
-        cwd.mkdir()
-        proc, out, err = start_trainer(QUICK + ["--max_iterations", "10000", "--save_interval", "1000",
-                                                "--step_delay", "0.02"], cwd)
-        procs.append(proc)
-        runs[sig] = (proc, out, err)
-    for sig, (proc, out, err) in runs.items():
-        run_dir = wait_run_dir(out, 90)
-        wait_for(lambda: len(iteration_steps(run_dir)) >= 2, 90, "two logged iterations", proc)
-        proc.send_signal(sig)
-        rc = proc.wait(60)
-        assert rc == 0, err.read_text()[-3000:]
-        last = max(iteration_steps(run_dir))
-        assert last >= 1
-        assert checkpoints(run_dir) == [0, last]
-        assert out.read_text().splitlines()[-1] == (
-            f"ISAACD_STOPPED signal={sig.name} iteration={last} checkpoint={run_dir / f'model_{last}.pt'}"
-        )
-        import torch
-
-        assert torch.load(run_dir / f"model_{last}.pt", map_location="cpu", weights_only=False)["iter"] == last
-        assert not list(run_dir.glob(".*.tmp"))
+@pytest.mark.timeout(180)
+def test_fault_flags_still_work(tmp_path, procs):
+    e, n, h = tmp_path / "exit", tmp_path / "inf", tmp_path / "hang"
+    for d in (e, n, h):
+        d.mkdir()
+    pe = start(V23 + QUICK + ["--max_iterations", "10", "--fault_exit_after", "2:17"], e)
+    pn = start(V23 + QUICK + ["--max_iterations", "10", "--fault_inf_reward_after", "2"], n)
+    ph = start(V23 + QUICK + ["--max_iterations", "50", "--fault_hang_after", "2"], h)
+    procs += [pe, pn, ph]
+    assert pe.wait(90) == 17
+    assert iteration_steps(run_dirs(e)[0]) == [0, 1]
+    assert pn.wait(90) == 1  # rsl_rl raises inside the update; Hydra reports it, exit 1
+    assert "FAULT INJECTION: rewards are +inf" in (n / "trainer.err").read_text()
+    assert 2 not in iteration_steps(run_dirs(n)[0])
+    wait_for(lambda: "hanging at iteration 2" in (h / "trainer.err").read_text(), 90, "hang", ph)
+    ph.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    assert ph.poll() is None  # wedged: only SIGKILL ends it
+    ph.kill()
+    assert ph.wait(10) == -signal.SIGKILL
 
 
-@pytest.mark.timeout(150)
-def test_fault_injection(tmp_path, procs):
-    """The three faults run side by side: exit with a code, hang, and +inf rewards."""
-    started = {}
-    for name, extra in (("exit", ["--fault_exit_after", "2:42"]), ("hang", ["--fault_hang_after", "2"]),
-                        ("inf", ["--save_interval", "1", "--fault_inf_reward_after", "2"])):
-        cwd = tmp_path / name
-        cwd.mkdir()
-        proc, out, err = start_trainer(QUICK + ["--max_iterations", "10"] + extra, cwd)
-        procs.append(proc)
-        started[name] = (proc, out, err)
-
-    # --fault_exit_after 2:42: status 42 before iteration 2 is logged
-    proc, out, err = started["exit"]
-    assert proc.wait(120) == 42
-    assert "FAULT INJECTION: exiting with status 42 at iteration 2" in err.read_text()
-    assert iteration_steps(run_dir_of(out.read_text())) == [0, 1]
-
-    # --fault_inf_reward_after 2: the update of iteration 2 diverges; rsl_rl 5.5 crashes inside it
-    # ("normal expects all elements of std >= 0.0"), so TensorBoard never sees iteration 2
-    proc, out, err = started["inf"]
-    assert proc.wait(120) == 1
-    stderr = err.read_text()
-    assert "FAULT INJECTION: rewards are +inf from iteration 2 on" in stderr
-    assert "training diverged" in stderr
-    stdout = out.read_text()
-    assert stdout.splitlines()[-1].startswith("ISAACD_FAILED iteration=2 nonfinite=1 ")
-    run_dir = run_dir_of(stdout)
-    assert iteration_steps(run_dir) == [0, 1]
-    for _, v in scalars(run_dir)["Loss/value"]:
-        assert math.isfinite(v)
-    assert checkpoints(run_dir) == [0, 1]  # nothing written from the diverged policy
-
-    # --fault_hang_after 2: alive, silent, deaf to SIGTERM
-    proc, out, err = started["hang"]
-    run_dir = wait_run_dir(out)
-    wait_for(lambda: "FAULT INJECTION: hanging at iteration 2" in err.read_text(), 90, "the hang", proc)
-    assert iteration_steps(run_dir) == [0, 1]
-    proc.send_signal(signal.SIGTERM)
-    time.sleep(3)
-    assert proc.poll() is None
-    assert iteration_steps(run_dir) == [0, 1]
-    proc.kill()
-    assert proc.wait(10) == -signal.SIGKILL
-
-
-def test_distributed_cpu_is_refused(tmp_path):
-    env = _env()
-    env.update(WORLD_SIZE="2", LOCAL_RANK="0", RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="29599")
-    r = subprocess.run(TRAIN + QUICK + ["--max_iterations", "1"], cwd=tmp_path, env=env, capture_output=True,
-                       text=True, timeout=60)
-    assert r.returncode == 2
-    assert "NCCL" in r.stderr and "cuda:<LOCAL_RANK>" in r.stderr
+# ------------------------------------------------------------------------------------------------ 3.x
+@pytest.mark.timeout(240)
+def test_v30_checkpoint_contract(tmp_path, procs):
+    r = run(V30 + QUICK + ["--max_iterations", "4", "agent.save_interval=2"], tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (first,) = run_dirs(tmp_path)
+    assert checkpoints(first) == [0, 2, 3] and (first / "run.json").is_file()
+    # --resume / --load_run no longer exist: they reach Hydra's parser (exit 2), nothing trains
+    r = run(V30 + QUICK + ["--resume", "--load_run", first.name], tmp_path)
+    assert r.returncode == 2 and "unrecognized arguments: --resume" in r.stderr
+    # --checkpoint latest: the newest manifested run's last checkpoint; vanilla numbering from there
+    time.sleep(1.0)  # run dirs are named by the second
+    r = run(V30 + QUICK + ["--max_iterations", "2", "--checkpoint", "latest"], tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert loaded_from(r.stdout) == str(first / "model_3.pt")
+    second = run_dirs(tmp_path)[-1]
+    assert iteration_steps(second) == [3, 4] and checkpoints(second) == [4]
+    # an absolute file path is taken as it is (retrieve_file_path), also from an older run
+    time.sleep(1.0)
+    r = run(V30 + QUICK + ["--max_iterations", "1", "--checkpoint", str(first / "model_2.pt")], tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert loaded_from(r.stdout) == str(first / "model_2.pt")
+    assert iteration_steps(run_dirs(tmp_path)[-1]) == [2]
+    # a missing file: FileNotFoundError, exit 1
+    r = run(V30 + QUICK + ["--max_iterations", "1", "--checkpoint", str(first / "model_99.pt")], tmp_path)
+    assert r.returncode == 1 and "Unable to find the file" in r.stderr
+    # a run *directory*: upstream passes the directory text as the checkpoint regex too (update_rsl_rl_cfg set
+    # load_checkpoint = --checkpoint), so nothing matches: ValueError, exit 1. Pass a file path instead.
+    r = run(V30 + QUICK + ["--max_iterations", "1", "--checkpoint", str(first)], tmp_path)
+    assert r.returncode == 1 and "No checkpoints in the directory" in r.stderr
+    # Ctrl-C: KeyboardInterrupt is suppressed around learn(): exit 0, nothing saved
+    time.sleep(1.0)
+    p = start(V30 + QUICK + ["--max_iterations", "1000", "agent.save_interval=1000", "--step_delay", "0.003"],
+              tmp_path)
+    procs.append(p)
+    before = set(run_dirs(tmp_path))
+    wait_for(lambda: [d for d in run_dirs(tmp_path) if d not in before and 2 in iteration_steps(d)], 90,
+             "iteration 2 logged", p)
+    p.send_signal(signal.SIGINT)
+    assert p.wait(30) == 0
+    (stopped,) = [d for d in run_dirs(tmp_path) if d not in before]
+    assert checkpoints(stopped) == [0]

@@ -51,7 +51,7 @@ def _cartpole_agent_cfg() -> dict:
     return {
         "class_name": "OnPolicyRunner",
         "seed": 42,
-        "device": "cpu",
+        "device": None,  # None: follow the simulation device (--device)
         "num_steps_per_env": 32,
         "max_iterations": 150,
         "save_interval": 50,

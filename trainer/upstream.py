@@ -1,0 +1,406 @@
+"""Isaac Lab's own helpers, re-implemented line for line for the built-in trainer (no torch, no Isaac Sim).
+
+Everything here copies the behaviour of a named upstream function; the docstring of each says which file and
+commit it follows (isaac-sim/IsaacLab). Differences are only where Isaac Sim / gymnasium configclasses are
+replaced by the built-in trainer's plain dict configs, and each is named.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import random
+import re
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+# --------------------------------------------------------------------------------------------------- rsl_rl cli_args
+
+
+def add_rsl_rl_args_v21(parser: argparse.ArgumentParser) -> None:
+    """``scripts/reinforcement_learning/rsl_rl/cli_args.py:add_rsl_rl_args`` of Isaac Lab 2.1 - 2.3.x.
+
+    ``--resume`` is ``action="store_true"`` (IsaacLab PR #2299; e.g. commit 033a529fa9625e3db058ac5b8d049e45a992ba3f).
+    """
+    arg_group = parser.add_argument_group("rsl_rl", description="Arguments for RSL-RL agent.")
+    arg_group.add_argument(
+        "--experiment_name", type=str, default=None, help="Name of the experiment folder where logs will be stored."
+    )
+    arg_group.add_argument("--run_name", type=str, default=None, help="Run name suffix to the log directory.")
+    arg_group.add_argument("--resume", action="store_true", default=False, help="Whether to resume from a checkpoint.")
+    arg_group.add_argument("--load_run", type=str, default=None, help="Name of the run folder to resume from.")
+    arg_group.add_argument("--checkpoint", type=str, default=None, help="Checkpoint file to resume from.")
+    arg_group.add_argument(
+        "--logger", type=str, default=None, choices={"wandb", "tensorboard", "neptune"}, help="Logger module to use."
+    )
+    arg_group.add_argument(
+        "--log_project_name", type=str, default=None, help="Name of the logging project when using wandb or neptune."
+    )
+
+
+def add_rsl_rl_args_v20(parser: argparse.ArgumentParser) -> None:
+    """The same up to Isaac Lab 2.0: ``--resume`` with ``type=bool, default=None``.
+
+    ``bool("False")`` is True, so any non-empty value resumes; a bare ``--resume`` is an argparse error (exit 2).
+    (cli_args.py at commit fe626787e5cd6ee2d7d54ec79a2e372ff8b22c3d.)
+    """
+    arg_group = parser.add_argument_group("rsl_rl", description="Arguments for RSL-RL agent.")
+    arg_group.add_argument(
+        "--experiment_name", type=str, default=None, help="Name of the experiment folder where logs will be stored."
+    )
+    arg_group.add_argument("--run_name", type=str, default=None, help="Run name suffix to the log directory.")
+    arg_group.add_argument("--resume", type=bool, default=None, help="Whether to resume from a checkpoint.")
+    arg_group.add_argument("--load_run", type=str, default=None, help="Name of the run folder to resume from.")
+    arg_group.add_argument("--checkpoint", type=str, default=None, help="Checkpoint file to resume from.")
+    arg_group.add_argument(
+        "--logger", type=str, default=None, choices={"wandb", "tensorboard", "neptune"}, help="Logger module to use."
+    )
+    arg_group.add_argument(
+        "--log_project_name", type=str, default=None, help="Name of the logging project when using wandb or neptune."
+    )
+
+
+def update_rsl_rl_cfg_v2x(agent_cfg: dict, args_cli: argparse.Namespace, *, apply_experiment_name: bool) -> dict:
+    """``cli_args.update_rsl_rl_cfg`` of Isaac Lab 2.x on the agent config dict.
+
+    Applied *after* Hydra, so CLI flags win over ``agent.*`` overrides. Note ``args_cli.resume`` is never None with
+    the 2.1+ ``store_true`` flag (default False): there ``agent.resume=True`` on the Hydra side is always reset.
+    The stored <= 2.0 version (fe626787) does not apply ``--experiment_name`` at all (``apply_experiment_name``
+    False); 2.1+ (033a529f) does.
+    """
+    if getattr(args_cli, "seed", None) is not None:
+        if args_cli.seed == -1:
+            args_cli.seed = random.randint(0, 10000)
+        agent_cfg["seed"] = args_cli.seed
+    if args_cli.resume is not None:
+        agent_cfg["resume"] = args_cli.resume
+    if args_cli.load_run is not None:
+        agent_cfg["load_run"] = args_cli.load_run
+    if args_cli.checkpoint is not None:
+        agent_cfg["load_checkpoint"] = args_cli.checkpoint
+    if apply_experiment_name and args_cli.experiment_name is not None:
+        agent_cfg["experiment_name"] = args_cli.experiment_name
+    if args_cli.run_name is not None:
+        agent_cfg["run_name"] = args_cli.run_name
+    if args_cli.logger is not None:
+        agent_cfg["logger"] = args_cli.logger
+    if agent_cfg.get("logger") in {"wandb", "neptune"} and args_cli.log_project_name:
+        agent_cfg["wandb_project"] = args_cli.log_project_name
+        agent_cfg["neptune_project"] = args_cli.log_project_name
+    return agent_cfg
+
+
+def add_rsl_rl_args_v3(parser: argparse.ArgumentParser) -> None:
+    """``isaaclab_rl/entrypoints/backends/cli_args_rsl_rl.py:add_rsl_rl_args`` (commit 062dd2adc443ad16832094830a9180a483c11016).
+
+    No ``--resume`` and no ``--load_run``: ``--checkpoint`` alone selects what to resume from. The wandb flags of
+    that version are left out (no network here).
+    """
+    arg_group = parser.add_argument_group("rsl_rl", description="Arguments for RSL-RL agent.")
+    arg_group.add_argument(
+        "--experiment_name", type=str, default=None, help="Name of the experiment folder where logs will be stored."
+    )
+    arg_group.add_argument("--run_name", type=str, default=None, help="Run name suffix to the log directory.")
+    arg_group.add_argument(
+        "--checkpoint",
+        type=str,
+        default=None,
+        help="Checkpoint path, latest/best (a Weights & Biases run is not supported by the built-in trainer).",
+    )
+    arg_group.add_argument(
+        "--logger", type=str, default=None, choices={"wandb", "tensorboard", "neptune"}, help="Logger module to use."
+    )
+    arg_group.add_argument(
+        "--log_project_name", type=str, default=None, help="Name of the logging project when using wandb or neptune."
+    )
+
+
+def update_rsl_rl_cfg_v3(agent_cfg: dict, device: str, *, seed=None, checkpoint=None, experiment_name=None,
+                         run_name=None, logger=None, log_project_name=None) -> dict:
+    """``cli_args_rsl_rl.update_rsl_rl_cfg`` (062dd2ad): note ``load_checkpoint`` becomes the ``--checkpoint`` text."""
+    agent_cfg["device"] = device
+    if seed is not None:
+        agent_cfg["seed"] = random.randint(0, 10000) if seed == -1 else seed
+    if checkpoint is not None:
+        agent_cfg["load_checkpoint"] = checkpoint
+    if experiment_name is not None:
+        agent_cfg["experiment_name"] = experiment_name
+    if run_name is not None:
+        agent_cfg["run_name"] = run_name
+    if logger is not None:
+        agent_cfg["logger"] = logger
+    if agent_cfg.get("logger") in {"wandb", "neptune"} and log_project_name:
+        agent_cfg["wandb_project"] = log_project_name
+        agent_cfg["neptune_project"] = log_project_name
+    return agent_cfg
+
+
+def add_app_launcher_args(parser: argparse.ArgumentParser) -> None:
+    """The subset of ``isaaclab.app.AppLauncher.add_app_launcher_args`` that a headless training job uses.
+
+    Accepted for parity; only ``--device`` has an effect here. Upstream's ``--device`` default is ``cuda:0``;
+    the built-in trainer's default is ``cuda:0`` when CUDA is available, else ``cpu``.
+    """
+    arg_group = parser.add_argument_group("app_launcher arguments", description="Arguments for the AppLauncher.")
+    arg_group.add_argument("--headless", action="store_true", default=False, help="Force display off at all times.")
+    arg_group.add_argument("--livestream", type=int, default=-1, choices={-1, 0, 1, 2}, help="Force enable livestreaming.")
+    arg_group.add_argument("--enable_cameras", action="store_true", default=False, help="Enable camera sensors.")
+    arg_group.add_argument("--device", type=str, default=None, help="The device to run the simulation on.")
+    arg_group.add_argument("--verbose", action="store_true", help="Enable verbose-level log output from the SimulationApp.")
+    arg_group.add_argument("--info", action="store_true", help="Enable info-level log output from the SimulationApp.")
+    arg_group.add_argument("--experience", type=str, default="", help="The experience file to load.")
+    arg_group.add_argument("--kit_args", type=str, default="", help="Command line arguments for Omniverse Kit.")
+
+
+# --------------------------------------------------------------------------------------------------- checkpoints
+
+
+def get_checkpoint_path(
+    log_path: str, run_dir: str | None, checkpoint: str = ".*", other_dirs: list[str] | None = None,
+    sort_alpha: bool = True,
+) -> str:
+    """``isaaclab_tasks/utils/parse_cfg.py:get_checkpoint_path`` (commit 03cd804ac3dcbc2e02aee0b96976de70d91c522f).
+
+    ``run_dir`` and ``checkpoint`` are regular expressions matched with ``re.match`` (a *prefix* match); the last
+    run in alphabetical order wins, then the last checkpoint with the sort key ``f"{name:0>15}"``. A missing
+    ``log_path`` raises ``FileNotFoundError`` from ``os.scandir`` (not caught upstream either).
+    """
+    if run_dir is None:
+        run_dir = ".*"
+    try:
+        runs = [
+            os.path.join(log_path, run) for run in os.scandir(log_path) if run.is_dir() and re.match(run_dir, run.name)
+        ]
+        if sort_alpha:
+            runs.sort()
+        else:
+            runs = sorted(runs, key=os.path.getmtime)
+        if other_dirs is not None:
+            run_path = os.path.join(runs[-1], *other_dirs)
+        else:
+            run_path = runs[-1]
+    except IndexError:
+        raise ValueError(f"No runs present in the directory: '{log_path}' match: '{run_dir}'.")
+
+    model_checkpoints = [f for f in os.listdir(run_path) if re.match(checkpoint, f)]
+    if len(model_checkpoints) == 0:
+        raise ValueError(f"No checkpoints in the directory: '{run_path}' match '{checkpoint}'.")
+    model_checkpoints.sort(key=lambda m: f"{m:0>15}")
+    checkpoint_file = model_checkpoints[-1]
+    return os.path.join(run_path, checkpoint_file)
+
+
+def retrieve_file_path(path: str) -> str:
+    """``isaaclab.utils.assets.retrieve_file_path`` for local files: the absolute path, else FileNotFoundError.
+
+    (Upstream also downloads Nucleus/S3/HTTP paths; the built-in trainer has no network.)
+    """
+    if os.path.isfile(path):
+        return os.path.abspath(path)
+    raise FileNotFoundError(f"Unable to find the file: {path}")
+
+
+RUN_MANIFEST_FILENAME = "run.json"
+RUN_MANIFEST_VERSION = 1
+CHECKPOINT_SELECTORS = frozenset({"latest", "best"})
+
+
+def normalize_task_name(task: str) -> str:
+    return task.split(":")[-1].removesuffix("-Play")
+
+
+def write_run_manifest(log_dir: str, *, library: str, task: str, metadata: dict[str, str] | None = None) -> None:
+    """``common.py:write_run_manifest`` (commit 1e3c0ddb6d18a7cac271347f08e1641e0a94a587): creates the run dir."""
+    run_dir = Path(log_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    manifest = {
+        "version": RUN_MANIFEST_VERSION,
+        "library": library,
+        "task": normalize_task_name(task),
+        "created_at": datetime.now(timezone.utc).isoformat(),
+        "metadata": metadata or {},
+    }
+    manifest_path = run_dir / RUN_MANIFEST_FILENAME
+    temporary_path = run_dir / f".{RUN_MANIFEST_FILENAME}.{os.getpid()}.tmp"
+    temporary_path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(temporary_path, manifest_path)
+
+
+def _natural_sort_key(value: str) -> list[int | str]:
+    return [int(token) if token.isdigit() else token for token in re.split(r"(\d+)", value)]
+
+
+def resolve_checkpoint_selector(
+    log_root_path: str, selector: str, *, library: str, task: str, checkpoint_pattern: str,
+    other_dirs: list[str] | None = None, preferred_checkpoint_pattern: str | None = None,
+    metadata: dict[str, str] | None = None,
+) -> str:
+    """``common.py:resolve_checkpoint_selector`` (1e3c0ddb): ``latest``/``best`` over runs that have a ``run.json``.
+
+    Newest compatible manifested run (by ``created_at``) that has a checkpoint; in it the naturally last
+    checkpoint (``best`` = the same unless a preferred pattern exists, which rsl_rl does not pass).
+    """
+    if selector not in CHECKPOINT_SELECTORS:
+        raise ValueError(f"Unknown checkpoint selector '{selector}'. Expected one of: {sorted(CHECKPOINT_SELECTORS)}.")
+    log_root = Path(log_root_path)
+    expected_task = normalize_task_name(task)
+    expected_metadata = metadata or {}
+    runs: list[tuple[datetime, Path]] = []
+    if log_root.is_dir():
+        for run_dir in log_root.iterdir():
+            if not run_dir.is_dir():
+                continue
+            manifest_path = run_dir / RUN_MANIFEST_FILENAME
+            try:
+                manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+                created_at = datetime.fromisoformat(manifest["created_at"])
+            except (FileNotFoundError, KeyError, TypeError, ValueError, json.JSONDecodeError):
+                continue
+            if manifest.get("version") != RUN_MANIFEST_VERSION:
+                continue
+            if manifest.get("library") != library or manifest.get("task") != expected_task:
+                continue
+            manifest_metadata = manifest.get("metadata", {})
+            if not isinstance(manifest_metadata, dict):
+                continue
+            if any(manifest_metadata.get(key) != value for key, value in expected_metadata.items()):
+                continue
+            runs.append((created_at, run_dir))
+    for _, run_dir in sorted(runs, reverse=True):
+        checkpoint_dir = run_dir.joinpath(*(other_dirs or []))
+        if not checkpoint_dir.is_dir():
+            continue
+        checkpoints = [
+            path for path in checkpoint_dir.iterdir() if path.is_file() and re.fullmatch(checkpoint_pattern, path.name)
+        ]
+        if not checkpoints:
+            continue
+        if selector == "best" and preferred_checkpoint_pattern is not None:
+            preferred = [p for p in checkpoints if re.fullmatch(preferred_checkpoint_pattern, p.name) is not None]
+            if preferred:
+                checkpoints = preferred
+        checkpoints.sort(key=lambda path: _natural_sort_key(path.name))
+        return str(checkpoints[-1].resolve())
+    raise ValueError(
+        f"No compatible manifested run with a checkpoint was found in '{log_root}'. "
+        f"Run training with the current unified training entrypoint before using '--checkpoint {selector}'."
+    )
+
+
+# --------------------------------------------------------------------------------------------------- Hydra
+
+
+def hydra_task_config(task_name: str, load_cfgs: Callable[[str], tuple[dict, dict]]) -> Callable:
+    """``isaaclab_tasks/utils/hydra.py:hydra_task_config`` of Isaac Lab 2.x (commit f6e936b3a89ec1f00e6fd8bf9fce4505af213cee).
+
+    The task's env and agent configs are stored in Hydra's ConfigStore as ``{"env": ..., "agent": ...}`` under the
+    task name, and ``hydra.main(config_path=None, config_name=task, version_base="1.3")`` parses ``sys.argv[1:]``
+    as overrides -- the real hydra-core machinery, so a stray token such as ``True`` fails with Hydra's
+    "Error parsing override" and exit status 1, an unknown key with "Could not override", and Hydra writes its
+    ``outputs/<date>/<time>/.hydra`` directory in the working directory like upstream. ``load_cfgs`` stands in for
+    ``load_cfg_from_registry`` (plain dicts here, so the agent config is replaced by Hydra's dict like upstream's
+    ``isinstance(agent_cfg, dict)`` branch).
+    """
+    import functools
+
+    try:
+        import hydra
+        from hydra.core.config_store import ConfigStore
+        from omegaconf import DictConfig, OmegaConf
+    except ImportError:
+        raise ImportError("Hydra is not installed. Please install it by running 'pip install hydra-core'.")
+
+    def decorator(func):
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            env_cfg, agent_cfg = load_cfgs(task_name)
+            ConfigStore.instance().store(name=task_name, node={"env": env_cfg, "agent": agent_cfg})
+
+            @hydra.main(config_path=None, config_name=task_name, version_base="1.3")
+            def hydra_main(hydra_env_cfg: DictConfig, env_cfg=env_cfg, agent_cfg=agent_cfg):
+                hydra_env_cfg = OmegaConf.to_container(hydra_env_cfg, resolve=True)
+                env_cfg = hydra_env_cfg["env"]
+                agent_cfg = hydra_env_cfg["agent"]
+                func(env_cfg, agent_cfg, *args, **kwargs)
+
+            hydra_main()
+
+        return wrapper
+
+    return decorator
+
+
+_LITERAL_MAP = {"true": True, "false": False, "none": None, "null": None}
+
+
+def _parse_val(s: str) -> Any:
+    """``isaaclab_tasks/utils/hydra.py:_parse_val`` (commit 00b36b759c7f9a257f2750430bed99de09f01190)."""
+    if s.lower() in _LITERAL_MAP:
+        return _LITERAL_MAP[s.lower()]
+    try:
+        return ast.literal_eval(s)
+    except (ValueError, SyntaxError):
+        return s
+
+
+def _setattr(obj: Any, path: str, val: Any) -> None:
+    """``hydra.py:_setattr`` (00b36b75): nested set; a missing *intermediate* key raises, a new leaf is added."""
+    *parts, leaf = path.split(".")
+    for p in parts:
+        obj = obj[p] if isinstance(obj, dict) else getattr(obj, p)
+    if isinstance(obj, dict):
+        obj[leaf] = val
+    else:
+        setattr(obj, leaf, val)
+
+
+def resolve_task_config_v3(task_name: str, load_cfgs: Callable[[str], tuple[dict, dict]],
+                           overrides: list[str] | None = None) -> tuple[dict, dict]:
+    """``hydra.py:resolve_task_config`` + ``register_task`` + ``_run_hydra`` of Isaac Lab 3.x (00b36b75), no presets.
+
+    ``env.*``/``agent.*`` ``key=value`` tokens are set directly (``_parse_val``/``_setattr``, no Hydra); every other
+    token (anything without ``=``, e.g. a stray ``True`` or ``--resume``) goes to the real Hydra, which then
+    rejects it. Hydra only runs when such tokens exist.
+    """
+    task = task_name.split(":")[-1]
+    env_cfg, agent_cfg = load_cfgs(task)
+    hydra_args: list[str] = []
+    override_items: list[tuple[str, str, str]] = []
+    for arg in sys.argv[1:] if overrides is None else overrides:
+        if "=" not in arg:
+            hydra_args.append(arg)
+            continue
+        key, val = arg.split("=", 1)
+        override_items.append((key, val, arg))
+    cfgs = {"env": env_cfg, "agent": agent_cfg}
+    for key, val, arg in override_items:
+        if key.startswith(("env.", "agent.")) and not key.endswith("+"):
+            sec, path = key.split(".", 1)
+            _setattr(cfgs[sec], path, _parse_val(val))
+        else:
+            hydra_args.append(arg)
+    if not hydra_args:
+        return env_cfg, agent_cfg
+
+    import hydra
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    ConfigStore.instance().store(name=task, node=OmegaConf.create({"env": env_cfg, "agent": agent_cfg}))
+    resolved: dict = {}
+    original_argv, sys.argv = sys.argv, [sys.argv[0]] + hydra_args
+
+    @hydra.main(config_path=None, config_name=task, version_base="1.3")
+    def hydra_main(hydra_cfg):
+        hydra_cfg = OmegaConf.to_container(hydra_cfg, resolve=True)
+        resolved.update(env_cfg=hydra_cfg["env"], agent_cfg=hydra_cfg["agent"])
+
+    try:
+        hydra_main()
+    finally:
+        sys.argv = original_argv
+    return resolved["env_cfg"], resolved["agent_cfg"]
