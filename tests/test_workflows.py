@@ -224,3 +224,10 @@ def test_isaaclab_3_resumes_with_the_absolute_checkpoint_file_and_no_resume_flag
     assert "--resume" not in args and "--load_run" not in args  # 3.x has neither: Hydra would reject them
     b = resolve(job('isaaclab_version = "3.0"\n'))
     assert b.program(in_container=False).prefix[-4:] == ["-m", "isaacd_trainer.isaaclab30", "--rl_library", "rsl_rl"]
+
+
+def test_isaaclab_20_names_the_experiment_through_hydra_too(tmp_path):
+    """<= 2.0's update_rsl_rl_cfg ignores --experiment_name: without the override runs land in the task's default dir."""
+    root = fake_isaaclab(tmp_path / "IsaacLab", "2.0.0", CLI_ARGS_20)
+    r = resolve(job(f'workflow = "rsl_rl"\nisaaclab_dir = "{root}"\nexperiment = "exp"\n'))
+    assert "agent.experiment_name=exp" in r.workflow.args(r.job, None, seed=1)

@@ -64,6 +64,9 @@ class RslRl(Workflow):
         if self.generation.major < 3:
             args.append("--headless")  # 3.x is headless by default and deprecates the flag
         args.append(f"agent.save_interval={job.save_interval}")  # a Hydra override, as upstream documents
+        if self.resume_flag == "bool" and not self.unified:
+            # <= 2.0's update_rsl_rl_cfg never applies --experiment_name (cli_args.py @fe626787): say it to Hydra too
+            args.append(f"agent.experiment_name={job.experiment_name}")
         if resume is not None:
             args += self.resume_args(resume)
         return args + list(job.extra_args)
