@@ -137,11 +137,12 @@ def detection_latency(name: str, runs: int, iter_s: float, seed: int) -> tuple[l
 def record_healthy_run(iterations: int, workdir: Path, device: str = "cpu", num_envs: int = 64) -> list[ScalarPoint]:
     exe = Path(sys.executable).with_name("isaacd-train")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "isaacd_trainer"]
-    subprocess.run([*cmd, "--task", "Isaacd-Cartpole-v0", "--num_envs", str(num_envs), "--num_steps_per_env", "8",
-                    "--max_iterations", str(iterations), "--save_interval", str(iterations), "--device", device,
-                    "--log_root", str(workdir), "--experiment_name", "bench", "--run_name", "healthy", "--seed", "7"],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    run_dir = next((workdir / "rsl_rl" / "bench").iterdir())
+    # Isaac Lab's contract: runs go to ./logs/rsl_rl/<experiment>/ of the working directory
+    subprocess.run([*cmd, "--task", "Isaacd-Cartpole-v0", "--num_envs", str(num_envs), "agent.num_steps_per_env=8",
+                    "--max_iterations", str(iterations), f"agent.save_interval={iterations}", "--device", device,
+                    "--experiment_name", "bench", "--run_name", "healthy", "--seed", "7"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, cwd=workdir)
+    run_dir = next((workdir / "logs" / "rsl_rl" / "bench").iterdir())
     return sorted(TensorBoardTail(run_dir).poll(), key=lambda p: p.step)
 
 

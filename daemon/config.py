@@ -156,7 +156,8 @@ class JobConfig(_Model):
     # The train script: relative to isaaclab_dir, or absolute (an extension project's
     # scripts/rsl_rl/train.py, the common case). Default: Isaac Lab's own for the library.
     train_script: str | None = None
-    # How to start Python: default `<isaaclab_dir>/isaaclab.sh -p`; e.g. ["/opt/conda/envs/il/bin/python"].
+    # How to start Python: default `<isaaclab_dir>/isaaclab.sh -p` (builtin: this venv's python, "python" in a
+    # container); e.g. ["/opt/conda/envs/il/bin/python"].
     launcher: list[str] | None = None
     agent: str | None = None  # --agent: the agent config entry point (default: the library's)
     # Run the train script through isaacd's launcher shim (same process): a stop saves a checkpoint

@@ -330,7 +330,10 @@ def test_supervisor_podman_job_resumes_adopts_and_stops(tmp_path, podman_url, su
                                                         cleanup_containers):
     name = f"sp{uuid.uuid4().hex[:6]}"
     cleanup_containers.append(name)
-    jobs = builtin_job(name, runtime="podman", command=[str(TRAINER)], save_interval=1, log_root=str(tmp_path / "logs"),
+    # the venv's python in the container (a rootfs overlay of this host) runs the trainer through the shim,
+    # bind-mounted read-only, exactly as an Isaac Lab image runs isaaclab.sh -p <shim> train.py
+    jobs = builtin_job(name, runtime="podman", launcher=[str(TRAINER.with_name("python"))], save_interval=1,
+                       log_root=str(tmp_path / "logs"),
                        extra_args=["agent.num_steps_per_env=8"], restart={"backoff_initial": 0.2},
                        container={"image": "/:O", "shm_size": "256m"})
     cfg = write_config(tmp_path, jobs)
@@ -346,7 +349,8 @@ def test_supervisor_podman_job_resumes_adopts_and_stops(tmp_path, podman_url, su
     j = wait_for(lambda: (j := job())["restarts"] == 1 and j["state"] == "running" and j, 120, what="the resume")
     started = [e for e in sup.events(name) if e["event"] == "started"]
     assert started[-1]["resume_from"] is not None  # from the checkpoint, not from scratch
-    assert j["iteration"] > started[-1]["resume_from"]["iteration"]
+    assert "/opt/isaacd/isaacd_shim.py" in started[-1]["argv"]  # the container command runs the shim
+    assert j["iteration"] >= started[-1]["resume_from"]["iteration"]  # rsl_rl re-runs the loaded iteration
     cid = j["container_id"]
 
     sup.stop()  # container jobs keep running without the supervisor
@@ -363,4 +367,6 @@ def test_supervisor_podman_job_resumes_adopts_and_stops(tmp_path, podman_url, su
     sup.cli("stop", name)
     j = wait_for(lambda: (j := job())["state"] == "stopped" and j, 60, what="graceful stop")
     ex = [e for e in sup.events(name) if e["event"] == "exited"][-1]
-    assert ex["code"] == 0 and not ex["external_stop"]  # the trainer caught SIGINT and saved
+    assert ex["code"] == 0 and not ex["external_stop"]  # the shim caught SIGINT and saved
+    saved = [e for e in sup.events(name) if e["event"] == "trainer_saved_on_stop"]
+    assert saved and saved[-1]["checkpoint"]  # reported through the side channel mounted into the container

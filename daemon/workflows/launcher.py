@@ -88,7 +88,7 @@ def build_program(job: JobConfig, library: str, gen: Generation, *, in_container
     shim = [SHIM_IN_CONTAINER if in_container else str(shim_source())] if job.shim else []
     if job.workflow == "builtin":
         py = python or ("python" if in_container else sys.executable)
-        launcher = [py]
+        launcher = list(job.launcher) if job.launcher else [py]  # e.g. a venv's python inside a rootfs container
         target = ["-m", builtin_module(gen)] + (["--rl_library", library] if gen.major >= 3 else [])
     else:
         launcher = list(job.launcher) if job.launcher else [_default_launcher(job, in_container)]

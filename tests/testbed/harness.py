@@ -51,7 +51,7 @@ def make_testbed(name: str = "isaacd-tb") -> Testbed:
 
 def job_config(max_iterations: int = 400, backoff_initial: float = 0.5, num_envs: int = 64,
                steps_per_env: int = 8) -> str:
-    extra = f'extra_args = ["--num_steps_per_env", "{steps_per_env}"]\n'
+    extra = f'extra_args = ["agent.num_steps_per_env={steps_per_env}"]\n'
     return f"""
 [supervisor]
 state_dir = "{STATE_DIR}"
