@@ -17,6 +17,7 @@ random iteration past a checkpoint, acts, and measures
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 import sys
@@ -51,9 +52,7 @@ def one_round(tmp: Path, case: str, shim: bool, save_interval: int, rng: random.
                                          "cooldown": 3600.0}}
     fields = {"extra_args": extra, "save_interval": save_interval, "max_iterations": 10_000, "shim": shim,
               "stop_timeout": 20.0}
-    if watchdogs:
-        fields["watchdogs"] = watchdogs
-    cfg = write_config(tmp, _job("b", fields))
+    cfg = write_config(tmp, _job("b", fields, watchdogs))
     sp = SupervisorProc(cfg).start()
     try:
         target = save_interval + rng.randint(1, save_interval - 1)  # past a checkpoint, before the next
@@ -78,8 +77,10 @@ def one_round(tmp: Path, case: str, shim: bool, save_interval: int, rng: random.
         sp.stop()
 
 
-def _job(name: str, fields: dict) -> str:
-    return builtin_job(name, **fields)
+def _job(name: str, fields: dict, watchdogs: dict) -> str:
+    job = builtin_job(name, **fields)
+    return job + "".join(f"\n[jobs.watchdogs.{w}]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in t.items())
+                         for w, t in watchdogs.items())
 
 
 def main() -> int:

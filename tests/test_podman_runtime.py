@@ -129,7 +129,9 @@ def test_podman_runtime_runs_the_container_as_specified(tmp_path, podman_url, cl
     out = job.log_root  # the probe writes next to checkpoints: same path inside and outside
     h = rt.start(_spec(job, [str(out)] + ARGS))
     assert rt.client() is not None
-    wait_for(lambda: (out / "shm.txt").exists(), 30, what="probe output on the host, same path")
+    # the probe's last file, complete (the shell creates it before df has written its line)
+    wait_for(lambda: (out / "shm.txt").exists() and (out / "shm.txt").read_text().strip(), 30,
+             what="probe output on the host, same path")
     assert (out / "args.txt").read_text().splitlines() == ARGS
     env = dict(ln.split("=", 1) for ln in (out / "env.txt").read_text().splitlines() if "=" in ln)
     assert env["ACCEPT_EULA"] == "Y" and env["PRIVACY_CONSENT"] == "Y" and env["FROM_CONTAINER_CFG"] == "1"
