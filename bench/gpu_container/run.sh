@@ -106,7 +106,7 @@ echo "first checkpoint after $($PY -c "print(round($(date +%s.%N)-$T0,1))") s"
 sleep 15
 isaacd --config "$W/isaacd.toml" status | tee "$R/status-training.txt"
 st > "$R/status-training.json"; metrics > "$R/metrics-training.txt"
-grep -E '^isaacd_(gpu_(job_info|utilization_ratio|power_watts|process_memory_used_bytes|memory_used)|job_(fps|iteration|info))' "$R/metrics-training.txt"
+grep -E '^isaacd_(gpu_(job_info|utilization_ratio|power_watts|process_memory_used_bytes|memory_used)|job_(env_steps_per_second|iteration|info|gpu_assigned))' "$R/metrics-training.txt"
 PID=$(field "j['pid']"); CG=$(field "j['cgroup']")
 echo "trainer host pid $PID, job cgroup $CG; /proc/$PID/cgroup: $(cat /proc/$PID/cgroup)"
 echo "process tree in the container:"; ps -o pid,ppid,comm,args --forest -g "$(ps -o sid= -p "$PID" | tr -d ' ')" 2>/dev/null | cut -c1-200 | head

@@ -30,7 +30,7 @@ def main() -> int:
     m = (r / "metrics-training.txt").read_text()
     out["metrics"] = [ln for ln in m.splitlines()
                       if ln.startswith(("isaacd_gpu_utilization_ratio", "isaacd_gpu_job_info",
-                                        "isaacd_gpu_process_memory_used_bytes", "isaacd_job_fps"))]
+                                        "isaacd_gpu_process_memory_used_bytes", "isaacd_job_env_steps_per_second"))]
     ev = json.loads((r / "events.json").read_text())
     kills = {}
     for ln in (r / "restart-times.txt").read_text().splitlines():
