@@ -288,6 +288,10 @@ def check_memlock(cfg: Config) -> Check:
     import resource  # noqa: PLC0415
 
     hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
+    if hard == resource.RLIM_INFINITY:
+        # memlock_ulimit() passes -1:-1 then, and the OCI runtime needs no capability to keep it
+        return Check("memlock", "pass", "no CAP_SYS_RESOURCE here, but the hard memlock limit is unlimited: "
+                     "containers get memlock=-1 (unlimited pinned memory)")
     return Check("memlock", "warn", f"no CAP_SYS_RESOURCE here: containers get memlock={hard} (the hard limit) "
                  "instead of unlimited; NCCL/CUDA pinned memory may be slower or fail",
                  "run on a host (not in an unprivileged container), or raise the hard memlock limit")
