@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from typing import Any
-
-import structlog
 
 _SECRET_WORDS = ("token", "password", "secret", "api_key", "apikey", "credential")
 
@@ -26,6 +23,10 @@ def _redact(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
 
 
 def configure_logging(level: str = "info", fmt: str = "auto") -> None:
+    import logging
+
+    import structlog
+
     use_console = fmt == "console" or (fmt == "auto" and sys.stderr.isatty())
     renderer: Any = structlog.dev.ConsoleRenderer() if use_console else structlog.processors.JSONRenderer()
     structlog.configure(
@@ -43,4 +44,14 @@ def configure_logging(level: str = "info", fmt: str = "auto") -> None:
     )
 
 
-log = structlog.get_logger("isaacd")
+class _LazyLogger:
+    """structlog's logger, imported on first use: client commands (`isaacd status`) import modules that
+    log only on the server side, and structlog's import alone costs them ~30 ms."""
+
+    def __getattr__(self, name: str) -> Any:
+        import structlog
+
+        return getattr(structlog.get_logger("isaacd"), name)
+
+
+log: Any = _LazyLogger()
