@@ -301,7 +301,12 @@ def _main(argv: list[str] | None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        return _main(argv)
+        try:
+            return _main(argv)
+        finally:
+            # Flush here, not at interpreter exit: a reader that is gone must be seen while we can still
+            # handle it (a late flush prints "Exception ignored ... BrokenPipeError" and exits 120).
+            sys.stdout.flush()
     except KeyboardInterrupt:
         _silence_stdout()
         return 130  # the shell's code for "ended by Ctrl-C" (128 + SIGINT), and no traceback
