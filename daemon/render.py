@@ -48,11 +48,15 @@ def resume_story(job: dict[str, Any], events: list[dict[str, Any]]) -> str | Non
     resumed = started["resume_from"].get("iteration")
     if lost_at is None or resumed is None or lost_at <= resumed:
         return None
+    progress = job.get("last_progress_time")
+    if progress is None or progress < started["time"]:  # no step of this attempt yet: `iteration` is the old one
+        return (f"resuming from checkpoint {resumed}; it had reached {lost_at} before the restart, "
+                f"so {lost_at - resumed} iterations will be redone and reward may dip until it catches up")
     now_at = job.get("iteration")
     if now_at is not None and now_at >= lost_at:
         return None  # caught up
-    return (f"resumed from checkpoint {resumed} (reached {lost_at} before: {started.get('reason') or 'restart'}), "
-            f"redoing {lost_at - resumed} iterations; reward may dip until it catches up")
+    return (f"resumed from checkpoint {resumed}, redoing {lost_at - resumed} iterations up to {lost_at} "
+            f"(reached before the restart); reward may dip until it catches up")
 
 
 def restart_story(job: dict[str, Any], events: list[dict[str, Any]], now: float) -> str | None:
@@ -122,7 +126,7 @@ def _watchdog_notes(j: dict[str, Any], now: float) -> list[str]:
 
 def format_gpus(gpus: dict[str, Any]) -> str:
     if not gpus.get("up"):
-        return f"GPUs: collector down ({gpus.get('reason') or 'no NVML'})"
+        return f"GPUs: collector down: {gpus.get('reason') or 'no NVML'}"
     out = ["GPU  MODEL                 TEMP  UTIL  POWER        MEM             JOBS  HEALTH"]
     for g in gpus.get("devices", []):
         def f(key: str, fmt: str) -> str:
