@@ -293,3 +293,17 @@ def test_status_json_shows_the_xid_watchdogs_real_actions(tmp_path, supervisor_f
     xid = j["watchdogs"]["xid"]
     assert xid["action"] == "restart/stop"
     assert xid["actions_by_class"] == {"application": "restart", "reset": "stop", "other": "log"}
+
+
+# ---- the README's Quick start is pasteable line by line ----------------------------------------
+def test_readme_quick_start_lines_are_real_commands():
+    readme = (REPO / "README.md").read_text()
+    quick = readme[readme.index("## Quick start"):readme.index("\n## ", readme.index("## Quick start") + 1)]
+    lines = [ln for block in re.findall(r"```sh\n(.*?)```", quick, re.S) for ln in block.splitlines() if ln.strip()]
+    assert len(lines) >= 8
+    commands = set(re.findall(r"^    ([a-z-]+)\s", isaacd("--help").stdout, re.M))
+    for ln in lines:
+        assert "#" not in ln.split("'")[0], f"a comment in a line to paste: {ln}"
+        assert subprocess.run(["bash", "-n", "-c", ln]).returncode == 0, ln
+        for m in re.finditer(r"isaacd (\S+)", ln):
+            assert m.group(1) in commands, f"not an isaacd command: {m.group(1)!r} in {ln!r}"
