@@ -303,6 +303,7 @@ def test_readme_quick_start_lines_are_real_commands():
     assert len(lines) >= 8
     commands = set(re.findall(r"^    ([a-z-]+)\s", isaacd("--help").stdout, re.M))
     for ln in lines:
+        # zsh (macOS' default shell) does not take comments on the command line: no "cmd  # what it does"
         assert "#" not in ln.split("'")[0], f"a comment in a line to paste: {ln}"
         assert subprocess.run(["bash", "-n", "-c", ln]).returncode == 0, ln
         for m in re.finditer(r"isaacd (\S+)", ln):
