@@ -22,6 +22,31 @@ def _redact(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
     return {k: ("***" if any(w in k.lower() for w in _SECRET_WORDS) else scrub(v)) for k, v in event.items()}
 
 
+class _Sink:
+    """stderr for log lines, minus its failure mode: when whoever reads it is gone (`isaacd run 2>&1 | grep`,
+    then Ctrl-C; a closed journal stream), a write raises BrokenPipeError in whatever thread logged, and one in
+    the shutdown path left trainers unstopped. Losing log lines is better than losing supervision."""
+
+    def __init__(self, stream: Any):
+        self.stream = stream
+        self.broken = False
+
+    def write(self, text: str) -> int:
+        if not self.broken:
+            try:
+                return int(self.stream.write(text))
+            except (OSError, ValueError):  # EPIPE, or a closed file
+                self.broken = True
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.broken:
+            try:
+                self.stream.flush()
+            except (OSError, ValueError):
+                self.broken = True
+
+
 def configure_logging(level: str = "info", fmt: str = "auto") -> None:
     import logging
 
@@ -39,7 +64,7 @@ def configure_logging(level: str = "info", fmt: str = "auto") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_Sink(sys.stderr)),
         cache_logger_on_first_use=False,
     )
 

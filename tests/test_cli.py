@@ -248,6 +248,13 @@ def test_embedded_default_from_another_directory_and_reload_says_there_is_no_fil
         res = isaacd("reload", cwd=elsewhere)
         assert res.returncode == 0 and "nothing to reload" in res.stdout and "embedded default" in res.stdout
         assert res.stderr == ""
+        # the same quick start again from another directory, in the first one's network: port 9835 is taken
+        second = subprocess.run(["nsenter", f"--net=/proc/{sup.pid}/ns/net", ISAACD, "run"], cwd=elsewhere,
+                                capture_output=True, text=True, timeout=60)
+        said = [ln for ln in second.stderr.splitlines() if not ln.startswith("{") and "gpu collector" not in ln]
+        assert second.returncode == 1 and len(said) == 1, second.stderr
+        assert "127.0.0.1:9835" in said[0] and f"another isaacd supervisor (pid {sup.pid}" in said[0]
+        assert "[metrics] listen" in said[0] and not (elsewhere / "var" / "isaacd.sock").exists()
     finally:
         sup.send_signal(signal.SIGTERM)
         try:
@@ -308,3 +315,33 @@ def test_readme_quick_start_lines_are_real_commands():
         assert subprocess.run(["bash", "-n", "-c", ln]).returncode == 0, ln
         for m in re.finditer(r"isaacd (\S+)", ln):
             assert m.group(1) in commands, f"not an isaacd command: {m.group(1)!r} in {ln!r}"
+
+
+def test_supervisor_whose_log_reader_is_gone_still_stops_its_trainers(tmp_path):
+    """`isaacd run 2>&1 | grep ...`, then Ctrl-C reaches grep first: the supervisor must still stop its jobs."""
+    import json
+
+    cfg = write_config(tmp_path, '\n[[jobs]]\nname = "sl"\ncommand = ["sh", "-c", "sleep 300"]\nstop_timeout = 3.0\n')
+    r, w = os.pipe()
+    sup = subprocess.Popen([ISAACD, "run", "--config", str(cfg)], stdout=w, stderr=w, start_new_session=True)
+    os.close(w)
+    trainer = None
+    try:
+        job = wait_for(lambda: json.loads(isaacd("--config", str(cfg), "status", "--json").stdout)["jobs"][0]["pid"],
+                       30, what="the job's pid")
+        trainer = int(job)
+        os.close(r)  # the log reader is gone
+        sup.send_signal(signal.SIGTERM)
+        assert sup.wait(30) == 0
+        with pytest.raises(ProcessLookupError):
+            os.kill(trainer, 0)
+        assert not (tmp_path / "isaacd.sock").exists()
+    finally:
+        if sup.poll() is None:
+            os.killpg(sup.pid, signal.SIGKILL)
+            sup.wait()
+        if trainer is not None:
+            try:
+                os.killpg(trainer, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
