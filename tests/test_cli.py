@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import re
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import BIN, SupervisorProc, builtin_job, wait_for, write_config
+from helpers import BIN, builtin_job, wait_for, write_config
 
 ISAACD = str(BIN / "isaacd")
 REPO = Path(__file__).resolve().parents[1]
@@ -273,8 +274,6 @@ def test_start_up_log_is_quiet_on_a_cpu_only_host(tmp_path, supervisor_factory):
     sp = supervisor_factory(cfg)
     wait_for(lambda: "supervisor_started" in sp.log_text(), 30, what="start-up log")
     sp.stop()
-    import json
-
     lines = [json.loads(ln) for ln in sp.log_text().splitlines() if ln.startswith("{")]
     down = [ln for ln in lines if ln["event"] == "gpu collector down"]
     assert all(ln["level"] == "info" for ln in down), down  # a CPU-only job needs no GPU collector
@@ -319,8 +318,6 @@ def test_readme_quick_start_lines_are_real_commands():
 
 def test_supervisor_whose_log_reader_is_gone_still_stops_its_trainers(tmp_path):
     """`isaacd run 2>&1 | grep ...`, then Ctrl-C reaches grep first: the supervisor must still stop its jobs."""
-    import json
-
     cfg = write_config(tmp_path, '\n[[jobs]]\nname = "sl"\ncommand = ["sh", "-c", "sleep 300"]\nstop_timeout = 3.0\n')
     r, w = os.pipe()
     sup = subprocess.Popen([ISAACD, "run", "--config", str(cfg)], stdout=w, stderr=w, start_new_session=True)
