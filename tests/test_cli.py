@@ -7,6 +7,7 @@ import os
 import pty
 import re
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -236,6 +237,8 @@ def test_embedded_default_from_another_directory_and_reload_says_there_is_no_fil
 
     The supervisor runs in its own network namespace so its fixed metrics port 9835 cannot clash with
     anything else on this machine; the control socket is a file and reachable from here."""
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("nsenter"):
+        pytest.skip("needs root and util-linux's unshare/nsenter for a network namespace of its own")
     home, elsewhere = tmp_path / "quick", tmp_path / "elsewhere"
     home.mkdir()
     elsewhere.mkdir()
