@@ -9,10 +9,17 @@ from __future__ import annotations
 from typing import Any
 
 from .config import Config
-from .logs import log
 from .supervisor import Supervisor
 from .watchdogs.engine import WatchdogEngine
 from .watchdogs.gpufeed import SamplerFeed
+
+
+class MetricsUnavailable(RuntimeError):
+    """The metrics address cannot be bound (taken, or not ours to bind): the supervisor must not start."""
+
+    def __init__(self, listen: str, exc: OSError):
+        super().__init__(f"cannot listen on {listen}: {exc.strerror or exc}")
+        self.listen, self.errno = listen, exc.errno
 
 
 class _SamplerExtension:
@@ -36,8 +43,10 @@ class _MetricsExtension:
 
         cfg = self.sup.config.metrics
         registry = build_registry(self.sup.status, self.sampler)
-        self.server = serve(cfg.listen, cfg.path, registry)
-        log.info("metrics_listening", listen=cfg.listen, path=cfg.path)
+        try:
+            self.server = serve(cfg.listen, cfg.path, registry)  # logs the URL itself: no second line here
+        except OSError as exc:
+            raise MetricsUnavailable(cfg.listen, exc) from None
 
     def stop(self) -> None:
         if self.server is not None:
@@ -66,6 +75,7 @@ def build_supervisor(cfg: Config, config_path: str | None) -> Supervisor:
 
     # source = "none" still gets a sampler: it reports the collector down (once, with the reason)
     sampler = GpuSampler.from_config(cfg.gpu)
+    sampler.gpus_optional = not any(j.device.startswith("cuda") or j.gpus for j in cfg.jobs)
     sup.extensions.append(_SamplerExtension(sampler))
     sup.gpu_check = lambda job: missing_gpus(sampler, job)
     sup.status_hooks.append(lambda st: st.__setitem__("gpus", gpu_status(sampler.snapshot(), st["jobs"])))

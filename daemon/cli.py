@@ -1,4 +1,12 @@
-"""`isaacd`: the supervisor (`isaacd run`) and its control client (everything else)."""
+"""isaacd: keeps Isaac Lab training alive and visible.
+
+`isaacd run` is the supervisor; every other command is a client of a running supervisor (through its
+control socket) or reads the config.
+"""
+
+# Client commands must start fast (`isaacd status` in a watch loop): this module imports only the stdlib
+# and isaacd's light modules at the top; pydantic (config), structlog and the supervisor are imported by
+# the commands that need them.
 
 from __future__ import annotations
 
@@ -6,227 +14,143 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from . import __version__
-from .config import EMBEDDED_DEFAULT_NAME, Config, ConfigError, load_config, load_embedded_default
 from .control import NotRunning, request
+from .locate import Ambiguous, Found, config_path, find_socket, not_running_hint
+from .messages import no_such_job
 
-SYSTEM_CONFIG = Path("/etc/isaacd/isaacd.toml")
-
-
-def _config_path(arg: str | None) -> str | None:
-    if arg:
-        return arg
-    env = os.environ.get("ISAACD_CONFIG")
-    if env:
-        return env
-    return str(SYSTEM_CONFIG) if SYSTEM_CONFIG.exists() else None
+EMBEDDED_DEFAULT_NAME = "<embedded default>"
 
 
-def _load(arg: str | None) -> tuple[Config, str | None]:
-    path = _config_path(arg)
-    if path is None:
-        return load_embedded_default(Path.cwd()), None
-    return load_config(path), path
+class CliError(Exception):
+    """A message for the user and an exit code; main() prints it without a traceback."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
 
 
-def _socket(args: argparse.Namespace) -> Path:
-    if args.socket:
-        return Path(args.socket)
+def _load(arg: str | None) -> tuple[Any, str | None]:
+    """The full, validated config (imports pydantic: only for commands that need more than the socket)."""
+    from .config import ConfigError, load_config, load_embedded_default
+
+    path = config_path(arg)
     try:
-        cfg, _ = _load(args.config)
-        return cfg.supervisor.control_socket
-    except ConfigError:
-        # The file may be mid-edit or broken; the supervisor still runs on the old one. Find its socket anyway
-        # so `isaacd reload` can report the error and `status` keeps working.
-        return _socket_from_raw(_config_path(args.config))
+        if path is None:
+            return load_embedded_default(Path.cwd()), None
+        return load_config(path), path
+    except ConfigError as exc:
+        raise CliError(str(exc), 2) from None
 
 
-def _socket_from_raw(path: str | None) -> Path:
-    from .config import SupervisorConfig, tomllib
+class Client:
+    """Requests to the supervisor this invocation means (see locate.find_socket)."""
 
-    default = SupervisorConfig().control_socket
-    if path is None:
-        return default
-    try:
-        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        sock = Path(raw["supervisor"]["control_socket"])
-    except Exception:  # noqa: BLE001
-        return default
-    return sock if sock.is_absolute() else (Path(path).resolve().parent / sock).resolve()
+    def __init__(self, args: argparse.Namespace):
+        try:
+            self.found: Found = find_socket(args.socket, args.config)
+        except Ambiguous as exc:
+            raise CliError(f"isaacd: {exc}", 3) from None
 
-
-# ---- formatting -----------------------------------------------------------------------------
-def _age(ts: float | None, now: float) -> str:
-    if ts is None:
-        return "-"
-    s = max(0, int(now - ts))
-    if s < 120:
-        return f"{s}s"
-    if s < 7200:
-        return f"{s // 60}m"
-    if s < 172800:
-        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
-
-
-def _num(v: float | None, fmt: str = "{:.2f}") -> str:
-    return "-" if v is None else fmt.format(v)
-
-
-def format_status(st: dict[str, Any], now: float | None = None) -> str:
-    now = time.time() if now is None else now
-    sup = st["supervisor"]
-    lines = [f"isaacd {sup['version']}  pid {sup['pid']}  up {_age(sup['started_at'], now)}  "
-             f"config {sup['config_path']}"]
-    if sup.get("last_config_error"):
-        lines.append(f"  ! last reload rejected (old config still in force): {sup['last_config_error']}")
-    header = ["JOB", "STATE", "RUNTIME", "PID", "ITER/MAX", "REWARD", "FPS", "CHECKPOINT", "RESTARTS", "UPTIME"]
-    rows = []
-    notes = []
-    for j in st["jobs"]:
-        it = "-" if j["iteration"] is None else str(j["iteration"])
-        ck = j.get("checkpoint")
-        ck_s = f"{ck['iteration']} ({_age(ck['time'], now)} ago)" if ck else "-"
-        rs = str(j["restarts"])
-        if j.get("last_restart_reason"):
-            rs += f" ({j['last_restart_reason']})"
-        rows.append([j["name"], j["state"], j["runtime"], str(j["pid"] or "-"), f"{it}/{j['max_iterations']}",
-                     _num(j["mean_reward"]), _num(j["fps"], "{:.0f}"), ck_s, rs, _age(j.get("started_at"), now)])
-        if j.get("state_reason") and j["state"] in ("failed", "stopped", "backing-off", "stopping"):
-            notes.append(f"  {j['name']}: {j['state_reason']}")
-        wds = j.get("watchdogs") or {}
-        quiet = [wd for wd, w in sorted(wds.items()) if w.get("state") in ("ok", "warmup")]
-        if wds:
-            states = {wd: wds[wd]["state"] for wd in quiet}
-            summary = ", ".join(f"{wd} {st}" for wd, st in states.items())
-            notes.append(f"  {j['name']} watchdogs: {summary}" if summary else f"  {j['name']} watchdogs:")
-        for wd, w in sorted(wds.items()):
-            if w.get("state") not in ("ok", "warmup", "disabled", None):
-                since = f" since {_age(w['since'], now)} ago" if w.get("since") else ""
-                notes.append(f"    {wd} {w['state'].upper()}{since}: {w.get('detail') or ''}".rstrip(": "))
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    for r in [header, *rows]:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
-    if not rows:
-        lines.append("(no jobs)")
-    lines += notes
-    gpus = st.get("gpus")
-    if gpus is not None:
-        lines.append("")
-        lines.append(format_gpus(gpus))
-    return "\n".join(lines)
-
-
-def format_gpus(gpus: dict[str, Any]) -> str:
-    if not gpus.get("up"):
-        return f"GPUs: collector down ({gpus.get('reason') or 'no NVML'})"
-    out = ["GPU  MODEL                 TEMP  UTIL  POWER        MEM             JOBS  HEALTH"]
-    for g in gpus.get("devices", []):
-        def f(key: str, fmt: str) -> str:
-            v = g.get(key)
-            return "-" if v is None else fmt.format(v)
-
-        mem = "-" if g.get("memory_used_bytes") is None else \
-            f"{g['memory_used_bytes'] / 2**30:.0f}/{(g.get('memory_total_bytes') or 0) / 2**30:.0f} GiB"
-        power = "-" if g.get("power_watts") is None else \
-            f"{g['power_watts']:.0f}/{g.get('power_limit_watts') or 0:.0f} W"
-        out.append(f"{g['index']:<4} {str(g.get('model', ''))[:20]:<21} {f('temperature_celsius', '{:.0f}C'):<5} "
-                   f"{f('utilization_ratio', '{:.0%}'):<5} {power:<12} {mem:<15} "
-                   f"{','.join(g.get('jobs', [])) or '-':<5} {g.get('health', 'ok')}")
-    return "\n".join(out)
-
-
-def format_events(events: list[dict[str, Any]]) -> str:
-    lines = []
-    for e in events:
-        ts = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e["time"]))
-        rest = {k: v for k, v in e.items() if k not in ("time", "job", "event", "argv")}
-        detail = " ".join(f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in rest.items()
-                          if v is not None)
-        lines.append(f"{ts}  {e['event']:<20} {detail}")
-    return "\n".join(lines) or "(no events)"
+    def __call__(self, req: dict[str, Any]) -> Any:
+        try:
+            return request(self.found.socket, req)
+        except NotRunning as exc:
+            hint = not_running_hint(self.found)
+            raise CliError(f"isaacd: {hint or exc}", 3) from None
+        except RuntimeError as exc:
+            raise CliError(f"isaacd: {exc}", 1) from None
 
 
 # ---- commands -------------------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
-    from .app import build_supervisor
-    from .logs import configure_logging
-    from .supervisor import AlreadyRunning
+    from .foreground import run_supervisor
 
-    try:
-        cfg, path = _load(args.config)
-    except ConfigError as exc:
-        print(str(exc), file=sys.stderr)
-        return 2
-    configure_logging(cfg.supervisor.log_level, cfg.supervisor.log_format)
-    try:
-        sup = build_supervisor(cfg, path)
-    except AlreadyRunning as exc:
-        print(f"isaacd: {exc}", file=sys.stderr)
-        return 1
-    sup.install_signal_handlers()
-    sup.start()
-    if path is None:
-        print(f"isaacd: running the embedded default config (state in {cfg.supervisor.state_dir}); "
-              f"`isaacd status` in this directory shows it", file=sys.stderr)
-    sup.run_forever()
-    return 0
+    cfg, path = _load(args.config)
+    return run_supervisor(cfg, path)
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
-    try:
-        cfg = load_config(args.file) if args.file else _load(args.config)[0]
-    except ConfigError as exc:
-        print(str(exc), file=sys.stderr)
-        return 2
+    if args.file and args.config and Path(args.file).resolve() != Path(args.config).resolve():
+        raise CliError(f"isaacd check-config: two files given ({args.file} and --config {args.config}); "
+                       "give one: `isaacd check-config FILE`", 2)
+    file = args.file or args.config
+    cfg, path = _load(file)
+    from .config import ConfigError
     from .workflows import config_issues  # what only the filesystem can tell: train script, Isaac Lab generation
 
-    source = args.file or _config_path(args.config) or EMBEDDED_DEFAULT_NAME
     issues = config_issues(cfg)
     if issues:
-        print(str(ConfigError(str(source), issues)), file=sys.stderr)
-        return 2
-    print(f"{args.file or _config_path(args.config) or EMBEDDED_DEFAULT_NAME}: OK, "
-          f"{len(cfg.jobs)} job(s): {', '.join(j.name for j in cfg.jobs) or '-'}")
+        raise CliError(str(ConfigError(str(path or EMBEDDED_DEFAULT_NAME), issues)), 2)
+    print(f"{path or EMBEDDED_DEFAULT_NAME}: OK, {len(cfg.jobs)} job(s): {', '.join(j.name for j in cfg.jobs) or '-'}")
     return 0
 
 
-def _client(args: argparse.Namespace, req: dict[str, Any]) -> Any:
-    return request(_socket(args), req)
+def _job_or_fail(st: dict[str, Any], name: str) -> dict[str, Any]:
+    for j in st["jobs"]:
+        if j["name"] == name:
+            return j
+    raise CliError(f"isaacd: {no_such_job(name, [j['name'] for j in st['jobs']])}", 1)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    st = _client(args, {"cmd": "status"})
+    from .render import format_status
+
+    client = Client(args)
+    st = client({"cmd": "status"})
     if args.job:
-        st["jobs"] = [j for j in st["jobs"] if j["name"] == args.job]
-        if not st["jobs"]:
-            print(f"isaacd: no job named {args.job!r}", file=sys.stderr)
-            return 1
-    print(json.dumps(st, indent=2, default=str) if args.json else format_status(st))
+        st["jobs"] = [_job_or_fail(st, args.job)]
+    if args.json:
+        print(json.dumps(st, indent=2, default=str))
+        return 0
+    # The restart and resume stories come from the event journal: only for jobs that restarted.
+    events = {j["name"]: client({"cmd": "events", "job": j["name"], "limit": 50})
+              for j in st["jobs"] if j.get("restarts")}
+    print(format_status(st, events=events))
     return 0
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    events = _client(args, {"cmd": "events", "job": args.job, "limit": args.limit})
+    from .render import format_events
+
+    events = Client(args)({"cmd": "events", "job": args.job, "limit": args.limit})
     print(json.dumps(events, indent=1) if args.json else format_events(events))
     return 0
 
 
 def cmd_job(args: argparse.Namespace) -> int:
-    print(f"{args.job}: {_client(args, {'cmd': args.command, 'job': args.job})}")
+    client = Client(args)
+    if args.command == "start":
+        from .render import iterations_done
+
+        job = _job_or_fail(client({"cmd": "status"}), args.job)
+        done = iterations_done(job)
+        if job["state"] == "completed" and (done is None or done >= job["max_iterations"]):
+            # Starting it would launch a trainer asked for 0 more iterations and leave an empty run dir.
+            print(f"{args.job} is complete ({done}/{job['max_iterations']} iterations); nothing to start. "
+                  f"To train it further, raise its max_iterations in the config, then `isaacd reload` "
+                  f"and `isaacd start {args.job}`.")
+            return 0
+    print(f"{args.job}: {client({'cmd': args.command, 'job': args.job})}")
     return 0
 
 
 def cmd_reload(args: argparse.Namespace) -> int:
-    res = _client(args, {"cmd": "reload"})
+    client = Client(args)
+    st = client({"cmd": "status"})
+    if st["supervisor"]["config_path"] == EMBEDDED_DEFAULT_NAME:
+        # Not a rejection: there is no file to re-read.
+        print("nothing to reload: this supervisor runs the embedded default config (no file). To change jobs, "
+              "write a config (see etc/isaacd.toml) and restart it with `isaacd run --config FILE`.")
+        return 0
+    res = client({"cmd": "reload"})
     if not res.get("ok"):
-        print(f"reload rejected, previous config still in force:\n{res['error']}", file=sys.stderr)
-        return 2
-    print("reloaded: " + ", ".join(f"{k} {v}" for k, v in res.items() if k != "ok" and v))
+        raise CliError(f"reload rejected, previous config still in force:\n{res['error']}", 2)
+    changes = ", ".join(f"{k} {', '.join(v) if isinstance(v, list) else v}" for k, v in res.items() if k != "ok" and v)
+    print(f"reloaded {st['supervisor']['config_path']}: {changes or 'no changes'}")
     return 0
 
 
@@ -250,67 +174,149 @@ def cmd_install_units(args: argparse.Namespace) -> int:
     return install_units(args)
 
 
+# ---- parser ---------------------------------------------------------------------------------
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {n}")
+    return n
+
+
+_JOB_HELP = "the job's name, as in the config and `isaacd status`"
+
+_COMMANDS: list[tuple[str, str, str]] = [
+    ("run", "run the supervisor in the foreground",
+     "Supervise the config's jobs in the foreground: launch them, resume them from their newest complete "
+     "checkpoint when they die, run the watchdogs, serve the control socket and /metrics. Ctrl-C or SIGTERM "
+     "asks the trainers to save and stop, then exits 0."),
+    ("check-config", "validate a config file and explain every problem",
+     "Validate a config file and print every problem with its key path and what is allowed. The file is FILE, "
+     "or --config FILE (the same thing; if both are given they must name one file), else $ISAACD_CONFIG, "
+     "/etc/isaacd/isaacd.toml, or the embedded default."),
+    ("status", "jobs, GPUs, checkpoints and watchdogs at a glance",
+     "One line per job (state, iterations done, reward, newest checkpoint, restarts, uptime), then why jobs "
+     "stopped or restarted, watchdog states and the GPUs."),
+    ("events", "what happened to a job and why",
+     "The job's event journal, oldest first: launches (and the checkpoint resumed from), exits, restarts, "
+     "watchdog trips, config changes, each with its reason."),
+    ("stop", "stop a job gracefully (SIGINT, grace, SIGKILL)",
+     "Ask the job's trainer to save and exit (SIGINT), SIGKILL after its stop_timeout. The job stays stopped, "
+     "also across supervisor restarts, until `isaacd start`."),
+    ("start", "start a stopped job",
+     "Start a stopped or failed job; it resumes from its newest complete checkpoint. A completed job is not "
+     "started again: raise its max_iterations first."),
+    ("restart", "stop and resume a job from its newest complete checkpoint",
+     "Stop the job's trainer gracefully and launch it again at once, resuming from its newest complete "
+     "checkpoint. Applies config changes made since it started."),
+    ("reload", "re-read the config (same as SIGHUP); a bad file changes nothing",
+     "Re-read the config file the supervisor was started with. A broken file changes nothing (exit 2); a valid "
+     "change applies to each job at its next start, and running trainers are never killed by a reload."),
+    ("logs", "a job's trainer output",
+     "The job's trainer output: the process runtime's log file, `podman logs` or the unit's journal."),
+    ("doctor", "check this host for what isaacd and Isaac Lab need",
+     "Check the driver, NVML, CDI spec, Podman/Quadlet, shared memory, disk space and listeners for the "
+     "config's jobs; exit 1 if a check fails."),
+    ("install-units", "install the systemd unit and an example config",
+     "Install the supervisor's systemd unit and, when missing, an example /etc/isaacd/isaacd.toml."),
+]
+
+
+def _add_arguments(name: str, s: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    if name == "run":
+        return cmd_run
+    if name == "check-config":
+        s.add_argument("file", nargs="?", metavar="FILE", help="the config file to check (or --config FILE)")
+        return cmd_check_config
+    if name == "status":
+        s.add_argument("job", nargs="?", help="show only this job")
+        s.add_argument("--json", action="store_true", help="the full status as JSON, for scripts")
+        return cmd_status
+    if name == "events":
+        s.add_argument("job", help=_JOB_HELP)
+        s.add_argument("--limit", type=_positive, default=None, metavar="N", help="only the newest N events")
+        s.add_argument("--json", action="store_true", help="the events as JSON, for scripts")
+        return cmd_events
+    if name in ("stop", "start", "restart"):
+        s.add_argument("job", help=_JOB_HELP)
+        return cmd_job
+    if name == "reload":
+        return cmd_reload
+    if name == "logs":
+        s.add_argument("job", help=_JOB_HELP)
+        s.add_argument("-f", "--follow", action="store_true", help="keep printing new output until Ctrl-C")
+        s.add_argument("-n", "--lines", type=_positive, default=50, metavar="N",
+                       help="how many lines of earlier output to print first (default 50)")
+        return cmd_logs
+    if name == "doctor":
+        s.add_argument("--json", action="store_true", help="the checks as JSON, for scripts")
+        return cmd_doctor
+    s.add_argument("--prefix", default="/", help="root to install into (for packaging)")
+    s.add_argument("--bin", default=None, help="path of the isaacd executable for ExecStart")
+    return cmd_install_units
+
+
 def build_parser() -> argparse.ArgumentParser:
     # --config/--socket work before or after the subcommand (`isaacd run --config F`, `isaacd -c F status`)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", "-c", default=argparse.SUPPRESS,
+    common.add_argument("--config", "-c", default=argparse.SUPPRESS, metavar="FILE",
                         help="host config (default: $ISAACD_CONFIG, /etc/isaacd/isaacd.toml, "
                              "else the embedded default with state under ./var)")
-    common.add_argument("--socket", default=argparse.SUPPRESS, help="control socket (default: from the config)")
-    p = argparse.ArgumentParser(prog="isaacd", description=__doc__, parents=[common])
+    common.add_argument("--socket", default=argparse.SUPPRESS, metavar="PATH",
+                        help="control socket of the supervisor to talk to (default: from the config; with no "
+                             "config, ./var/isaacd.sock or this user's running supervisor)")
+    p = argparse.ArgumentParser(prog="isaacd", description=__doc__, parents=[common],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="`isaacd COMMAND --help` describes a command.")
     p.add_argument("--version", action="version", version=f"isaacd {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
-    _add = sub.add_parser
-    sub.add_parser = lambda *a, **k: _add(*a, parents=[common], **k)  # type: ignore[method-assign]
-
-    s = sub.add_parser("run", help="run the supervisor in the foreground")
-    s.set_defaults(func=cmd_run)
-    s = sub.add_parser("check-config", help="validate a config file and explain every problem")
-    s.add_argument("file", nargs="?")
-    s.set_defaults(func=cmd_check_config)
-    s = sub.add_parser("status", help="jobs, GPUs, checkpoints and watchdogs at a glance")
-    s.add_argument("job", nargs="?")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_status)
-    s = sub.add_parser("events", help="what happened to a job and why")
-    s.add_argument("job")
-    s.add_argument("--limit", type=int, default=None)
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_events)
-    for name, help_ in (("stop", "stop a job gracefully (SIGINT, grace, SIGKILL)"), ("start", "start a stopped job"),
-                        ("restart", "stop and resume a job from its newest complete checkpoint")):
-        s = sub.add_parser(name, help=help_)
-        s.add_argument("job")
-        s.set_defaults(func=cmd_job)
-    s = sub.add_parser("reload", help="re-read the config (same as SIGHUP); a bad file changes nothing")
-    s.set_defaults(func=cmd_reload)
-    s = sub.add_parser("logs", help="a job's trainer output")
-    s.add_argument("job")
-    s.add_argument("-f", "--follow", action="store_true")
-    s.add_argument("-n", "--lines", type=int, default=50)
-    s.set_defaults(func=cmd_logs)
-    s = sub.add_parser("doctor", help="check this host for what isaacd and Isaac Lab need")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_doctor)
-    s = sub.add_parser("install-units", help="install the systemd unit and an example config")
-    s.add_argument("--prefix", default="/", help="root to install into (for packaging)")
-    s.add_argument("--bin", default=None, help="path of the isaacd executable for ExecStart")
-    s.set_defaults(func=cmd_install_units)
+    sub = p.add_subparsers(dest="command", title="commands", metavar="COMMAND")
+    for name, short, long in _COMMANDS:
+        s = sub.add_parser(name, help=short, description=long, parents=[common])
+        s.set_defaults(func=_add_arguments(name, s))
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def _silence_stdout() -> None:
+    """After a closed pipe: point stdout at /dev/null so the interpreter's final flush cannot complain."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _main(argv: list[str] | None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # bare `isaacd`: the command list, not a usage error
+        parser.print_help()
+        return 0
     args.config = getattr(args, "config", None)
     args.socket = getattr(args, "socket", None)
     try:
         return int(args.func(args) or 0)
-    except NotRunning as exc:
-        print(f"isaacd: {exc}", file=sys.stderr)
-        return 3
-    except ConfigError as exc:
+    except CliError as exc:
         print(str(exc), file=sys.stderr)
-        return 2
-    except RuntimeError as exc:
+        return exc.code
+    except RuntimeError as exc:  # a refusal from a module the command calls (units, doctor): its text says why
         print(f"isaacd: {exc}", file=sys.stderr)
         return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        try:
+            return _main(argv)
+        finally:
+            # Flush here, not at interpreter exit: a reader that is gone must be seen while we can still
+            # handle it (a late flush prints "Exception ignored ... BrokenPipeError" and exits 120).
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        _silence_stdout()
+        return 130  # the shell's code for "ended by Ctrl-C" (128 + SIGINT), and no traceback
+    except BrokenPipeError:
+        # `isaacd status | head -3`: the reader is gone; end quietly like a tool killed by SIGPIPE
+        _silence_stdout()
+        return 141

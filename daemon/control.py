@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .logs import log
+from .messages import UnknownJob
 
 if TYPE_CHECKING:
     from .supervisor import Supervisor
@@ -51,11 +52,10 @@ class _Server(socketserver.ThreadingUnixStreamServer):
         cmd = req.get("cmd")
         if cmd == "status":
             return sup.status()
+        if cmd in ("events", "stop", "start", "restart") and req.get("job") not in sup.runners:
+            raise UnknownJob(str(req.get("job")), list(sup.runners))  # one wording for every command
         if cmd == "events":
-            job = req["job"]
-            if job not in sup.runners:
-                raise KeyError(f"no job named {job!r}")
-            return sup.events(job, req.get("limit"))
+            return sup.events(req["job"], req.get("limit"))
         if cmd in ("stop", "start", "restart"):
             return sup.command(cmd, req["job"])
         if cmd == "reload":

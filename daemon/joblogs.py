@@ -9,12 +9,13 @@ import time
 from collections import deque
 
 from .config import Config
+from .messages import no_such_job
 
 
 def show_logs(cfg: Config, job: str, follow: bool = False, lines: int = 50) -> int:
     job_cfg = cfg.job(job)
     if job_cfg is None:
-        print(f"isaacd: no job named {job!r} in the config", file=sys.stderr)
+        print(f"isaacd: {no_such_job(job, [j.name for j in cfg.jobs])}", file=sys.stderr)
         return 1
     if job_cfg.runtime == "systemd":
         from .runtimes.systemd import unit_name

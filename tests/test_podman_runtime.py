@@ -2,7 +2,7 @@
 
 Containers run from an overlay of the host's own root (`--rootfs /:O`: no registry is reachable
 here), so the built-in trainer with the venv runs in them exactly as on the host. Needs a working
-podman: `../shared/testbed/host-setup.sh` (CI runs it through scripts/test.sh).
+podman: `tests/testbed/host-setup.sh` (CI runs it through scripts/test.sh).
 """
 
 from __future__ import annotations
@@ -54,9 +54,9 @@ def _podman_works() -> str | None:
         r = subprocess.run(["podman", "info", "--format", "{{.Host.OCIRuntime.Name}}"], capture_output=True,
                            text=True, timeout=60)
     except FileNotFoundError:
-        return "podman is not installed: run ../shared/testbed/host-setup.sh"
+        return "podman is not installed: run tests/testbed/host-setup.sh"
     if r.returncode != 0:
-        return f"podman does not work here ({r.stderr.strip()[-200:]}): run ../shared/testbed/host-setup.sh"
+        return f"podman does not work here ({r.stderr.strip()[-200:]}): run tests/testbed/host-setup.sh"
     return None
 
 

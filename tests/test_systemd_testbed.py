@@ -1,5 +1,5 @@
 """runtime = "systemd" with real systemd (257, PID 1) and real Podman (5.4, Quadlet), in the testbed
-of ../shared/testbed (a Debian trixie rootfs booted with systemd-nspawn; see tests/testbed/tb.py).
+of tests/testbed/systemd-testbed.sh (a Debian trixie rootfs booted with systemd-nspawn; see tests/testbed/tb.py).
 
 - the runtime's lifecycle through Quadlet units, and through the `.service` isaacd writes for
   Podman < 4.4 (forced here, on Podman 5.4, since the testbed has no 4.3);
@@ -8,7 +8,7 @@ of ../shared/testbed (a Debian trixie rootfs booted with systemd-nspawn; see tes
   checkpoint; `systemctl restart isaaclab-supervisor` -> adopted, not duplicated; an operator's
   `systemctl stop` of the job unit -> recorded as an operator stop and not fought.
 
-Needs root, systemd-nspawn and debootstrap (`../shared/testbed/systemd-testbed.sh prep`); the rootfs
+Needs root, systemd-nspawn and debootstrap (`tests/testbed/systemd-testbed.sh prep`); the rootfs
 is built once (~60 s) and cached in /tmp/testbed.
 """
 

@@ -152,6 +152,9 @@ class GpuSampler:
         self._xid_reason: str | None = "not started"
         self._last_open_try = -float("inf")
         self._snap = empty_snapshot(self._reason or "", self._source_name())
+        # True when no job needs a GPU (a CPU-only host, the quick start): "collector down" is then
+        # expected and logged at info, not as a warning an operator should act on.
+        self.gpus_optional = False
         self._publish()
 
     @classmethod
@@ -300,7 +303,9 @@ class GpuSampler:
             first = self._logged_reason != reason
             self._logged_reason = reason
         if first:
-            log.warning("gpu collector down", reason=reason, source=self._source_name())
+            (log.info if self.gpus_optional else log.warning)(
+                "gpu collector down", reason=reason, source=self._source_name(),
+                **({"detail": "no job uses a GPU"} if self.gpus_optional else {}))
         self._publish()
 
     def poll_fast(self) -> None:

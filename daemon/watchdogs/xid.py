@@ -7,6 +7,8 @@ unhealthy, and do not loop. Anything else is logged.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .base import JobView, Verdict, Watchdog
 from .config import Xid
 
@@ -22,6 +24,14 @@ class XidWatchdog(Watchdog):
 
     def possible_actions(self) -> set[str]:
         return {self.cfg.application_action, self.cfg.reset_action, "log"}
+
+    def status(self) -> dict[str, Any]:
+        # The common `action` key (default "log") is not what this watchdog does: it acts per XID class.
+        out = super().status()
+        app, reset = self.cfg.application_action, self.cfg.reset_action
+        out["action"] = app if app == reset else f"{app}/{reset}"
+        out["actions_by_class"] = {"application": app, "reset": reset, "other": "log"}
+        return out
 
     def evaluate(self, view: JobView) -> Verdict:
         if not view.new_xids:

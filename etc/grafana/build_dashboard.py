@@ -1,15 +1,13 @@
 #!/usr/bin/env python3
-"""Generates etc/grafana/isaacd-dashboard.json (stdlib only; run it after editing, CI checks the
-committed JSON is what this script produces).
+"""Generates etc/grafana/isaacd-dashboard.json with grafana-foundation-sdk, Grafana's own dashboards-as-code
+library: panels, queries, variables and field configs are typed builders, so the JSON is Grafana's schema by
+construction. Run it after editing; CI checks that the committed JSON is what this script produces, and
+tests/test_prometheus_e2e.py runs every query in it against a real Prometheus scraping real isaacd daemons.
 
-Why a small generator instead of grafanalib / grafana-foundation-sdk: the dashboard is ~40 panels of
-three shapes; a 200-line script keeps every PromQL expression in one readable list, needs no
-dependency in CI, and the tests (tests/test_prometheus_rules.py, tests/test_prometheus_e2e.py) check
-the *output* - the JSON Grafana actually loads - against a real Prometheus, which a library would
-not do for us.
+    .venv/bin/python etc/grafana/build_dashboard.py            # rewrite the JSON
+    .venv/bin/python etc/grafana/build_dashboard.py --check    # exit 1 if the JSON is stale
 
-    python3 etc/grafana/build_dashboard.py            # rewrite the JSON
-    python3 etc/grafana/build_dashboard.py --check    # exit 1 if the JSON is stale
+The SDK is a test/dev dependency (`pip install -e '.[test]'`); the daemon does not need it.
 """
 
 from __future__ import annotations
@@ -19,8 +17,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from grafana_foundation_sdk.builders import common as cb
+from grafana_foundation_sdk.builders import dashboard as db
+from grafana_foundation_sdk.builders import prometheus as pb
+from grafana_foundation_sdk.builders import stat as statb
+from grafana_foundation_sdk.builders import table as tableb
+from grafana_foundation_sdk.builders import timeseries as tsb
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common as cm
+from grafana_foundation_sdk.models import dashboard as dm
+from grafana_foundation_sdk.models import prometheus as pm
+
 OUT = Path(__file__).with_name("isaacd-dashboard.json")
-DS = {"type": "prometheus", "uid": "${datasource}"}
+LINE_AND_AREA = cm.GraphTresholdsStyleMode.LINE_AND_AREA  # sic: the SDK's enum is spelled "Tresholds"
+DS = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 
 I = 'instance=~"$instance"'
 J = f'{I},job=~"$job"'
@@ -28,100 +38,103 @@ GP = f'{I},gpu=~"$gpu"'
 
 
 class Layout:
-    def __init__(self) -> None:
-        self.panels: list[dict[str, Any]] = []
-        self.x = self.y = 0
-        self.row_h = 0
-        self.next_id = 1
+    """Rows and panels in order. The SDK places panels left to right and wraps at 24 columns; we only number
+    them (Grafana needs unique ids) and give every panel and query the dashboard's data source variable."""
 
-    def row(self, title: str) -> None:
-        self._newline()
-        self.panels.append({"type": "row", "title": title, "id": self._id(), "collapsed": False, "panels": [],
-                            "gridPos": {"h": 1, "w": 24, "x": 0, "y": self.y}})
-        self.y += 1
+    def __init__(self, dash: db.Dashboard) -> None:
+        self.dash = dash
+        self.next_id = 1
 
     def _id(self) -> int:
         i = self.next_id
         self.next_id += 1
         return i
 
-    def _newline(self) -> None:
-        if self.x:
-            self.y += self.row_h
-            self.x = self.row_h = 0
+    def row(self, title: str) -> None:
+        self.dash.with_row(db.Row(title).id(self._id()).collapsed(False))
 
-    def add(self, panel: dict[str, Any], w: int = 8, h: int = 8) -> None:
-        if self.x + w > 24:
-            self._newline()
-        panel["id"] = self._id()
-        panel["gridPos"] = {"h": h, "w": w, "x": self.x, "y": self.y}
-        panel["datasource"] = DS
-        for n, t in enumerate(panel.get("targets", [])):
-            t.setdefault("refId", chr(ord("A") + n))
-            t["datasource"] = DS
-        self.panels.append(panel)
-        self.x += w
-        self.row_h = max(self.row_h, h)
+    def add(self, panel: Any, w: int = 8, h: int = 8) -> None:
+        self.dash.with_panel(panel.id(self._id()).span(w).height(h).datasource(DS))
 
 
-def tgt(expr: str, legend: str = "", instant: bool = False, fmt: str = "time_series") -> dict[str, Any]:
-    t: dict[str, Any] = {"expr": expr, "legendFormat": legend or "__auto", "range": not instant, "instant": instant}
-    if fmt != "time_series":
-        t["format"] = fmt
-    return t
+def tgt(expr: str, legend: str = "", instant: bool = False, fmt: str = "time_series") -> pb.Dataquery:
+    q = pb.Dataquery().expr(expr).legend_format(legend or "__auto").datasource(DS)
+    q = q.instant() if instant else q.range()
+    if fmt == "table":
+        q = q.format(pm.PromQueryFormat.TABLE)
+    return q
 
 
-def thresholds(*steps: tuple[str, float | None]) -> dict[str, Any]:
-    return {"mode": "absolute", "steps": [{"color": c, "value": v} for c, v in steps]}
+def _targets(panel: Any, targets: list[pb.Dataquery]) -> Any:
+    for n, t in enumerate(targets):
+        panel = panel.with_target(t.ref_id(chr(ord("A") + n)))
+    return panel
 
 
-def ts(title: str, targets: list[dict[str, Any]], unit: str = "short", desc: str = "", *,
+def thresholds(*steps: tuple[str, float | None]) -> db.ThresholdsConfig:
+    return db.ThresholdsConfig().mode(dm.ThresholdsMode.ABSOLUTE).steps(
+        [dm.Threshold(value=v, color=c) for c, v in steps])
+
+
+def ts(title: str, targets: list[pb.Dataquery], unit: str = "short", desc: str = "", *,
        line_at: float | None = None, dashed: str | None = None, stepped: bool = False,
-       minv: float | None = None, maxv: float | None = None) -> dict[str, Any]:
-    custom: dict[str, Any] = {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 0, "showPoints": "never",
-                              "spanNulls": False}
+       minv: float | None = None, maxv: float | None = None) -> tsb.Panel:
+    p = (tsb.Panel().title(title).description(desc).unit(unit)
+         .draw_style(cm.GraphDrawStyle.LINE).line_width(1).fill_opacity(0)
+         .show_points(cm.VisibilityMode.NEVER).span_nulls(False)
+         .legend(cb.VizLegendOptions().display_mode(cm.LegendDisplayMode.LIST)
+                 .placement(cm.LegendPlacement.BOTTOM).show_legend(True))
+         .tooltip(cb.VizTooltipOptions().mode(cm.TooltipDisplayMode.MULTI).sort(cm.SortOrder.DESCENDING)))
     if stepped:
-        custom["lineInterpolation"] = "stepAfter"
-    defaults: dict[str, Any] = {"unit": unit, "custom": custom}
+        p = p.line_interpolation(cm.LineInterpolation.STEP_AFTER)
     if minv is not None:
-        defaults["min"] = minv
+        p = p.min(minv)
     if maxv is not None:
-        defaults["max"] = maxv
+        p = p.max(maxv)
     if line_at is not None:
-        custom["thresholdsStyle"] = {"mode": "line+area"}
-        defaults["thresholds"] = thresholds(("transparent", None), ("red", line_at))
-    overrides = []
+        p = (p.thresholds_style(cb.GraphThresholdsStyleConfig().mode(LINE_AND_AREA))
+             .thresholds(thresholds(("transparent", None), ("red", line_at))))
     if dashed:
-        overrides.append({"matcher": {"id": "byRegexp", "options": dashed},
-                          "properties": [{"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
-                                         {"id": "color", "value": {"mode": "fixed", "fixedColor": "red"}}]})
-    return {"type": "timeseries", "title": title, "description": desc, "targets": targets,
-            "fieldConfig": {"defaults": defaults, "overrides": overrides},
-            "options": {"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
-                        "tooltip": {"mode": "multi", "sort": "desc"}}}
+        p = p.override_by_regexp(dashed, [
+            dm.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]}),
+            dm.DynamicConfigValue(id_val="color", value={"mode": "fixed", "fixedColor": "red"})])
+    return _targets(p, targets)
 
 
-def stat(title: str, targets: list[dict[str, Any]], unit: str = "short", desc: str = "", *,
+def stat(title: str, targets: list[pb.Dataquery], unit: str = "short", desc: str = "", *,
          steps: tuple[tuple[str, float | None], ...] = (("green", None),), text_mode: str = "auto",
-         mappings: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return {"type": "stat", "title": title, "description": desc, "targets": targets,
-            "fieldConfig": {"defaults": {"unit": unit, "thresholds": thresholds(*steps), "mappings": mappings or []},
-                            "overrides": []},
-            "options": {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-                        "textMode": text_mode, "colorMode": "background", "graphMode": "none"}}
+         mappings: dict[str, str] | None = None) -> statb.Panel:
+    p = (statb.Panel().title(title).description(desc).unit(unit).thresholds(thresholds(*steps))
+         .reduce_options(cb.ReduceDataOptions().calcs(["lastNotNull"]).fields("").values(False))
+         .text_mode(cm.BigValueTextMode(text_mode)).color_mode(cm.BigValueColorMode.BACKGROUND)
+         .graph_mode(cm.BigValueGraphMode.NONE))
+    if mappings:
+        p = p.mappings([dm.ValueMap(options={k: dm.ValueMappingResult(text=v) for k, v in mappings.items()})])
+    return _targets(p, targets)
 
 
-def table(title: str, targets: list[dict[str, Any]], desc: str = "", hide: tuple[str, ...] = ()) -> dict[str, Any]:
+def table(title: str, targets: list[pb.Dataquery], desc: str = "", hide: tuple[str, ...] = ()) -> tableb.Panel:
     excl = {k: True for k in ("Time", "__name__", *hide)}
-    return {"type": "table", "title": title, "description": desc, "targets": targets,
-            "fieldConfig": {"defaults": {}, "overrides": []},
-            "transformations": [{"id": "merge", "options": {}},
-                                {"id": "organize", "options": {"excludeByName": excl}}],
-            "options": {"showHeader": True}}
+    p = (tableb.Panel().title(title).description(desc).show_header(True)
+         .with_transformation(dm.DataTransformerConfig(id_val="merge", options={}))
+         .with_transformation(dm.DataTransformerConfig(id_val="organize", options={"excludeByName": excl})))
+    return _targets(p, targets)
 
 
-def build() -> dict[str, Any]:
-    L = Layout()
+def build() -> dm.Dashboard:
+    dash = (db.Dashboard("isaacd: GPUs and training").uid("isaacd")
+            .description("Isaac Lab / rsl_rl training supervised by isaacd: job progress, restarts, watchdogs, and "
+                         "per-GPU health (thermal, throttle, power, memory, XID, ECC). Metrics: docs/metrics.md.")
+            .tags(["isaacd", "gpu", "isaac-lab", "rsl-rl"]).editable().tooltip(dm.DashboardCursorSync.CROSSHAIR)
+            .refresh("30s").version(1).time("now-6h", "now")
+            .annotation(db.AnnotationQuery().name("Annotations & Alerts").enable(True).hide(True)
+                        .datasource(dm.DataSourceRef(type_val="grafana", uid="-- Grafana --"))
+                        .icon_color("rgba(0, 211, 255, 1)").type("dashboard"))
+            .with_variable(db.DatasourceVariable("datasource").label("Prometheus").type("prometheus"))
+            .with_variable(_var("instance", "Host", "label_values(isaacd_build_info, instance)"))
+            .with_variable(_var("job", "Job", 'label_values(isaacd_job_info{instance=~"$instance"}, job)'))
+            .with_variable(_var("gpu", "GPU", 'label_values(isaacd_gpu_info{instance=~"$instance"}, gpu)')))
+    L = Layout(dash)
     # ------------------------------------------------------------------ overview
     L.row("Overview")
     L.add(stat("Jobs running", [tgt(f'sum(isaacd_job_state{{{I},state="running"}})', instant=True)],
@@ -131,7 +144,7 @@ def build() -> dict[str, Any]:
     L.add(stat("GPU collector", [tgt(f"min(isaacd_gpu_collector_up{{{I}}})", instant=True)],
                desc="0: NVML unavailable (reason in the isaacd log) or [gpu] source = \"none\".",
                steps=(("red", None), ("green", 1)),
-               mappings=[{"type": "value", "options": {"0": {"text": "DOWN"}, "1": {"text": "UP"}}}]), w=4, h=4)
+               mappings={"0": "DOWN", "1": "UP"}), w=4, h=4)
     L.add(stat("GPUs not answering", [tgt(f"count(isaacd_gpu_up{{{I}}} == 0) or vector(0)", instant=True)],
                steps=(("green", None), ("red", 1))), w=4, h=4)
     L.add(stat("XIDs (since isaacd start)", [tgt(f"sum(isaacd_gpu_xid_errors_total{{{I}}}) or vector(0)",
@@ -264,50 +277,26 @@ def build() -> dict[str, Any]:
         tgt(f"isaacd_build_info{{{I}}}", instant=True, fmt="table"),
         tgt(f"isaacd_gpu_driver_info{{{I}}}", instant=True, fmt="table"),
     ], hide=("Value", "job")), w=24, h=5)
+    return dash.build()
 
-    def var(name: str, label: str, query: str) -> dict[str, Any]:
-        return {"name": name, "label": label, "type": "query", "datasource": DS,
-                "query": {"query": query, "refId": f"var-{name}"}, "definition": query,
-                "refresh": 2, "includeAll": True, "multi": True, "allValue": ".*",
-                "current": {"selected": True, "text": ["All"], "value": ["$__all"]}, "sort": 3}
 
-    return {
-        "uid": "isaacd",
-        "title": "isaacd: GPUs and training",
-        "description": "Isaac Lab / rsl_rl training supervised by isaacd: job progress, restarts, watchdogs, and "
-                       "per-GPU health (thermal, throttle, power, memory, XID, ECC). Metrics: docs/metrics.md.",
-        "tags": ["isaacd", "gpu", "isaac-lab", "rsl-rl"],
-        "editable": True,
-        "graphTooltip": 1,
-        "refresh": "30s",
-        "schemaVersion": 39,
-        "version": 1,
-        "time": {"from": "now-6h", "to": "now"},
-        "timepicker": {},
-        "annotations": {"list": [
-            {"builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"}, "enable": True, "hide": True,
-             "iconColor": "rgba(0, 211, 255, 1)", "name": "Annotations & Alerts", "type": "dashboard"},
-        ]},
-        "templating": {"list": [
-            {"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus",
-             "current": {}, "hide": 0, "refresh": 1, "regex": ""},
-            var("instance", "Host", "label_values(isaacd_build_info, instance)"),
-            var("job", "Job", 'label_values(isaacd_job_info{instance=~"$instance"}, job)'),
-            var("gpu", "GPU", 'label_values(isaacd_gpu_info{instance=~"$instance"}, gpu)'),
-        ]},
-        "panels": L.panels,
-    }
+def _var(name: str, label: str, query: str) -> db.QueryVariable:
+    # "All" is ".*" so every query's =~"$var" matcher works with it
+    return (db.QueryVariable(name).label(label).datasource(DS).query(query)
+            .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED).include_all(True).multi(True).all_value(".*")
+            .current(dm.VariableOption(selected=True, text=["All"], value=["$__all"]))
+            .sort(dm.VariableSort.ALPHABETICAL_CASE_INSENSITIVE_ASC))
 
 
 def render() -> str:
-    return json.dumps(build(), indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(build(), cls=JSONEncoder, indent=2, ensure_ascii=False) + "\n"
 
 
 def main(argv: list[str]) -> int:
     text = render()
     if "--check" in argv:
         if not OUT.exists() or OUT.read_text() != text:
-            print(f"{OUT} is stale: run python3 {Path(__file__).name}", file=sys.stderr)
+            print(f"{OUT} is stale: run .venv/bin/python {Path(__file__).name}", file=sys.stderr)
             return 1
         return 0
     OUT.write_text(text)

@@ -1,6 +1,6 @@
 """A throw-away "host in a box" for isaacd's systemd/Podman tests and the container-recovery bench.
 
-Builds on ../shared/testbed/systemd-testbed.sh (which debootstraps and caches a Debian trixie rootfs
+Builds on tests/testbed/systemd-testbed.sh (which debootstraps and caches a Debian trixie rootfs
 with systemd 257 + Podman 5.4 under /tmp/testbed/rootfs, ~60 s once), but boots its own instance:
 
 - an overlayfs over the cached rootfs, so every boot starts from the same clean state and the
@@ -8,7 +8,7 @@ with systemd 257 + Podman 5.4 under /tmp/testbed/rootfs, ~60 s once), but boots 
 - Podman's storage (/var/lib/containers) on a plain directory, since overlay-on-overlay upper dirs
   are not allowed;
 - bind mounts for what the tests need inside (this checkout and its venv, the pyenv Python);
-- the same nspawn flags as the shared script (SYSTEMD_SECCOMP=0, pure cgroup2, no registration)
+- the same nspawn flags as systemd-testbed.sh (SYSTEMD_SECCOMP=0, pure cgroup2, no registration)
   and its own cgroup subtree, so stop() cleans up with rmdir.
 
 Inside, the default container network namespace is "none": on the nspawn route the testbed shares
@@ -26,13 +26,13 @@ import subprocess
 import time
 from pathlib import Path
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "testbed"
-TB_SCRIPT = Path(os.environ.get("ISAACD_TB_SCRIPT", SHARED / "systemd-testbed.sh"))
+# The repository carries its own copy: the tests must not depend on files outside the checkout.
+TB_SCRIPT = Path(os.environ.get("ISAACD_TB_SCRIPT", Path(__file__).resolve().parent / "systemd-testbed.sh"))
 TB_DIR = Path(os.environ.get("TB_DIR", "/tmp/testbed"))
 LOWER = TB_DIR / "rootfs"
 
 CONTAINERS_CONF = """[containers]
-# see ../shared/testbed/README.md: no CAP_SYS_RESOURCE, no pids controller, read-only /proc/sys
+# see tests/testbed/README.md: no CAP_SYS_RESOURCE, no pids controller, read-only /proc/sys
 default_ulimits = ["nofile={nofile}:{nofile}","nproc=32768:32768"]
 pids_limit = 0
 default_sysctls = []
@@ -47,7 +47,7 @@ class TestbedUnavailable(Exception):
 
 def unavailable_reason() -> str | None:
     """Why the testbed cannot even be attempted here; missing packages are not a reason, since
-    ensure_rootfs() installs them (apt) through the shared script's `prep`."""
+    ensure_rootfs() installs them (apt) through the script's `prep`."""
     if os.geteuid() != 0:
         return "the systemd testbed needs root"
     if not TB_SCRIPT.exists() and not (LOWER / ".testbed-built").exists():
@@ -58,7 +58,7 @@ def unavailable_reason() -> str | None:
 
 
 def ensure_rootfs(log=None) -> None:
-    """prep + build of the shared script: installs host packages once, debootstraps once (~60 s)."""
+    """prep + build of the testbed script: installs host packages once, debootstraps once (~60 s)."""
     if (LOWER / ".testbed-built").exists() and shutil.which("systemd-nspawn"):
         return
     r = subprocess.run(["bash", str(TB_SCRIPT), "prep"], capture_output=True, text=True)

@@ -1,0 +1,172 @@
+"""How `isaacd status` and `isaacd events` read to a person. Pure functions over the control API's JSON."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+
+def age(ts: float | None, now: float) -> str:
+    if ts is None:
+        return "-"
+    s = max(0, int(now - ts))
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    if s < 172800:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
+
+
+def _num(v: float | None, fmt: str = "{:.2f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def iterations_done(job: dict[str, Any]) -> int | None:
+    """Iterations finished. TensorBoard steps and checkpoint numbers are 0-based (the last of a 500-iteration
+    run is 499), so "499/500" read as one missing: count iterations instead. A completed job has done them
+    all even when a restarted supervisor has not read its events again."""
+    if job["state"] == "completed":
+        return int(job["max_iterations"])
+    if job.get("iteration") is not None:
+        return int(job["iteration"]) + 1
+    ck = job.get("checkpoint")
+    return int(ck["iteration"]) + 1 if ck else None
+
+
+def resume_story(job: dict[str, Any], events: list[dict[str, Any]]) -> str | None:
+    """"resumed from 20, redoing 8" while a resumed attempt re-trains what the crash lost.
+
+    After a resume the iteration goes back and the reward dips; without a word that reads like a new bug."""
+    started = next((e for e in reversed(events) if e["event"] == "started"), None)
+    if started is None or not isinstance(started.get("resume_from"), dict):
+        return None
+    before = [e for e in events if e["event"] == "exited" and e["time"] <= started["time"]]
+    lost_at = before[-1].get("iteration") if before else None
+    resumed = started["resume_from"].get("iteration")
+    if lost_at is None or resumed is None or lost_at <= resumed:
+        return None
+    progress = job.get("last_progress_time")
+    if progress is None or progress < started["time"]:  # no step of this attempt yet: `iteration` is the old one
+        return (f"resuming from checkpoint {resumed}; it had reached {lost_at} before the restart, "
+                f"so {lost_at - resumed} iterations will be redone and reward may dip until it catches up")
+    now_at = job.get("iteration")
+    if now_at is not None and now_at >= lost_at:
+        return None  # caught up
+    return (f"resumed from checkpoint {resumed}, redoing {lost_at - resumed} iterations up to {lost_at} "
+            f"(reached before the restart); reward may dip until it catches up")
+
+
+def restart_story(job: dict[str, Any], events: list[dict[str, Any]], now: float) -> str | None:
+    """The last restart's reason, and the last crash's too when an operator restart came after it."""
+    if not job.get("restarts"):
+        return None
+    parts = [f"last restart: {job.get('last_restart_reason') or '?'}"]
+    crash = next((e for e in reversed(events) if e["event"] == "restart_scheduled"), None)
+    if crash is not None and crash.get("reason") != job.get("last_restart_reason"):
+        parts.append(f"last crash: {crash.get('reason')} ({age(crash['time'], now)} ago)")
+    return "; ".join(parts)
+
+
+def format_status(st: dict[str, Any], now: float | None = None,
+                  events: dict[str, list[dict[str, Any]]] | None = None) -> str:
+    """`events`: recent events per job, for the restart and resume stories (optional)."""
+    now = time.time() if now is None else now
+    events = events or {}
+    sup = st["supervisor"]
+    lines = [f"isaacd {sup['version']}  pid {sup['pid']}  up {age(sup['started_at'], now)}  "
+             f"config {sup['config_path']}"]
+    if sup.get("last_config_error"):
+        lines.append(f"  ! last reload rejected (old config still in force): {sup['last_config_error']}")
+    header = ["JOB", "STATE", "RUNTIME", "PID", "ITERS", "REWARD", "FPS", "CHECKPOINT", "RESTARTS", "UPTIME"]
+    rows = []
+    notes = []
+    for j in st["jobs"]:
+        done = iterations_done(j)
+        ck = j.get("checkpoint")
+        ck_s = f"{ck['iteration']} ({age(ck['time'], now)} ago)" if ck else "-"
+        rows.append([j["name"], j["state"], j["runtime"], str(j["pid"] or "-"),
+                     f"{'-' if done is None else done}/{j['max_iterations']}",
+                     _num(j["mean_reward"]), _num(j["fps"], "{:.0f}"), ck_s, str(j["restarts"]),
+                     age(j.get("started_at"), now)])
+        if j.get("state_reason") and j["state"] in ("failed", "stopped", "backing-off", "stopping"):
+            notes.append(f"  {j['name']}: {j['state_reason']}")
+        for story in (restart_story(j, events.get(j["name"], []), now),
+                      resume_story(j, events.get(j["name"], []))):
+            if story:
+                notes.append(f"  {j['name']}: {story}")
+        notes += _watchdog_notes(j, now)
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, *rows]:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    if not rows:
+        lines.append("(no jobs)")
+    lines += notes
+    gpus = st.get("gpus")
+    if gpus is not None:
+        lines.append("")
+        lines.append(format_gpus(gpus))
+    return "\n".join(lines)
+
+
+def _watchdog_notes(j: dict[str, Any], now: float) -> list[str]:
+    wds = j.get("watchdogs") or {}
+    if not wds:
+        return []
+    quiet = ", ".join(f"{wd} {w['state']}" for wd, w in sorted(wds.items()) if w.get("state") in ("ok", "warmup"))
+    notes = [f"  {j['name']} watchdogs: {quiet}".rstrip()]
+    for wd, w in sorted(wds.items()):
+        if w.get("state") not in ("ok", "warmup", "disabled", None):
+            since = f" since {age(w['since'], now)} ago" if w.get("since") else ""
+            notes.append(f"    {wd} {w['state'].upper()}{since}: {w.get('detail') or ''}".rstrip(": "))
+    return notes
+
+
+def format_gpus(gpus: dict[str, Any]) -> str:
+    if not gpus.get("up"):
+        return f"GPUs: collector down: {gpus.get('reason') or 'no NVML'}"
+    out = ["GPU  MODEL                 TEMP  UTIL  POWER        MEM             JOBS  HEALTH"]
+    for g in gpus.get("devices", []):
+        def f(key: str, fmt: str) -> str:
+            v = g.get(key)
+            return "-" if v is None else fmt.format(v)
+
+        mem = "-" if g.get("memory_used_bytes") is None else \
+            f"{g['memory_used_bytes'] / 2**30:.0f}/{(g.get('memory_total_bytes') or 0) / 2**30:.0f} GiB"
+        power = "-" if g.get("power_watts") is None else \
+            f"{g['power_watts']:.0f}/{g.get('power_limit_watts') or 0:.0f} W"
+        out.append(f"{g['index']:<4} {str(g.get('model', ''))[:20]:<21} {f('temperature_celsius', '{:.0f}C'):<5} "
+                   f"{f('utilization_ratio', '{:.0%}'):<5} {power:<12} {mem:<15} "
+                   f"{','.join(g.get('jobs', [])) or '-':<5} {g.get('health', 'ok')}")
+    return "\n".join(out)
+
+
+def _clock(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def _value(key: str, v: Any) -> str:
+    """One event field for a person: checkpoints by file and iteration, times as clock times, not JSON."""
+    if isinstance(v, dict) and "iteration" in v and "path" in v:
+        saved = f", saved {_clock(v['time'])}" if isinstance(v.get("time"), (int, float)) else ""
+        return f"{os.path.basename(str(v['path']))} (iteration {v['iteration']}{saved})"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}: {_value(k, x)}" for k, x in v.items() if x is not None) + "}"
+    if isinstance(v, list):
+        return ",".join(_value(key, x) for x in v)
+    if isinstance(v, float) and v > 1e9 and (key.endswith(("_at", "time", "until"))):
+        return _clock(v)
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    return str(v)
+
+
+def format_events(events: list[dict[str, Any]]) -> str:
+    lines = []
+    for e in events:
+        rest = {k: v for k, v in e.items() if k not in ("time", "job", "event", "argv")}
+        detail = " ".join(f"{k}={_value(k, v)}" for k, v in rest.items() if v is not None)
+        lines.append(f"{_clock(e['time'])}  {e['event']:<20} {detail}".rstrip())
+    return "\n".join(lines) or "(no events)"
