@@ -83,7 +83,11 @@ class JobRunner:
     # ---- bookkeeping -------------------------------------------------------------------
     def event(self, event: str, **fields: Any) -> None:
         self.store.append_event(self.cfg.name, event, **fields)
-        level = "warning" if event in ("exited", "failed", "checkpoint_rejected", "config_rejected") else "info"
+        warn = {"failed", "checkpoint_rejected", "config_rejected", "resume_mismatch", "start_failed"}
+        # an exit is news only when nobody asked for it and it was not a clean one
+        if event == "exited" and not (fields.get("code") == 0 or fields.get("requested")):
+            warn.add("exited")
+        level = "warning" if event in warn else "info"
         getattr(self.log, level)(event, **fields)
 
     def set_state(self, new: JobState, reason: str | None = None) -> None:
@@ -352,7 +356,15 @@ class JobRunner:
                 self.log.warning("cleanup_failed", error=str(exc))
         self.handle = None
         self.save()
-        self.event("exited", attempt=attempt.number, **status.as_json(), iteration=self.iteration)
+        attempt.last_iteration = self.iteration
+        h = self.history
+        if self.iteration is not None:  # what status shows after a supervisor restart, before new events arrive
+            h.last_iteration = self.iteration
+            h.last_mean_reward = finite_or_none(self.scalars.get("Train/mean_reward"))
+            h.last_fps = finite_or_none(self.scalars.get("Perf/total_fps"))
+        self.save()
+        self.event("exited", attempt=attempt.number, **status.as_json(), iteration=self.iteration,
+                   requested=self.stop is not None)
 
     def reached_max(self) -> bool:
         """Called after _record_exit, which refreshed the newest checkpoint."""
@@ -476,10 +488,15 @@ class JobRunner:
             "cgroup": desc.get("cgroup"),
             "container_id": desc.get("container_id"),
             "unit": desc.get("unit"),
-            "iteration": self.iteration,
+            "iteration": self.iteration if self.iteration is not None else h.last_iteration,
             "max_iterations": self.cfg.max_iterations,
-            "mean_reward": finite_or_none(prog.mean_reward if prog else self.scalars.get("Train/mean_reward")),
-            "fps": finite_or_none(prog.fps if prog else self.scalars.get("Perf/total_fps")),
+            "mean_reward": finite_or_none(prog.mean_reward if prog else self.scalars.get("Train/mean_reward",
+                                                                                          h.last_mean_reward)),
+            "fps": finite_or_none(prog.fps if prog else self.scalars.get("Perf/total_fps", h.last_fps)),
+            # a resumed run redoes the iterations after its checkpoint: say so until it has caught up
+            "resume_from": attempt.resume_from if attempt else None,
+            "redo_until": max((a.last_iteration for a in h.attempts[:-1] if a.last_iteration is not None),
+                              default=None),
             "scalars": dict(self.scalars),
             "last_progress_time": self.last_progress_time,
             "checkpoint": ckpt.as_json() if ckpt else None,

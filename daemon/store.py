@@ -45,6 +45,7 @@ class Attempt:
     exit: dict[str, Any] | None = None  # {"code", "signal", "oom_killed", "description"}
     checkpoint_at_exit: int | None = None  # newest complete checkpoint on the timeline when it ended
     shim_events: str | None = None  # the launcher shim's side channel for this attempt (None: no shim)
+    last_iteration: int | None = None  # the last iteration it logged: a resume redoes those after its checkpoint
 
 
 @dataclass
@@ -59,6 +60,9 @@ class JobHistory:
     final_state: str | None = None  # stopped | completed | failed, when the job is not meant to run
     final_reason: str | None = None
     trainer_rsl_rl_version: str | None = None  # as the shim last reported it: which checkpoints load
+    last_iteration: int | None = None  # the last values seen, for status after a supervisor restart
+    last_mean_reward: float | None = None
+    last_fps: float | None = None
     attempts: list[Attempt] = field(default_factory=list)
 
     @property

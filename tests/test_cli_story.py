@@ -12,7 +12,7 @@ import pytest
 from helpers import BIN, builtin_job, wait_for, write_config
 
 pytestmark = pytest.mark.slow
-FAST = ["--num_steps_per_env", "8"]
+FAST = ["agent.num_steps_per_env=8"]
 
 
 def cli(sp, *args: str) -> subprocess.CompletedProcess[str]:  # noqa: ANN001
