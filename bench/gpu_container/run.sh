@@ -86,6 +86,7 @@ device = "cuda:0"
 gpus = [0]
 log_root = "$W/logs"
 stop_timeout = 20.0
+launcher = ["$PY"]                  # the torch python of the overlaid root runs the bind-mounted shim
 [jobs.restart]
 backoff_initial = 1.0
 [jobs.container]
@@ -168,6 +169,14 @@ sec "isaacd stop, then the supervisor"
 isaacd --config "$W/isaacd.toml" stop "$JOB"
 for i in $(seq 1 120); do [ "$(field "j['state']")" = stopped ] && break; sleep 0.5; done
 echo "state: $(field "j['state']") ($(field "j['state_reason']"))"
+isaacd --config "$W/isaacd.toml" events "$JOB" --json 2>/dev/null | $PY -c "
+import json, sys
+evs = json.load(sys.stdin)
+for e in evs:
+    if e['event'] in ('trainer_saved_on_stop', 'started', 'exited'):
+        print(e['event'], {k: e.get(k) for k in ('attempt', 'iteration', 'checkpoint', 'code', 'contract')})
+print('shim in the container command:', any('/opt/isaacd/isaacd_shim.py' in (e.get('argv') or []) for e in evs))
+" | tee "$R/stop-save.txt"
 kill -TERM $SUP; wait $SUP; echo "supervisor exit $?"
 podman rm -f -i "$CTR" >/dev/null 2>&1
 
