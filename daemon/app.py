@@ -35,7 +35,9 @@ class _MetricsExtension:
         from .metrics import build_registry, serve
 
         cfg = self.sup.config.metrics
-        registry = build_registry(self.sup.status, self.sampler)
+        from .volumes import volumes
+
+        registry = build_registry(self.sup.status, self.sampler, volumes=lambda: volumes(self.sup.config))
         self.server = serve(cfg.listen, cfg.path, registry)
         log.info("metrics_listening", listen=cfg.listen, path=cfg.path)
 

@@ -52,11 +52,33 @@ def _socket_from_raw(path: str | None) -> Path:
     if path is None:
         return default
     try:
-        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        sock = Path(raw["supervisor"]["control_socket"])
-    except Exception:  # noqa: BLE001
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
         return default
+    try:
+        found = tomllib.loads(text).get("supervisor", {}).get("control_socket")
+    except Exception:  # noqa: BLE001 - a TOML syntax error elsewhere in the file: look for the one key
+        found = _scan_control_socket(text)
+    if not isinstance(found, str) or not found:
+        return default
+    sock = Path(found)
     return sock if sock.is_absolute() else (Path(path).resolve().parent / sock).resolve()
+
+
+def _scan_control_socket(text: str) -> str | None:
+    """`control_socket = "..."` under `[supervisor]`, line by line, for a file TOML cannot parse."""
+    import re
+
+    table = ""
+    for line in text.splitlines():
+        head = re.match(r"\s*\[+\s*([^\]]*?)\s*\]+", line)
+        if head:
+            table = head.group(1)
+            continue
+        m = re.match(r"""\s*control_socket\s*=\s*(?:"([^"]*)"|'([^']*)')""", line)
+        if m and table == "supervisor":
+            return m.group(1) if m.group(1) is not None else m.group(2)
+    return None
 
 
 # ---- formatting -----------------------------------------------------------------------------
