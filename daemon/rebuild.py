@@ -28,7 +28,7 @@ from .store import Attempt, HistoryCorrupt, JobHistory, StateStore
 
 _STAMP = r"\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}"
 # operator/watchdog stops are remembered; a supervisor shutdown is not (the next supervisor resumes)
-_NOT_FINAL_REASONS = ("supervisor shutdown",)
+_NOT_FINAL_REASONS = ("supervisor shutdown", "removed from config")
 
 
 def load_history(store: StateStore, cfg: JobConfig, state_dir: Path) -> JobHistory:
