@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from . import __version__, sdnotify
 from .config import Config, ConfigError, ConfigIssue
-from .configread import read_settled_config
+from .configread import quiet_for, read_settled_config
 from .jobs import JobState
 from .logs import log
 from .runner import JobRunner
@@ -174,8 +174,6 @@ class Supervisor:
 
     # ---- config reload -----------------------------------------------------------------
     def _config_quiet(self) -> bool:
-        from .configread import quiet_for
-
         return self.config_path is None or quiet_for(self.config_path) is not None
 
     def reload(self) -> dict[str, Any]:

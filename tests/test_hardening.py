@@ -402,3 +402,21 @@ def test_metrics_http_head_delete_and_http09(tmp_path, supervisor_factory):
     assert old.startswith(b"HTTP/1.0 505")
     ok = _raw_http(port, b"GET /metrics HTTP/1.0\r\n\r\n")
     assert ok.startswith(b"HTTP/1.0 200") and b"isaacd_volume_free_bytes" in ok
+
+
+def test_silent_http_clients_cost_the_supervisor_a_bounded_number_of_fds(tmp_path, supervisor_factory):
+    port = _free_port()
+    cfg = write_config(tmp_path, builtin_job("cp", command=SLEEPER))
+    cfg.write_text(cfg.read_text().replace("[metrics]\nenabled = false",
+                                           f'[metrics]\nenabled = true\nlisten = "127.0.0.1:{port}"'))
+    sp = supervisor_factory(cfg)
+    base = _fds(sp.proc.pid)
+    flood = [socket.create_connection(("127.0.0.1", port)) for _ in range(200)]
+    try:
+        _raw_http(port, b"GET /healthz HTTP/1.0\r\n\r\n")  # accepted after all of them (FIFO): they were seen
+        assert _fds(sp.proc.pid) <= base + 45  # before: one fd and one thread per silent client
+        os.kill(sp.job("cp")["pid"], signal.SIGKILL)  # and supervision goes on meanwhile
+        wait_for(lambda: sp.job("cp")["restarts"] == 1, 20, what="restart during the flood")
+    finally:
+        for s in flood:
+            s.close()
