@@ -1,6 +1,7 @@
-"""A job whose history document is unusable is rebuilt from what is on disk, not restarted from zero.
+"""A job whose history document is unusable (or deleted) is rebuilt from what is on disk, not restarted
+from zero.
 
-`StateStore.load` has already moved the bad document aside and said why. What isaacd still knows:
+`StateStore.load` has already moved a bad document aside and said why. What isaacd still knows:
   * the job's event journal (`run_dir`/`started`/`state` events): its own run dirs, the last launch,
     and whether an operator had stopped it;
   * the job's run dirs under its experiment dir (`<YYYY-mm-dd_HH-MM-SS>_<job>`, the exact name, so job
@@ -32,7 +33,17 @@ _NOT_FINAL_REASONS = ("supervisor shutdown", "removed from config")
 
 
 def load_history(store: StateStore, cfg: JobConfig, state_dir: Path) -> JobHistory:
-    """`store.load`, or a history rebuilt from disk when the document is damaged (and an event saying so)."""
+    """`store.load`, or a history rebuilt from disk when the document is damaged or gone while the job's
+    runs are still there (and an event saying so). A job with no history and no runs starts fresh."""
+    if not store.exists(cfg.name):
+        history, facts = rebuild(store, cfg, state_dir)
+        if not history.attempts:
+            return JobHistory(name=cfg.name)
+        store.append_event(cfg.name, "history_missing", path=str(store.jobs_dir / f"{cfg.name}.json"),
+                           detail="job history rebuilt from its run dirs and event journal", **facts)
+        log.warning("history_missing", job=cfg.name, **facts)
+        _save(store, history)
+        return history
     try:
         return store.load(cfg.name)
     except HistoryCorrupt as exc:
@@ -42,11 +53,15 @@ def load_history(store: StateStore, cfg: JobConfig, state_dir: Path) -> JobHisto
                            detail="job history rebuilt from its run dirs and event journal", **facts)
         log.error("history_corrupt", job=cfg.name, path=str(exc.path), problem=exc.problem,
                   kept_as=str(exc.kept_as) if exc.kept_as else None, **facts)
-        try:
-            store.save(history)
-        except OSError as save_exc:  # the runner saves again at its next change
-            log.error("history_save_failed", job=cfg.name, error=str(save_exc))
+        _save(store, history)
         return history
+
+
+def _save(store: StateStore, history: JobHistory) -> None:
+    try:
+        store.save(history)
+    except OSError as exc:  # the runner saves again at its next change
+        log.error("history_save_failed", job=history.name, error=str(exc))
 
 
 def own_run_dirs(cfg: JobConfig, events: list[dict[str, Any]]) -> list[Path]:

@@ -136,6 +136,9 @@ class StateStore:
     def _journal(self, job: str) -> Path:
         return self.jobs_dir / f"{job}.events.jsonl"
 
+    def exists(self, job: str) -> bool:
+        return self._doc(job).exists()
+
     def load(self, job: str) -> JobHistory:
         """The job's history; a fresh one if there is none. Raises HistoryCorrupt (after moving the bad
         file aside, so the next save cannot overwrite the evidence) when the document is unusable."""

@@ -420,3 +420,15 @@ def test_silent_http_clients_cost_the_supervisor_a_bounded_number_of_fds(tmp_pat
     finally:
         for s in flood:
             s.close()
+
+
+def test_deleted_history_resumes_from_the_jobs_own_newest_checkpoint_not_from_zero(tmp_path, supervisor_factory):
+    cfg = write_config(tmp_path, builtin_job("cp", command=SLEEPER) + builtin_job("fresh", command=SLEEPER))
+    run = tmp_path / "logs" / "rsl_rl" / "cp" / "2026-01-01_10-00-00_cp"
+    _checkpoint(run / "model_33.pt")
+    sp = supervisor_factory(cfg)
+    wait_for(lambda: all(j["pid"] for j in sp.status()["jobs"]), 20, what="both running")
+    started = [e for e in _events(sp, "cp") if e["event"] == "started"][-1]
+    assert started["resume_from"]["iteration"] == 33  # before: from iteration 0
+    assert [e["event"] for e in _events(sp, "cp")][0] == "history_missing"
+    assert [e["event"] for e in _events(sp, "fresh")].count("history_missing") == 0  # a new job starts fresh
