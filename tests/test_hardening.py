@@ -15,7 +15,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import BIN, builtin_job, wait_for, write_config
+from helpers import builtin_job, wait_for, write_config
 
 from isaacd.control import request
 

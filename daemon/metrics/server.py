@@ -135,8 +135,8 @@ def make_app(path: str, registry: CollectorRegistry) -> Callable[..., Iterable[b
             return [f"{method} not allowed; this endpoint is read-only (GET, HEAD)\n".encode()]
         if method == "HEAD":
             # what GET would answer, headers only (wsgiref does not drop the body of a HEAD by itself)
-            body = b"".join(get_app({**environ, "REQUEST_METHOD": "GET"}, start_response))
-            del body
+            for _chunk in get_app({**environ, "REQUEST_METHOD": "GET"}, start_response):
+                pass  # run the GET for its status and headers; the body is dropped
             return []
         return get_app(environ, start_response)
 
