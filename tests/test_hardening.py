@@ -387,12 +387,19 @@ def _raw_http(port: int, data: bytes) -> bytes:
     return out
 
 
+def _metrics_up(port: int) -> None:
+    # the control socket answers before the metrics endpoint is bound: wait for the endpoint itself
+    wait_for(lambda: _raw_http(port, b"GET /healthz HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.0 200"), 20,
+             what="metrics endpoint")
+
+
 def test_metrics_http_head_delete_and_http09(tmp_path, supervisor_factory):
     port = _free_port()
     cfg = write_config(tmp_path, builtin_job("cp", command=SLEEPER))
     cfg.write_text(cfg.read_text().replace("[metrics]\nenabled = false",
                                            f'[metrics]\nenabled = true\nlisten = "127.0.0.1:{port}"'))
     supervisor_factory(cfg)
+    _metrics_up(port)
     head = _raw_http(port, b"HEAD /metrics HTTP/1.0\r\n\r\n")
     status, _, body = head.partition(b"\r\n\r\n")
     assert status.startswith(b"HTTP/1.0 200") and body == b""
@@ -410,6 +417,7 @@ def test_silent_http_clients_cost_the_supervisor_a_bounded_number_of_fds(tmp_pat
     cfg.write_text(cfg.read_text().replace("[metrics]\nenabled = false",
                                            f'[metrics]\nenabled = true\nlisten = "127.0.0.1:{port}"'))
     sp = supervisor_factory(cfg)
+    _metrics_up(port)
     base = _fds(sp.proc.pid)
     flood = [socket.create_connection(("127.0.0.1", port)) for _ in range(200)]
     try:
