@@ -440,3 +440,17 @@ def test_deleted_history_resumes_from_the_jobs_own_newest_checkpoint_not_from_ze
     assert started["resume_from"]["iteration"] == 33  # before: from iteration 0
     assert [e["event"] for e in _events(sp, "cp")][0] == "history_missing"
     assert [e["event"] for e in _events(sp, "fresh")].count("history_missing") == 0  # a new job starts fresh
+
+
+def test_corrupt_history_keeps_an_operator_stop(tmp_path, supervisor_factory):
+    cfg = write_config(tmp_path, builtin_job("cp", command=SLEEPER))
+    sp = supervisor_factory(cfg)
+    wait_for(lambda: sp.job("cp")["pid"], 20, what="running")
+    sp.cli("stop", "cp")
+    wait_for(lambda: sp.job("cp")["state"] == "stopped", 20, what="stopped")
+    sp.stop()
+    (tmp_path / "state" / "jobs" / "cp.json").write_text('{"name": "cp", "restarts": ')
+    sp2 = supervisor_factory(cfg)
+    j = sp2.job("cp")
+    assert j["state"] == "stopped" and j["pid"] is None and "operator stop" in j["state_reason"]
+    assert [e["event"] for e in _events(sp2, "cp")].count("started") == 1
