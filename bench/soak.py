@@ -170,13 +170,15 @@ class Soak:
             time.sleep(self.rng.uniform(0.0, 1.0))
             self.kill_supervisor()
         try:
-            wait_for(lambda: self.job()["state"] == "stopped", 60, what="stopped")
+            wait_for(lambda: self.job()["state"] in ("stopped", "completed"), 60, what="stopped")
         except AssertionError:
             # the acknowledged stop was forgotten: the job runs on
             self.counts["lost_intents"] += 1
             self.counts["lost_intents_after_supervisor_crash" if crashed else "lost_intents_no_crash"] += 1
             print(f"  !! acknowledged stop lost ({'supervisor killed while stopping' if crashed else 'no crash'}); "
                   f"job is {self.job()['state']}", flush=True)
+            return
+        if self.job()["state"] == "completed":  # it reached max_iterations meanwhile: nothing to start
             return
         self.stopped_on_purpose.set()
         if self.rng.random() < 0.5:
@@ -238,12 +240,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=5.0, help="how long the attacks go on")
     ap.add_argument("--max-iterations", type=int, default=None,
-                    help="the job's total iterations (default: enough to outlast the attacks, ~2.5/s + 300)")
+                    help="the job's total iterations (default: enough to outlast the attacks, 3.5/s + 300)")
     ap.add_argument("--finish-timeout", type=float, default=600.0, help="seconds to wait for completion afterwards")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="isaacd-soak-") as tmp:
-        total = args.max_iterations or int(args.minutes * 60 * 2.5) + 300
+        total = args.max_iterations or int(args.minutes * 60 * 3.5) + 300
         soak = Soak(Path(tmp), total, random.Random(args.seed))
         try:
             res = soak.run(args.minutes, args.finish_timeout)
