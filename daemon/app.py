@@ -11,6 +11,7 @@ from typing import Any
 from .config import Config
 from .logs import log
 from .supervisor import Supervisor
+from .volumes import volumes
 from .watchdogs.engine import WatchdogEngine
 from .watchdogs.gpufeed import SamplerFeed
 
@@ -35,8 +36,6 @@ class _MetricsExtension:
         from .metrics import build_registry, serve
 
         cfg = self.sup.config.metrics
-        from .volumes import volumes
-
         registry = build_registry(self.sup.status, self.sampler, volumes=lambda: volumes(self.sup.config))
         self.server = serve(cfg.listen, cfg.path, registry)
         log.info("metrics_listening", listen=cfg.listen, path=cfg.path)

@@ -18,10 +18,10 @@ from .config import JobConfig
 from .jobs import JobState, check_transition
 from .joblogs import exit_with_log_tail
 from .logs import log
+from .rebuild import load_history
 from .runtimes.base import ExitStatus, Handle, LaunchSpec, Runtime
 from .signals.checkpoints import Checkpoint, Lineage, choose_resume, newest_complete
 from .signals.tensorboard import ScalarPoint, TensorBoardTail, finite_or_none
-from .rebuild import load_history
 from .store import Attempt, JobHistory, StateStore
 
 CHECKPOINT_SCAN_INTERVAL = 2.0
