@@ -375,6 +375,14 @@ def test_event_reader_waits_at_a_torn_tail_and_reads_past_a_hole(tmp_path):
     tail.poll()
     assert tail.progress.last_step == 6
     assert [d["offset"] for d in tail.take_damage()] == [len(first)]
+    # a complete record whose data was overwritten in place: skipped, the next ones are read
+    bad = bytearray(record(7))
+    bad[20] ^= 0xFF
+    with open(path, "ab") as fh:
+        fh.write(bytes(bad) + record(8))
+    tail.poll()
+    assert tail.progress.last_step == 8
+    assert [d["problem"] for d in tail.take_damage()] == ["record data fails its CRC"]
 
 
 # ---- 7. HTTP nits ---------------------------------------------------------------------------------------------
