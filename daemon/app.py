@@ -10,6 +10,7 @@ from typing import Any
 
 from .config import Config
 from .supervisor import Supervisor
+from .volumes import volumes
 from .watchdogs.engine import WatchdogEngine
 from .watchdogs.gpufeed import SamplerFeed
 
@@ -42,7 +43,7 @@ class _MetricsExtension:
         from .metrics import build_registry, serve
 
         cfg = self.sup.config.metrics
-        registry = build_registry(self.sup.status, self.sampler)
+        registry = build_registry(self.sup.status, self.sampler, volumes=lambda: volumes(self.sup.config))
         try:
             self.server = serve(cfg.listen, cfg.path, registry)  # logs the URL itself: no second line here
         except OSError as exc:

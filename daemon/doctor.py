@@ -366,7 +366,30 @@ def check_disk(cfg: Config) -> list[Check]:
                              f"put log_root on a data disk, e.g. /data/isaacd/{j.name}"))
         else:
             out.append(Check(name, "pass", msg))
-    return out or [Check("disk", "skip", "no jobs")]
+    out.append(check_state_disk(cfg))
+    return out
+
+
+STATE_FREE_WARN = 1 * 2**30
+STATE_FREE_FAIL = 100 * 2**20
+
+
+def check_state_disk(cfg: Config) -> Check:
+    """The state dir holds job history, event journals and trainer logs: isaacd cannot record restarts
+    or keep trainer output when it is full."""
+    from .volumes import space
+
+    path = cfg.supervisor.state_dir
+    sp = space(path)
+    if sp is None:
+        return Check("disk:state", "fail", f"{path}: cannot stat its volume", "create the state_dir")
+    msg = f"{path}: {sp.free_bytes / 2**30:.2f} GiB free of {sp.size_bytes / 2**30:.1f} GiB (state dir)"
+    if sp.free_bytes < STATE_FREE_FAIL:
+        return Check("disk:state", "fail", msg + "; job history and trainer logs cannot be written",
+                     "free space on the state dir's volume or move [supervisor] state_dir")
+    if sp.free_bytes < STATE_FREE_WARN:
+        return Check("disk:state", "warn", msg, "keep >= 1 GiB free for history, journals and trainer logs")
+    return Check("disk:state", "pass", msg)
 
 
 # ---- exposure -----------------------------------------------------------------------------------------

@@ -1,15 +1,21 @@
-"""`isaacd logs JOB`: the trainer's output, wherever the job's runtime put it."""
+"""The trainer's output: `isaacd logs JOB` wherever the job's runtime put it, and the tail of it that
+explains an exit (quoted in the `exited` event and the status reason)."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
 from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from .config import Config
 from .messages import no_such_job
+from .runtimes.base import ExitStatus, Handle
 
 
 def show_logs(cfg: Config, job: str, follow: bool = False, lines: int = 50) -> int:
@@ -47,3 +53,72 @@ def show_logs(cfg: Config, job: str, follow: bool = False, lines: int = 50) -> i
                 if os.stat(path).st_size < fh.tell():
                     fh.seek(0)  # truncated/rotated
     return 0
+
+
+# ---- why a trainer exited, in its own words -----------------------------------------------------
+TAIL_BYTES = 8192  # read this much of the end of the attempt's output
+TAIL_LINES = 8  # quoted in the exit event
+KEY_LINE_CHARS = 240  # quoted in the status reason
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# what a crash's last words look like: a Python exception line, an errno text, a CUDA/NCCL error
+_KEY = re.compile(r"^\s*[\w.]*(Error|Exception|Interrupt|Exit)\b.*|.*(No space left|out of memory|Errno \d+|"
+                  r"\bFATAL\b|\bfatal\b|error:).*")
+
+
+@dataclass(frozen=True)
+class ExitWithOutput(ExitStatus):
+    """An exit status that also quotes the end of the trainer's output: "exited with code 1: OSError: [Errno
+    28] No space left on device" says what "exited with code 1" alone does not."""
+
+    output_tail: tuple[str, ...] = ()
+    key_line: str = ""
+
+    def describe(self) -> str:
+        base = super().describe()
+        return f"{base}: {self.key_line}" if self.key_line else base
+
+    def as_json(self) -> dict[str, Any]:
+        return {**super().as_json(), "output_tail": list(self.output_tail)}
+
+
+def read_output_tail(path: Path, offset: int = 0, max_bytes: int = TAIL_BYTES) -> list[str]:
+    """The last lines the trainer wrote at or after `offset` (its attempt's start), oldest first."""
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            start = max(offset, size - max_bytes, 0)
+            fh.seek(start)
+            data = fh.read(max_bytes)
+    except OSError:
+        return []
+    lines = [_ANSI.sub("", ln).rstrip() for ln in data.decode("utf-8", errors="replace").replace("\r", "\n")
+             .split("\n")]
+    if start > offset and lines:
+        lines = lines[1:]  # the first line was cut by the window
+    return [ln for ln in lines if ln.strip()][-TAIL_LINES:]
+
+
+def key_line(lines: list[str]) -> str:
+    """The line that most likely says why: the last exception/error-looking line, else the last line."""
+    pick = next((ln for ln in reversed(lines) if _KEY.match(ln)), lines[-1] if lines else "")
+    pick = pick.strip()
+    return pick if len(pick) <= KEY_LINE_CHARS else pick[:KEY_LINE_CHARS - 1] + "…"
+
+
+def exit_with_log_tail(status: ExitStatus, handle: Handle | None) -> ExitStatus:
+    """For a trainer that failed on its own (non-zero exit code), the same status quoting its last output.
+    Signals, OOM kills and stops are left alone: their cause is not in the trainer's output."""
+    if handle is None or status.code in (None, 0) or status.signal is not None or status.oom_killed \
+            or status.external_stop:
+        return status
+    log_path = handle.state.get("log_path")
+    if not log_path:
+        return status  # container runtimes keep output in the journal / podman logs
+    offset = handle.state.get("log_offset")
+    lines = read_output_tail(Path(log_path), offset if isinstance(offset, int) else 0)
+    if not lines:
+        return status
+    return ExitWithOutput(code=status.code, signal=status.signal, oom_killed=status.oom_killed,
+                          external_stop=status.external_stop, detail=status.detail, output_tail=tuple(lines),
+                          key_line=key_line(lines))

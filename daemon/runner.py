@@ -16,7 +16,9 @@ from typing import Any
 from . import launch
 from .config import JobConfig
 from .jobs import JobState, check_transition
+from .joblogs import exit_with_log_tail
 from .logs import log
+from .rebuild import load_history
 from .runtimes.base import ExitStatus, Handle, LaunchSpec, Runtime
 from .signals.checkpoints import Checkpoint, Lineage, choose_resume
 from .signals.tensorboard import ScalarPoint, TensorBoardTail, finite_or_none
@@ -48,7 +50,7 @@ class JobRunner:
         self.runtime = runtime
         self.store = store
         self.state_dir = state_dir
-        self.history: JobHistory = store.load(cfg.name)
+        self.history: JobHistory = load_history(store, cfg, state_dir)  # rebuilt from disk if damaged
         self.state = JobState.PENDING
         self.state_since = time.time()
         self.state_reason: str | None = None
@@ -83,7 +85,8 @@ class JobRunner:
     # ---- bookkeeping -------------------------------------------------------------------
     def event(self, event: str, **fields: Any) -> None:
         self.store.append_event(self.cfg.name, event, **fields)
-        warn = {"failed", "checkpoint_rejected", "config_rejected", "resume_mismatch", "start_failed"}
+        warn = {"failed", "checkpoint_rejected", "config_rejected", "resume_mismatch", "start_failed",
+                "tensorboard_damaged"}
         # an exit is news only when nobody asked for it and it was not a clean one
         if event == "exited" and not (fields.get("code") == 0 or fields.get("requested")):
             warn.add("exited")
@@ -320,6 +323,8 @@ class JobRunner:
             self._attach_run_dir(attempt)
         if self.tail is not None:
             self.new_points = self.tail.poll(now)
+            for note in self.tail.take_damage():  # a torn/overwritten record was skipped: say so
+                self.event("tensorboard_damaged", **note)
             prog = self.tail.progress
             if self.new_points:
                 self.last_progress_time = now
@@ -337,6 +342,7 @@ class JobRunner:
                 self.stop.killed = True
             return
         self.pids_cache, self._pids_scanned_at = [], 0.0
+        status = exit_with_log_tail(status, self.handle)  # "exited with code 1: OSError: ... No space left"
         self._record_exit(attempt, status)
         self._after_exit(attempt, status)
 

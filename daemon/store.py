@@ -1,8 +1,14 @@
 """The supervisor's memory on disk: one JSON document and one event journal per job.
 
 Documents are replaced atomically (temp file, fsync, rename, fsync dir) so a crash at any moment
-leaves either the old or the new version, never a torn one. The event journal is append-only
-JSON lines; a torn last line (crash mid-append) is skipped when read.
+leaves either the old or the new version, never a torn one. A document damaged from outside (a
+disk error, an operator's editor, a newer isaacd's format) is never fatal: `load` moves it aside as
+`<job>.json.corrupt-<time>` and raises `HistoryCorrupt` naming the file, so the caller can rebuild
+that one job (see `rebuild.py`) while every other job carries on.
+
+The event journal is append-only JSON lines. Lines that are not UTF-8 JSON objects (a torn append,
+bytes from elsewhere) are skipped and counted when read; an append always starts on a fresh line,
+so a torn last line can never swallow the next event.
 """
 
 from __future__ import annotations
@@ -10,11 +16,22 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from .logs import log
+
 MAX_ATTEMPTS_KEPT = 500
+
+
+class HistoryCorrupt(ValueError):
+    """A job's history document could not be used; it has been moved to `kept_as`."""
+
+    def __init__(self, path: Path, problem: str, kept_as: Path | None):
+        self.path, self.problem, self.kept_as = path, problem, kept_as
+        where = f"; kept as {kept_as}" if kept_as else ""
+        super().__init__(f"{path}: {problem}{where}")
 
 
 def atomic_write_json(path: Path, data: Any) -> None:
@@ -73,10 +90,43 @@ class JobHistory:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "JobHistory":
-        attempts = [Attempt(**a) for a in data.get("attempts", [])]
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k != "attempts"}
-        return cls(**known, attempts=attempts)
+    def from_json(cls, data: Any) -> "JobHistory":
+        """Raises ValueError saying what is wrong. Keys this version does not know (written by a newer
+        isaacd) are ignored, so a downgrade keeps the history instead of throwing it away."""
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, found {type(data).__name__}")
+        raw_attempts = data.get("attempts", [])
+        if not isinstance(raw_attempts, list):
+            raise ValueError("attempts: expected a list")
+        attempts = [_build(Attempt, a, f"attempts[{i}]") for i, a in enumerate(raw_attempts)]
+        return _build(cls, {k: v for k, v in data.items() if k != "attempts"}, "", attempts=attempts)
+
+
+# JSON types each field may hold; None is allowed only where the default is None.
+_TYPES: dict[str, tuple[type, ...]] = {
+    "number": (int,), "started_at": (int, float), "reason": (str,), "resume_from": (dict,), "run_dir": (str,),
+    "runtime": (str,), "handle": (dict,), "ended_at": (int, float), "exit": (dict,), "checkpoint_at_exit": (int,),
+    "name": (str,), "restarts": (int,), "restart_times": (list,), "restarts_by_reason": (dict,),
+    "last_restart_reason": (str,), "rollbacks": (int,), "watchdog_trips": (dict,), "final_state": (str,),
+    "final_reason": (str,),
+}
+_NULLABLE = {"resume_from", "run_dir", "ended_at", "exit", "checkpoint_at_exit", "last_restart_reason",
+             "final_state", "final_reason"}
+
+
+def _build(cls: Any, data: Any, where: str, **extra: Any) -> Any:
+    if not isinstance(data, dict):
+        raise ValueError(f"{where or 'document'}: expected a JSON object, found {type(data).__name__}")
+    known = {f.name for f in fields(cls)}
+    kwargs = {k: v for k, v in data.items() if k in known}
+    for k, v in kwargs.items():
+        ok = (v is None and k in _NULLABLE) or (isinstance(v, _TYPES.get(k, (object,))) and not isinstance(v, bool))
+        if not ok:
+            raise ValueError(f"{where + '.' if where else ''}{k}: unexpected value {v!r:.60}")
+    try:
+        return cls(**kwargs, **extra)
+    except TypeError as exc:  # a required field is missing
+        raise ValueError(f"{where or 'document'}: {exc}") from None
 
 
 class StateStore:
@@ -92,12 +142,36 @@ class StateStore:
     def _journal(self, job: str) -> Path:
         return self.jobs_dir / f"{job}.events.jsonl"
 
+    def exists(self, job: str) -> bool:
+        return self._doc(job).exists()
+
     def load(self, job: str) -> JobHistory:
+        """The job's history; a fresh one if there is none. Raises HistoryCorrupt (after moving the bad
+        file aside, so the next save cannot overwrite the evidence) when the document is unusable."""
         path = self._doc(job)
         try:
-            return JobHistory.from_json(json.loads(path.read_text(encoding="utf-8")))
+            raw = path.read_bytes()
         except FileNotFoundError:
             return JobHistory(name=job)
+        except OSError as exc:
+            raise HistoryCorrupt(path, f"cannot read: {exc.strerror}", None) from None
+        try:
+            history = JobHistory.from_json(json.loads(raw.decode("utf-8")))
+        except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
+            problem = "empty file" if not raw.strip() else f"not a valid job history: {exc}"
+            raise HistoryCorrupt(path, problem, self._keep_aside(path)) from None
+        if history.name != job:
+            raise HistoryCorrupt(path, f"belongs to job {history.name!r}, not {job!r}", self._keep_aside(path))
+        return history
+
+    def _keep_aside(self, path: Path) -> Path | None:
+        aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+        try:
+            os.replace(path, aside)
+        except OSError as exc:
+            log.error("history_keep_aside_failed", path=str(path), error=str(exc))
+            return None
+        return aside
 
     def save(self, history: JobHistory) -> None:
         history.attempts = history.attempts[-MAX_ATTEMPTS_KEPT:]
@@ -105,24 +179,48 @@ class StateStore:
 
     def append_event(self, job: str, event: str, **fields: Any) -> dict[str, Any]:
         record = {"time": time.time(), "job": job, "event": event, **fields}
-        line = json.dumps(record, sort_keys=True, default=str) + "\n"
-        fd = os.open(self._journal(job), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
+        fd = os.open(self._journal(job), os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
         try:
-            os.write(fd, line.encode())
+            # A crash mid-append (or a full disk) can leave a last line without its newline; glued onto
+            # it, this event would be lost with it when read. Start on a fresh line instead.
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                line = b"\n" + line
+            os.write(fd, line)
             os.fsync(fd)
         finally:
             os.close(fd)
         return record
 
     def events(self, job: str, limit: int | None = None) -> list[dict[str, Any]]:
+        """The newest `limit` events (all when None). Damaged lines are skipped; when there were any, a
+        last entry `journal_damaged` says how many and where, so a reader knows the story has gaps."""
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise ValueError(f"limit must be a whole number >= 0, got {limit!r}")
+        path = self._journal(job)
         try:
-            lines = self._journal(job).read_text(encoding="utf-8").splitlines()
+            data = path.read_bytes()
         except FileNotFoundError:
             return []
-        out = []
-        for line in lines[-limit:] if limit else lines:
+        out: list[dict[str, Any]] = []
+        bad = 0
+        for raw in data.split(b"\n"):
+            if not raw.strip():
+                continue
             try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # torn write from a crash mid-append
+                rec = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError):
+                bad += 1  # torn append, or bytes that never were an event
+                continue
+            if isinstance(rec, dict) and isinstance(rec.get("event"), str) and isinstance(rec.get("time"), (int, float)):
+                out.append(rec)
+            else:
+                bad += 1
+        if limit is not None:
+            out = out[-limit:] if limit else []
+        if bad:
+            log.warning("journal_damaged", job=job, path=str(path), skipped_lines=bad)
+            out.append({"time": time.time(), "job": job, "event": "journal_damaged", "path": str(path),
+                        "skipped_lines": bad, "detail": f"{bad} unreadable line(s) skipped"})
         return out

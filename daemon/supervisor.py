@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import __version__, sdnotify
-from .config import Config, ConfigError, load_config
+from .config import Config, ConfigError, ConfigIssue
+from .configread import quiet_for, read_settled_config
 from .jobs import JobState
 from .logs import log
 from .runner import JobRunner
@@ -26,6 +27,10 @@ from .store import StateStore
 
 class AlreadyRunning(RuntimeError):
     pass
+
+
+NO_JOBS = ("no [[jobs]] in the file (empty or half-written?); refusing to stop every job. "
+           "To remove them all on purpose, write `jobs = []`")
 
 
 class Supervisor:
@@ -44,6 +49,7 @@ class Supervisor:
         self._stop = threading.Event()
         self._reload_requested = threading.Event()
         self._shutdown_jobs = True
+        self._removed: set[str] = set()  # jobs a reload removed: re-adding them undoes the stop
         self.control: Any = None
         self.extensions: list[Any] = []  # metrics server, GPU sampler, watchdog engine: started/stopped with us
         self.tick_hooks: list[Callable[[float], None]] = []
@@ -106,7 +112,9 @@ class Supervisor:
     def run_forever(self) -> None:
         interval = self.config.supervisor.tick_interval
         while not self._stop.wait(interval):
-            if self._reload_requested.is_set():
+            # Editors rewrite the file in place: wait (without blocking the tick) until it has been quiet
+            # for a moment, so a SIGHUP in the middle of a save reads the finished file.
+            if self._reload_requested.is_set() and self._config_quiet():
                 self._reload_requested.clear()
                 self.reload()
             try:
@@ -129,6 +137,7 @@ class Supervisor:
             # a job removed from the config lingers until its trainer is gone
             for name in [n for n, r in self.runners.items() if self.config.job(n) is None and not r.state.active]:
                 del self.runners[name]
+                self._removed.discard(name)
             for hook in self.tick_hooks:
                 try:
                     hook(now)
@@ -164,12 +173,21 @@ class Supervisor:
         os.close(self._lock_fd)
 
     # ---- config reload -----------------------------------------------------------------
+    def _config_quiet(self) -> bool:
+        return self.config_path is None or quiet_for(self.config_path) is not None
+
     def reload(self) -> dict[str, Any]:
-        """Re-read the config. A bad file changes nothing: the running config and jobs stay."""
+        """Re-read the config. A bad file changes nothing: the running config and jobs stay.
+
+        The file is read once it has been unchanged for a moment and read twice the same (an in-place
+        save in progress is waited out), and a file without any job is refused unless it says
+        `jobs = []`: an empty or truncated file must never stop every trainer."""
         if self.config_path is None:
             return {"ok": False, "error": "running on the embedded default config; nothing to reload"}
         try:
-            new = load_config(self.config_path)
+            new, raw = read_settled_config(self.config_path)
+            if not new.jobs and self.runners and "jobs" not in raw:
+                raise ConfigError(self.config_path, [ConfigIssue("", NO_JOBS)])
         except ConfigError as exc:
             self.config_errors += 1
             self.last_config_error = str(exc)
@@ -204,6 +222,9 @@ class Supervisor:
                 runner.recover()
                 self.runners[job_cfg.name] = runner
                 added.append(job_cfg.name)
+            elif job_cfg.name in self._removed:
+                self._readd(runner, job_cfg)
+                added.append(job_cfg.name)
             elif runner.cfg != job_cfg:
                 # Takes effect at the job's next launch; a running trainer is never killed by a reload.
                 runner.cfg = job_cfg
@@ -214,13 +235,25 @@ class Supervisor:
         for name in [n for n in self.runners if new.job(n) is None]:
             runner = self.runners[name]
             if runner.state.active:
-                runner.request_stop("removed from config", then="stop")
+                # not remembered as an operator stop: if the job comes back (a restored file), it resumes
+                runner.request_stop("removed from config", then="stop", final=False)
+                self._removed.add(name)
                 removed.append(name)
             else:
                 del self.runners[name]
                 removed.append(name)
         self.config = new.model_copy(update={"supervisor": old.supervisor, "metrics": old.metrics, "gpu": old.gpu})
         return {"added": added, "removed": removed, "changed": changed, "needs_restart": ignored}
+
+    def _readd(self, runner: JobRunner, job_cfg: Any) -> None:
+        """A job removed by an earlier reload is back before its runner was dropped: undo the removal."""
+        self._removed.discard(job_cfg.name)
+        runner.cfg = job_cfg
+        if runner.state == JobState.STOPPING and runner.stop is not None:
+            runner.stop.then, runner.stop.reason = "restart", "back in the config"
+        elif runner.state == JobState.STOPPED:
+            runner.start("operator start")
+        runner.event("config_changed", detail="back in the config after a reload had removed it")
 
     # ---- read side -----------------------------------------------------------------------
     def status(self) -> dict[str, Any]:

@@ -67,7 +67,12 @@ def one(smp, name, **labels):
 
 def test_every_catalog_metric_is_emitted_with_its_labels():
     sampler, status = full_setup()
-    smp, _ = samples(build_registry(lambda: status, sampler, process_metrics=False))
+    from pathlib import Path
+
+    from isaacd.volumes import Volume
+
+    vols = [Volume("state", "", Path("/")), Volume("log_root", "anymal", Path("/nonexistent/logs"))]
+    smp, _ = samples(build_registry(lambda: status, sampler, process_metrics=False, volumes=lambda: vols))
     expected = {n for m in METRICS for n in series_names(m)}
     assert set(smp) == expected, (f"missing: {sorted(expected - set(smp))}; "
                                   f"not in catalog: {sorted(set(smp) - expected)}")

@@ -24,11 +24,12 @@ from .status import gpu_status
 
 
 def build_registry(status_provider: Any = None, gpu: Any = None, *, process_metrics: bool = True,
-                   proc_root: str = "/proc") -> CollectorRegistry:
+                   proc_root: str = "/proc", volumes: Any = None) -> CollectorRegistry:
     """A fresh registry with the isaacd collector (and the process_*/python_* collectors unless
-    ``process_metrics=False``).  ``gpu``: a GpuSampler, a ``() -> GpuSnapshot`` callable, or None."""
+    ``process_metrics=False``).  ``gpu``: a GpuSampler, a ``() -> GpuSnapshot`` callable, or None.
+    ``volumes``: ``() -> [isaacd.volumes.Volume]`` for the free-space metrics, or None."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(IsaacdCollector(status_provider, gpu, proc_root=proc_root))
+    registry.register(IsaacdCollector(status_provider, gpu, proc_root=proc_root, volumes=volumes))
     if process_metrics:
         ProcessCollector(registry=registry)
         PlatformCollector(registry=registry)

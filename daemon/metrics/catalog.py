@@ -36,6 +36,10 @@ METRICS: tuple[MetricDef, ...] = (
     _g("isaacd_status_up", (), "1 if the supervisor's status could be read for this scrape (job metrics present), else 0."),
     _c("isaacd_config_reloads_total", (), "Successful configuration reloads (SIGHUP / `isaacd reload`)."),
     _c("isaacd_config_errors_total", (), "Configuration reloads rejected because the new file was invalid."),
+    _g("isaacd_volume_free_bytes", ("use", "job", "path"),
+       "Bytes free (for unprivileged writers) on the volume of the state dir (use=state, history, journals and "
+       "trainer logs) and of each job's log_root (use=log_root, checkpoints and TensorBoard; job = the job)."),
+    _g("isaacd_volume_size_bytes", ("use", "job", "path"), "Size of the volume behind isaacd_volume_free_bytes."),
     _c("isaacd_scrape_errors_total", ("source",),
        "Errors while building a scrape; source=status (supervisor status unreadable) or gpu (snapshot unreadable)."),
     # ---- jobs

@@ -30,6 +30,7 @@ WATCHDOG_STATES = ("ok", "pending", "tripped", "cooldown", "warmup", "disabled")
 RESTART_REASONS = ("exit_code", "signal", "oom", "watchdog", "operator", "lost")
 
 StatusProvider = Callable[[], Mapping[str, Any]]
+VolumesProvider = Callable[[], list[Any]]  # -> [volumes.Volume]
 SnapshotProvider = Callable[[], GpuSnapshot]
 
 
@@ -75,8 +76,10 @@ class IsaacdCollector(Collector):
         *,
         proc_root: str = "/proc",
         clock: Callable[[], float] = time.time,
+        volumes: VolumesProvider | None = None,
     ):
         self._status_provider = status_provider
+        self._volumes = volumes
         if isinstance(gpu, GpuSampler):
             self._snapshot: SnapshotProvider | None = gpu.snapshot
         else:
@@ -128,6 +131,7 @@ class IsaacdCollector(Collector):
             except Exception as e:  # noqa: BLE001 - one odd job must not cost the others
                 self._error("status", e, job=job.get("name"))
         self._gpu(f, snap, jobs)
+        self._volume_space(f)
         with self._lock:
             errors = dict(self._scrape_errors)
         for source, n in sorted(errors.items()):
@@ -150,6 +154,25 @@ class IsaacdCollector(Collector):
         f.add("isaacd_uptime_seconds", [], uptime)
         f.add("isaacd_config_reloads_total", [], _num(sup.get("config_reloads_total")))
         f.add("isaacd_config_errors_total", [], _num(sup.get("config_errors_total")))
+
+    def _volume_space(self, f: _Families) -> None:
+        """statvfs of each volume at scrape time: a syscall, no I/O on the supervisor's tick."""
+        if self._volumes is None:
+            return
+        from ..volumes import space
+
+        try:
+            vols = self._volumes()
+        except Exception as e:  # noqa: BLE001
+            self._error("status", e)
+            return
+        for v in vols:
+            sp = space(v.path)
+            if sp is None:
+                continue
+            labels = [v.use, v.job, str(v.path)]
+            f.add("isaacd_volume_free_bytes", labels, sp.free_bytes)
+            f.add("isaacd_volume_size_bytes", labels, sp.size_bytes)
 
     def _job(self, f: _Families, job: Mapping[str, Any], snap: GpuSnapshot | None) -> None:
         name = job.get("name")

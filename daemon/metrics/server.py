@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from http import HTTPStatus
 import threading
 from socketserver import TCPServer, ThreadingMixIn
 from typing import Any, Callable, Iterable
@@ -49,8 +50,23 @@ def parse_listen(listen: str) -> tuple[str, int]:
 
 
 class _Handler(WSGIRequestHandler):
+    # A client that connects and says nothing (or trickles) is cut off instead of holding a thread forever.
+    timeout = 10.0
+
     def address_string(self) -> str:  # no reverse DNS
         return str(self.client_address[0])
+
+    def parse_request(self) -> bool:
+        # An HTTP/0.9 request line ("GET /metrics") has no headers after it, but http.server goes on to
+        # read headers and the client waits forever. Answer it at once, in HTTP/1.0, and close.
+        self.requestline = self.raw_requestline.decode("iso-8859-1", "replace").rstrip("\r\n")
+        words = self.requestline.split()
+        if len(words) == 2:
+            self.command, self.path, self.request_version = words[0], words[1], "HTTP/1.0"
+            self.close_connection = True
+            self.send_error(HTTPStatus.HTTP_VERSION_NOT_SUPPORTED, None, "HTTP/0.9 is not supported; use HTTP/1.0 or later")
+            return False
+        return super().parse_request()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         pass  # scrapes every few seconds would flood the journal
@@ -59,6 +75,32 @@ class _Handler(WSGIRequestHandler):
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 64  # listen backlog (socketserver's default of 5 refuses a burst of scrapes)
+    max_clients = 32  # connections served at once; more are closed at once, so a flood costs no fds
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._slots = threading.BoundedSemaphore(self.max_clients)
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # socketserver prints a traceback to stderr for every client that hangs up mid-reply or times out
+        log.debug("metrics request failed", client=str(client_address[0]), exc_info=True)
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind calls socket.getfqdn(), a reverse DNS lookup that can hang for
@@ -85,6 +127,20 @@ def make_app(path: str, registry: CollectorRegistry) -> Callable[..., Iterable[b
              f'<p><a href="{path}">{path}</a></p></body></html>').encode()
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        method = environ.get("REQUEST_METHOD", "GET")
+        if method not in ("GET", "HEAD"):
+            # read-only endpoint: DELETE / must not look like it did something
+            start_response("405 Method Not Allowed", [("Allow", "GET, HEAD"),
+                                                      ("Content-Type", "text/plain; charset=utf-8")])
+            return [f"{method} not allowed; this endpoint is read-only (GET, HEAD)\n".encode()]
+        if method == "HEAD":
+            # what GET would answer, headers only (wsgiref does not drop the body of a HEAD by itself)
+            for _chunk in get_app({**environ, "REQUEST_METHOD": "GET"}, start_response):
+                pass  # run the GET for its status and headers; the body is dropped
+            return []
+        return get_app(environ, start_response)
+
+    def get_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         req = environ.get("PATH_INFO") or "/"
         if req == path or req == path.rstrip("/") + "/" and path != "/":
             return metrics_app(environ, start_response)

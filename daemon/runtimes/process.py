@@ -65,6 +65,7 @@ class ProcessRuntime:
     def start(self, spec: LaunchSpec) -> Handle:
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(spec.log_path, "ab", buffering=0) as log:
+            log_offset = log.seek(0, os.SEEK_END)  # where this attempt's output starts (exit reasons quote it)
             proc = subprocess.Popen(
                 spec.argv, cwd=spec.cwd, env=spec.env, stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
@@ -72,7 +73,7 @@ class ProcessRuntime:
         self._children[proc.pid] = proc
         return Handle("process", spec.job.name, {"pid": proc.pid, "pgid": proc.pid,
                                                   "start_time": _proc_start_time(proc.pid),
-                                                  "log_path": str(spec.log_path)})
+                                                  "log_path": str(spec.log_path), "log_offset": log_offset})
 
     def poll(self, handle: Handle) -> ExitStatus | None:
         pid = handle.state["pid"]

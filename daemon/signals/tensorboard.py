@@ -1,6 +1,7 @@
 """Training progress read from rsl_rl's TensorBoard event files as they grow.
 
-tensorboard's EventFileLoader keeps its file offset, so each poll only parses new records.
+Each event file is read incrementally (`tfrecord.EventFileReader` keeps its offset), and a damaged
+record is skipped and reported instead of stopping the reading for good.
 Tags are normalised across rsl_rl versions (4.0 renamed `Loss/value_function` to `Loss/value`,
 3.0 wrote `Perf/collection time` with a space).
 """
@@ -11,10 +12,10 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
-# Importing the loader pulls tensorboard's TF stub but never torch or tensorflow.
-from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+from ..logs import log
+from .tfrecord import EventFileReader
 
 REWARD_TAGS = ("Train/mean_reward",)
 FPS_TAGS = ("Perf/total_fps",)
@@ -65,8 +66,14 @@ class TensorBoardTail:
 
     def __init__(self, run_dir: Path):
         self.run_dir = Path(run_dir)
-        self._loaders: dict[Path, EventFileLoader] = {}
+        self._loaders: dict[Path, EventFileReader] = {}
         self.progress = RunProgress()
+        self._damage: list[dict[str, Any]] = []
+
+    def take_damage(self) -> list[dict[str, Any]]:
+        """Damaged stretches found since the last call: for a `tensorboard_damaged` event."""
+        out, self._damage = self._damage, []
+        return out
 
     def _event_files(self) -> Iterator[Path]:
         try:
@@ -80,9 +87,9 @@ class TensorBoardTail:
         for path in self._event_files():
             loader = self._loaders.get(path)
             if loader is None:
-                loader = self._loaders[path] = EventFileLoader(str(path))
+                loader = self._loaders[path] = EventFileReader(path)
             try:
-                for event in loader.Load():
+                for event in loader.read():
                     if not event.HasField("summary"):
                         continue
                     for value in event.summary.value:
@@ -94,8 +101,12 @@ class TensorBoardTail:
                             # rsl_rl's `Train/mean_reward/time` is stepped by elapsed seconds, not iterations
                             continue
                         points.append(ScalarPoint(int(event.step), tag, v, float(event.wall_time)))
-            except Exception:  # noqa: BLE001 - a half-written record is retried on the next poll
+            except Exception:  # noqa: BLE001 - never let one file stop the others
+                log.exception("tensorboard_read_failed", path=str(path))
                 continue
+            for note in loader.take_damage():
+                log.warning("tensorboard_damaged", **note, detail="skipped; reading goes on after it")
+                self._damage.append(note)
         prog = self.progress
         for p in points:
             prog.latest[p.tag] = p.value
