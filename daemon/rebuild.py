@@ -16,18 +16,15 @@ adopts it instead of starting a duplicate.
 from __future__ import annotations
 
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any
 
-from . import launch
 from .config import JobConfig
 from .logs import log
 from .signals.checkpoints import newest_complete
 from .store import Attempt, HistoryCorrupt, JobHistory, StateStore
 
-_STAMP = r"\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}"
 # operator/watchdog stops are remembered; a supervisor shutdown is not (the next supervisor resumes)
 _NOT_FINAL_REASONS = ("supervisor shutdown", "removed from config")
 
@@ -71,12 +68,18 @@ def own_run_dirs(cfg: JobConfig, events: list[dict[str, Any]]) -> list[Path]:
         rd = e.get("run_dir")
         if isinstance(rd, str) and rd and Path(rd).is_dir():
             found.add(Path(rd))
-    exp = launch.experiment_dir(cfg)
-    pattern = re.compile(rf"^{_STAMP}_{re.escape(cfg.name)}$")
+    from .workflows import WorkflowError, resolve
+
     try:
-        found.update(p for p in exp.iterdir() if p.is_dir() and pattern.match(p.name))
-    except OSError:
-        pass
+        wf = resolve(cfg).workflow  # the job's own layout and run-dir names (rsl_rl, rl_games, ...)
+    except WorkflowError:
+        wf = None  # a job that cannot launch yet: what its journal names is all there is
+    if wf is not None:
+        pattern = wf.run_dir_re(cfg)
+        try:
+            found.update(p for p in wf.experiment_dir(cfg).iterdir() if p.is_dir() and pattern.match(p.name))
+        except OSError:
+            pass
     return sorted(found, key=lambda p: (p.name, str(p)))
 
 

@@ -108,10 +108,12 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "runtime": (str,), "handle": (dict,), "ended_at": (int, float), "exit": (dict,), "checkpoint_at_exit": (int,),
     "name": (str,), "restarts": (int,), "restart_times": (list,), "restarts_by_reason": (dict,),
     "last_restart_reason": (str,), "rollbacks": (int,), "watchdog_trips": (dict,), "final_state": (str,),
-    "final_reason": (str,),
+    "final_reason": (str,), "shim_events": (str,), "last_iteration": (int,), "trainer_rsl_rl_version": (str,),
+    "last_mean_reward": (int, float), "last_fps": (int, float),
 }
 _NULLABLE = {"resume_from", "run_dir", "ended_at", "exit", "checkpoint_at_exit", "last_restart_reason",
-             "final_state", "final_reason"}
+             "final_state", "final_reason", "shim_events", "last_iteration", "trainer_rsl_rl_version",
+             "last_mean_reward", "last_fps"}
 
 
 def _build(cls: Any, data: Any, where: str, **extra: Any) -> Any:

@@ -19,7 +19,7 @@ BIN = Path(sys.executable).parent
 
 def write_config(tmp: Path, jobs: str, extra: str = "") -> Path:
     cfg = tmp / "isaacd.toml"
-    cfg.write_text(textwrap.dedent(f"""
+    cfg.write_text(textwrap.dedent("""
         [supervisor]
         state_dir = "state"
         control_socket = "isaacd.sock"

@@ -23,7 +23,6 @@ import torch
 from helpers import BIN, builtin_job, wait_for, write_config
 
 from isaacd.signals.checkpoints import list_checkpoints, newest_complete
-from isaacd.signals.tensorboard import TensorBoardTail
 
 pytestmark = pytest.mark.slow
 

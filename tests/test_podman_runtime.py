@@ -10,12 +10,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -27,7 +25,7 @@ from isaacd.runtimes.podman import PodmanRuntime
 from isaacd.runtimes.quadlet import ContainerSpec, cgroup_pids, podman_version, render_service
 
 sys.path.insert(0, str(Path(__file__).parent))
-from helpers import SupervisorProc, builtin_job, wait_for, write_config  # noqa: E402
+from helpers import builtin_job, wait_for, write_config  # noqa: E402
 
 pytestmark = pytest.mark.podman
 

@@ -7,7 +7,6 @@ GpuSource interface NVML implements (`[gpu] source = "scripted"`), never by patc
 from __future__ import annotations
 
 import json
-import os
 import time
 
 import pytest

@@ -31,7 +31,6 @@ from .types import (
     DurationHistogram,
     GpuError,
     GpuInfo,
-    GpuLostError,
     GpuMap,
     GpuNotSupportedError,
     GpuSample,
