@@ -310,8 +310,9 @@ class JobRunner:
             elif kind in ("runner_started", "shim_started") and self.shim.report.rsl_rl_version:
                 self.history.trainer_rsl_rl_version = self.shim.report.rsl_rl_version
             elif kind == "stopped":
+                saved = ev.get("checkpoint")
                 self.event("trainer_saved_on_stop", attempt=attempt.number, iteration=ev.get("iteration"),
-                           checkpoint=ev.get("checkpoint"))
+                           checkpoint=str(launch.host_path(self.cfg, str(saved))) if saved else None)
 
     def _watch(self, now: float) -> None:
         assert self.handle is not None
