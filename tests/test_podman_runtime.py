@@ -22,7 +22,7 @@ import pytest
 from isaacd.config import parse_config
 from isaacd.runtimes.base import LaunchSpec
 from isaacd.runtimes.podman import PodmanRuntime
-from isaacd.runtimes.quadlet import ContainerSpec, cgroup_pids, podman_version, render_service
+from isaacd.runtimes.quadlet import ContainerSpec, cgroup_pids, podman_version, render_service, sd_split
 
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers import builtin_job, wait_for, write_config  # noqa: E402
@@ -218,36 +218,7 @@ def test_podman_ports_are_published_on_loopback(tmp_path, podman_url, cleanup_co
 
 
 # ---- the fallback .service on Podman 4.3 ----------------------------------------------------------
-def _sd_split(cmd: str) -> list[str]:
-    """Split a command line the way systemd does for ExecStart= (quotes, C escapes)."""
-    words, i, n = [], 0, len(cmd)
-    esc = {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "'": "'", "r": "\r", "a": "\a", "b": "\b",
-           "f": "\f", "v": "\v", "s": " "}
-    while i < n:
-        while i < n and cmd[i] in " \t":
-            i += 1
-        if i >= n:
-            break
-        w, quote = "", None
-        while i < n and (quote or cmd[i] not in " \t"):
-            c = cmd[i]
-            if quote is None and c in "\"'":
-                quote = c
-            elif c == quote:
-                quote = None
-            elif c == "\\" and i + 1 < n:
-                i += 1
-                c = cmd[i]
-                if c == "x":
-                    w += chr(int(cmd[i + 1:i + 3], 16))
-                    i += 2
-                else:
-                    w += esc.get(c, c)
-            else:
-                w += c
-            i += 1
-        words.append(w)
-    return words
+_sd_split = sd_split  # systemd's own splitting rules, as the fallback unit is read
 
 
 def _unquote_exec(line: str, unit: str) -> list[str]:

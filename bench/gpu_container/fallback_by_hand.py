@@ -27,40 +27,10 @@ from isaacd import launch
 from isaacd.config import load_config
 from isaacd.metrics.attribution import attribute_pids
 from isaacd.runtimes.base import LaunchSpec
-from isaacd.runtimes.quadlet import ContainerSpec, podman_binary, render_service, unit_name
+from isaacd.runtimes.quadlet import ContainerSpec, podman_binary, render_service, sd_split, unit_name
 from isaacd.signals.checkpoints import list_checkpoints, newest_complete
 
 
-def sd_split(cmd: str) -> list[str]:
-    """Split an ExecStart= value the way systemd does (quotes, C escapes)."""
-    words, i, n = [], 0, len(cmd)
-    esc = {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "'": "'", "r": "\r", "a": "\a", "b": "\b",
-           "f": "\f", "v": "\v", "s": " "}
-    while i < n:
-        while i < n and cmd[i] in " \t":
-            i += 1
-        if i >= n:
-            break
-        w, quote = "", None
-        while i < n and (quote or cmd[i] not in " \t"):
-            c = cmd[i]
-            if quote is None and c in "\"'":
-                quote = c
-            elif c == quote:
-                quote = None
-            elif c == "\\" and i + 1 < n:
-                i += 1
-                c = cmd[i]
-                if c == "x":
-                    w += chr(int(cmd[i + 1:i + 3], 16))
-                    i += 2
-                else:
-                    w += esc.get(c, c)
-            else:
-                w += c
-            i += 1
-        words.append(w)
-    return words
 
 
 def exec_line(text: str, key: str, unit: str) -> list[str]:

@@ -94,6 +94,38 @@ def sd_join(words: list[str]) -> str:
     return " ".join(sd_quote(w) for w in words)
 
 
+def sd_split(cmd: str) -> list[str]:
+    """The inverse of sd_join: split an ExecStart= value the way systemd does (quotes, C escapes)."""
+    words, i, n = [], 0, len(cmd)
+    esc = {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "'": "'", "r": "\r", "a": "\a", "b": "\b",
+           "f": "\f", "v": "\v", "s": " "}
+    while i < n:
+        while i < n and cmd[i] in " \t":
+            i += 1
+        if i >= n:
+            break
+        w, quote = "", None
+        while i < n and (quote or cmd[i] not in " \t"):
+            c = cmd[i]
+            if quote is None and c in "\"'":
+                quote = c
+            elif c == quote:
+                quote = None
+            elif c == "\\" and i + 1 < n:
+                i += 1
+                c = cmd[i]
+                if c == "x":
+                    w += chr(int(cmd[i + 1:i + 3], 16))
+                    i += 2
+                else:
+                    w += esc.get(c, c)
+            else:
+                w += c
+            i += 1
+        words.append(w)
+    return words
+
+
 # ---- pieces of the spec ---------------------------------------------------------------------
 def cdi_devices(job: JobConfig) -> list[str]:
     """CDI names for the job's GPUs: `nvidia.com/gpu=<index|uuid|all>`; none for a CPU job.
