@@ -11,7 +11,6 @@ import socket
 import subprocess
 import threading
 import time
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -23,13 +22,15 @@ SLEEPER = ["sh", "-c", "sleep 600"]
 
 
 def _checkpoint(path: Path) -> None:
-    """A file that passes isaacd's completeness check (zip, data.pkl, CRCs), as torch.save writes them."""
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as zf:
-        zf.writestr("archive/data.pkl", b"\x80\x02}q\x00.")
-        zf.writestr("archive/data/0", os.urandom(256))
+    """A checkpoint as rsl_rl 5.x's OnPolicyRunner.save writes it (torch.save of its state dicts and `iter`), so it
+    passes isaacd's completeness and deep checks."""
+    import torch
+
+    it = int(path.stem.split("_")[1])
+    net = torch.nn.Linear(4, 2)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(buf.getvalue())
+    torch.save({"actor_state_dict": net.state_dict(), "critic_state_dict": net.state_dict(), "iter": it,
+                "infos": None}, path)
 
 
 def _events(sp, job):  # noqa: ANN001, ANN202
@@ -287,7 +288,7 @@ def _free_port() -> int:
 def test_a_full_log_root_is_named_in_the_exit_event_status_metrics_and_doctor(tmp_path, tiny_disk,
                                                                               supervisor_factory):
     port = _free_port()
-    job = builtin_job("cp", log_root=str(tiny_disk), extra_args=["--num_steps_per_env", "8"],
+    job = builtin_job("cp", log_root=str(tiny_disk), extra_args=["agent.num_steps_per_env=8"],
                       restart={"max_restarts": 1, "backoff_initial": 0.1, "backoff_max": 0.2})
     cfg = write_config(tmp_path, job)
     cfg.write_text(cfg.read_text().replace("[metrics]\nenabled = false",
@@ -333,7 +334,7 @@ def _damage_middle_record(path: Path) -> int:
 
 @pytest.mark.slow
 def test_a_damaged_record_in_an_adopted_trainers_event_file_is_skipped_and_reported(tmp_path, supervisor_factory):
-    cfg = write_config(tmp_path, builtin_job("cp", max_iterations=100000, extra_args=["--num_steps_per_env", "8"]))
+    cfg = write_config(tmp_path, builtin_job("cp", max_iterations=100000, extra_args=["agent.num_steps_per_env=8"]))
     sp = supervisor_factory(cfg)
     j = wait_for(lambda: (x := sp.job("cp"))["iteration"] and x["iteration"] >= 6 and x, 120, what="training")
     os.kill(sp.proc.pid, signal.SIGKILL)

@@ -159,7 +159,8 @@ def test_stop_before_learn_second_signal_and_switch_off(tmp_path, procs):
         d.mkdir()
     long = QUICK + ["--max_iterations", "1000", "agent.save_interval=1000"]
     pe = start([PY, SHIM] + V23[1:] + long, early, env=shim_env(early / "ev.jsonl"))
-    pt = start([PY, SHIM] + V23[1:] + long + ["--step_delay", "0.05"], twice, env=shim_env(twice / "ev.jsonl"))
+    # slow steps: the second signal must land before the next iteration boundary completes the first stop
+    pt = start([PY, SHIM] + V23[1:] + long + ["--step_delay", "0.5"], twice, env=shim_env(twice / "ev.jsonl"))
     po = start([PY, SHIM] + V23[1:] + long + ["--step_delay", "0.004"], off,
                env=shim_env(off / "ev.jsonl", ISAACD_SHIM_SAVE_ON_STOP="0"))
     procs += [pe, pt, po]

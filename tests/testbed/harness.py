@@ -76,7 +76,7 @@ save_interval = 1
 device = "cpu"
 log_root = "{LOG_ROOT}"
 stop_timeout = 20
-command = ["{TRAINER}"]
+launcher = ["{TRAINER.with_name("python")}"]  # the venv python runs the trainer through the shim
 {extra}
 [jobs.restart]
 backoff_initial = {backoff_initial}
