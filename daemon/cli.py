@@ -132,7 +132,8 @@ def cmd_job(args: argparse.Namespace) -> int:
             # Starting it would launch a trainer asked for 0 more iterations and leave an empty run dir.
             print(f"{args.job} is complete ({done}/{job['max_iterations']} iterations); nothing to start. "
                   f"To train it further, raise its max_iterations in the config, then `isaacd reload` "
-                  f"and `isaacd start {args.job}`.")
+                  f"and `isaacd start {args.job}`. To train it from scratch, move its run dirs (see "
+                  f"`isaacd events {args.job}`) out of its log_root first; isaacd never deletes checkpoints.")
             return 0
     print(f"{args.job}: {client({'cmd': args.command, 'job': args.job})}")
     return 0
