@@ -20,10 +20,6 @@ SHIM_EVENTS_ENV = "ISAACD_SHIM_EVENTS"
 BUILTIN_CONTAINER_WORKDIR = "/workspace/isaacd"
 
 
-def experiment_dir(job: JobConfig) -> Path:
-    return resolve(job).workflow.experiment_dir(job)
-
-
 def trainer_args(job: JobConfig, resume: Checkpoint | None, seed: int | None = None,
                  resolved: Resolved | None = None) -> list[str]:
     """The trainer's flags for this launch (the same for every runtime)."""

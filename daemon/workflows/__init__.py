@@ -9,6 +9,7 @@ launch (script exists, generation known). Errors are `WorkflowError(key, message
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..config import JobConfig
 from .base import Generation, Workflow, WorkflowError, regex_literal
@@ -40,7 +41,7 @@ def resolve(job: JobConfig) -> Resolved:
         if job.workflow == "rsl_rl" and not in_container and gen.major < 3:
             # an extension project's own cli_args.py (next to its train.py) decides, whatever Isaac Lab says
             script = train_script(job, library, gen, in_container=False)
-            flavour = resume_flavour(_sibling(script, "cli_args.py"))
+            flavour = resume_flavour(Path(script).with_name("cli_args.py"))
         if flavour is None:
             flavour = "bool" if (gen.major, gen.minor) <= (2, 0) else "store_true"
         wf: Workflow = RslRl(gen, flavour)
@@ -52,12 +53,6 @@ def resolve(job: JobConfig) -> Resolved:
     resolved = Resolved(job, wf, gen)
     resolved.program(in_container=in_container)  # raises for a missing script or launcher
     return resolved
-
-
-def _sibling(script: str, name: str):  # noqa: ANN202 - a Path
-    from pathlib import Path
-
-    return Path(script).with_name(name)
 
 
 def config_issues(cfg) -> list:  # noqa: ANN001 - Config -> list[ConfigIssue]; typed loosely to keep imports light
