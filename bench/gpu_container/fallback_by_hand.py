@@ -29,6 +29,7 @@ from isaacd.metrics.attribution import attribute_pids
 from isaacd.runtimes.base import LaunchSpec
 from isaacd.runtimes.quadlet import ContainerSpec, podman_binary, render_service, sd_split, unit_name
 from isaacd.signals.checkpoints import list_checkpoints, newest_complete
+from isaacd.workflows import resolve
 
 
 
@@ -58,7 +59,7 @@ def main() -> int:
     a = ap.parse_args()
     cfg = load_config(a.config)
     job = next(j for j in cfg.jobs if j.name == a.job)
-    exp = launch.experiment_dir(job)
+    exp = resolve(job).workflow.experiment_dir(job)
     resume = newest_checkpoint(exp)
     args = launch.trainer_args(job, resume)
     spec = LaunchSpec(job=job, argv=[], trainer_args=args, env={}, cwd=Path("/"), log_path=Path("/dev/null"), attempt=1)
