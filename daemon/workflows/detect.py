@@ -40,7 +40,7 @@ def detect_generation(job: JobConfig) -> Generation:
     if job.isaaclab_version is not None:
         gen = parse_version(job.isaaclab_version, "isaaclab_version")
     elif job.workflow == "builtin":
-        gen = Generation(2, 3, "built-in trainer (Isaac Lab 2.3 contract; set isaaclab_version for another)")
+        gen = Generation(2, 3, "the built-in trainer; isaaclab_version picks another generation")
     elif job.runtime == "process":
         gen = _from_install(job)
     else:

@@ -32,7 +32,7 @@ class RlGames(Workflow):
 
     def __init__(self, generation: Generation):
         self.generation = generation
-        self.contract = f"Isaac Lab {generation.label} rl_games ({generation.source})"
+        self.contract = f"Isaac Lab {generation.label} rl_games: --checkpoint <file> (from {generation.source})"
 
     def experiment_dir(self, job: JobConfig) -> Path:
         return job.log_root / "rl_games" / job.experiment_name

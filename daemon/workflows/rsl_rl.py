@@ -43,7 +43,7 @@ class RslRl(Workflow):
         self.unified = generation.major >= 3  # scripts/reinforcement_learning/train.py --rl_library rsl_rl
         kind = ("--checkpoint <file>" if self.unified else
                 "type=bool --resume" if resume_flag == "bool" else "store_true --resume")
-        self.contract = f"Isaac Lab {generation.label} rsl_rl ({kind}; {generation.source})"
+        self.contract = f"Isaac Lab {generation.label} rsl_rl: {kind} (from {generation.source})"
 
     def experiment_dir(self, job: JobConfig) -> Path:
         return job.log_root / "rsl_rl" / job.experiment_name
