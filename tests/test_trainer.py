@@ -221,13 +221,15 @@ def test_stray_true_and_bad_overrides_exit_1_like_upstream(tmp_path):
 def test_v23_layout_exact_resume_and_vanilla_numbering(tmp_path):
     # fresh run: ./logs/rsl_rl/<experiment>/<timestamp>_<run_name>, Hydra overrides for save_interval etc.
     r = run(V23 + QUICK + ["--max_iterations", "9", "--experiment_name", "exp", "--run_name", "job",
-                           "agent.save_interval=7", "agent.algorithm.learning_rate=0.0005"], tmp_path)
+                           "agent.save_interval=7", "agent.algorithm.learning_rate=0.0005",
+                           "env.max_episode_length=200"], tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     (first,) = run_dirs(tmp_path, "exp")
     assert re.fullmatch(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_job", first.name)
     assert checkpoints(first) == [0, 7, 8] and iteration_steps(first) == list(range(9))
     agent = (first / "params" / "agent.yaml").read_text()
     assert "save_interval: 7" in agent and "learning_rate: 0.0005" in agent and "experiment_name: exp" in agent
+    assert "max_episode_length: 200" in (first / "params" / "env.yaml").read_text()
     assert (tmp_path / "outputs").is_dir()  # Hydra's own output dir, like upstream
     # a sibling run whose name shares the prefix and sorts after it ("..._job" vs "..._jobx", same second)
     sibling = first.with_name(first.name + "x")
