@@ -30,7 +30,7 @@ def trainer_args(job: JobConfig, resume: Checkpoint | None, seed: int | None = N
 def process_argv(job: JobConfig, args: list[str], resolved: Resolved | None = None) -> list[str]:
     """The host command line for the process runtime."""
     prog = (resolved or resolve(job)).program(in_container=False)
-    return prog.prefix + args + prog.suffix
+    return prog.argv(args)
 
 
 def shim_events_path(state_dir: Path, job: JobConfig, attempt: int) -> Path:

@@ -217,7 +217,7 @@ class JobRunner:
                 hand_to_container_user(self.cfg, [shim_events.parent])  # Isaac Lab 3 images run as uid 1000
         spec = LaunchSpec(
             job=self.cfg,
-            argv=program.prefix + args + program.suffix,
+            argv=program.argv(args),
             trainer_args=args,
             env=launch.trainer_env(self.cfg, shim_events if program.shim else None),
             cwd=launch.workdir(self.cfg, self.state_dir),
@@ -362,7 +362,6 @@ class JobRunner:
             except Exception as exc:  # noqa: BLE001
                 self.log.warning("cleanup_failed", error=str(exc))
         self.handle = None
-        self.save()
         attempt.last_iteration = self.iteration
         h = self.history
         if self.iteration is not None:  # what status shows after a supervisor restart, before new events arrive

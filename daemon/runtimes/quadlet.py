@@ -284,7 +284,7 @@ def container_command(job: JobConfig, trainer_args: list[str]) -> list[str]:
         if a == "--device":
             args[i + 1] = container_device_arg(job)
     prog = resolve(job).program(in_container=True)
-    return prog.prefix + args + prog.suffix
+    return prog.argv(args)
 
 
 def container_env(job: JobConfig) -> dict[str, str]:

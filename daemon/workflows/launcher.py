@@ -80,6 +80,9 @@ class Program:
     suffix: list[str]
     shim: bool
 
+    def argv(self, args: list[str]) -> list[str]:
+        return self.prefix + args + self.suffix
+
 
 def build_program(job: JobConfig, library: str, gen: Generation, *, in_container: bool,
                   python: str | None = None) -> Program:
