@@ -71,8 +71,12 @@ def host_path(job: JobConfig, reported: str) -> Path:
         return p
 
 
-def trainer_env(job: JobConfig, shim_events: Path | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in TRAINER_ENV_DROP and k != SHIM_EVENTS_ENV}
+LAUNCH_TOKEN_ENV = "ISAACD_LAUNCH_TOKEN"  # saved before the spawn: how a new supervisor finds an unsaved trainer
+
+
+def trainer_env(job: JobConfig, shim_events: Path | None = None, token: str | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in TRAINER_ENV_DROP and k not in (SHIM_EVENTS_ENV, LAUNCH_TOKEN_ENV)}
     if job.ranks > 1 and isinstance(job.gpus, list) and job.gpus:
         # rank r uses cuda:r (rsl_rl requires cuda:<LOCAL_RANK>): map those onto the job's own GPUs
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job.gpus)
@@ -80,4 +84,6 @@ def trainer_env(job: JobConfig, shim_events: Path | None = None) -> dict[str, st
     env.setdefault("PYTHONUNBUFFERED", "1")
     if shim_events is not None:
         env[SHIM_EVENTS_ENV] = str(shim_events)
+    if token:
+        env[LAUNCH_TOKEN_ENV] = token
     return env

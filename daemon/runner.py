@@ -1,21 +1,29 @@
-"""One job's life: launch, watch, decide, restart. Driven by Supervisor.tick(); never blocks.
+"""One job's hands and eyes: observes its trainer, feeds what it sees to the state machine, applies the effects.
 
-Decisions a user cares about (why a restart, which checkpoint, why it gave up) are written to the
-job's event journal and to the structured log with the same fields.
+The runner decides nothing. `observe` turns the runtime, the TensorBoard tail and the shim's side channel
+into observations (values); `jobs.machine.decide` turns each observation or command into a new model and
+effects; `_apply` carries the effects out in order, saving the model before any effect that acts (see
+jobs/effects.py). Facts (attempts, run dirs, exits) go to the job's history; decisions live in the model,
+saved in the same document. Nothing here blocks: the runtimes answer at once (runtimes/base.py).
 """
 
 from __future__ import annotations
 
+import os
 import random
 import signal
-import time
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from . import launch
+from .clock import Clock, SystemClock
 from .config import JobConfig
-from .jobs import JobState, check_transition
+from .jobs import machine
+from .jobs.effects import Effect, Event, Forget, Kill, Launch, Persist, Signal
+from .jobs.messages import Exited, LaunchRefused, Message, Progressed, Start, Stop, Tick
+from .jobs.model import JobModel, JobState, LaunchIntent, Origin
 from .joblogs import exit_with_log_tail
 from .logs import log
 from .rebuild import load_history
@@ -29,93 +37,192 @@ from .workflows.validate import VALIDATOR, expected_rsl_rl_format
 
 CHECKPOINT_SCAN_INTERVAL = 2.0
 PIDS_SCAN_INTERVAL = 2.0
+CRASH_AT_ENV = "ISAACD_TEST_CRASH_AT"  # the crash test's seam: SIGKILL ourselves at one effect boundary
+WARN_EVENTS = {"failed", "checkpoint_rejected", "config_rejected", "resume_mismatch", "start_failed",
+               "tensorboard_damaged", "state_save_failed", "stop_timeout"}
+
+
+def crash_point(label: str) -> None:
+    """Die here, as a power cut would, when the crash test asks for this boundary (tests/test_crash_consistency.py).
+    Only an environment variable set by that test reaches this; nothing else can."""
+    if os.environ.get(CRASH_AT_ENV) == label:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class JobSignals:
+    """What the watchdogs read about a job this tick (a value: they never reach into the runner)."""
+
+    name: str
+    cfg: JobConfig
+    alive: bool  # a trainer runs and is not being stopped
+    attempt: int
+    attempt_started_at: float | None  # monotonic
+    first_step: int | None
+    iteration: int | None
+    last_progress_time: float | None  # monotonic
+    new_points: tuple[ScalarPoint, ...] = ()
+    pids: tuple[int, ...] = ()
+    parked_by: str | None = None
+    state: JobState = JobState.PENDING
 
 
 @dataclass
-class StopRequest:
-    reason: str  # said in events and status
-    then: str  # "stop" | "restart" | "rollback" | "shutdown" | "park"
-    deadline: float
-    killed: bool = False
-    # for rollback: resume strictly before this iteration; new seed if asked
-    before_iteration: int | None = None
-    new_seed: bool = False
-    # operator stops mark the job stopped across supervisor restarts; shutdown does not
-    final: bool = True
+class _Live:
+    """What the runner knows about the current attempt's trainer (memory only; rebuilt on adoption)."""
+
+    handle: Handle | None = None
+    tail: TensorBoardTail | None = None
+    shim: ShimEvents | None = None
+    started_mono: float | None = None
+    run_dirs_at_launch: set[str] = field(default_factory=set)
+    new_points: list[ScalarPoint] = field(default_factory=list)
+    pids: list[int] = field(default_factory=list)
+    pids_scanned_at: float = float("-inf")
+    stop_seen_by_trainer: bool = False  # the shim reported stop_requested: never signal it twice
 
 
 class JobRunner:
-    def __init__(self, cfg: JobConfig, runtime: Runtime, store: StateStore, state_dir: Path):
+    def __init__(self, cfg: JobConfig, runtime: Runtime, store: StateStore, state_dir: Path,
+                 clock: Clock | None = None):
         self.cfg = cfg
         self.runtime = runtime
         self.store = store
         self.state_dir = state_dir
+        self.clock: Clock = clock or SystemClock()
+        self.log = log.bind(job=cfg.name)
         self.history: JobHistory = load_history(store, cfg, state_dir)  # rebuilt from disk if damaged
-        self.state = JobState.PENDING
-        self.state_since = time.time()
-        self.state_reason: str | None = None
-        self.handle: Handle | None = None
-        self.tail: TensorBoardTail | None = None
-        self.stop: StopRequest | None = None
-        self.backoff_until: float | None = None
-        self.next_launch_reason = "initial"
-        self.next_resume_before: int | None = None
-        self.next_seed: int | None = None
-        self.count_next_as_restart = False
-        self.restart_reason_class = "exit_code"
-        self._run_dirs_at_launch: set[str] = set()
+        self.model: JobModel = self._model_from_history()
+        self.state_since = self.clock.wall()
+        self.live = _Live()
+        self.cleanups: list[Handle] = []  # ended trainers whose runtime resources are still being released
+        self.gpu_check: Callable[[JobConfig], str | None] | None = None  # set by the supervisor
+        self.resolved: Resolved | None = None
+        self.persist_error: str | None = None  # the last failed save, until a save succeeds
+        self._dirty = False
         self._checkpoint: Checkpoint | None = None
-        self._checkpoint_scanned_at = 0.0
-        self._pids_scanned_at = 0.0
+        self._checkpoint_scanned_at = float("-inf")
         self.iteration: int | None = None
         self.scalars: dict[str, float] = {}
-        self.last_progress_time: float | None = None
-        self.new_points: list[ScalarPoint] = []  # this tick's scalars, for the watchdogs
-        self.pids_cache: list[int] = []
-        self.parked_by: str | None = None  # a watchdog that stopped the job and will resume it
-        self.gpu_check: Any = None  # (JobConfig) -> problem or None, from the GPU inventory
-        self.log = log.bind(job=cfg.name)
-        self.resolved: Resolved | None = None  # the job's trainer contract, resolved at each launch
-        self.shim: ShimEvents | None = None  # what the launcher shim reports for the current attempt
+        self.last_progress_mono: float | None = None
+        self.last_progress_wall: float | None = None
         try:
             self.resolved = resolve(cfg)
         except WorkflowError:
             pass  # said when the job launches (and by check-config / doctor before that)
 
-    # ---- bookkeeping -------------------------------------------------------------------
+    @property
+    def state(self) -> JobState:
+        return self.model.state
+
+    @property
+    def handle(self) -> Handle | None:
+        return self.live.handle
+
+    # ---- the model on disk ---------------------------------------------------------------
+    def _model_from_history(self) -> JobModel:
+        """The saved model, rebased when the machine rebooted since; or one derived from an older document."""
+        h, now = self.history, self.clock.monotonic()
+        if h.machine is not None:
+            try:
+                m = JobModel.from_json(h.machine)
+            except (KeyError, TypeError, ValueError) as exc:
+                self.log.error("job_model_damaged", error=str(exc), detail="derived again from the history")
+            else:
+                if h.boot_id == self.clock.boot_id:
+                    return m
+                # monotonic values from another boot mean nothing: wait a backoff again in full, give a
+                # stop its grace again, and keep past restarts inside the crash-loop window (the safe side)
+                return m.with_(
+                    backoff_until=now + (m.backoff_seconds or 0.0) if m.backoff_until is not None else None,
+                    stop=None if m.stop is None else _stop_deadline(m, now + self.cfg.stop_timeout),
+                    restart_times=tuple(now for _ in m.restart_times))
+        # a history written before the state machine: keep its counters and its resting state
+        wall = self.clock.wall()
+        m = JobModel(restarts=h.restarts, restart_times=tuple(now - max(wall - t, 0.0) for t in h.restart_times),
+                     restarts_by_reason=tuple(sorted(h.restarts_by_reason.items())),
+                     last_restart_reason=h.last_restart_reason, rollbacks=h.rollbacks,
+                     watchdog_trips=tuple(sorted(h.watchdog_trips.items())))
+        cur = h.current
+        if cur is not None and cur.exit is None and (cur.handle or cur.token):
+            return m.with_(state=JobState.RUNNING, reason="adopting")
+        if h.final_state in ("stopped", "completed", "failed"):
+            return m.with_(state=JobState(h.final_state), reason=h.final_reason, final=True)
+        return m
+
+    def _persist(self) -> bool:
+        """Save history + model. A failure (disk full, fds exhausted) is reported once per distinct error and
+        retried every tick; the caller decides whether to act without it (a launch does not)."""
+        m, h = self.model, self.history
+        h.machine, h.boot_id = m.to_json(), self.clock.boot_id
+        # mirrored for readers of the document (and an older isaacd): the model is the authority
+        h.restarts, h.restarts_by_reason = m.restarts, dict(m.restarts_by_reason)
+        h.last_restart_reason, h.rollbacks, h.watchdog_trips = m.last_restart_reason, m.rollbacks, dict(m.watchdog_trips)
+        rest = m.state in (JobState.STOPPED, JobState.COMPLETED, JobState.FAILED) and m.final
+        h.final_state, h.final_reason = (m.state.value, m.reason) if rest else (None, None)
+        h.restart_times = []
+        try:
+            self.store.save(h)
+        except OSError as exc:
+            self._dirty = True
+            problem = f"cannot save the job's state in {self.store.jobs_dir}: {exc.strerror or exc}"
+            if problem != self.persist_error:
+                self.persist_error = problem
+                self.event("state_save_failed", error=problem, detail="retrying every tick")
+            return False
+        self._dirty = False
+        if self.persist_error is not None:
+            self.persist_error = None
+            self.event("state_saved", detail="the job's state is on disk again")
+        return True
+
+    # ---- events --------------------------------------------------------------------------
     def event(self, event: str, **fields: Any) -> None:
-        self.store.append_event(self.cfg.name, event, **fields)
-        warn = {"failed", "checkpoint_rejected", "config_rejected", "resume_mismatch", "start_failed",
-                "tensorboard_damaged"}
-        # an exit is news only when nobody asked for it and it was not a clean one
-        if event == "exited" and not (fields.get("code") == 0 or fields.get("requested")):
-            warn.add("exited")
-        level = "warning" if event in warn else "info"
+        level = "warning" if event in WARN_EVENTS or (
+            event == "exited" and not (fields.get("code") == 0 or fields.get("requested"))) else "info"
         getattr(self.log, level)(event, **fields)
+        try:
+            self.store.append_event(self.cfg.name, event, **fields)
+        except OSError as exc:  # a full state disk must not stop the job's care; the log above has it
+            self.log.error("journal_append_failed", journal_event=event, error=str(exc))
 
-    def set_state(self, new: JobState, reason: str | None = None) -> None:
-        if new == self.state:
-            return
-        check_transition(self.cfg.name, self.state, new)
-        self.event("state", old=self.state.value, new=new.value, reason=reason)
-        self.state, self.state_since, self.state_reason = new, time.time(), reason
+    # ---- messages in, effects out ----------------------------------------------------------
+    def handle_message(self, msg: Message) -> str | None:
+        ctx = machine.Context(self.cfg.name, self.clock.monotonic(), self.cfg.restart, self.cfg.stop_timeout)
+        decision = machine.decide(self.model, msg, ctx)
+        old = self.model.state
+        self.model = decision.model
+        if self.model.state != old:
+            self.state_since = self.clock.wall()
+        follow_ups = self._apply(decision.effects)
+        for obs in follow_ups:
+            self.handle_message(obs)
+        return decision.reply
 
-    def save(self) -> None:
-        self.store.save(self.history)
+    def _apply(self, effects: tuple[Effect, ...]) -> list[Message]:
+        follow_ups: list[Message] = []
+        for effect in effects:
+            if isinstance(effect, Event):
+                self.event(effect.name, **effect.fields)
+            elif isinstance(effect, Persist):
+                self._persist()
+                crash_point(f"{self.model.state.value}.after_intent")
+            elif isinstance(effect, Signal):
+                if self.live.handle is not None and not self.live.stop_seen_by_trainer:
+                    self.runtime.signal(self.live.handle, effect.signum)
+                crash_point("signal.after_effect")
+            elif isinstance(effect, Kill):
+                if self.live.handle is not None:
+                    self.runtime.kill(self.live.handle)
+            elif isinstance(effect, Forget):
+                self.live = _Live()
+            elif isinstance(effect, Launch):
+                refused = self._launch(effect.intent)
+                if refused is not None:
+                    follow_ups.append(refused)
+        return follow_ups
 
-    def settle(self, state: JobState, reason: str, remember: bool = True) -> None:
-        """Come to rest in stopped/completed/failed; `remember` keeps it so across supervisor restarts."""
-        if remember:
-            self.history.final_state, self.history.final_reason = state.value, reason
-            self.save()
-        if state == JobState.FAILED:
-            self.event("failed", reason=reason)
-        self.set_state(state, reason)
-
-    def lineage(self) -> list[Lineage]:
-        return [Lineage(Path(a.run_dir) if a.run_dir else None,
-                        a.resume_from["iteration"] if a.resume_from else None) for a in self.history.attempts]
-
+    # ---- launching ---------------------------------------------------------------------
     def newest_checkpoint(self, deep: bool = False, before_iteration: int | None = None,
                           rejected: list[tuple[Checkpoint, str]] | None = None) -> Checkpoint | None:
         """Newest complete checkpoint on the job's timeline; `deep` also asks whether its trainer can load it."""
@@ -127,86 +234,46 @@ class JobRunner:
             expected = expected_rsl_rl_format(self.history.trainer_rsl_rl_version, self.resolved.generation.major,
                                               self.cfg.workflow == "builtin")
             validator = lambda c: VALIDATOR.problem(c, expected, wf.library)  # noqa: E731
-        return choose_resume(self.lineage(), before_iteration, rejected, wf.layout, validator)
+        lineage = [Lineage(Path(a.run_dir) if a.run_dir else None,
+                           a.resume_from["iteration"] if a.resume_from else None) for a in self.history.attempts]
+        return choose_resume(lineage, before_iteration, rejected, wf.layout, validator)
 
-    # ---- startup -----------------------------------------------------------------------
-    def recover(self) -> None:
-        """After a supervisor (re)start: adopt a live trainer, or decide what the job should do."""
-        attempt = self.history.current
-        if attempt is not None and attempt.exit is None and attempt.handle:
-            handle = self.runtime.adopt(self.cfg, attempt.handle) if attempt.runtime == self.runtime.name else None
-            if handle is not None:
-                self.handle = handle
-                # the trainer may not have made its run dir yet: earlier attempts' dirs are not it
-                self._run_dirs_at_launch = {Path(a.run_dir).name for a in self.history.attempts if a.run_dir}
-                self.shim = ShimEvents(Path(attempt.shim_events)) if attempt.shim_events else None
-                self._attach_run_dir(attempt)
-                self.state = JobState.RUNNING
-                self.state_since = time.time()
-                self.event("adopted", attempt=attempt.number, pid=handle.pid, run_dir=attempt.run_dir)
-                return
-            status = ExitStatus(detail="trainer ended while the supervisor was not running")
-            self._record_exit(attempt, status)
-            self.next_launch_reason = status.describe()
-            self.count_next_as_restart, self.restart_reason_class = True, "lost"
-        final = self.history.final_state
-        if final in ("stopped", "completed", "failed"):
-            self.state = JobState(final)
-            self.state_reason = self.history.final_reason
-            return
-        if not self.cfg.autostart and attempt is None:
-            self.state, self.state_reason = JobState.STOPPED, "autostart = false"
-
-    # ---- launching ---------------------------------------------------------------------
-    def launch(self, reason: str) -> None:
-        now = time.time()
+    def _launch(self, intent: LaunchIntent) -> LaunchRefused | None:
+        """Plan attempt N and start it: the token is saved before the spawn, the handle right after."""
         problem = self.gpu_check(self.cfg) if self.gpu_check else None
-        if problem is not None:
-            # a GPU this host does not have: retrying cannot help, so fail once with the reason
-            self.settle(JobState.FAILED, f"cannot start: {problem}")
-            return
+        if problem is not None:  # a GPU this host does not have: retrying cannot help
+            return LaunchRefused(f"cannot start: {problem}", settle="failed")
         try:
             self.resolved = resolved = resolve(self.cfg)
-        except WorkflowError as exc:
-            # a missing train script or an unknown Isaac Lab generation: retrying cannot help either
-            self.settle(JobState.FAILED, f"cannot start: {exc.key}: {exc.message}")
-            return
+        except WorkflowError as exc:  # a missing train script or an unknown Isaac Lab generation
+            return LaunchRefused(f"cannot start: {exc.key}: {exc.message}", settle="failed")
         wf = resolved.workflow
         rejected: list[tuple[Checkpoint, str]] = []
-        resume = self.newest_checkpoint(deep=True, before_iteration=self.next_resume_before, rejected=rejected)
+        resume = self.newest_checkpoint(deep=True, before_iteration=intent.before_iteration, rejected=rejected)
         for ckpt, why in rejected:
             self.event("checkpoint_rejected", path=str(ckpt.path), iteration=ckpt.iteration, problem=why)
         if resume is None and any(why.startswith("incompatible") for _, why in rejected):
             # starting from scratch would silently throw the run away: stop and say why
             newest = rejected[0]
-            self.settle(JobState.FAILED, f"no checkpoint this trainer can load: {newest[0].path.name} is {newest[1]}. "
-                                         "Run the job with the trainer that wrote it (image / isaaclab_dir), or move "
-                                         "its run dirs away and `isaacd start` to train from scratch")
-            return
-        if self.next_resume_before is not None and resume is None:
-            self.event("rollback_without_checkpoint", before_iteration=self.next_resume_before,
+            return LaunchRefused(f"no checkpoint this trainer can load: {newest[0].path.name} is {newest[1]}. "
+                                 "Run the job with the trainer that wrote it (image / isaaclab_dir), or move "
+                                 "its run dirs away and `isaacd start` to train from scratch", settle="failed")
+        if intent.before_iteration is not None and resume is None:
+            self.event("rollback_without_checkpoint", before_iteration=intent.before_iteration,
                        detail="no complete checkpoint before the trouble; starting from scratch")
         if resume is not None and wf.is_complete(self.cfg, resume, None):
-            self.settle(JobState.COMPLETED, f"max_iterations reached ({resume.path.name} holds "
-                                            f"{wf.iterations_done(resume)} of {self.cfg.max_iterations})")
-            return
-        seed = self.next_seed
-        if self.count_next_as_restart:
-            h = self.history
-            h.restarts += 1
-            if self.restart_reason_class != "operator":  # an operator's restart is no crash loop
-                h.restart_times.append(now)
-            h.restarts_by_reason[self.restart_reason_class] = h.restarts_by_reason.get(self.restart_reason_class, 0) + 1
-            h.last_restart_reason = reason
-        self.history.final_state = self.history.final_reason = None
+            return LaunchRefused(f"max_iterations reached ({resume.path.name} holds {wf.iterations_done(resume)} "
+                                 f"of {self.cfg.max_iterations})", settle="completed")
+        seed = random.randrange(2**31) if intent.new_seed else None
         number = self.history.attempts[-1].number + 1 if self.history.attempts else 1
         shim_events = launch.shim_events_path(self.state_dir, self.cfg, number)
         program = resolved.program(in_container=self.cfg.runtime != "process")
-        attempt = Attempt(number=number, started_at=now, reason=reason,
+        token = uuid.uuid4().hex
+        attempt = Attempt(number=number, started_at=self.clock.wall(), reason=intent.reason,
                           resume_from=resume.as_json() if resume else None, runtime=self.runtime.name,
-                          shim_events=str(shim_events) if program.shim else None)
+                          shim_events=str(shim_events) if program.shim else None, token=token)
         exp = wf.experiment_dir(self.cfg)
-        self._run_dirs_at_launch = {p.name for p in exp.iterdir()} if exp.is_dir() else set()
+        run_dirs_before = {p.name for p in exp.iterdir()} if exp.is_dir() else set()
         args = launch.trainer_args(self.cfg, resume, seed, resolved)
         if program.shim:
             shim_events.parent.mkdir(parents=True, exist_ok=True)
@@ -215,50 +282,198 @@ class JobRunner:
                 from .runtimes.quadlet import hand_to_container_user
 
                 hand_to_container_user(self.cfg, [shim_events.parent])  # Isaac Lab 3 images run as uid 1000
-        spec = LaunchSpec(
-            job=self.cfg,
-            argv=program.argv(args),
-            trainer_args=args,
-            env=launch.trainer_env(self.cfg, shim_events if program.shim else None),
-            cwd=launch.workdir(self.cfg, self.state_dir),
-            log_path=self.state_dir / "logs" / f"{self.cfg.name}.log",
-            attempt=attempt.number,
-        )
-        self.set_state(JobState.STARTING, reason)
+        spec = LaunchSpec(job=self.cfg, argv=program.argv(args), trainer_args=args,
+                          env=launch.trainer_env(self.cfg, shim_events if program.shim else None, token),
+                          cwd=launch.workdir(self.cfg, self.state_dir),
+                          log_path=self.state_dir / "logs" / f"{self.cfg.name}.log", attempt=number, token=token)
         self.history.attempts.append(attempt)
+        if not self._persist():
+            # a trainer we could not find again after a crash would be a duplicate waiting to happen
+            attempt.ended_at, attempt.exit = self.clock.wall(), {"code": None, "signal": None, "oom_killed": False,
+                                                                  "external_stop": False,
+                                                                  "description": "not started: state not saved"}
+            return LaunchRefused(f"not starting: {self.persist_error}", crash_loop=False)
+        crash_point("launch.after_intent")
         try:
-            self.handle = self.runtime.start(spec)
+            handle = self.runtime.start(spec)
         except Exception as exc:  # noqa: BLE001 - any launch failure is a failed attempt, not a crash of ours
-            self.handle = None
-            self.event("start_failed", attempt=attempt.number, error=str(exc))
-            status = ExitStatus(code=None, detail=f"failed to start: {exc}")
-            self._record_exit(attempt, status)  # ended, so the backoff ladder counts it
-            self._after_exit(attempt, status)
+            self.event("start_failed", attempt=number, error=str(exc))
+            self._record_exit(attempt, ExitStatus(code=None, detail=f"failed to start: {exc}"))
+            return LaunchRefused(f"failed to start: {exc}")
+        crash_point("launch.after_effect")
+        attempt.handle = dict(handle.state)
+        self.live = _Live(handle=handle, shim=ShimEvents(shim_events) if program.shim else None,
+                          started_mono=self.clock.monotonic(), run_dirs_at_launch=run_dirs_before)
+        self._persist()
+        self.event("started", attempt=number, reason=intent.reason, pid=handle.pid, resume_from=attempt.resume_from,
+                   seed=seed if seed is not None else self.cfg.seed, contract=wf.contract, argv=spec.argv)
+        return None
+
+    # ---- recovery after a supervisor (re)start -------------------------------------------
+    def recover(self) -> None:
+        """Adopt a live trainer (by its saved handle, or by the token saved before its spawn), finish a stop
+        that was in flight, or carry on with what the saved model says. Replays are idempotent: a stop is
+        re-signalled only if the trainer never saw it, a launch is redone only if no trainer carries its token."""
+        m, attempt = self.model, self.history.current
+        if m.state.active:
+            handle = self._find_trainer(attempt) if attempt is not None and attempt.exit is None else None
+            if handle is not None:
+                assert attempt is not None
+                self._adopt(attempt, handle)
+                return
+            if attempt is not None and attempt.exit is None and not attempt.handle and m.state == JobState.STARTING:
+                # saved the launch, never got to the spawn (or the trainer is gone without a trace): launch again
+                attempt.ended_at, attempt.exit = self.clock.wall(), {
+                    "code": None, "signal": None, "oom_killed": False, "external_stop": False,
+                    "description": "never started: the supervisor stopped during the launch"}
+                self.event("launch_replayed", attempt=attempt.number, reason=m.launch.reason)
+                refused = self._launch(m.launch)
+                if refused is not None:
+                    self.handle_message(refused)
+                return
+            status = ExitStatus(detail="trainer ended while the supervisor was not running")
+            if attempt is not None and attempt.exit is None:
+                self._record_exit(attempt, status)
+            self.handle_message(Exited(status.describe(), "lost", success=False))
             return
-        attempt.handle = dict(self.handle.state)
-        self.save()
-        self.tail = None
-        self.shim = ShimEvents(shim_events) if program.shim else None
-        self.new_points = []
-        self.event("started", attempt=attempt.number, reason=reason, pid=self.handle.pid,
-                   resume_from=attempt.resume_from, seed=seed if seed is not None else self.cfg.seed,
-                   contract=wf.contract, argv=spec.argv)
-        self.next_launch_reason, self.next_resume_before, self.next_seed = "initial", None, None
-        self.count_next_as_restart = False
+        if m.state == JobState.STOPPED and not m.final:
+            # stopped by a supervisor shutdown, a config removal or a heat park: the job goes on
+            self.handle_message(Start(Origin.RECOVERY, "resuming after a supervisor restart"))
+            return
+        if m.state == JobState.PENDING and not self.cfg.autostart and attempt is None:
+            self.handle_message(Stop(Origin.CONFIG, "autostart = false"))
+
+    def _find_trainer(self, attempt: Attempt) -> Handle | None:
+        if attempt.runtime != self.runtime.name:
+            return None
+        if attempt.handle:
+            return self.runtime.adopt(self.cfg, attempt.handle)
+        finder = getattr(self.runtime, "find", None)
+        if attempt.token and finder is not None:
+            handle = finder(self.cfg, attempt.token)
+            if handle is not None:
+                attempt.handle = dict(handle.state)
+                self._persist()
+            return handle
+        return None
+
+    def _adopt(self, attempt: Attempt, handle: Handle) -> None:
+        self.live = _Live(handle=handle, started_mono=self.clock.monotonic(),
+                          shim=ShimEvents(Path(attempt.shim_events)) if attempt.shim_events else None,
+                          # the trainer may not have made its run dir yet: earlier attempts' dirs are not it
+                          run_dirs_at_launch={Path(a.run_dir).name for a in self.history.attempts if a.run_dir})
+        self._poll_shim(attempt)
+        self._attach_run_dir(attempt)
+        self.event("adopted", attempt=attempt.number, pid=handle.pid, run_dir=attempt.run_dir)
+        stop = self.model.stop
+        if self.model.state == JobState.STOPPING and stop is not None:
+            # finish the stop the previous supervisor began: its deadline is still on this boot's clock
+            if stop.killed:
+                self.runtime.kill(handle)
+            elif not self.live.stop_seen_by_trainer:
+                self.runtime.signal(handle, signal.SIGINT)
+            self.event("stop_resumed", reason=stop.reason, then=stop.then.value,
+                       detail="a stop in flight when the supervisor stopped; carried on")
+
+    # ---- observing -------------------------------------------------------------------------
+    def tick(self, now: float) -> None:
+        """One step: what happened (observations), then time passing (Tick). `now` is monotonic."""
+        self.live.new_points = []
+        for obs in self._observe(now):
+            self.handle_message(obs)
+        self.handle_message(Tick())
+        if self._dirty:
+            self._persist()
+        self.cleanups = [h for h in self.cleanups if not self._cleanup(h)]
+        if now - self._checkpoint_scanned_at >= CHECKPOINT_SCAN_INTERVAL:
+            self._checkpoint_scanned_at = now
+            self._checkpoint = self.newest_checkpoint()
+
+    def _cleanup(self, handle: Handle) -> bool:
+        """True once the runtime has released what the trainer's start created (polled: never blocks)."""
+        try:
+            done = self.runtime.cleanup(handle)
+        except Exception as exc:  # noqa: BLE001
+            self.log.warning("cleanup_failed", error=str(exc))
+            return True
+        return done is None or bool(done)
+
+    def _observe(self, now: float) -> list[Message]:
+        live, attempt = self.live, self.history.current
+        if live.handle is None or attempt is None:
+            return []
+        out: list[Message] = []
+        status = self.runtime.poll(live.handle)
+        self._poll_shim(attempt)
+        if live.tail is None:
+            self._attach_run_dir(attempt)
+        if live.tail is not None:
+            live.new_points = live.tail.poll(now)
+            for note in live.tail.take_damage():  # a torn/overwritten record was skipped: say so
+                self.event("tensorboard_damaged", **note)
+            if live.new_points:
+                prog = live.tail.progress
+                self.last_progress_mono, self.last_progress_wall = now, self.clock.wall()
+                self.iteration = prog.last_step
+                self.scalars.update(prog.latest)
+                if prog.last_step is not None:
+                    out.append(Progressed(prog.last_step))
+        if status is None:
+            if now - live.pids_scanned_at >= PIDS_SCAN_INTERVAL:  # a /proc walk: not every tick
+                live.pids_scanned_at = now
+                live.pids = self.runtime.pids(live.handle)
+            return out
+        status = exit_with_log_tail(status, live.handle)  # "exited with code 1: OSError: ... No space left"
+        crash_point("exit.before_save")
+        out.append(self._exited(attempt, status))
+        return out
+
+    def _exited(self, attempt: Attempt, status: ExitStatus) -> Exited:
+        ran = self.clock.monotonic() - self.live.started_mono if self.live.started_mono is not None else 0.0
+        self._record_exit(attempt, status)
+        start = attempt.resume_from["iteration"] if attempt.resume_from else -1
+        moved = attempt.checkpoint_at_exit is not None and attempt.checkpoint_at_exit > start
+        return Exited(status.describe(), status.reason_class, status.success, status.external_stop,
+                      reached_max=status.success and self._reached_max(), ran_seconds=ran, moved_forward=moved)
+
+    def _poll_shim(self, attempt: Attempt) -> None:
+        """Fold in what the shim said: the run dir, checkpoints as they land, which checkpoint was loaded."""
+        shim = self.live.shim
+        if shim is None:
+            return
+        for ev in shim.poll():
+            kind = ev.get("event")
+            if kind == "checkpoint_saved" and ev.get("path"):
+                VALIDATOR.prewarm(launch.host_path(self.cfg, str(ev["path"])))  # deep validation off the tick
+                self._checkpoint_scanned_at = float("-inf")  # status shows it at the next scan, not in 2 s
+            elif kind == "checkpoint_loaded":
+                wanted = attempt.resume_from["path"] if attempt.resume_from else None
+                got = str(launch.host_path(self.cfg, str(ev.get("path"))))
+                if wanted is not None and Path(got) != Path(wanted):
+                    self.event("resume_mismatch", attempt=attempt.number, chosen=wanted, loaded=got,
+                               detail="the trainer loaded another checkpoint than isaacd chose")
+            elif kind in ("runner_started", "shim_started") and shim.report.rsl_rl_version:
+                self.history.trainer_rsl_rl_version = shim.report.rsl_rl_version
+            elif kind == "stop_requested":
+                self.live.stop_seen_by_trainer = True
+            elif kind == "stopped":
+                saved = ev.get("checkpoint")
+                self.event("trainer_saved_on_stop", attempt=attempt.number, iteration=ev.get("iteration"),
+                           checkpoint=str(launch.host_path(self.cfg, str(saved))) if saved else None)
 
     def _attach_run_dir(self, attempt: Attempt) -> None:
         if attempt.run_dir:
-            self.tail = TensorBoardTail(Path(attempt.run_dir))
+            self.live.tail = TensorBoardTail(Path(attempt.run_dir))
             return
         found: Path | None = None
-        if self.shim is not None and self.shim.report.run_dir:
-            found = launch.host_path(self.cfg, self.shim.report.run_dir)  # rank 0's run dir, as the trainer said
-        elif self.shim is None and self.resolved is not None:
+        if self.live.shim is not None and self.live.shim.report.run_dir:
+            found = launch.host_path(self.cfg, self.live.shim.report.run_dir)  # rank 0's run dir, as reported
+        elif self.live.shim is None and self.resolved is not None:
             found = self._guess_run_dir()
         if found is not None:
             attempt.run_dir = str(found)
-            self.save()
-            self.tail = TensorBoardTail(found)
+            self._persist()
+            self.live.tail = TensorBoardTail(found)
             self.event("run_dir", attempt=attempt.number, run_dir=attempt.run_dir)
 
     def _guess_run_dir(self) -> Path | None:
@@ -271,218 +486,71 @@ class JobRunner:
         name_re = wf.run_dir_re(self.cfg)
         try:
             new = sorted(p for p in wf.experiment_dir(self.cfg).iterdir() if p.is_dir()
-                         and p.name not in self._run_dirs_at_launch and name_re.match(p.name))
+                         and p.name not in self.live.run_dirs_at_launch and name_re.match(p.name))
         except OSError:
             return None
         if self.cfg.ranks > 1:
             new = [p for p in new if any(p.glob("events.out.tfevents.*"))]
         return new[-1] if new else None
 
-    # ---- the tick ------------------------------------------------------------------------
-    def tick(self, now: float) -> None:
-        self.new_points = []
-        if self.state in (JobState.STARTING, JobState.RUNNING, JobState.STOPPING):
-            self._watch(now)
-        elif self.state == JobState.BACKING_OFF and self.backoff_until is not None and now >= self.backoff_until:
-            self.launch(self.next_launch_reason)
-        elif self.state == JobState.PENDING:
-            self.launch(self.next_launch_reason)
-        if now - self._checkpoint_scanned_at >= CHECKPOINT_SCAN_INTERVAL:
-            self._checkpoint_scanned_at = now
-            self._checkpoint = self.newest_checkpoint()
-
-    def _poll_shim(self, attempt: Attempt) -> None:
-        """Fold in what the shim said: the run dir, checkpoints as they land, which checkpoint was loaded."""
-        if self.shim is None:
-            return
-        for ev in self.shim.poll():
-            kind = ev.get("event")
-            if kind == "checkpoint_saved" and ev.get("path"):
-                path = launch.host_path(self.cfg, str(ev["path"]))
-                VALIDATOR.prewarm(path)  # deep validation off the tick, before any resume needs it
-                self._checkpoint_scanned_at = 0.0  # status shows it at the next scan, not in 2 s
-            elif kind == "checkpoint_loaded":
-                wanted = attempt.resume_from["path"] if attempt.resume_from else None
-                got = str(launch.host_path(self.cfg, str(ev.get("path"))))
-                if wanted is not None and Path(got) != Path(wanted):
-                    self.event("resume_mismatch", attempt=attempt.number, chosen=wanted, loaded=got,
-                               detail="the trainer loaded another checkpoint than isaacd chose")
-            elif kind in ("runner_started", "shim_started") and self.shim.report.rsl_rl_version:
-                self.history.trainer_rsl_rl_version = self.shim.report.rsl_rl_version
-            elif kind == "stopped":
-                saved = ev.get("checkpoint")
-                self.event("trainer_saved_on_stop", attempt=attempt.number, iteration=ev.get("iteration"),
-                           checkpoint=str(launch.host_path(self.cfg, str(saved))) if saved else None)
-
-    def _watch(self, now: float) -> None:
-        assert self.handle is not None
-        attempt = self.history.current
-        assert attempt is not None
-        status = self.runtime.poll(self.handle)
-        self._poll_shim(attempt)
-        if self.tail is None:
-            self._attach_run_dir(attempt)
-        if self.tail is not None:
-            self.new_points = self.tail.poll(now)
-            for note in self.tail.take_damage():  # a torn/overwritten record was skipped: say so
-                self.event("tensorboard_damaged", **note)
-            prog = self.tail.progress
-            if self.new_points:
-                self.last_progress_time = now
-                self.iteration = prog.last_step
-                self.scalars.update(prog.latest)
-                if self.state == JobState.STARTING:
-                    self.set_state(JobState.RUNNING, f"training at iteration {prog.last_step}")
-        if status is None:
-            if now - self._pids_scanned_at >= PIDS_SCAN_INTERVAL:  # a /proc walk: not every tick
-                self._pids_scanned_at = now
-                self.pids_cache = self.runtime.pids(self.handle)
-            if self.stop is not None and not self.stop.killed and now >= self.stop.deadline:
-                self.event("stop_timeout", detail="trainer ignored SIGINT; sending SIGKILL")
-                self.runtime.kill(self.handle)
-                self.stop.killed = True
-            return
-        self.pids_cache, self._pids_scanned_at = [], 0.0
-        status = exit_with_log_tail(status, self.handle)  # "exited with code 1: OSError: ... No space left"
-        self._record_exit(attempt, status)
-        self._after_exit(attempt, status)
-
     def _record_exit(self, attempt: Attempt, status: ExitStatus) -> None:
-        attempt.ended_at = time.time()
+        """The facts of an ended attempt, saved before the machine decides what they mean."""
+        attempt.ended_at = self.clock.wall()
         attempt.exit = status.as_json()
-        # a stopping trainer saves a last checkpoint: look once, for the backoff ladder, completion and status
         self._poll_shim(attempt)  # its last words: the checkpoint a stop saved, the run dir of a short run
-        if self.tail is None and attempt.run_dir is None:
+        if self.live.tail is None and attempt.run_dir is None:
             self._attach_run_dir(attempt)
-        self._checkpoint, self._checkpoint_scanned_at = self.newest_checkpoint(), time.time()
+        self._checkpoint, self._checkpoint_scanned_at = self.newest_checkpoint(), self.clock.monotonic()
         attempt.checkpoint_at_exit = self._checkpoint.iteration if self._checkpoint else None
-        if self.handle is not None:
-            try:
-                self.runtime.cleanup(self.handle)
-            except Exception as exc:  # noqa: BLE001
-                self.log.warning("cleanup_failed", error=str(exc))
-        self.handle = None
+        if self.live.handle is not None:
+            self.cleanups.append(self.live.handle)
         attempt.last_iteration = self.iteration
         h = self.history
         if self.iteration is not None:  # what status shows after a supervisor restart, before new events arrive
             h.last_iteration = self.iteration
             h.last_mean_reward = finite_or_none(self.scalars.get("Train/mean_reward"))
             h.last_fps = finite_or_none(self.scalars.get("Perf/total_fps"))
-        self.save()
+        self._persist()
         self.event("exited", attempt=attempt.number, **status.as_json(), iteration=self.iteration,
-                   requested=self.stop is not None)
+                   requested=self.model.stop is not None)
 
-    def reached_max(self) -> bool:
+    def _reached_max(self) -> bool:
         """Called after _record_exit, which refreshed the newest checkpoint."""
         if self.resolved is None:
             return False
-        if self.tail is not None:
-            self.tail.poll(time.time())  # the last iterations may have landed after the last tick
-        last = self.tail.progress.last_step if self.tail else None
+        tail = self.live.tail
+        if tail is not None:
+            tail.poll(self.clock.monotonic())  # the last iterations may have landed after the last tick
+        last = tail.progress.last_step if tail else None
         return self.resolved.workflow.is_complete(self.cfg, self._checkpoint, last)
 
-    def _after_exit(self, attempt: Attempt, status: ExitStatus) -> None:
-        stop, self.stop = self.stop, None
-        if stop is not None:
-            if stop.then in ("stop", "shutdown", "park"):
-                self.settle(JobState.STOPPED, stop.reason, remember=stop.final)
-                return
-            # restart / rollback decided by an operator or a watchdog: go again now, no backoff
-            self.next_launch_reason = stop.reason
-            self.next_resume_before = stop.before_iteration
-            self.next_seed = random.randrange(2**31) if stop.new_seed else None
-            self.count_next_as_restart = True
-            self.restart_reason_class = "watchdog" if stop.reason.startswith("watchdog") else "operator"
-            self.backoff_until = time.time()
-            self.set_state(JobState.BACKING_OFF, stop.reason)
-            return
-        if status.success and self.reached_max():
-            self.settle(JobState.COMPLETED, "max_iterations reached")
-            return
-        if status.external_stop:
-            self.settle(JobState.STOPPED, f"operator stop outside isaacd ({status.describe()})")
-            return
-        reason = status.describe() if not status.success else "exited with code 0 before max_iterations"
-        self._schedule_restart(reason, status.reason_class)
-
-    def _schedule_restart(self, reason: str, reason_class: str) -> None:
-        policy = self.cfg.restart
-        now = time.time()
-        recent = [t for t in self.history.restart_times if now - t <= policy.window]
-        if len(recent) >= policy.max_restarts:
-            self.settle(JobState.FAILED, f"restart limit reached: {len(recent)} restarts within {policy.window:g} s "
-                                         f"(max_restarts = {policy.max_restarts}); last: {reason}")
-            return
-        delay = self._backoff_delay(now)
-        self.backoff_until = now + delay
-        self.next_launch_reason = reason
-        self.count_next_as_restart, self.restart_reason_class = True, reason_class
-        self.event("restart_scheduled", reason=reason, delay_seconds=round(delay, 3))
-        self.set_state(JobState.BACKING_OFF, f"{reason}; restarting in {delay:.1f} s")
-
-    @staticmethod
-    def _moved_forward(a: Attempt) -> bool:
-        """The attempt left a newer checkpoint than it started from: resuming gains ground, no crash loop."""
-        start = a.resume_from["iteration"] if a.resume_from else -1
-        return a.checkpoint_at_exit is not None and a.checkpoint_at_exit > start
-
-    def _backoff_delay(self, now: float) -> float:
-        """Exponential in the number of consecutive attempts that neither ran long nor saved a newer
-        checkpoint; an attempt that made progress resets the ladder (max_restarts still bounds loops)."""
-        policy = self.cfg.restart
-        quick = 0
-        for a in reversed(self.history.attempts):
-            if a.ended_at is None or a.ended_at - a.started_at >= policy.reset_after or self._moved_forward(a):
-                break
-            quick += 1
-        return min(policy.backoff_initial * policy.backoff_factor ** max(quick - 1, 0), policy.backoff_max)
-
-    # ---- commands (operator and watchdogs) ---------------------------------------------
-    def request_stop(self, reason: str, then: str = "stop", before_iteration: int | None = None,
-                     new_seed: bool = False, final: bool = True) -> str:
-        if self.state in (JobState.STARTING, JobState.RUNNING) and self.handle is not None:
-            self.stop = StopRequest(reason, then, time.time() + self.cfg.stop_timeout,
-                                    before_iteration=before_iteration, new_seed=new_seed, final=final)
-            self.runtime.signal(self.handle, signal.SIGINT)
-            self.event("stopping", reason=reason, then=then, grace_seconds=self.cfg.stop_timeout)
-            self.set_state(JobState.STOPPING, reason)
-            return "stopping"
-        if self.state == JobState.STOPPING and self.stop is not None:
-            if then == "stop":
-                self.stop.then, self.stop.reason = "stop", reason
-            return "already stopping"
-        if then in ("restart", "rollback"):
-            return self.start(reason)
-        if self.state in (JobState.PENDING, JobState.BACKING_OFF):
-            self.settle(JobState.STOPPED, reason, remember=final)
-            return "stopped"
-        return f"not running ({self.state.value})"
-
-    def start(self, reason: str = "operator start") -> str:
-        if self.state.active or self.state == JobState.PENDING:
-            return f"already {self.state.value}"
-        self.next_launch_reason = reason
-        self.count_next_as_restart = reason != "operator start"
-        self.restart_reason_class = "watchdog" if reason.startswith("watchdog") else "operator"
-        self.backoff_until = None
-        if self.state == JobState.BACKING_OFF:
-            self.launch(reason)
-        else:
-            self.set_state(JobState.PENDING, reason)
-        return "starting"
-
     # ---- read side -------------------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
-        h = self.history
+    def signals(self) -> JobSignals:
+        live, attempt = self.live, self.history.current
+        prog = live.tail.progress if live.tail else None
+        return JobSignals(
+            name=self.cfg.name, cfg=self.cfg,
+            alive=self.state in (JobState.STARTING, JobState.RUNNING) and live.handle is not None,
+            attempt=attempt.number if attempt else 0, attempt_started_at=live.started_mono,
+            first_step=prog.first_step if prog else None, iteration=prog.last_step if prog else None,
+            last_progress_time=self.last_progress_mono, new_points=tuple(live.new_points), pids=tuple(live.pids),
+            parked_by=self.model.parked_by, state=self.state)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The job as `isaacd status` and /metrics show it: a fresh dict each tick, never changed afterwards."""
+        h, m, live = self.history, self.model, self.live
         attempt = h.current
-        desc = self.runtime.describe(self.handle) if self.handle else {}
-        prog = self.tail.progress if self.tail else None
+        desc = self.runtime.describe(live.handle) if live.handle else {}
+        prog = live.tail.progress if live.tail else None
         ckpt = self._checkpoint
+        wall_minus_mono = self.clock.wall() - self.clock.monotonic()
+        backoff_until = m.backoff_until + wall_minus_mono if m.state == JobState.BACKING_OFF and \
+            m.backoff_until is not None else None
         return {
             "name": self.cfg.name,
-            "state": self.state.value,
+            "state": m.state.value,
             "state_since": self.state_since,
-            "state_reason": self.state_reason,
+            "state_reason": m.reason,
             "runtime": self.cfg.runtime,
             "workflow": self.cfg.workflow,
             "contract": self.resolved.workflow.contract if self.resolved else None,
@@ -490,7 +558,7 @@ class JobRunner:
             "device": self.cfg.device,
             "gpus": self.cfg.gpus if self.cfg.gpus == "all" else list(self.cfg.gpus),
             "pid": desc.get("pid"),
-            "pids": list(self.pids_cache),
+            "pids": list(live.pids),
             "cgroup": desc.get("cgroup"),
             "container_id": desc.get("container_id"),
             "unit": desc.get("unit"),
@@ -504,18 +572,29 @@ class JobRunner:
             "redo_until": max((a.last_iteration for a in h.attempts[:-1] if a.last_iteration is not None),
                               default=None),
             "scalars": dict(self.scalars),
-            "last_progress_time": self.last_progress_time,
+            "last_progress_time": self.last_progress_wall,
             "checkpoint": ckpt.as_json() if ckpt else None,
-            "restarts": h.restarts,
-            "last_restart_reason": h.last_restart_reason,
-            "restarts_by_reason": dict(h.restarts_by_reason),
-            "rollbacks": h.rollbacks,
+            "restarts": m.restarts,
+            "last_restart_reason": m.last_restart_reason,
+            "restarts_by_reason": dict(m.restarts_by_reason),
+            "rollbacks": m.rollbacks,
             "run_dir": attempt.run_dir if attempt else None,
             "attempt": attempt.number if attempt else 0,
-            "started_at": attempt.started_at if attempt and self.state.active else None,
-            "backoff_until": self.backoff_until if self.state == JobState.BACKING_OFF else None,
+            "started_at": attempt.started_at if attempt and m.state.active else None,
+            "backoff_until": backoff_until,
+            "stopping_then": m.stop.then.value if m.stop is not None and m.state == JobState.STOPPING else None,
+            "parked_by": m.parked_by,
+            "persist_error": self.persist_error,
             "log_path": str(self.state_dir / "logs" / f"{self.cfg.name}.log"),
             "watchdogs": {},
             "watchdog_trips": [{"watchdog": k.split("/")[0], "action": k.split("/")[1], "count": v}
-                               for k, v in sorted(h.watchdog_trips.items())],
+                               for k, v in m.watchdog_trips],
         }
+
+
+def _stop_deadline(m: JobModel, deadline: float) -> Any:
+    from dataclasses import replace
+
+    assert m.stop is not None
+    return replace(m.stop, deadline=deadline)
+

@@ -63,6 +63,7 @@ class Attempt:
     checkpoint_at_exit: int | None = None  # newest complete checkpoint on the timeline when it ended
     shim_events: str | None = None  # the launcher shim's side channel for this attempt (None: no shim)
     last_iteration: int | None = None  # the last iteration it logged: a resume redoes those after its checkpoint
+    token: str | None = None  # given to the trainer at spawn and saved first: finds it if the handle was not saved
 
 
 @dataclass
@@ -81,6 +82,9 @@ class JobHistory:
     last_mean_reward: float | None = None
     last_fps: float | None = None
     attempts: list[Attempt] = field(default_factory=list)
+    # the state machine's decision state (jobs/model.py JobModel.to_json) and the boot it was saved on
+    machine: dict[str, Any] | None = None
+    boot_id: str | None = None
 
     @property
     def current(self) -> Attempt | None:
@@ -109,11 +113,12 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "name": (str,), "restarts": (int,), "restart_times": (list,), "restarts_by_reason": (dict,),
     "last_restart_reason": (str,), "rollbacks": (int,), "watchdog_trips": (dict,), "final_state": (str,),
     "final_reason": (str,), "shim_events": (str,), "last_iteration": (int,), "trainer_rsl_rl_version": (str,),
-    "last_mean_reward": (int, float), "last_fps": (int, float),
+    "last_mean_reward": (int, float), "last_fps": (int, float), "token": (str,), "machine": (dict,),
+    "boot_id": (str,),
 }
 _NULLABLE = {"resume_from", "run_dir", "ended_at", "exit", "checkpoint_at_exit", "last_restart_reason",
              "final_state", "final_reason", "shim_events", "last_iteration", "trainer_rsl_rl_version",
-             "last_mean_reward", "last_fps"}
+             "last_mean_reward", "last_fps", "token", "machine", "boot_id"}
 
 
 def _build(cls: Any, data: Any, where: str, **extra: Any) -> Any:

@@ -1,8 +1,10 @@
 """The supervisor: owns the job runners, ticks them, serves control requests, reloads config.
 
-One main thread does all the deciding (tick); the control socket and the metrics server run in
-their own threads and take `self.lock` only to read a status snapshot or to hand over a command,
-so a slow client can never stall restarts.
+One main thread ticks the jobs. Each tick: every runner observes its trainer and feeds the state
+machine; the tick hooks (the watchdog engine) turn signals into commands for the machines; then one
+immutable status snapshot is published. The control socket and the metrics server run in their own
+threads: they read the latest snapshot with no lock and no I/O (`status`), and take `self.lock` only
+to hand over a command or a reload, which never waits on a runtime (runtimes never block).
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ from typing import Any, Callable
 from . import __version__, sdnotify
 from .config import Config, ConfigError, ConfigIssue
 from .configread import quiet_for, read_settled_config
+from .clock import Clock, SystemClock
 from .jobs import JobState
+from .jobs.messages import Command, Restart, Start, Stop
+from .jobs.model import Origin
 from .logs import log
 from .runner import JobRunner
 from .runtimes.base import Runtime, make_runtime
@@ -34,9 +39,10 @@ NO_JOBS = ("no [[jobs]] in the file (empty or half-written?); refusing to stop e
 
 
 class Supervisor:
-    def __init__(self, config: Config, config_path: str | None):
+    def __init__(self, config: Config, config_path: str | None, clock: Clock | None = None):
         self.config = config
         self.config_path = config_path
+        self.clock: Clock = clock or SystemClock()
         self.started_at = time.time()
         self.lock = threading.RLock()
         self.store = StateStore(config.supervisor.state_dir)
@@ -52,10 +58,12 @@ class Supervisor:
         self._removed: set[str] = set()  # jobs a reload removed: re-adding them undoes the stop
         self.control: Any = None
         self.extensions: list[Any] = []  # metrics server, GPU sampler, watchdog engine: started/stopped with us
-        self.tick_hooks: list[Callable[[float], None]] = []
+        # called each tick with the monotonic time; returns (job, command) pairs for the state machines
+        self.tick_hooks: list[Callable[[float], list[tuple[str, Command]] | None]] = []
         self.gpu_check: Callable[[Any], str | None] | None = None  # set by app.build_supervisor, before start()
-        self.status_hooks: list[Callable[[dict[str, Any]], None]] = []
-        self._last_notify = 0.0
+        self.status_hooks: list[Callable[[dict[str, Any]], None]] = []  # add to the snapshot, at publish time
+        self._snapshot: dict[str, Any] = {"jobs": []}
+        self._last_notify = float("-inf")
 
     # ---- lifecycle ---------------------------------------------------------------------
     def _take_state_lock(self) -> int:
@@ -79,7 +87,8 @@ class Supervisor:
         return self.runtimes[name]
 
     def _make_runner(self, job_cfg: Any) -> JobRunner:
-        runner = JobRunner(job_cfg, self.runtime(job_cfg.runtime), self.store, self.config.supervisor.state_dir)
+        runner = JobRunner(job_cfg, self.runtime(job_cfg.runtime), self.store, self.config.supervisor.state_dir,
+                           self.clock)
         runner.gpu_check = self.gpu_check
         return runner
 
@@ -90,6 +99,8 @@ class Supervisor:
             runner = self._make_runner(job_cfg)
             runner.recover()
             self.runners[job_cfg.name] = runner
+        with self.lock:
+            self._publish()  # the control socket never answers with an empty job list
         self.control = ControlServer(self, self.config.supervisor.control_socket,
                                      int(self.config.supervisor.socket_mode, 8))
         self.control.start()
@@ -127,7 +138,7 @@ class Supervisor:
         self._stop.set()
 
     def tick(self) -> None:
-        now = time.time()
+        now = self.clock.monotonic()
         with self.lock:
             for runner in list(self.runners.values()):
                 try:
@@ -140,12 +151,43 @@ class Supervisor:
                 self._removed.discard(name)
             for hook in self.tick_hooks:
                 try:
-                    hook(now)
+                    commands = hook(now) or []
                 except Exception:  # noqa: BLE001
                     log.exception("tick_hook_failed", hook=getattr(hook, "__qualname__", str(hook)))
+                    continue
+                for job, cmd in commands:
+                    self.send(job, cmd)
+            self._publish()
         if now - self._last_notify >= 5.0:
             self._last_notify = now
             sdnotify.notify("WATCHDOG=1", f"STATUS={self.summary()}")
+
+    def send(self, job: str, cmd: Command) -> str | None:
+        """Hand a command to a job's state machine (under self.lock). Unknown jobs are ignored (a watchdog's
+        verdict on a job a reload just removed)."""
+        runner = self.runners.get(job)
+        if runner is None:
+            return None
+        try:
+            return runner.handle_message(cmd)
+        except Exception:  # noqa: BLE001 - one job's bug must not take the supervisor down
+            log.exception("job_command_failed", job=job, command=type(cmd).__name__)
+            return "failed: see the supervisor log"
+
+    def _publish(self) -> None:
+        """Build the next status snapshot (under self.lock); readers get it without a lock."""
+        snap: dict[str, Any] = {"jobs": []}
+        for r in self.runners.values():
+            try:
+                snap["jobs"].append(r.snapshot())
+            except Exception:  # noqa: BLE001
+                log.exception("job_snapshot_failed", job=r.cfg.name)
+        for hook in self.status_hooks:
+            try:
+                hook(snap)
+            except Exception:  # noqa: BLE001
+                log.exception("status_hook_failed", hook=getattr(hook, "__qualname__", str(hook)))
+        self._snapshot = snap  # one reference swap: a reader sees the old snapshot or the new one
 
     def shutdown(self) -> None:
         """Stop process-runtime trainers gracefully (SIGINT, grace, SIGKILL); container jobs keep running
@@ -154,14 +196,14 @@ class Supervisor:
         with self.lock:
             owned = [r for r in self.runners.values() if r.cfg.runtime == "process" and r.state.active]
             for r in owned:
-                r.request_stop("supervisor shutdown", then="shutdown", final=False)
-        deadline = time.time() + max((r.cfg.stop_timeout for r in owned), default=0) + 5
-        while any(r.state.active for r in owned) and time.time() < deadline:
+                r.handle_message(Stop(Origin.SHUTDOWN, "supervisor shutdown", final=False))
+        deadline = time.monotonic() + max((r.cfg.stop_timeout for r in owned), default=0) + 5
+        while any(r.state.active for r in owned) and time.monotonic() < deadline:
             time.sleep(0.1)
             with self.lock:
                 for r in owned:
                     if r.state.active:
-                        r.tick(time.time())
+                        r.tick(self.clock.monotonic())
         for ext in reversed(self.extensions):
             try:
                 ext.stop()
@@ -236,7 +278,7 @@ class Supervisor:
             runner = self.runners[name]
             if runner.state.active:
                 # not remembered as an operator stop: if the job comes back (a restored file), it resumes
-                runner.request_stop("removed from config", then="stop", final=False)
+                runner.handle_message(Stop(Origin.CONFIG, "removed from config", final=False))
                 self._removed.add(name)
                 removed.append(name)
             else:
@@ -249,32 +291,30 @@ class Supervisor:
         """A job removed by an earlier reload is back before its runner was dropped: undo the removal."""
         self._removed.discard(job_cfg.name)
         runner.cfg = job_cfg
-        if runner.state == JobState.STOPPING and runner.stop is not None:
-            runner.stop.then, runner.stop.reason = "restart", "back in the config"
+        if runner.state == JobState.STOPPING:
+            runner.handle_message(Restart(Origin.CONFIG, "back in the config"))
         elif runner.state == JobState.STOPPED:
-            runner.start("operator start")
+            runner.handle_message(Start(Origin.CONFIG, "back in the config"))
         runner.event("config_changed", detail="back in the config after a reload had removed it")
 
     # ---- read side -----------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
-        with self.lock:
-            out = {
-                "supervisor": {
-                    "version": __version__,
-                    "pid": os.getpid(),
-                    "started_at": self.started_at,
-                    "uptime_seconds": time.time() - self.started_at,
-                    "config_path": self.config_path or "<embedded default>",
-                    "config_reloads_total": self.config_reloads,
-                    "config_errors_total": self.config_errors,
-                    "last_config_error": self.last_config_error,
-                    "state_dir": str(self.config.supervisor.state_dir),
-                },
-                "jobs": [r.status() for r in self.runners.values()],
-            }
-            for hook in self.status_hooks:
-                hook(out)
-            return out
+        """The latest published snapshot: no lock, no I/O, so it answers while any runtime is busy."""
+        snap = self._snapshot
+        return {
+            **snap,
+            "supervisor": {
+                "version": __version__,
+                "pid": os.getpid(),
+                "started_at": self.started_at,
+                "uptime_seconds": time.time() - self.started_at,
+                "config_path": self.config_path or "<embedded default>",
+                "config_reloads_total": self.config_reloads,
+                "config_errors_total": self.config_errors,
+                "last_config_error": self.last_config_error,
+                "state_dir": str(self.config.supervisor.state_dir),
+            },
+        }
 
     def summary(self) -> str:
         counts: dict[str, int] = {}
@@ -286,18 +326,19 @@ class Supervisor:
         return self.store.events(job, limit)
 
     # ---- commands ------------------------------------------------------------------------
-    def command(self, op: str, job: str) -> str:
-        with self.lock:
-            runner = self.runners.get(job)
-            if runner is None:
-                raise KeyError(f"no job named {job!r}; jobs: {', '.join(self.runners) or 'none'}")
-            if op == "stop":
-                return runner.request_stop("operator stop (isaacd stop)")
-            if op == "start":
-                return runner.start("operator start")
-            if op == "restart":
-                return runner.request_stop("operator restart (isaacd restart)", then="restart")
-            raise ValueError(f"unknown command {op!r}")
+    OPERATOR_COMMANDS = {
+        "stop": lambda: Stop(Origin.OPERATOR, "operator stop (isaacd stop)"),
+        "start": lambda: Start(Origin.OPERATOR, "operator start"),
+        "restart": lambda: Restart(Origin.OPERATOR, "operator restart (isaacd restart)"),
+    }
 
-    def runner_states(self) -> dict[str, JobState]:
-        return {n: r.state for n, r in self.runners.items()}
+    def command(self, op: str, job: str) -> str:
+        make = self.OPERATOR_COMMANDS.get(op)
+        if make is None:
+            raise ValueError(f"unknown command {op!r}")
+        with self.lock:
+            if job not in self.runners:
+                raise KeyError(f"no job named {job!r}; jobs: {', '.join(self.runners) or 'none'}")
+            reply = self.send(job, make()) or "ok"
+            self._publish()  # the caller's next `status` shows what the command did
+            return reply

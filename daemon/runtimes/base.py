@@ -24,6 +24,7 @@ class LaunchSpec:
     cwd: Path
     log_path: Path  # where stdout/stderr go when the runtime has no journal of its own
     attempt: int = 0  # the job's attempt number (container label)
+    token: str = ""  # saved before the spawn; Runtime.find locates the trainer by it
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,6 @@ class JobView:
     gpus: list[GpuReading] = field(default_factory=list)
     new_xids: list[XidEvent] = field(default_factory=list)
     attempt: int = 0
-    stopped_by: str | None = None  # the watchdog that parked the job, if any
 
 
 @dataclass(frozen=True)

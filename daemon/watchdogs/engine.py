@@ -1,14 +1,17 @@
-"""Runs every job's watchdogs once per supervisor tick and turns trips into actions on the job.
+"""Runs every job's watchdogs once per supervisor tick and turns trips into commands for the jobs.
 
-Actions go through the same runner methods an operator uses (request_stop / start), so a
-watchdog restart is resumed from the right checkpoint and counted like any other restart.
+The engine reads each job's signals (a value the runner hands out) and the GPU feed, and returns
+commands (`WatchdogTrip`, and the thermal watchdog's `Start` once the GPUs cool down) for the job's
+state machine, which counts them, bounds rollbacks and acts. It never touches job history. What is
+GPU-level, not job-level, stays here: lowering and restoring power limits, marking a GPU unhealthy.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..jobs import JobState
+from ..jobs.messages import Command, Start, WatchdogTrip
+from ..jobs.model import JobState, Origin
 from ..logs import log
 from .base import GpuReading, JobView, Trip, Watchdog
 from .config import WatchdogsConfig
@@ -22,7 +25,7 @@ from .reward_plateau import RewardPlateauWatchdog
 from .xid import XidWatchdog
 
 if TYPE_CHECKING:
-    from ..runner import JobRunner
+    from ..runner import JobSignals
     from ..supervisor import Supervisor
 
 WATCHDOG_CLASSES = {
@@ -51,9 +54,9 @@ def make_watchdogs(cfg: WatchdogsConfig) -> dict[str, Watchdog]:
     return {name: cls(getattr(cfg, name)) for name, cls in WATCHDOG_CLASSES.items()}
 
 
-def job_gpu_indices(runner: "JobRunner", readings: list[GpuReading], procs: dict[int, set[int]]) -> set[int]:
+def job_gpu_indices(sig: "JobSignals", readings: list[GpuReading], procs: dict[int, set[int]]) -> set[int]:
     """The GPUs a job uses: what its config names, plus any GPU its processes are seen on."""
-    cfg = runner.cfg
+    cfg = sig.cfg
     out: set[int] = set()
     by_uuid = {g.uuid: g.index for g in readings}
     if cfg.gpus == "all":
@@ -65,7 +68,7 @@ def job_gpu_indices(runner: "JobRunner", readings: list[GpuReading], procs: dict
             out.add(by_uuid[g])
     if not cfg.gpus and cfg.device.startswith("cuda"):
         out.add(int(cfg.device.split(":")[1]) if ":" in cfg.device else 0)
-    pids = set(runner.pids_cache)
+    pids = set(sig.pids)
     out.update(i for i, p in procs.items() if p & pids)
     return out
 
@@ -85,85 +88,60 @@ class WatchdogEngine:
     def stop(self) -> None:
         self.restore_power_limits("supervisor stopping")
 
-    def _watchdogs(self, runner: "JobRunner") -> dict[str, Watchdog]:
-        cur = self.sets.get(runner.cfg.name)
-        if cur is None or cur[0] != runner.cfg.watchdogs:
-            cur = (runner.cfg.watchdogs, make_watchdogs(runner.cfg.watchdogs))
-            self.sets[runner.cfg.name] = cur
+    def _watchdogs(self, sig: "JobSignals") -> dict[str, Watchdog]:
+        cur = self.sets.get(sig.name)
+        if cur is None or cur[0] != sig.cfg.watchdogs:
+            cur = (sig.cfg.watchdogs, make_watchdogs(sig.cfg.watchdogs))
+            self.sets[sig.name] = cur
         return cur[1]
 
-    def view(self, runner: "JobRunner", now: float, feed: FeedTick) -> JobView:
-        attempt = runner.history.current
-        readings = feed.readings
-        gpus = job_gpu_indices(runner, readings, feed.processes)
-        xids = [x for x in feed.new_xids if x.gpu in gpus]
-        prog = runner.tail.progress if runner.tail else None
+    def view(self, sig: "JobSignals", now: float, feed: FeedTick) -> JobView:
+        gpus = job_gpu_indices(sig, feed.readings, feed.processes)
         return JobView(
-            name=runner.cfg.name, now=now,
-            alive=runner.state in (JobState.STARTING, JobState.RUNNING) and runner.handle is not None,
-            attempt_started_at=attempt.started_at if attempt else None,
-            attempt_first_step=prog.first_step if prog else None,
-            iteration=prog.last_step if prog else None,
-            last_progress_time=runner.last_progress_time,
-            new_points=list(runner.new_points),
-            gpus=[r for r in readings if r.index in gpus],
-            new_xids=xids,
-            attempt=attempt.number if attempt else 0,
-            stopped_by=runner.parked_by,
+            name=sig.name, now=now, alive=sig.alive,
+            attempt_started_at=sig.attempt_started_at,
+            attempt_first_step=sig.first_step,
+            iteration=sig.iteration,
+            last_progress_time=sig.last_progress_time,
+            new_points=list(sig.new_points),
+            gpus=[r for r in feed.readings if r.index in gpus],
+            new_xids=[x for x in feed.new_xids if x.gpu in gpus],
+            attempt=sig.attempt,
         )
 
-    def tick(self, now: float) -> None:
+    def tick(self, now: float) -> list[tuple[str, Command]]:
+        """`now` is monotonic. Returns the commands for the supervisor to hand to each job's state machine."""
         feed = self.feed.poll()
+        commands: list[tuple[str, Command]] = []
         for runner in list(self.sup.runners.values()):
-            view = self.view(runner, now, feed)
-            for wd in self._watchdogs(runner).values():
+            sig = runner.signals()
+            view = self.view(sig, now, feed)
+            for wd in self._watchdogs(sig).values():
                 trip = wd.step(view)
                 if trip is not None:
-                    self.apply(runner, wd, trip, view)
-                    view.alive = runner.state in (JobState.STARTING, JobState.RUNNING)
-            self._thermal_recovery(runner, view)
+                    commands.append((sig.name, self.command_for(wd, trip, view)))
+                    if trip.action in ("restart", "rollback", "stop"):
+                        view.alive = False  # one stop per tick: the others see the job as going down
+            thermal = self._thermal_recovery(sig, view)
+            if thermal is not None:
+                commands.append((sig.name, thermal))
+        return commands
 
     # ---- actions ---------------------------------------------------------------------------
-    def apply(self, runner: "JobRunner", wd: Watchdog, trip: Trip, view: JobView) -> None:
-        action = trip.action
-        reason = f"watchdog {trip.watchdog}: {trip.detail}"
-        note = None
-        if action == "rollback":
-            max_rb = getattr(wd.cfg, "max_rollbacks", 3)
-            if runner.history.rollbacks >= max_rb:
-                action = "stop"
-                reason = f"watchdog {trip.watchdog}: still diverging after {runner.history.rollbacks} rollbacks " \
-                         f"(max_rollbacks = {max_rb}); stopped: {trip.detail}"
+    def command_for(self, wd: Watchdog, trip: Trip, view: JobView) -> WatchdogTrip:
+        """The trip as a command. GPU-level actions happen here; job-level ones are the state machine's."""
+        action, note = trip.action, None
         if action == "power-cap":
             note = self._power_cap(view, wd)
             if note is not None:
                 action = "log"
-        self._record(runner, trip, action, note)
-        if action == "restart":
-            runner.request_stop(reason, then="restart")
-        elif action == "rollback":
-            runner.history.rollbacks += 1
-            runner.save()
-            runner.request_stop(reason, then="rollback", before_iteration=trip.trouble_iteration,
-                                new_seed=trip.new_seed)
-        elif action == "stop":
-            if trip.watchdog == "gpu_temperature":
-                # parked, not final: resumes by itself once the GPUs cool down
-                runner.parked_by = "gpu_temperature"
-                runner.request_stop(reason, then="park", final=False)
-            else:
-                if trip.watchdog == "xid":
-                    for g in {x["gpu"] for x in trip.values.get("xids", [])}:
-                        self.feed.mark_unhealthy(g, trip.detail)
-                runner.request_stop(reason, then="stop")
-
-    def _record(self, runner: "JobRunner", trip: Trip, action: str, note: str | None) -> None:
-        key = f"{trip.watchdog}/{action}"
-        runner.history.watchdog_trips[key] = runner.history.watchdog_trips.get(key, 0) + 1
-        runner.save()
-        runner.event("watchdog_trip", watchdog=trip.watchdog, action=action, configured_action=trip.action,
-                     detail=trip.detail, values=trip.values, threshold=trip.threshold, hold_seconds=trip.hold,
-                     trouble_iteration=trip.trouble_iteration, note=note)
+        if action == "stop" and trip.watchdog == "xid":
+            for g in {x["gpu"] for x in trip.values.get("xids", [])}:
+                self.feed.mark_unhealthy(g, trip.detail)
+        return WatchdogTrip(watchdog=trip.watchdog, action=action, configured_action=trip.action,
+                            detail=trip.detail, values=trip.values, threshold=trip.threshold,
+                            hold_seconds=trip.hold, trouble_iteration=trip.trouble_iteration,
+                            new_seed=trip.new_seed, max_rollbacks=getattr(wd.cfg, "max_rollbacks", 3), note=note)
 
     def _power_cap(self, view: JobView, wd: Watchdog) -> str | None:
         """Lower the power limit of the job's hot GPUs by one step; None on success, else why not."""
@@ -185,24 +163,24 @@ class WatchdogEngine:
             log.warning("power_capped", job=view.name, gpu=g.index, watts=new)
         return None
 
-    def _thermal_recovery(self, runner: "JobRunner", view: JobView) -> None:
-        wd = self._watchdogs(runner).get("gpu_temperature")
+    def _thermal_recovery(self, sig: "JobSignals", view: JobView) -> Start | None:
+        wd = self._watchdogs(sig).get("gpu_temperature")
         if not isinstance(wd, GpuTemperatureWatchdog) or not wd.cfg.enabled or not wd.cool_enough(view):
-            return
+            return None
         for g in view.gpus:
             if g.index in self.original_power:
                 watts = self.original_power.pop(g.index)
                 try:
                     self.feed.set_power_limit(g.index, watts)
-                    runner.event("power_restored", gpu=g.index, watts=watts,
-                                 detail=f"below {wd.cfg.resume_celsius:g} C")
+                    log.info("power_restored", job=sig.name, gpu=g.index, watts=watts,
+                             detail=f"below {wd.cfg.resume_celsius:g} C")
                 except Exception as exc:  # noqa: BLE001
                     log.warning("power_restore_failed", gpu=g.index, error=str(exc))
-        if runner.parked_by == "gpu_temperature" and runner.state == JobState.STOPPED:
-            runner.parked_by = None
-            hottest = max(g.temperature_celsius or 0 for g in view.gpus)
-            runner.start(f"watchdog gpu_temperature: GPUs back under {wd.cfg.resume_celsius:g} C "
-                         f"(hottest {hottest:.0f} C); resuming")
+        if sig.parked_by == "gpu_temperature" and sig.state == JobState.STOPPED:
+            hottest = max((g.temperature_celsius or 0 for g in view.gpus), default=0)
+            return Start(Origin.THERMAL, f"watchdog gpu_temperature: GPUs back under {wd.cfg.resume_celsius:g} C "
+                                         f"(hottest {hottest:.0f} C); resuming")
+        return None
 
     def restore_power_limits(self, why: str) -> None:
         for gpu, watts in list(self.original_power.items()):

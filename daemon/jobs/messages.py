@@ -1,0 +1,96 @@
+"""What reaches a job's state machine: commands (someone wants something) and observations (something happened).
+
+Every message is a frozen value; `machine.decide` is the only code that turns one into a change of the job.
+Commands carry their origin, so "who asked" is data, not a string prefix to parse.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .model import Origin
+
+
+# ---- commands ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Start:
+    origin: Origin
+    reason: str
+
+
+@dataclass(frozen=True)
+class Stop:
+    origin: Origin
+    reason: str
+    final: bool = True  # False: a supervisor shutdown or a config removal; the job resumes when they undo it
+    park: bool = False  # thermal: stopped until the GPUs cool down
+
+
+@dataclass(frozen=True)
+class Restart:
+    origin: Origin
+    reason: str
+    before_iteration: int | None = None  # a rollback: resume from a checkpoint strictly before this
+    new_seed: bool = False
+
+
+@dataclass(frozen=True)
+class WatchdogTrip:
+    """A watchdog's condition held long enough. The machine records it, applies the rollback bound and acts."""
+
+    watchdog: str
+    action: str  # log | restart | rollback | stop | power-cap (power-cap is done by the engine; recorded here)
+    configured_action: str
+    detail: str
+    values: dict[str, Any]
+    threshold: Any = None
+    hold_seconds: float = 0.0
+    trouble_iteration: int | None = None
+    new_seed: bool = False
+    max_rollbacks: int = 3
+    note: str | None = None
+
+
+Command = Start | Stop | Restart | WatchdogTrip
+
+
+# ---- observations --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Tick:
+    """Time passed: backoff deadlines, stop deadlines, pending launches."""
+
+
+@dataclass(frozen=True)
+class Progressed:
+    """The trainer logged a new iteration (starting → running)."""
+
+    iteration: int
+
+
+@dataclass(frozen=True)
+class LaunchRefused:
+    """The launch did not happen. `settle` is completed (max_iterations already reached), failed (retrying
+    cannot help: missing GPU, no loadable checkpoint, unknown Isaac Lab) or None (it may work next time:
+    the runtime failed to start it, the state disk is full): then it counts like a crash."""
+
+    reason: str
+    settle: str | None = None
+    crash_loop: bool = True  # False when the trainer is not to blame (state disk full): retried, not counted
+
+
+@dataclass(frozen=True)
+class Exited:
+    """The trainer ended. Facts the runner gathered; what they mean is the machine's business."""
+
+    description: str  # "killed by signal 9 (SIGKILL)", "exited with code 1: OSError: ..."
+    reason_class: str  # exit_code | signal | oom | operator | lost
+    success: bool  # exit 0, no signal, not OOM-killed
+    external_stop: bool = False  # stopped outside isaacd (systemctl stop of the unit)
+    reached_max: bool = False  # the job's max_iterations are done
+    ran_seconds: float = 0.0
+    moved_forward: bool = False  # it left a newer checkpoint than it started from
+
+
+Observation = Tick | Progressed | LaunchRefused | Exited
+Message = Command | Observation

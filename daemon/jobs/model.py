@@ -1,0 +1,174 @@
+"""The job model: its states, the one table of allowed transitions, and the decision state that is persisted.
+
+    pending ──launch──▶ starting ──trainer up──▶ running ──exit 0 at max_iterations──▶ completed
+       ▲                  │                       │  │
+       │                  └──────exit/crash───────┤  └──stop──▶ stopping ──▶ stopped
+       │                                          ▼
+       └──────backoff elapsed────────────── backing-off ──restart limit──▶ failed
+
+Anything not in TRANSITIONS is a bug, raised as InvalidTransition rather than silently applied. `JobModel`
+is everything `machine.decide` needs to decide, and nothing it does not: it is immutable, it is saved with
+the job's history before any effect that matters acts (see effects.py), and it is read back after a
+supervisor crash, so a stop, a backoff deadline or a launch in flight is carried on, never forgotten.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+
+class JobState(str, enum.Enum):
+    PENDING = "pending"
+    STARTING = "starting"
+    RUNNING = "running"
+    BACKING_OFF = "backing-off"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+    @property
+    def active(self) -> bool:
+        """A trainer process/container exists (or may exist) for the job."""
+        return self in (JobState.STARTING, JobState.RUNNING, JobState.STOPPING)
+
+
+S = JobState
+TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    S.PENDING: frozenset({S.STARTING, S.STOPPED}),
+    S.STARTING: frozenset({S.RUNNING, S.BACKING_OFF, S.FAILED, S.STOPPING, S.COMPLETED, S.STOPPED}),
+    S.RUNNING: frozenset({S.BACKING_OFF, S.COMPLETED, S.FAILED, S.STOPPING, S.STOPPED}),
+    S.BACKING_OFF: frozenset({S.STARTING, S.STOPPED, S.FAILED}),
+    S.STOPPING: frozenset({S.STOPPED, S.BACKING_OFF, S.COMPLETED, S.FAILED}),
+    S.STOPPED: frozenset({S.PENDING}),
+    S.COMPLETED: frozenset({S.PENDING}),
+    S.FAILED: frozenset({S.PENDING}),
+}
+
+
+class InvalidTransition(RuntimeError):
+    pass
+
+
+def check_transition(job: str, old: JobState, new: JobState) -> None:
+    if new not in TRANSITIONS[old]:
+        raise InvalidTransition(f"job {job}: {old.value} -> {new.value} is not an allowed transition")
+
+
+class Origin(str, enum.Enum):
+    """Who asked: said in events, and it decides what counts as a restart and who may undo a stop."""
+
+    OPERATOR = "operator"  # isaacd start/stop/restart, or `systemctl stop` of the job's unit
+    WATCHDOG = "watchdog"
+    THERMAL = "thermal"  # the GPU temperature watchdog's park and resume
+    CRASH = "crash"  # the trainer ended by itself
+    CONFIG = "config"  # a reload removed or re-added the job
+    SHUTDOWN = "shutdown"  # the supervisor is stopping; the next one resumes the job
+    RECOVERY = "recovery"  # what a supervisor start found
+
+
+class Then(str, enum.Enum):
+    """What a stop is for."""
+
+    STOP = "stop"  # come to rest in stopped
+    PARK = "park"  # stopped until the GPUs cool down (thermal)
+    RESTART = "restart"  # launch again at once, resuming (rollback: from before an iteration)
+
+
+@dataclass(frozen=True)
+class StopIntent:
+    """A stop in flight. Saved before SIGINT is sent; a new supervisor finishes it."""
+
+    reason: str
+    origin: Origin
+    then: Then
+    deadline: float  # monotonic: SIGKILL after this
+    final: bool = True  # remembered across supervisor restarts (an operator's stop); not for shutdown/config
+    killed: bool = False
+    before_iteration: int | None = None  # for a rollback: resume strictly before this iteration
+    new_seed: bool = False
+
+
+@dataclass(frozen=True)
+class LaunchIntent:
+    """The next launch: why, and how to resume. Set on entering pending/backing-off, used on entering starting."""
+
+    reason: str = "initial"
+    origin: Origin = Origin.OPERATOR
+    before_iteration: int | None = None
+    new_seed: bool = False
+
+
+@dataclass(frozen=True)
+class JobModel:
+    """The decision state of one job (all times monotonic seconds, on one boot: see clock.py)."""
+
+    state: JobState = JobState.PENDING
+    reason: str | None = None
+    launch: LaunchIntent = field(default_factory=LaunchIntent)
+    stop: StopIntent | None = None
+    backoff_until: float | None = None
+    backoff_seconds: float | None = None  # the delay chosen: waited again in full after a reboot
+    final: bool = False  # at rest and meant to stay so across supervisor restarts
+    parked_by: str | None = None  # "gpu_temperature": the thermal watchdog resumes the job, nobody else
+    quick_failures: int = 0  # consecutive attempts that died young without a newer checkpoint
+    restarts: int = 0
+    restart_times: tuple[float, ...] = ()  # monotonic, counted restarts within the crash-loop window
+    restarts_by_reason: tuple[tuple[str, int], ...] = ()
+    last_restart_reason: str | None = None
+    rollbacks: int = 0
+    watchdog_trips: tuple[tuple[str, int], ...] = ()  # ("watchdog/action", count)
+
+    def with_(self, **changes: Any) -> "JobModel":
+        return replace(self, **changes)
+
+    # ---- persistence (inside the job's history document) --------------------------------
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["state"] = self.state.value
+        d["launch"]["origin"] = self.launch.origin.value
+        if self.stop is not None:
+            d["stop"]["origin"] = self.stop.origin.value
+            d["stop"]["then"] = self.stop.then.value
+        d["restart_times"] = list(self.restart_times)
+        d["restarts_by_reason"] = dict(self.restarts_by_reason)
+        d["watchdog_trips"] = dict(self.watchdog_trips)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "JobModel":
+        """Raises ValueError/KeyError/TypeError on a damaged document (the caller rebuilds)."""
+        launch = d.get("launch") or {}
+        stop = d.get("stop")
+        return cls(
+            state=JobState(d["state"]),
+            reason=d.get("reason"),
+            launch=LaunchIntent(reason=str(launch.get("reason", "initial")),
+                                origin=Origin(launch.get("origin", "operator")),
+                                before_iteration=launch.get("before_iteration"),
+                                new_seed=bool(launch.get("new_seed", False))),
+            stop=None if stop is None else StopIntent(
+                reason=str(stop["reason"]), origin=Origin(stop["origin"]), then=Then(stop["then"]),
+                deadline=float(stop["deadline"]), final=bool(stop.get("final", True)),
+                killed=bool(stop.get("killed", False)), before_iteration=stop.get("before_iteration"),
+                new_seed=bool(stop.get("new_seed", False))),
+            backoff_until=d.get("backoff_until"),
+            backoff_seconds=d.get("backoff_seconds"),
+            final=bool(d.get("final", False)),
+            parked_by=d.get("parked_by"),
+            quick_failures=int(d.get("quick_failures", 0)),
+            restarts=int(d.get("restarts", 0)),
+            restart_times=tuple(float(t) for t in d.get("restart_times", [])),
+            restarts_by_reason=tuple(sorted((str(k), int(v)) for k, v in (d.get("restarts_by_reason") or {}).items())),
+            last_restart_reason=d.get("last_restart_reason"),
+            rollbacks=int(d.get("rollbacks", 0)),
+            watchdog_trips=tuple(sorted((str(k), int(v)) for k, v in (d.get("watchdog_trips") or {}).items())),
+        )
+
+
+def bump(counts: tuple[tuple[str, int], ...], key: str) -> tuple[tuple[str, int], ...]:
+    d = dict(counts)
+    d[key] = d.get(key, 0) + 1
+    return tuple(sorted(d.items()))
