@@ -106,12 +106,11 @@ def _physical(info: GpuInfo) -> int:
 def normalize_ref(ref: Any) -> str:
     """One spelling per GPU ref: 0 -> "0", "GPU-8F.." -> "GPU-8f..", "nvidia.com/gpu=1" -> "1"."""
     if isinstance(ref, bool):
-        raise ValueError(f"not a GPU: {ref!r}")
+        raise TypeError(f"not a GPU: {ref!r}")
     if isinstance(ref, int):
         return str(ref)
     s = str(ref).strip()
-    if s.startswith(_CDI_NVIDIA):
-        s = s[len(_CDI_NVIDIA):]
+    s = s.removeprefix(_CDI_NVIDIA)
     if s[:4].upper() in ("GPU-", "MIG-"):
         return s[:4].upper() + s[4:].lower()
     return s
@@ -122,7 +121,7 @@ def _is_opaque(ref: str) -> bool:
     return "=" in ref
 
 
-def claim_refs(job: "JobConfig") -> tuple[str | None, tuple[str, ...]]:
+def claim_refs(job: JobConfig) -> tuple[str | None, tuple[str, ...]]:
     """(key, refs) of a job's claim from its config alone; see the module docstring."""
     if job.gpus == "all":
         return "gpus", ("all",)
@@ -174,7 +173,7 @@ def _resolve(ref: str, inv: Mapping[str, GpuInfo]) -> list[GpuInfo] | None:
     return hits
 
 
-def job_gpus(job: "JobConfig", inventory: Any = None) -> JobGpus:
+def job_gpus(job: JobConfig, inventory: Any = None) -> JobGpus:
     """The GPUs ``job`` uses (see the module docstring). ``inventory``: a GpuSnapshot (down = unknown),
     a mapping of GPU key -> GpuInfo, an iterable of GpuInfo, or None (unknown)."""
     key, refs = claim_refs(job)
@@ -241,7 +240,7 @@ class GpuConflict:
     second_key: str
     gpus: tuple[str, ...]
 
-    def message(self, jobs: list["JobConfig"] | None = None) -> str:
+    def message(self, jobs: list[JobConfig] | None = None) -> str:
         def where(i: int, name: str, key: str) -> str:
             val = ""
             if jobs is not None:
@@ -262,7 +261,7 @@ def _toml(v: Any) -> str:
     return str(v)
 
 
-def gpu_conflicts(jobs: Iterable["JobConfig"], inventory: Any = None) -> list[GpuConflict]:
+def gpu_conflicts(jobs: Iterable[JobConfig], inventory: Any = None) -> list[GpuConflict]:
     """Pairs of jobs that would share a GPU where not both set ``share_gpus``."""
     jobs = list(jobs)
     claims = [job_gpus(j, inventory) for j in jobs]
@@ -278,7 +277,7 @@ def gpu_conflicts(jobs: Iterable["JobConfig"], inventory: Any = None) -> list[Gp
     return out
 
 
-def device_outside_gpus(job: "JobConfig") -> str | None:
+def device_outside_gpus(job: JobConfig) -> str | None:
     """A process-runtime job with one rank and a GPU index list runs on host GPU ``cuda:N`` as written
     (no CUDA_VISIBLE_DEVICES is set): N must then be one of its ``gpus``, or it would run on a GPU
     it did not claim. Returns why not, or None."""
@@ -294,7 +293,7 @@ def device_outside_gpus(job: "JobConfig") -> str | None:
 
 
 # ------------------------------------------------------------------------------------ launch check
-def missing_gpus(job: "JobConfig", snapshot: Any) -> str | None:
+def missing_gpus(job: JobConfig, snapshot: Any) -> str | None:
     """Why a job's GPUs are not on this host, or None. Unknown (collector down, no inventory yet) is
     not a reason to refuse."""
     claim = job_gpus(job, snapshot)
@@ -306,7 +305,7 @@ def missing_gpus(job: "JobConfig", snapshot: Any) -> str | None:
 
 
 # -------------------------------------------------------------------------------------- watchdogs
-def job_gpu_indices(job: "JobConfig", readings: Iterable[Any], procs_by_gpu: Mapping[int, set[int]],
+def job_gpu_indices(job: JobConfig, readings: Iterable[Any], procs_by_gpu: Mapping[int, set[int]],
                     pids: Iterable[int], inventory: Any = None) -> set[int]:
     """Physical GPU indices the watchdogs watch for ``job``: its claim, plus every GPU one of its
     processes (``pids``) is seen on (``procs_by_gpu``: physical index -> host PIDs).
@@ -329,7 +328,7 @@ def job_gpu_indices(job: "JobConfig", readings: Iterable[Any], procs_by_gpu: Map
 
 
 # ----------------------------------------------------------------------------------- status, metrics
-def status_gpus(job: "JobConfig") -> list[str] | str:
+def status_gpus(job: JobConfig) -> list[str] | str:
     """The ``"gpus"`` value of a job's status: its claim as refs (``"all"`` for every GPU)."""
     _, refs = claim_refs(job)
     return "all" if "all" in refs else list(refs)
@@ -361,7 +360,7 @@ def assigned_keys(gpus: Any, snapshot: Any) -> list[str]:
 
 
 # -------------------------------------------------------------------------------------- containers
-def cdi_devices(job: "JobConfig") -> list[str]:
+def cdi_devices(job: JobConfig) -> list[str]:
     """CDI names for a container job's GPUs, from its claim: ``nvidia.com/gpu=<index|N:M|uuid|all>``,
     another vendor's CDI name as written; none for a CPU job. Raises ValueError for a name that
     starts with "-" (Quadlet would read AddDevice=-x as an optional path and drop it)."""
@@ -376,7 +375,7 @@ def cdi_devices(job: "JobConfig") -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def container_device(job: "JobConfig") -> str:
+def container_device(job: JobConfig) -> str:
     """``device`` inside the container. CDI passes the job's GPUs renumbered from 0 in the order of
     :func:`cdi_devices` (host index order for index lists): ``device = "cuda:2"`` with ``gpus = [2, 3]``
     is ``cuda:0`` inside, and ``device = "cuda:2"`` with no ``gpus`` (CDI passes GPU 2 alone) too.
