@@ -222,7 +222,8 @@ def shared_gpus(a: JobGpus, b: JobGpus) -> list[str]:
     for ra in a.refs:
         for rb in b.refs:
             if _ref_overlap(ra, rb):
-                word = rb if ra == "all" else ra
+                # the narrower of the two: a GPU over "all", a MIG device over its GPU
+                word = rb if ra == "all" or _MIG_KEY.fullmatch(rb) else ra
                 if word == "all":
                     word = "all GPUs"
                 if word not in out:
