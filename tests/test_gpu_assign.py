@@ -258,3 +258,12 @@ def test_job_gpu_assigned_metric_for_all_gpus():
                  for s in fam.samples if s.name == "isaacd_job_gpu_assigned")
     # before: "all" was iterated letter by letter (gpu="a", "l", "l")
     assert got == [("every", "0"), ("every", "0:1"), ("every", "0:2"), ("every", "1"), ("one", "1")]
+
+
+def test_gpu_status_names_the_jobs_assigned_to_each_gpu():
+    from isaacd.metrics import gpu_status
+
+    st = gpu_status(snapshot(), [fake_job("every", pids=[], gpus="all"), fake_job("one", pids=[], gpus=[UUID1]),
+                                 fake_job("cpu", pids=[], gpus=[])])
+    assert {d["index"]: d["assigned"] for d in st["devices"]} == {
+        "0": ["every"], "0:1": ["every"], "0:2": ["every"], "1": ["every", "one"]}
