@@ -33,7 +33,8 @@ from prometheus_client import generate_latest  # noqa: E402
 
 from isaacd.gpu import GpuSampler, ScriptedSource  # noqa: E402
 from isaacd.metrics import build_registry, serve  # noqa: E402
-from isaacd.metrics.testing import fake_job, fake_status  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the test fakes are not shipped
+from metrics_fakes import fake_job, fake_status  # noqa: E402
 
 
 def pct(xs: list[float], q: float) -> float:

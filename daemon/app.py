@@ -55,18 +55,10 @@ class _MetricsExtension:
 
 
 def missing_gpus(sampler: Any, job: Any) -> str | None:
-    """Why a job's GPUs are not on this host, or None. Unknown (collector down) is not a reason to refuse."""
-    snap = sampler.snapshot()
-    if not snap.up:
-        return None
-    wanted = [] if job.gpus == "all" else list(job.gpus)
-    if not wanted and job.device.startswith("cuda:"):
-        wanted = [int(job.device.split(":")[1])]
-    missing = [str(g) for g in wanted if not (isinstance(g, str) and "=" in g) and snap.resolve(g) is None]
-    if not missing:
-        return None
-    have = ", ".join(f"{k} ({i.uuid})" for k, i in snap.gpus.items()) or "none"
-    return f"GPU {', '.join(missing)} is not on this host (GPUs here: {have}); fix the job's gpus/device"
+    """Why a job's GPUs are not on this host, or None (see isaacd.gpu.assign.missing_gpus)."""
+    from .gpu.assign import missing_gpus as _missing
+
+    return _missing(job, sampler.snapshot())
 
 
 def build_supervisor(cfg: Config, config_path: str | None) -> Supervisor:

@@ -250,17 +250,15 @@ class Config(_Model):
 
     @model_validator(mode="after")
     def _exclusive_gpus(self) -> "Config":
-        """Two jobs on one GPU halve each other's throughput and can OOM it: only when both say share_gpus."""
-        owners: dict[str, str] = {}
-        for job in self.jobs:
-            if job.share_gpus:
-                continue
-            for g in (["all"] if job.gpus == "all" else [str(x) for x in job.gpus]):
-                for other_gpu, other in owners.items():
-                    if g == other_gpu or "all" in (g, other_gpu):
-                        raise ValueError(f'jobs "{other}" and "{job.name}" both claim GPU {g if g != "all" else other_gpu}'
-                                         '; give each job its own gpus, or set share_gpus = true on both')
-                owners[g] = job.name
+        """Two jobs on one GPU halve each other's throughput and can OOM it: only when both say share_gpus.
+        Which GPUs a job uses is isaacd.gpu.assign.job_gpus, whatever the spelling (gpus, device)."""
+        from .gpu.assign import device_outside_gpus, gpu_conflicts
+
+        problems = [f'jobs[{i}] (name = "{j.name}"): {why}'
+                    for i, j in enumerate(self.jobs) if (why := device_outside_gpus(j))]
+        problems += [c.message(self.jobs) for c in gpu_conflicts(self.jobs)]
+        if problems:
+            raise ValueError("\n".join(problems))
         return self
 
     def job(self, name: str) -> JobConfig | None:

@@ -135,8 +135,10 @@ def test_embedded_default_is_valid_and_uses_loopback(tmp_path):
 
 
 MULTI_GPU_BAD = [
-    ('[[jobs]]\nname = "a"\ngpus = [0]\n[[jobs]]\nname = "b"\ngpus = [1, 0]\n', 'jobs "a" and "b" both claim GPU 0'),
-    ('[[jobs]]\nname = "a"\ngpus = "all"\n[[jobs]]\nname = "b"\ngpus = [3]\n', 'jobs "a" and "b" both claim GPU'),
+    ('[[jobs]]\nname = "a"\ngpus = [0]\n[[jobs]]\nname = "b"\ngpus = [1, 0]\n',
+     'jobs[0] (name = "a").gpus = [0] and jobs[1] (name = "b").gpus = [1, 0] both use GPU 0; give each job its own'),
+    ('[[jobs]]\nname = "a"\ngpus = "all"\n[[jobs]]\nname = "b"\ngpus = [3]\n',
+     'jobs[0] (name = "a").gpus = "all" and jobs[1] (name = "b").gpus = [3] both use GPU 3'),
     ('[[jobs]]\nname = "a"\ngpus = [0, 0]\n', "lists a GPU twice"),
     ('[[jobs]]\nname = "a"\ngpus = [-1]\n', "negative"),
     ('[[jobs]]\nname = "a"\ngpus = ["first"]\n', "is not a GPU"),
@@ -154,7 +156,7 @@ def test_gpu_claims_are_validated(tmp_path, text, words):
     assert words in str(info.value)
 
 
-def test_shared_gpus_and_multi_rank_launch(tmp_path):
+def test_shared_gpus_and_multi_rank_launch(tmp_path, monkeypatch):
     from isaacd.launch import process_argv, trainer_args, trainer_env
 
     text = ('[[jobs]]\nname = "a"\ngpus = [0, 1]\ndevice = "cuda"\nshare_gpus = true\n'
@@ -168,6 +170,75 @@ def test_shared_gpus_and_multi_rank_launch(tmp_path):
     # torchrun starts the launcher shim on every rank, which runs the trainer module in the same process
     assert argv[5].endswith("shim.py") and argv[6:8] == ["-m", "isaacd_trainer"] and argv[-1] == "--distributed"
     assert trainer_env(a)["CUDA_VISIBLE_DEVICES"] == "0,1"
-    # a single-GPU job keeps its device name and sees every GPU
-    assert "torch.distributed.run" not in process_argv(c, trainer_args(c, None)) and "CUDA_VISIBLE_DEVICES" not in {
-        k for k in trainer_env(c) if k not in __import__("os").environ}
+    # a multi-rank job's own GPUs win over what the supervisor inherited
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,6")
+    assert trainer_env(a)["CUDA_VISIBLE_DEVICES"] == "0,1"
+    # a single-GPU job keeps its device name and sees every GPU: isaacd sets no CUDA_VISIBLE_DEVICES
+    # (checked with the variable unset, and set: then the supervisor's value passes through untouched)
+    assert "torch.distributed.run" not in process_argv(c, trainer_args(c, None))
+    assert trainer_env(c)["CUDA_VISIBLE_DEVICES"] == "5,6"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert "CUDA_VISIBLE_DEVICES" not in trainer_env(c)
+
+
+SAME_GPU = [
+    # every spelling of "GPU 0" collides with every other (neither job sets share_gpus)
+    ('device = "cuda:0"', 'device = "cuda:0"', "0"),
+    ('device = "cuda"', 'device = "cuda:0"', "0"),
+    ('device = "cuda"', "gpus = [0]", "0"),
+    ('device = "cuda:1"', 'gpus = [1, 2]\ndevice = "cuda:1"', "1"),
+    ('gpus = ["nvidia.com/gpu=0"]', 'device = "cuda:0"', "0"),
+    ('gpus = ["0:1"]', "gpus = [0]", "0:1"),
+    ('gpus = ["GPU-8F1C2D3E-0000-1111-2222-333344445555"]', 'gpus = ["GPU-8f1c2d3e-0000-1111-2222-333344445555"]',
+     "GPU-8f1c2d3e-0000-1111-2222-333344445555"),
+    ('gpus = "all"', 'device = "cuda:3"', "3"),
+    ('gpus = ["nvidia.com/gpu=all"]', "gpus = [2]", "2"),
+    ("nproc_per_node = 2\ndevice = \"cuda\"", 'device = "cuda:1"', "1"),
+    ('device = "cuda:0"\nshare_gpus = true', 'device = "cuda:0"', "0"),  # one sharer is not enough
+]
+
+
+@pytest.mark.parametrize("a,b,gpu", SAME_GPU)
+def test_two_jobs_on_one_gpu_are_rejected_whatever_the_spelling(tmp_path, a, b, gpu):
+    path = tmp_path / "host.toml"
+    path.write_text(f'[[jobs]]\nname = "a"\n{a}\n[[jobs]]\nname = "b"\n{b}\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    msg = str(info.value)
+    assert msg.startswith(f"{path}: ") and 'jobs[0] (name = "a").' in msg and 'jobs[1] (name = "b").' in msg
+    assert f"both use GPU {gpu};" in msg and "share_gpus = true on both" in msg
+
+
+def test_two_cuda0_jobs_are_rejected_naming_file_jobs_keys_and_fix(tmp_path):
+    path = tmp_path / "host.toml"
+    path.write_text('[[jobs]]\nname = "a"\ndevice = "cuda:0"\n[[jobs]]\nname = "b"\ndevice = "cuda:0"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == (
+        f'{path}: jobs[0] (name = "a").device = "cuda:0" and jobs[1] (name = "b").device = "cuda:0" both use GPU 0; '
+        'give each job its own GPUs (gpus = [...] or device = "cuda:N"), or set share_gpus = true on both jobs')
+
+
+DIFFERENT_GPUS = [
+    ('device = "cuda:0"', 'device = "cuda:1"'),
+    ('device = "cuda"', "gpus = [1]"),
+    ('gpus = ["0:1"]', 'gpus = ["0:2"]'),
+    ('device = "cpu"', 'gpus = "all"'),
+    ('device = "cuda:0"\nshare_gpus = true', 'device = "cuda"\nshare_gpus = true'),
+    # an index and a UUID cannot be compared without the host's inventory (the launch check can)
+    ("gpus = [0]", 'gpus = ["GPU-8f1c2d3e-0000-1111-2222-333344445555"]'),
+]
+
+
+@pytest.mark.parametrize("a,b", DIFFERENT_GPUS)
+def test_jobs_on_different_gpus_or_sharing_pass(tmp_path, a, b):
+    cfg = parse_config(f'[[jobs]]\nname = "a"\n{a}\n[[jobs]]\nname = "b"\n{b}\n', "x.toml", tmp_path)
+    assert len(cfg.jobs) == 2
+
+
+def test_process_job_device_outside_its_gpus_is_rejected(tmp_path):
+    with pytest.raises(ConfigError, match=r'jobs\[0\] \(name = "a"\): device = "cuda:1" is not one of gpus = \[0\]'):
+        parse_config('[[jobs]]\nname = "a"\ngpus = [0]\ndevice = "cuda:1"\n', "x.toml", tmp_path)
+    # containers count cuda:N inside the container, among the GPUs CDI passes: not checked
+    parse_config('[[jobs]]\nname = "a"\nruntime = "podman"\ngpus = [0]\ndevice = "cuda:1"\n'
+                 '[jobs.container]\nimage = "x"\n', "x.toml", tmp_path)

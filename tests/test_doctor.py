@@ -43,9 +43,16 @@ def test_cpu_only_config_skips_gpu_checks(tmp_path):
     assert c["nvidia_driver"].status == "skip" and c["cdi_spec"].status == "skip"
     assert c["nvml"].status == "skip"  # no GPU job and [gpu] source = "none"
     assert c["disk:cpu"].status in ("pass", "warn") and "GiB free" in c["disk:cpu"].detail
+    # nothing about a CPU-only config can fail, whatever the host; the GPU and container checks have
+    # nothing to check; the workflow resolves; what the host decides (podman, shm, disks, listeners) at
+    # most warns, with a fix
+    assert set(c) == {"nvidia_driver", "nvml", "cdi_spec", "podman", "quadlet", "systemd", "memlock", "shm",
+                      "disk:cpu", "disk:state", "container_ports", "listeners", "workflow:cpu"}
+    assert {n: c[n].status for n in ("cdi_spec", "memlock", "container_ports", "workflow:cpu")} == {
+        "cdi_spec": "skip", "memlock": "skip", "container_ports": "skip", "workflow:cpu": "pass"}
     for chk in c.values():
-        assert chk.status in ("pass", "warn", "fail", "skip")
-        if chk.status in ("warn", "fail"):
+        assert chk.status != "fail" and not chk.detail.startswith("check crashed"), chk
+        if chk.status == "warn":
             assert chk.fix, chk
 
 

@@ -23,8 +23,8 @@ from isaacd.gpu import GpuSampler, ManualClock, ScriptedSource
 from isaacd.gpu.nvml import NvmlSource
 from isaacd.metrics import METRICS, build_registry, gpu_status, parse_listen, serve
 from isaacd.metrics.attribution import attribute_pids
-from isaacd.metrics.catalog import BY_NAME, series_names
-from isaacd.metrics.testing import demo_gpu_script, fake_job, fake_status
+from isaacd.metrics.catalog import BY_NAME, GPU_LABELS, series_names
+from metrics_fakes import demo_gpu_script, fake_job, fake_status
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -349,9 +349,23 @@ def test_docs_document_every_metric():
     doc = (ROOT / "docs" / "metrics.md").read_text()
     missing = [m.name for m in METRICS if f"`{m.name}`" not in doc]
     assert not missing, f"docs/metrics.md lacks: {missing}"
-    for m in METRICS:
-        for label in m.labels:
-            assert label in doc
+    # each metric's own table row lists exactly its labels (*gpu labels* = gpu, uuid, model, pci_bus_id)
+    rows: dict[str, list[str]] = {}
+    for line in doc.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("| `isaacd_") else []
+        if len(cells) >= 3:
+            labels: list[str] = []
+            for part in (p.strip() for p in cells[2].split(",")):
+                if part == "*gpu labels*":
+                    labels += GPU_LABELS
+                elif part.startswith("`") and part.endswith("`"):
+                    labels.append(part.strip("`"))
+                elif part not in ("—", "-", ""):
+                    raise AssertionError(f"docs/metrics.md: {cells[0]}: label cell part {part!r} is not `label`")
+            rows[cells[0].strip("`")] = labels
+    wrong = {m.name: (rows.get(m.name), list(m.labels)) for m in METRICS
+             if m.name not in rows or sorted(rows[m.name]) != sorted(m.labels)}
+    assert not wrong, f"docs/metrics.md rows whose labels differ from the catalog (doc, catalog): {wrong}"
 
 
 def test_watchdog_trip_counters_exist_before_the_first_trip():

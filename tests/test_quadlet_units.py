@@ -104,7 +104,8 @@ def test_cdi_device_names_from_gpus():
         "nvidia.com/gpu=all",
     ]
     cuda_no_gpus = job_from('[[jobs]]\nname = "a"\ndevice = "cuda:0"\n')
-    assert cdi_devices(cuda_no_gpus) == ["nvidia.com/gpu=all"]
+    assert cdi_devices(cuda_no_gpus) == ["nvidia.com/gpu=0"]  # the GPU the job claims, not every GPU
+    assert cdi_devices(job_from('[[jobs]]\nname = "a"\ndevice = "cuda"\n')) == ["nvidia.com/gpu=0"]
     assert cdi_devices(job_from('[[jobs]]\nname = "a"\ngpus = "all"\n')) == ["nvidia.com/gpu=all"]
     unchecked = job_from('[[jobs]]\nname = "a"\n').model_copy(update={"gpus": ["-0"]})  # config refuses it too
     with pytest.raises(RuntimeError_, match="cannot start with '-'"):
@@ -134,6 +135,8 @@ def test_device_index_inside_the_container():
                    "/workspace/isaaclab/scripts/reinforcement_learning/rsl_rl/train.py", "--device", "cuda:0", "--headless"]
     assert container_device_arg(job_from('[[jobs]]\nname = "a"\ndevice = "cuda:1"\ngpus = [0, 1]\n')) == "cuda:1"
     assert container_device_arg(job_from('[[jobs]]\nname = "a"\ndevice = "cpu"\n')) == "cpu"
+    # no gpus: CDI passes the device's GPU alone, which is cuda:0 inside
+    assert container_device_arg(job_from('[[jobs]]\nname = "a"\ndevice = "cuda:2"\n')) == "cuda:0"
 
 
 def test_multi_gpu_jobs_run_torchrun_in_the_container():

@@ -12,7 +12,6 @@ Rules that every consumer (exporter, watchdogs, `isaacd status`) relies on:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Generic, TypeVar
@@ -255,10 +254,6 @@ class DurationHistogram:
     counts: tuple[int, ...]  # cumulative count per bucket, same length as buckets
     count: int = 0
     sum: float = 0.0
-
-
-def is_finite(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 # ----------------------------------------------------------------------------------------- GpuMap

@@ -18,6 +18,7 @@ import structlog
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ..gpu.assign import assigned_keys
 from ..gpu.sampler import GpuSampler, GpuSnapshot
 from ..gpu.types import CLOCK_EVENT_REASONS, GpuInfo, xid_class
 from .attribution import attribute_pids
@@ -208,9 +209,8 @@ class IsaacdCollector(Collector):
             reasons["other"] = reasons.get("other", 0.0) + total - sum(reasons.values())
         for r, n in sorted(reasons.items()):
             f.add("isaacd_job_restarts_total", [name, r], n)
-        for g in job.get("gpus") or []:
-            info = snap.resolve(g) if snap is not None else None
-            f.add("isaacd_job_gpu_assigned", [name, info.key if info else str(g)], 1)
+        for key in assigned_keys(job.get("gpus"), snap):  # "all" -> every GPU; refs -> GPU keys
+            f.add("isaacd_job_gpu_assigned", [name, key], 1)
         wds = job.get("watchdogs")
         if isinstance(wds, Mapping):
             for wd, w in sorted(wds.items()):

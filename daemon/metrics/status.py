@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..gpu.assign import assigned_keys
 from ..gpu.sampler import GpuSnapshot
 from ..gpu.types import xid_class
 from .attribution import attribute_pids
@@ -13,10 +14,12 @@ from .attribution import attribute_pids
 def gpu_status(snap: GpuSnapshot, jobs: Iterable[Mapping[str, Any]] = (), *, proc_root: str = "/proc") -> dict[str, Any]:
     """``{"up", "reason", "source", "driver_version", "xid_watch", "devices": [...]}``; each device has
     index (the GPU key), uuid, model, pci_bus_id, mig, the latest fast fields (None = not reported),
-    clock_event_reasons (active names), processes, jobs (names of isaacd jobs using it), xids
+    clock_event_reasons (active names), processes, jobs (names of isaacd jobs seen using it), assigned
+    (names of jobs whose gpus/device claim it, by isaacd.gpu.assign), xids
     ({code: {count, last_seen, class}}) and health ("ok", "lost", or "unhealthy: <reason>")."""
     jobs = [j for j in jobs if isinstance(j, Mapping)]
     owner = attribute_pids({p.pid for p in snap.processes}, jobs, proc_root) if jobs else {}
+    claims = {str(j.get("name")): set(assigned_keys(j.get("gpus"), snap)) for j in jobs}
     devices = []
     for key, info in snap.gpus.items():
         s = snap.samples.get(key)
@@ -34,6 +37,7 @@ def gpu_status(snap: GpuSnapshot, jobs: Iterable[Mapping[str, Any]] = (), *, pro
         procs = list(s.processes or ()) if s is not None else []
         dev["processes"] = [{"pid": p.pid, "used_bytes": p.used_bytes, "job": owner.get(p.pid)} for p in procs]
         dev["jobs"] = sorted({owner[p.pid] for p in procs if p.pid in owner})
+        dev["assigned"] = sorted(name for name, keys in claims.items() if key in keys)
         dev["xids"] = {str(x): {"count": c.count, "last_seen": c.last_seen, "class": xid_class(x)}
                        for (g, x), c in sorted(snap.xids.items()) if g == key}
         if key in snap.unhealthy:

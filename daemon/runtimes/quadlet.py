@@ -128,39 +128,23 @@ def sd_split(cmd: str) -> list[str]:
 
 # ---- pieces of the spec ---------------------------------------------------------------------
 def cdi_devices(job: JobConfig) -> list[str]:
-    """CDI names for the job's GPUs: `nvidia.com/gpu=<index|uuid|all>`; none for a CPU job.
+    """CDI names for the job's GPUs (`nvidia.com/gpu=<index|uuid|N:M|all>`); none for a CPU job.
+    The claim is isaacd.gpu.assign.job_gpus's: device = "cuda:N" with no gpus passes GPU N alone."""
+    from ..gpu.assign import cdi_devices as _cdi
 
-    gpus = [0, 1] -> indices; "GPU-<uuid>" / "MIG-<uuid>" / "0:1" (MIG) pass through; a name that
-    already has a kind (`vendor.com/class=dev`) is used as it is. device = "cuda" with no gpus
-    means every GPU.
-    """
-    out: list[str] = []
-    for g in (["all"] if job.gpus == "all" else job.gpus):
-        s = str(g).strip()
-        if not s:
-            continue
-        if s.startswith("-"):
-            # Quadlet treats AddDevice=-x as an optional *path* and silently drops a CDI name
-            raise RuntimeError_(f"job {job.name}: gpus entry {s!r}: a CDI device name cannot start with '-'")
-        out.append(s if "=" in s and "/" in s.split("=", 1)[0] else f"nvidia.com/gpu={s}")
-    if not out and job.device.startswith("cuda"):
-        out.append("nvidia.com/gpu=all")
-    return list(dict.fromkeys(out))
+    try:
+        return _cdi(job)
+    except ValueError as exc:
+        raise RuntimeError_(str(exc)) from None
 
 
 def container_device_arg(job: JobConfig) -> str:
-    """--device inside the container. CDI passes the job's GPUs renumbered from 0 (in PCI order,
-    which is nvidia-smi's index order), so `device = "cuda:2"` with `gpus = [2, 3]` is cuda:0 inside."""
-    dev = job.device
-    m = re.fullmatch(r"cuda:(\d+)", dev)
-    if not m or not job.gpus or job.gpus == "all":
-        return dev
-    k = int(m.group(1))
-    if all(isinstance(g, int) or str(g).isdigit() for g in job.gpus):
-        ints = sorted({int(g) for g in job.gpus})
-        if k in ints:
-            return f"cuda:{ints.index(k)}"
-    return dev
+    """--device inside the container: CDI passes the job's GPUs renumbered from 0 (in PCI order,
+    which is nvidia-smi's index order), so `device = "cuda:2"` with `gpus = [2, 3]`, or with no gpus
+    (CDI passes GPU 2 alone), is cuda:0 inside. Kept in step with cdi_devices by isaacd.gpu.assign."""
+    from ..gpu.assign import container_device
+
+    return container_device(job)
 
 
 def parse_port(spec: str, job: str) -> str:

@@ -28,7 +28,6 @@ class GpuReading:
     power_limit_watts: float | None = None
     default_power_limit_watts: float | None = None
     hw_thermal_slowdown: bool = False
-    sample_time: float | None = None
 
 
 @dataclass(frozen=True)
@@ -88,7 +87,6 @@ class Watchdog:
         self.cfg = cfg
         self.pending_since: float | None = None
         self.last_action_at: float | None = None
-        self.last_trip: Trip | None = None
         self.state = "ok"
         self.detail = ""
         self._attempt = -1
@@ -146,7 +144,6 @@ class Watchdog:
         action = verdict.action or self.cfg.action
         trip = Trip(self.name, action, verdict.detail, verdict.values, verdict.threshold, self.cfg.hold,
                     verdict.trouble_iteration, bool(getattr(self.cfg, "new_seed", False)))
-        self.last_trip = trip
         self.after_trip()
         self.last_action_at = view.now
         self.pending_since = None

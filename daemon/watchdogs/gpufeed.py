@@ -50,7 +50,6 @@ class SamplerFeed:
                 power_limit_watts=s.power_limit_watts,
                 default_power_limit_watts=slow.power_limit_default_watts if slow else None,
                 hw_thermal_slowdown=bool(s.clock_event_reason_names & set(HW_THERMAL)),
-                sample_time=s.timestamp,
             ))
         for p in snap.processes:
             tick.processes.setdefault(_physical_index(p.gpu), set()).add(p.pid)

@@ -1,6 +1,6 @@
-"""Fakes for tests and demos: a status dict shaped like ``isaacd status --json`` and a GPU script
-that exercises every GPU series (used by tests/test_metrics*.py, tests/test_prometheus_e2e.py and
-bench/metrics.py)."""
+"""Fakes for tests and benchmarks (not shipped in the isaacd package): a status dict shaped like
+``isaacd status --json`` and a GPU script that exercises every GPU series (used by tests/test_metrics.py
+and bench/metrics.py)."""
 
 from __future__ import annotations
 
