@@ -20,6 +20,7 @@ from typing import Any, Callable
 from . import launch
 from .clock import Clock, SystemClock
 from .config import JobConfig
+from .gpu.assign import status_gpus
 from .jobs import machine
 from .jobs.effects import Effect, Event, Forget, Kill, Launch, Persist, Signal
 from .jobs.messages import Exited, LaunchRefused, Message, Progressed, Start, Stop, Tick
@@ -556,7 +557,7 @@ class JobRunner:
             "contract": self.resolved.workflow.contract if self.resolved else None,
             "task": self.cfg.task,
             "device": self.cfg.device,
-            "gpus": self.cfg.gpus if self.cfg.gpus == "all" else list(self.cfg.gpus),
+            "gpus": status_gpus(self.cfg),
             "pid": desc.get("pid"),
             "pids": list(live.pids),
             "cgroup": desc.get("cgroup"),

@@ -1,10 +1,11 @@
 """The job model: its states, the one table of allowed transitions, and the decision state that is persisted.
 
-    pending ──launch──▶ starting ──trainer up──▶ running ──exit 0 at max_iterations──▶ completed
-       ▲                  │                       │  │
-       │                  └──────exit/crash───────┤  └──stop──▶ stopping ──▶ stopped
-       │                                          ▼
-       └──────backoff elapsed────────────── backing-off ──restart limit──▶ failed
+    pending ──tick──▶ starting ──first iteration──▶ running ──exit 0 at max_iterations──▶ completed
+                         │  (refused: completed/failed)  │  │
+                         └────────exit / crash───────────┤  └──stop / restart──▶ stopping ──exit──▶ stopped
+                                   (limit: failed)       ▼                          │
+       starting ◀──backoff elapsed / start────── backing-off ◀──restart asked───────┘
+    stopped / completed / failed ──start──▶ pending
 
 Anything not in TRANSITIONS is a bug, raised as InvalidTransition rather than silently applied. `JobModel`
 is everything `machine.decide` needs to decide, and nothing it does not: it is immutable, it is saved with
@@ -40,8 +41,8 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.PENDING: frozenset({S.STARTING, S.STOPPED}),
     S.STARTING: frozenset({S.RUNNING, S.BACKING_OFF, S.FAILED, S.STOPPING, S.COMPLETED, S.STOPPED}),
     S.RUNNING: frozenset({S.BACKING_OFF, S.COMPLETED, S.FAILED, S.STOPPING, S.STOPPED}),
-    S.BACKING_OFF: frozenset({S.STARTING, S.STOPPED, S.FAILED}),
-    S.STOPPING: frozenset({S.STOPPED, S.BACKING_OFF, S.COMPLETED, S.FAILED}),
+    S.BACKING_OFF: frozenset({S.STARTING, S.STOPPED}),
+    S.STOPPING: frozenset({S.STOPPED, S.BACKING_OFF}),
     S.STOPPED: frozenset({S.PENDING}),
     S.COMPLETED: frozenset({S.PENDING}),
     S.FAILED: frozenset({S.PENDING}),

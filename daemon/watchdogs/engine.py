@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..gpu.assign import job_gpu_indices
 from ..jobs.messages import Command, Start, WatchdogTrip
 from ..jobs.model import JobState, Origin
 from ..logs import log
@@ -54,25 +55,6 @@ def make_watchdogs(cfg: WatchdogsConfig) -> dict[str, Watchdog]:
     return {name: cls(getattr(cfg, name)) for name, cls in WATCHDOG_CLASSES.items()}
 
 
-def job_gpu_indices(sig: "JobSignals", readings: list[GpuReading], procs: dict[int, set[int]]) -> set[int]:
-    """The GPUs a job uses: what its config names, plus any GPU its processes are seen on."""
-    cfg = sig.cfg
-    out: set[int] = set()
-    by_uuid = {g.uuid: g.index for g in readings}
-    if cfg.gpus == "all":
-        out.update(r.index for r in readings)
-    for g in (cfg.gpus if isinstance(cfg.gpus, list) else []):
-        if isinstance(g, int):
-            out.add(g)
-        elif g in by_uuid:
-            out.add(by_uuid[g])
-    if not cfg.gpus and cfg.device.startswith("cuda"):
-        out.add(int(cfg.device.split(":")[1]) if ":" in cfg.device else 0)
-    pids = set(sig.pids)
-    out.update(i for i, p in procs.items() if p & pids)
-    return out
-
-
 class WatchdogEngine:
     def __init__(self, supervisor: "Supervisor", feed: GpuFeed):
         self.sup = supervisor
@@ -96,7 +78,7 @@ class WatchdogEngine:
         return cur[1]
 
     def view(self, sig: "JobSignals", now: float, feed: FeedTick) -> JobView:
-        gpus = job_gpu_indices(sig, feed.readings, feed.processes)
+        gpus = job_gpu_indices(sig.cfg, feed.readings, feed.processes, sig.pids)
         return JobView(
             name=sig.name, now=now, alive=sig.alive,
             attempt_started_at=sig.attempt_started_at,
