@@ -307,6 +307,11 @@ def _main(argv: list[str] | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else argv
+    if "run" in words:  # `isaacd run`: a SIGHUP while starting up is a reload request, not death
+        from .early_signals import defer
+
+        defer()
     try:
         try:
             return _main(argv)

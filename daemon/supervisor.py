@@ -119,6 +119,10 @@ class Supervisor:
         signal.signal(signal.SIGTERM, on_term)
         signal.signal(signal.SIGINT, on_term)
         signal.signal(signal.SIGHUP, lambda *_: self._reload_requested.set())
+        from .early_signals import take
+
+        if take(signal.SIGHUP):  # sent while we were starting up: reload once we run
+            self._reload_requested.set()
 
     def run_forever(self) -> None:
         interval = self.config.supervisor.tick_interval
