@@ -317,24 +317,27 @@ class JobRunner:
         re-signalled only if the trainer never saw it, a launch is redone only if no trainer carries its token."""
         m, attempt = self.model, self.history.current
         if m.state.active:
-            handle = self._find_trainer(attempt) if attempt is not None and attempt.exit is None else None
+            open_attempt = attempt if attempt is not None and attempt.exit is None else None
+            handle = self._find_trainer(open_attempt) if open_attempt is not None else None
             if handle is not None:
-                assert attempt is not None
-                self._adopt(attempt, handle)
+                assert open_attempt is not None
+                self._adopt(open_attempt, handle)
                 return
-            if attempt is not None and attempt.exit is None and not attempt.handle and m.state == JobState.STARTING:
-                # saved the launch, never got to the spawn (or the trainer is gone without a trace): launch again
-                attempt.ended_at, attempt.exit = self.clock.wall(), {
-                    "code": None, "signal": None, "oom_killed": False, "external_stop": False,
-                    "description": "never started: the supervisor stopped during the launch"}
-                self.event("launch_replayed", attempt=attempt.number, reason=m.launch.reason)
+            if m.state == JobState.STARTING and (open_attempt is None or not open_attempt.handle):
+                # the launch was decided (its attempt perhaps saved) but no trainer carries its token
+                if open_attempt is not None:
+                    open_attempt.ended_at, open_attempt.exit = self.clock.wall(), {
+                        "code": None, "signal": None, "oom_killed": False, "external_stop": False,
+                        "description": "never started: the supervisor stopped during the launch"}
+                self.event("launch_replayed", reason=m.launch.reason,
+                           detail="the supervisor stopped during this launch; launching it again")
                 refused = self._launch(m.launch)
                 if refused is not None:
                     self.handle_message(refused)
                 return
             status = ExitStatus(detail="trainer ended while the supervisor was not running")
-            if attempt is not None and attempt.exit is None:
-                self._record_exit(attempt, status)
+            if open_attempt is not None:
+                self._record_exit(open_attempt, status)
             self.handle_message(Exited(status.describe(), "lost", success=False))
             return
         if m.state == JobState.STOPPED and not m.final:

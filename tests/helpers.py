@@ -57,18 +57,20 @@ def wait_for(pred: Callable[[], Any], timeout: float, interval: float = 0.1, wha
 
 
 class SupervisorProc:
-    def __init__(self, config: Path):
+    def __init__(self, config: Path, env: dict[str, str] | None = None):
         self.config = config
+        self.extra_env = env or {}
         self.socket = config.parent / "isaacd.sock"
         self.log_path = config.parent / "supervisor.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> "SupervisorProc":
+    def start(self, wait: bool = True) -> "SupervisorProc":
         self._log = open(self.log_path, "ab")
-        env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
+        env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"} | self.extra_env
         self.proc = subprocess.Popen([str(BIN / "isaacd"), "run", "--config", str(self.config)],
                                      stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        wait_for(lambda: self.status(), 30, what="supervisor control socket")
+        if wait:
+            wait_for(lambda: self.status(), 30, what="supervisor control socket")
         return self
 
     def status(self) -> dict[str, Any]:
