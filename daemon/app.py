@@ -71,7 +71,7 @@ def build_supervisor(cfg: Config, config_path: str | None) -> Supervisor:
     sampler.gpus_optional = not any(j.device.startswith("cuda") or j.gpus for j in cfg.jobs)
     sup.extensions.append(_SamplerExtension(sampler))
     sup.gpu_check = lambda job: missing_gpus(sampler, job)
-    sup.status_hooks.append(lambda st: st.__setitem__("gpus", gpu_status(sampler.snapshot(), st["jobs"])))
+    sup.status_hooks.append(lambda jobs: {"gpus": gpu_status(sampler.snapshot(), jobs)})
     sup.extensions.append(WatchdogEngine(sup, SamplerFeed(sampler)))
     if cfg.metrics.enabled:
         sup.extensions.append(_MetricsExtension(sup, sampler))

@@ -61,7 +61,10 @@ class Supervisor:
         # called each tick with the monotonic time; returns (job, command) pairs for the state machines
         self.tick_hooks: list[Callable[[float], list[tuple[str, Command]] | None]] = []
         self.gpu_check: Callable[[Any], str | None] | None = None  # set by app.build_supervisor, before start()
-        self.status_hooks: list[Callable[[dict[str, Any]], None]] = []  # add to the snapshot, at publish time
+        # parts of the snapshot others own, asked for at publish time: per job (the watchdogs' states) and
+        # host-wide (the GPUs, which need the jobs' rows); each returns keys to add, never mutates
+        self.job_status_hooks: list[Callable[[str], dict[str, Any]]] = []
+        self.status_hooks: list[Callable[[list[dict[str, Any]]], dict[str, Any]]] = []
         self._snapshot: dict[str, Any] = {"jobs": []}
         self._last_notify = float("-inf")
 
@@ -180,15 +183,19 @@ class Supervisor:
 
     def _publish(self) -> None:
         """Build the next status snapshot (under self.lock); readers get it without a lock."""
-        snap: dict[str, Any] = {"jobs": []}
+        jobs: list[dict[str, Any]] = []
         for r in self.runners.values():
             try:
-                snap["jobs"].append(r.snapshot())
+                row = r.snapshot()
+                for job_hook in self.job_status_hooks:
+                    row.update(job_hook(r.cfg.name))
+                jobs.append(row)
             except Exception:  # noqa: BLE001
                 log.exception("job_snapshot_failed", job=r.cfg.name)
+        snap: dict[str, Any] = {"jobs": jobs}
         for hook in self.status_hooks:
             try:
-                hook(snap)
+                snap.update(hook(jobs))
             except Exception:  # noqa: BLE001
                 log.exception("status_hook_failed", hook=getattr(hook, "__qualname__", str(hook)))
         self._snapshot = snap  # one reference swap: a reader sees the old snapshot or the new one

@@ -65,7 +65,7 @@ class WatchdogEngine:
     # extension protocol
     def start(self) -> None:
         self.sup.tick_hooks.append(self.tick)
-        self.sup.status_hooks.append(self.fill_status)
+        self.sup.job_status_hooks.append(self.job_status)
 
     def stop(self) -> None:
         self.restore_power_limits("supervisor stopping")
@@ -174,8 +174,6 @@ class WatchdogEngine:
             self.original_power.pop(gpu, None)
 
     # ---- read side -------------------------------------------------------------------------
-    def fill_status(self, status: dict[str, Any]) -> None:
-        for job in status["jobs"]:
-            cur = self.sets.get(job["name"])
-            if cur is not None:
-                job["watchdogs"] = {n: wd.status() for n, wd in cur[1].items()}
+    def job_status(self, job: str) -> dict[str, Any]:
+        cur = self.sets.get(job)
+        return {"watchdogs": {n: wd.status() for n, wd in cur[1].items()}} if cur is not None else {}
