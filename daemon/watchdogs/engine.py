@@ -14,7 +14,7 @@ from ..gpu.assign import job_gpu_indices
 from ..jobs.messages import Command, Start, WatchdogTrip
 from ..jobs.model import JobState, Origin
 from ..logs import log
-from .base import GpuReading, JobView, Trip, Watchdog
+from .base import JobView, Trip, Watchdog
 from .config import WatchdogsConfig
 from .divergence import DivergenceWatchdog
 from .duty_cycle import DutyCycleWatchdog
