@@ -195,7 +195,8 @@ def test_rl_games_resumes_with_a_checkpoint_path_and_a_total_epoch_count(tmp_pat
     assert r.workflow.iterations_done(c) == 200
     assert r.workflow.layout.pattern.match("last_j_ep_200_rew_-3.25.pth").group(1) == "200"
     assert not r.workflow.layout.pattern.match("j.pth")  # the best-reward copy is not on the timeline
-    run = next(a for a in args if a.startswith("agent.params.config.full_experiment_name="))
+    # `++`: the key is not in the agent config, and Hydra refuses a plain override of a missing key
+    run = next(a for a in args if a.startswith("++agent.params.config.full_experiment_name="))
     assert r.workflow.run_dir_re(r.job).match(run.split("=", 1)[1])
 
 

@@ -42,7 +42,7 @@ def _print_selector_help(action: str) -> None:
     parser = argparse.ArgumentParser(prog="isaacd-train-isaaclab30",
                                      description=f"{action.capitalize()} an RL agent with a selected backend.")
     parser.add_argument("--rl_library", choices=list(BACKENDS), required=True,
-                        help="Reinforcement learning backend to use (the built-in trainer has rsl_rl only).")
+                        help="Reinforcement learning backend to use (the built-in trainer has rsl_rl and skrl).")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="Arguments forwarded to the selected backend.")
     parser.print_help()
 
@@ -186,13 +186,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         print("\ntrain: error: the following argument is required: --rl_library", file=sys.stderr)
         return 2
-    if selected.rl_library != "rsl_rl":
-        print(f"train: error: the built-in trainer implements only --rl_library rsl_rl, not {selected.rl_library}",
-              file=sys.stderr)
+    if selected.rl_library not in ("rsl_rl", "skrl"):
+        print(f"train: error: the built-in trainer implements only --rl_library rsl_rl and skrl, not "
+              f"{selected.rl_library}", file=sys.stderr)
         return 2
     original_argv = sys.argv
     try:
-        run(backend_argv)
+        if selected.rl_library == "skrl":
+            from isaacd_trainer.skrl_train import run_v3
+
+            run_v3(backend_argv)
+        else:
+            run(backend_argv)
     finally:
         sys.argv = original_argv
     return 0

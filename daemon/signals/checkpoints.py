@@ -24,13 +24,21 @@ class CheckpointLayout:
 
     rsl_rl: `<run>/model_<iter>.pt`; rl_games: `<run>/nn/last_<name>_ep_<epoch>_rew_<r>.pth`;
     skrl: `<run>/checkpoints/agent_<timestep>.pt`. Group 1 of `pattern` is the number in the name.
+
+    `count` turns that number into the checkpoint's place in the *job's* count, for trainers whose numbering
+    restarts with every run: `count(run_dir, number, offset)`, where `offset` is the iteration of the checkpoint
+    the run resumed from (0 for a fresh run). None (rsl_rl, rl_games): the number already is the job's count.
     """
 
     subdir: str | None
     pattern: re.Pattern[str]
+    count: Callable[[Path, int, int], int] | None = None
 
     def directory(self, run_dir: Path) -> Path:
         return run_dir / self.subdir if self.subdir else run_dir
+
+    def iteration(self, run_dir: Path, number: int, offset: int) -> int:
+        return number if self.count is None else self.count(run_dir, number, offset)
 
 
 RSL_RL_LAYOUT = CheckpointLayout(None, CHECKPOINT_RE)
@@ -87,8 +95,11 @@ def _inspect(path: Path) -> str | None:
     return None
 
 
-def list_checkpoints(run_dir: Path, layout: CheckpointLayout = RSL_RL_LAYOUT) -> list[Checkpoint]:
-    """All checkpoint files of a run dir, newest iteration first (not validated)."""
+def list_checkpoints(run_dir: Path, layout: CheckpointLayout = RSL_RL_LAYOUT, offset: int = 0) -> list[Checkpoint]:
+    """All checkpoint files of a run dir, newest iteration first (not validated).
+
+    `offset`: the iteration the run resumed from, for layouts whose numbering restarts per run (see `count`).
+    """
     out = []
     try:
         entries = list(layout.directory(Path(run_dir)).iterdir())
@@ -102,16 +113,17 @@ def list_checkpoints(run_dir: Path, layout: CheckpointLayout = RSL_RL_LAYOUT) ->
             st = entry.stat()
         except OSError:
             continue
-        out.append(Checkpoint(entry, int(m.group(1)), st.st_mtime, st.st_size))
+        out.append(Checkpoint(entry, layout.iteration(Path(run_dir), int(m.group(1)), offset), st.st_mtime, st.st_size))
     out.sort(key=lambda c: c.iteration, reverse=True)
     return out
 
 
 def newest_complete(run_dir: Path, max_iteration: int | None = None,
                     rejected: list[tuple[Checkpoint, str]] | None = None,
-                    layout: CheckpointLayout = RSL_RL_LAYOUT, validator: Validator | None = None) -> Checkpoint | None:
+                    layout: CheckpointLayout = RSL_RL_LAYOUT, validator: Validator | None = None,
+                    offset: int = 0) -> Checkpoint | None:
     """Newest valid checkpoint in run_dir with iteration <= max_iteration; invalid ones go to `rejected`."""
-    for ckpt in list_checkpoints(run_dir, layout):
+    for ckpt in list_checkpoints(run_dir, layout, offset):
         if max_iteration is not None and ckpt.iteration > max_iteration:
             continue
         problem = checkpoint_problem(ckpt.path)
@@ -140,12 +152,13 @@ def choose_resume(lineage: list[Lineage], before_iteration: int | None = None,
     Walk attempts newest first. Each attempt's own run dir counts up to the current bound; once an
     attempt started from iteration N, its predecessors only count up to N, because anything they
     wrote after N was abandoned (a rollback, say). `before_iteration` starts the bound below a
-    known-bad iteration (rollback).
+    known-bad iteration (rollback). For a layout that numbers each run from 0 (skrl), a run's checkpoints
+    count on from the iteration its attempt resumed from, so every Checkpoint here is in the job's count.
     """
     bound = None if before_iteration is None else before_iteration - 1
     for step in reversed(lineage):
         if step.run_dir is not None:
-            found = newest_complete(step.run_dir, bound, rejected, layout, validator)
+            found = newest_complete(step.run_dir, bound, rejected, layout, validator, step.resume_iteration or 0)
             if found is not None:
                 return found
         if step.resume_iteration is not None:

@@ -78,6 +78,8 @@ class TensorBoardTail:
     def _event_files(self) -> Iterator[Path]:
         try:
             yield from sorted(self.run_dir.glob("events.out.tfevents.*"))
+            # rl_games writes its SummaryWriter into <run>/summaries/
+            yield from sorted((self.run_dir / "summaries").glob("events.out.tfevents.*"))
         except OSError:
             return
 

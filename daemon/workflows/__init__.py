@@ -17,6 +17,7 @@ from .detect import detect_generation, resume_flavour
 from .launcher import Program, build_program, train_script
 from .rl_games import RlGames
 from .rsl_rl import RslRl
+from .skrl import Skrl
 
 __all__ = ["Resolved", "Workflow", "WorkflowError", "Generation", "resolve", "regex_literal"]
 
@@ -47,9 +48,11 @@ def resolve(job: JobConfig) -> Resolved:
         wf: Workflow = RslRl(gen, flavour)
     elif library == "rl_games":
         wf = RlGames(gen)
+    elif library == "skrl":
+        wf = Skrl(gen, job)
     else:
-        raise WorkflowError("workflow", f'workflow = "{job.workflow}" is not supported yet: use "rsl_rl", '
-                                        '"rl_games" or "builtin"')
+        raise WorkflowError("workflow", f'workflow = "{job.workflow}" is not supported: use "rsl_rl", '
+                                        '"rl_games", "skrl" or "builtin"')
     resolved = Resolved(job, wf, gen)
     resolved.program(in_container=in_container)  # raises for a missing script or launcher
     return resolved

@@ -80,6 +80,14 @@ class Workflow(ABC):
         """What --max_iterations must say so the job ends at exactly `job.max_iterations`."""
         return job.max_iterations
 
+    def progress_iteration(self, step: int, run_dir: Path | None, resume_iteration: int | None) -> int:
+        """A TensorBoard step of a run, in the job's iterations (rsl_rl: the step is the iteration).
+
+        For trainers whose steps restart with every run (skrl's timesteps) the runner should map the tail's
+        `last_step` through this before showing it or handing it to `is_complete`; see docs/workflows.md.
+        """
+        return step
+
     def is_complete(self, job: JobConfig, ckpt: Checkpoint | None, last_step: int | None) -> bool:
         """Whether the job's total is reached, from the newest checkpoint or the last logged step."""
         if ckpt is not None and self.iterations_done(ckpt) >= job.max_iterations:

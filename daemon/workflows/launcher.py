@@ -88,7 +88,10 @@ def build_program(job: JobConfig, library: str, gen: Generation, *, in_container
                   python: str | None = None) -> Program:
     if job.command:
         return Program(list(job.command), ["--distributed"] if job.ranks > 1 else [], shim=False)
-    shim = [SHIM_IN_CONTAINER if in_container else str(shim_source())] if job.shim else []
+    # The shim hooks rsl_rl's runners only: for rl_games and skrl it could neither save on a stop nor report the
+    # run dir (the runner would then never find it), so those run the script directly and the run dir is found
+    # by its exact name (Workflow.run_dir_re), as with shim = false.
+    shim = [SHIM_IN_CONTAINER if in_container else str(shim_source())] if job.shim and library == "rsl_rl" else []
     if job.workflow == "builtin":
         py = python or ("python" if in_container else sys.executable)
         launcher = list(job.launcher) if job.launcher else [py]  # e.g. a venv's python inside a rootfs container

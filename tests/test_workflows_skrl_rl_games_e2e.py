@@ -1,0 +1,94 @@
+"""End to end: a real `isaacd run` driving Isaac Lab's skrl and rl_games contracts through the faithful stand-ins.
+
+An Isaac Lab-shaped checkout (VERSION 2.3.2, scripts/reinforcement_learning/<lib>/train.py that runs the stand-in)
+and `launcher` = this venv's python, process runtime. Two `kill -9` of the trainer; the job must end `completed`
+with exactly max_iterations done, every resume from the newest complete checkpoint on the job's timeline.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import builtin_job, wait_for, write_config
+
+from isaacd.config import parse_config
+from isaacd.signals.checkpoints import newest_complete
+from isaacd.workflows import resolve
+
+pytestmark = pytest.mark.slow
+
+TOTAL, SAVE, R = 12, 3, 16
+MODULES = {"skrl": "isaacd_trainer.skrl_train", "rl_games": "isaacd_trainer.rl_games_train"}
+
+
+def fake_isaaclab(root: Path, library: str) -> Path:
+    d = root / "scripts" / "reinforcement_learning" / library
+    d.mkdir(parents=True)
+    (root / "VERSION").write_text("2.3.2\n")
+    (d / "train.py").write_text(f'import runpy\nrunpy.run_module("{MODULES[library]}", run_name="__main__", '
+                                "alter_sys=True)\n")
+    return root
+
+
+def started(sp, name: str) -> list[dict]:  # noqa: ANN001
+    return [e for e in sp.events(name) if e["event"] == "started"]
+
+
+@pytest.mark.parametrize("library", ["skrl", "rl_games"])
+def test_two_kills_then_completed_with_exactly_max_iterations(tmp_path, supervisor_factory, library):
+    lab = fake_isaaclab(tmp_path / "IsaacLab", library)
+    extra = ["--step_delay", "0.03"] + ([f"agent.agent.rollouts={R}"] if library == "skrl"
+                                        else [f"agent.params.config.horizon_length={R}"])
+    job_toml = builtin_job("cp", workflow=library, isaaclab_dir=str(lab), launcher=[sys.executable],
+                           task="Isaacd-Cartpole-v0", num_envs=32, max_iterations=TOTAL, save_interval=SAVE,
+                           extra_args=extra)
+    cfg = write_config(tmp_path, job_toml)
+    wf = resolve(parse_config(cfg.read_text(), str(cfg), cfg.parent).jobs[0]).workflow
+    sp = supervisor_factory(cfg)
+
+    def kill_after_checkpoint(at_least: int) -> int:
+        j = wait_for(lambda: (x := sp.job("cp"))["pid"] and x["run_dir"] and x["checkpoint"]
+                     and x["checkpoint"]["iteration"] >= at_least and x, 120, what=f"checkpoint {at_least}")
+        os.kill(j["pid"], signal.SIGSTOP)  # freeze it so "newest" cannot move between the look and the kill
+        offset = j["resume_from"]["iteration"] if j["resume_from"] else 0
+        newest = newest_complete(Path(j["run_dir"]), layout=wf.layout, offset=offset)
+        os.kill(j["pid"], signal.SIGKILL)
+        assert newest is not None and newest.iteration < TOTAL
+        return newest.iteration
+
+    chosen = [kill_after_checkpoint(SAVE)]
+    wait_for(lambda: len(started(sp, "cp")) == 2, 30, what="first restart")
+    chosen.append(kill_after_checkpoint(chosen[0] + 1))
+    j = wait_for(lambda: (x := sp.job("cp"))["state"] in ("completed", "failed") and x, 180, what="completed")
+    assert j["state"] == "completed", j["state_reason"]
+    assert j["restarts"] == 2 and j["checkpoint"]["iteration"] == TOTAL
+
+    runs = started(sp, "cp")
+    assert len(runs) == 3
+    assert [r["resume_from"]["iteration"] for r in runs[1:]] == chosen  # the newest complete one at each kill
+    for r in runs[1:]:
+        argv = r["argv"]
+        assert argv[argv.index("--checkpoint") + 1] == r["resume_from"]["path"] and "--resume" not in argv
+        # skrl: --max_iterations is this launch's share (timesteps = it * rollouts); rl_games: max_epochs, a total
+        want = TOTAL - r["resume_from"]["iteration"] if library == "skrl" else TOTAL
+        assert argv[argv.index("--max_iterations") + 1] == str(want)
+    run_dirs = [Path(e["run_dir"]) for e in sp.events("cp") if e["event"] == "run_dir"]
+    assert len(run_dirs) == 3 and all(wf.run_dir_re(parse_config(cfg.read_text(), str(cfg), cfg.parent).jobs[0])
+                                      .match(d.name) for d in run_dirs)
+    last = run_dirs[-1]
+    if library == "skrl":
+        # the last run counted its own timesteps from 0 and trained exactly what was left
+        left = TOTAL - chosen[-1]
+        assert newest_complete(last, layout=wf.layout).path.name == f"agent_{left * R}.pt"
+        assert f"timesteps: {left * R}" in (last / "params" / "agent.yaml").read_text()
+    else:
+        names = [p.name for p in (last / "nn").iterdir()]
+        assert any(n.startswith(f"last_cp_ep_{TOTAL}_rew_") for n in names)
+        assert not any(f"_ep_{TOTAL + 1}_" in n for n in names)
+    log = (tmp_path / "state" / "logs" / "cp.log").read_text(errors="replace")
+    assert "Error parsing override" not in log and "Could not override" not in log
+    assert "unrecognized arguments" not in log
