@@ -418,7 +418,7 @@ class JobRunner:
             if live.new_points:
                 prog = live.tail.progress
                 self.last_progress_mono, self.last_progress_wall = now, self.clock.wall()
-                self.iteration = prog.last_step
+                self.iteration = self._job_iteration(prog.last_step, attempt)
                 self.scalars.update(prog.latest)
                 if prog.last_step is not None:
                     out.append(Progressed(prog.last_step))
@@ -526,7 +526,18 @@ class JobRunner:
         if tail is not None:
             tail.poll(self.clock.monotonic())  # the last iterations may have landed after the last tick
         last = tail.progress.last_step if tail else None
+        attempt = self.history.current
+        if last is not None and attempt is not None:
+            last = self._job_iteration(last, attempt)
         return self.resolved.workflow.is_complete(self.cfg, self._checkpoint, last)
+
+    def _job_iteration(self, step: int | None, attempt: Attempt) -> int | None:
+        """A TensorBoard step as the job's iteration (skrl counts timesteps from 0 in every resumed run)."""
+        if step is None or self.resolved is None:
+            return step
+        rd = Path(attempt.run_dir) if attempt.run_dir else None
+        ri = attempt.resume_from["iteration"] if attempt.resume_from else None
+        return self.resolved.workflow.progress_iteration(step, rd, ri)
 
     # ---- read side -------------------------------------------------------------------------
     def signals(self) -> JobSignals:
@@ -536,7 +547,8 @@ class JobRunner:
             name=self.cfg.name, cfg=self.cfg,
             alive=self.state in (JobState.STARTING, JobState.RUNNING) and live.handle is not None,
             attempt=attempt.number if attempt else 0, attempt_started_at=live.started_mono,
-            first_step=prog.first_step if prog else None, iteration=prog.last_step if prog else None,
+            first_step=self._job_iteration(prog.first_step, attempt) if prog and attempt else None,
+            iteration=self._job_iteration(prog.last_step, attempt) if prog and attempt else None,
             last_progress_time=self.last_progress_mono, new_points=tuple(live.new_points), pids=tuple(live.pids),
             parked_by=self.model.parked_by, state=self.state)
 

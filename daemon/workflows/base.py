@@ -83,7 +83,7 @@ class Workflow(ABC):
     def progress_iteration(self, step: int, run_dir: Path | None, resume_iteration: int | None) -> int:
         """A TensorBoard step of a run, in the job's iterations (rsl_rl: the step is the iteration).
 
-        For trainers whose steps restart with every run (skrl's timesteps) the runner should map the tail's
+        For trainers whose steps restart with every run (skrl's timesteps) the runner maps the tail's
         `last_step` through this before showing it or handing it to `is_complete`; see docs/workflows.md.
         """
         return step
