@@ -105,6 +105,9 @@ class RestartPolicy(_Model):
     backoff_factor: Annotated[float, Field(ge=1)] = 2.0
     # An attempt that ran this long resets the backoff ladder: a crash once a day is not a loop.
     reset_after: PositiveSeconds = 600.0
+    # The first restart after a crash goes at once (every second counts on a rented GPU); the backoff ladder
+    # starts at the second consecutive quick failure. max_restarts / window bound loops either way.
+    first_restart_immediate: bool = True
 
     @model_validator(mode="after")
     def _cap(self) -> "RestartPolicy":

@@ -53,6 +53,10 @@ class Supervisor:
         self.config_errors = 0
         self.last_config_error: str | None = None
         self._stop = threading.Event()
+        self._wake = threading.Event()  # a trainer died (exitwatch) or a stop was asked: tick now
+        from .exitwatch import ExitWatcher
+
+        self.exit_watcher = ExitWatcher(self._wake)
         self._reload_requested = threading.Event()
         self._shutdown_jobs = True
         self._removed: set[str] = set()  # jobs a reload removed: re-adding them undoes the stop
@@ -107,6 +111,7 @@ class Supervisor:
         self.control = ControlServer(self, self.config.supervisor.control_socket,
                                      int(self.config.supervisor.socket_mode, 8))
         self.control.start()
+        self.exit_watcher.start()
         for ext in self.extensions:
             ext.start()
         log.info("supervisor_started", version=__version__, pid=os.getpid(), config=self.config_path,
@@ -118,6 +123,7 @@ class Supervisor:
         def on_term(signum: int, _frame: Any) -> None:
             log.info("shutdown_requested", signal=signal.Signals(signum).name)
             self._stop.set()
+            self._wake.set()
 
         signal.signal(signal.SIGTERM, on_term)
         signal.signal(signal.SIGINT, on_term)
@@ -129,7 +135,11 @@ class Supervisor:
 
     def run_forever(self) -> None:
         interval = self.config.supervisor.tick_interval
-        while not self._stop.wait(interval):
+        while True:
+            self._wake.wait(interval)  # a tick every interval, and at once when a trainer dies
+            self._wake.clear()
+            if self._stop.is_set():
+                break
             # Editors rewrite the file in place: wait (without blocking the tick) until it has been quiet
             # for a moment, so a SIGHUP in the middle of a save reads the finished file.
             if self._reload_requested.is_set() and self._config_quiet():
@@ -143,6 +153,7 @@ class Supervisor:
 
     def request_stop(self) -> None:
         self._stop.set()
+        self._wake.set()
 
     def tick(self) -> None:
         now = self.clock.monotonic()
@@ -165,6 +176,8 @@ class Supervisor:
                 for job, cmd in commands:
                     self.send(job, cmd)
             self._publish()
+            self.exit_watcher.watch({r.handle.pid for r in self.runners.values()
+                                     if r.handle is not None and isinstance(r.handle.pid, int)})
         if now - self._last_notify >= 5.0:
             self._last_notify = now
             sdnotify.notify("WATCHDOG=1", f"STATUS={self.summary()}")
@@ -222,6 +235,7 @@ class Supervisor:
                 log.exception("extension_stop_failed")
         if self.control is not None:
             self.control.stop()
+        self.exit_watcher.stop()
         log.info("supervisor_stopped", jobs={n: r.state.value for n, r in self.runners.items()})
         os.close(self._lock_fd)
 

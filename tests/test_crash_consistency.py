@@ -38,7 +38,8 @@ def trainers(marker: str) -> list[int]:
 def setup(tmp_path, supervisor_factory):  # noqa: ANN001, ANN201 - supervisor_factory cleans up trainers
     marker = f"isaacd-crash-{tmp_path.name}"
     cfg = write_config(tmp_path, builtin_job("cp", command=["sh", "-c", TRAINER.format(marker=marker)],
-                                             restart={"backoff_initial": 4.0, "max_restarts": 5}))
+                                             restart={"backoff_initial": 4.0, "max_restarts": 5,
+                                                      "first_restart_immediate": False}))
     procs: list[SupervisorProc] = []
 
     def crashing(label: str) -> SupervisorProc:

@@ -30,6 +30,7 @@ class Policy:
     backoff_max: float = 8.0
     backoff_factor: float = 2.0
     reset_after: float = 60.0
+    first_restart_immediate: bool = False
 
 
 class Job:
@@ -210,6 +211,20 @@ def test_backoff_ladder_doubles_for_quick_failures_and_caps():
         delays.append(j.m.backoff_seconds)
         j.at(j.m.backoff_seconds or 0)
     assert delays == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
+
+
+def test_first_restart_after_a_crash_is_immediate_then_the_ladder_starts():
+    j = Job(policy_=Policy(max_restarts=100, window=1.0, first_restart_immediate=True))
+    delays = []
+    for _ in range(5):
+        j.running().send(crash(ran=1.0))
+        delays.append(j.m.backoff_seconds)
+        j.at(j.m.backoff_seconds or 0)
+    assert delays == [0.0, 1.0, 2.0, 4.0, 8.0]
+    j.running().send(crash(ran=61.0))  # a long run: the next crash is a first one again
+    assert j.m.backoff_seconds == 0.0 and j.m.state == S.BACKING_OFF
+    j.send(Tick())
+    assert j.m.state == S.STARTING  # in the same tick
 
 
 def test_backoff_ladder_resets_after_a_long_run_or_a_newer_checkpoint():

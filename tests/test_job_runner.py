@@ -30,6 +30,7 @@ max_restarts = 3
 window = 600.0
 backoff_initial = 5.0
 backoff_max = 60.0
+first_restart_immediate = false
 """
 
 

@@ -14,19 +14,25 @@ class RestartLimits(Protocol):
     backoff_max: float
     backoff_factor: float
     reset_after: float
+    first_restart_immediate: bool
 
 
 def quick_failures_after(previous: int, ran_seconds: float, moved_forward: bool, policy: RestartLimits) -> int:
-    """Consecutive attempts that neither ran `reset_after` seconds nor saved a newer checkpoint, counting the
-    one that just ended. One that made progress resets the ladder: a crash once a day is no crash loop."""
+    """Consecutive quick failures, counting the attempt that just ended: 1 when it ran `reset_after` seconds or
+    saved a newer checkpoint (a crash once a day is no crash loop), else one more than before."""
     if ran_seconds >= policy.reset_after or moved_forward:
-        return 0
+        return 1
     return previous + 1
 
 
 def backoff_delay(quick_failures: int, policy: RestartLimits) -> float:
-    """Exponential in the consecutive quick failures; the first one waits backoff_initial."""
-    return min(policy.backoff_initial * policy.backoff_factor ** max(quick_failures - 1, 0), policy.backoff_max)
+    """0 for the first failure when `first_restart_immediate`; then exponential from backoff_initial, capped."""
+    steps = quick_failures - 1
+    if policy.first_restart_immediate:
+        if steps <= 0:
+            return 0.0
+        steps -= 1
+    return min(policy.backoff_initial * policy.backoff_factor ** max(steps, 0), policy.backoff_max)
 
 
 def restarts_in_window(restart_times: tuple[float, ...], now: float, policy: RestartLimits) -> tuple[float, ...]:

@@ -15,7 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-CHECKPOINT_RE = re.compile(r"^model_(\d+)\.pt$")
+# rsl_rl's own `model_<iter>.pt`, and the launcher shim's per-iteration `isaacd_snapshot_<iter>.pt` (the same
+# format, written by the runner's own save(); the name stays clear of Isaac Lab's default `model_.*.pt`)
+CHECKPOINT_RE = re.compile(r"^(?:model|isaacd_snapshot)_(\d+)\.pt$")
+SNAPSHOT_PREFIX = "isaacd_snapshot_"
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,8 @@ def list_checkpoints(run_dir: Path, layout: CheckpointLayout = RSL_RL_LAYOUT, of
         except OSError:
             continue
         out.append(Checkpoint(entry, layout.iteration(Path(run_dir), int(m.group(1)), offset), st.st_mtime, st.st_size))
-    out.sort(key=lambda c: c.iteration, reverse=True)
+    # newest first; at one iteration the trainer's own checkpoint before the shim's snapshot of it
+    out.sort(key=lambda c: (c.iteration, not c.path.name.startswith(SNAPSHOT_PREFIX)), reverse=True)
     return out
 
 
