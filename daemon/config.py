@@ -166,6 +166,17 @@ class JobConfig(_Model):
     # Run the train script through isaacd's launcher shim (same process): a stop saves a checkpoint
     # at the next iteration boundary, and the run dir and checkpoints are reported, not guessed.
     shim: bool = True
+    # Issue 11, instant recovery (both through the shim, so rsl_rl and builtin jobs):
+    # a warm spare trainer waits with torch, rsl_rl and the CUDA context loaded, and takes over at a crash.
+    # None = on where it fits (process runtime, single rank, shim on); costs one idle Python process
+    # (~0.5-1 GiB RSS) and, on a GPU, one CUDA context (~0.5 GiB of GPU memory).
+    spare: bool | None = None
+    spare_preload: list[str] = []  # more modules the spare imports ahead (e.g. your extension's tasks package)
+    # The shim snapshots the runner's state every N iterations (0: never) into the run dir as
+    # isaacd_snapshot_<N>.pt, at most once per snapshot_min_seconds; a resume picks the newest of snapshots and
+    # checkpoints, so a crash costs at most N iterations instead of up to save_interval.
+    snapshot_every: Annotated[int, Field(ge=0)] = 1
+    snapshot_min_seconds: Annotated[float, Field(ge=0)] = 0.0
     restart: RestartPolicy = RestartPolicy()
     container: ContainerConfig = ContainerConfig()
     watchdogs: WatchdogsConfig = WatchdogsConfig()

@@ -86,4 +86,7 @@ def trainer_env(job: JobConfig, shim_events: Path | None = None, token: str | No
         env[SHIM_EVENTS_ENV] = str(shim_events)
     if token:
         env[LAUNCH_TOKEN_ENV] = token
+    if shim_events is not None:  # the shim's per-iteration snapshots (see JobConfig.snapshot_every)
+        env["ISAACD_SNAPSHOT_EVERY"] = str(job.snapshot_every)
+        env["ISAACD_SNAPSHOT_MIN_SECONDS"] = f"{job.snapshot_min_seconds:g}"
     return env

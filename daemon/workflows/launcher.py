@@ -79,9 +79,16 @@ class Program:
     prefix: list[str]
     suffix: list[str]
     shim: bool
+    # a single-rank program run through the shim can have a warm spare: `spare_head` + ["--isaacd-spare"]
+    # starts it, and `target` + flags + suffix is the command line it is handed at a crash (daemon/spare.py)
+    spare_head: list[str] | None = None
+    target: tuple[str, ...] = ()
 
     def argv(self, args: list[str]) -> list[str]:
         return self.prefix + args + self.suffix
+
+    def go_argv(self, args: list[str]) -> list[str]:
+        return list(self.target) + args + self.suffix
 
 
 def build_program(job: JobConfig, library: str, gen: Generation, *, in_container: bool,
@@ -109,7 +116,8 @@ def build_program(job: JobConfig, library: str, gen: Generation, *, in_container
         if not shim and target[0] == "-m":
             target = ["--module", target[1]]  # torchrun's own flag for "the script is a module"
         return Program(launcher + torchrun + shim + target, ["--distributed"], shim=bool(shim))
-    return Program(launcher + shim + target, [], shim=bool(shim))
+    return Program(launcher + shim + target, [], shim=bool(shim), spare_head=launcher + shim if shim else None,
+                   target=tuple(target))
 
 
 def _default_launcher(job: JobConfig, in_container: bool) -> str:
