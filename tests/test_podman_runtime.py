@@ -40,6 +40,7 @@ grep -i 'locked memory' /proc/self/limits > "$out/limits.txt"
 df -k /dev/shm | tail -1 > "$out/shm.txt"
 trap 'echo got INT; exit 4' INT
 trap 'echo got TERM; exit 5' TERM
+: > "$out/ready"
 echo probe ready
 while :; do sleep 0.1; done
 """
@@ -117,6 +118,20 @@ def _wait_exit(rt, h, timeout=30.0):
     return wait_for(lambda: rt.poll(h), timeout, what="container exit")
 
 
+def _running(rt, h, timeout=30.0):
+    """start() only queues the launch: poll until the container runs (its id and processes known)."""
+    def up():
+        assert rt.poll(h) is None, "ended while starting"
+        return h.state.get("id") and rt.pids(h)
+
+    wait_for(up, timeout, what="the container running")
+
+
+def _ready(job, timeout=30.0):
+    """The probe has set its signal traps (written after them)."""
+    wait_for(lambda: (job.log_root / "ready").exists(), timeout, what="the probe's traps")
+
+
 def test_podman_runtime_runs_the_container_as_specified(tmp_path, podman_url, cleanup_containers, monkeypatch):
     name = f"pt{uuid.uuid4().hex[:6]}"
     cleanup_containers.append(name)
@@ -127,9 +142,8 @@ def test_podman_runtime_runs_the_container_as_specified(tmp_path, podman_url, cl
     out = job.log_root  # the probe writes next to checkpoints: same path inside and outside
     h = rt.start(_spec(job, [str(out)] + ARGS))
     assert rt.client() is not None
-    # the probe's last file, complete (the shell creates it before df has written its line)
-    wait_for(lambda: (out / "shm.txt").exists() and (out / "shm.txt").read_text().strip(), 30,
-             what="probe output on the host, same path")
+    _running(rt, h)
+    _ready(job)  # written after the probe's other files and its traps
     assert (out / "args.txt").read_text().splitlines() == ARGS
     env = dict(ln.split("=", 1) for ln in (out / "env.txt").read_text().splitlines() if "=" in ln)
     assert env["ACCEPT_EULA"] == "Y" and env["PRIVACY_CONSENT"] == "Y" and env["FROM_CONTAINER_CFG"] == "1"
@@ -142,7 +156,7 @@ def test_podman_runtime_runs_the_container_as_specified(tmp_path, podman_url, cl
     pids = rt.pids(h)
     assert pids and pids[0] == h.state["pid"]
     attrs = rt._attrs(h.state["id"])
-    assert attrs["Config"]["Labels"]["isaacd.job"] == name and attrs["Config"]["Labels"]["isaacd.launch"]
+    assert attrs["Config"]["Labels"]["isaacd.job"] == name and attrs["Config"]["Labels"]["isaacd.token"] == h.state["token"]
     assert not attrs["HostConfig"].get("Privileged")
     rt.signal(h, signal.SIGINT)  # graceful stop: Ctrl-C to the trainer
     st = _wait_exit(rt, h)
@@ -157,22 +171,22 @@ def test_podman_kill_is_a_crash_rm_is_an_operator_stop(tmp_path, podman_url, cle
     cfg, job = _job(tmp_path, name, ["sh", "-c", PROBE])
     rt = PodmanRuntime(cfg)
     h = rt.start(_spec(job, [str(job.log_root)]))
-    wait_for(lambda: rt.pids(h), 20, what="container processes")
+    _running(rt, h)
     subprocess.run(["podman", "kill", f"isaaclab-job-{name}"], check=True, capture_output=True)
     st = _wait_exit(rt, h)
     assert st.signal == 9 and not st.external_stop, st  # resumed by isaacd like any crash
 
     h = rt.start(_spec(job, [str(job.log_root)]))  # replaces the exited container: never two
+    _running(rt, h)
     ids = subprocess.run(["podman", "ps", "-aq", "--filter", f"label=isaacd.job={name}"], capture_output=True,
                          text=True).stdout.split()
-    assert len(ids) == 1
-    wait_for(lambda: rt.pids(h), 20, what="container processes")
+    assert ids and len(ids) == 1 and h.state["id"].startswith(ids[0])
     subprocess.run(["podman", "rm", "-f", f"isaaclab-job-{name}"], check=True, capture_output=True)
     st = _wait_exit(rt, h)
     assert st.external_stop and "removed outside isaacd" in st.describe()
 
     h = rt.start(_spec(job, [str(job.log_root)]))
-    wait_for(lambda: rt.pids(h), 20, what="container processes")
+    _running(rt, h)
     rt.kill(h)
     st = _wait_exit(rt, h)
     assert st.signal == 9 and not st.external_stop
@@ -184,20 +198,21 @@ def test_podman_adopt_after_supervisor_restart(tmp_path, podman_url, cleanup_con
     cfg, job = _job(tmp_path, name, ["sh", "-c", PROBE])
     rt = PodmanRuntime(cfg)
     h = rt.start(_spec(job, [str(job.log_root)]))
-    wait_for(lambda: rt.pids(h), 20, what="container processes")
+    _running(rt, h)
+    _ready(job)
     state = json.loads(json.dumps(h.state))  # what the state store keeps
 
     rt2 = PodmanRuntime(cfg)  # a new supervisor
     assert rt2.adopt(job, {**state, "token": "someone-else"}) is None
     h2 = rt2.adopt(job, state)
-    assert h2 is not None and rt2.poll(h2) is None and rt2.pids(h2) == rt.pids(h)
+    assert h2 is not None and rt2.poll(h2) is None and rt2.pids(h2) == rt.pids(h) and rt2.pids(h2)
     rt2.signal(h2, signal.SIGINT)
     assert _wait_exit(rt2, h2).code == 4
 
     # ended while no supervisor ran: the exit code is still there for the next one
     rt3 = PodmanRuntime(cfg)
     h3 = rt3.adopt(job, state)
-    assert h3 is not None and rt3.poll(h3).code == 4
+    assert h3 is not None and _wait_exit(rt3, h3).code == 4
 
 
 def test_podman_ports_are_published_on_loopback(tmp_path, podman_url, cleanup_containers):
@@ -207,6 +222,7 @@ def test_podman_ports_are_published_on_loopback(tmp_path, podman_url, cleanup_co
     cfg, job = _job(tmp_path, name, ["sh", "-c", "sleep 60"], ports=f'["{port}"]')
     rt = PodmanRuntime(cfg)
     h = rt.start(_spec(job, []))
+    _running(rt, h)
     attrs = rt._attrs(h.state["id"])
     binding = attrs["HostConfig"]["PortBindings"][f"{port}/tcp"]
     assert binding == [{"HostIp": "127.0.0.1", "HostPort": str(port)}]
@@ -269,7 +285,7 @@ def test_fallback_service_execstart_runs_on_podman_43(tmp_path, cleanup_containe
         mainpid = int(re.search(r"MAINPID=(\d+)", msgs).group(1))
         assert Path(f"/proc/{mainpid}/comm").read_text().strip() == "conmon"
         cid = Path(f"/run/{unit}.cid").read_text().strip()
-        wait_for(lambda: (job.log_root / "args.txt").exists(), 20, what="probe output")
+        _ready(job)
         assert (job.log_root / "args.txt").read_text().splitlines() == ARGS
         # the container's processes are in the unit's payload cgroup (what the systemd runtime signals)
         payload = cgroup_pids("/" + cg, only_prefix="libpod-payload-")
@@ -279,7 +295,11 @@ def test_fallback_service_execstart_runs_on_podman_43(tmp_path, cleanup_containe
         wait_for(lambda: not Path(f"/proc/{mainpid}").exists(), 20, what="conmon (the unit's main PID) to exit")
         r = subprocess.run(["podman", "events", "--stream=false", "--since", "2m", "--filter", f"container={cid}",
                             "--filter", "event=died", "--format", "json"], capture_output=True, text=True)
-        assert '"containerExitCode":4' in r.stdout.replace(" ", "") or "4" in r.stdout, r.stdout
+        died = [json.loads(ln) for ln in r.stdout.splitlines() if ln.strip()]
+        # what the unit's ExecMainStatus and `isaacd status` report: the trainer's own exit code from its
+        # SIGINT handler (4), not 130 (killed by SIGINT: the signal arrived before the handler, or missed it)
+        codes = [{k.lower(): v for k, v in e.items()}.get("containerexitcode") for e in died]
+        assert codes == [4], r.stdout
         r = subprocess.run(stop, capture_output=True, text=True, env=env)  # ExecStop= / ExecStopPost=
         assert r.returncode == 0, r.stderr
         assert subprocess.run(["podman", "container", "exists", cid]).returncode == 1

@@ -216,7 +216,7 @@ def test_shim_and_its_side_channel_are_mounted():
 
 def test_labels_restart_policy_and_limits():
     cs = spec_for(job_from(JOBS["rsl_rl_gpus"]), attempt=7, token="abc")
-    assert cs.labels == {"isaacd.job": "anymal.rough_v2", "isaacd.attempt": "7", "isaacd.launch": "abc"}
+    assert cs.labels == {"isaacd.job": "anymal.rough_v2", "isaacd.attempt": "7", "isaacd.token": "abc"}
     for text in (render_quadlet(cs), render_service(cs)):
         assert "Restart=no\n" in text and "# isaacd-launch: abc\n" in text
         assert "Before=isaaclab-supervisor.service" in text
