@@ -55,7 +55,7 @@ __all__ = ["SystemdRuntime", "unit_name", "container_name"]
 ACTIVE_STATES = ("active", "activating", "deactivating", "reloading", "refreshing")
 PROPS = ("LoadState", "ActiveState", "SubState", "Result", "Job", "InvocationID", "MainPID", "ExecMainPID",
          "ExecMainCode", "ExecMainStatus", "ControlGroup", "ActiveExitTimestampMonotonic",
-         "ExecMainExitTimestampMonotonic", "ExecMainStartTimestampMonotonic")
+         "ExecMainExitTimestampMonotonic", "ExecMainStartTimestampMonotonic", "InactiveExitTimestampMonotonic")
 STALE_STOP_MAX = 15.0  # a stale unit gets this long to stop gracefully, then SIGKILL
 START_GRACE = 10.0  # seconds a queued start may take to show up as a new invocation
 CLD_EXITED, CLD_KILLED, CLD_DUMPED = 1, 2, 3
