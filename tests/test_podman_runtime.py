@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -231,6 +232,132 @@ def test_podman_ports_are_published_on_loopback(tmp_path, podman_url, cleanup_co
     assert not [w for w in wildcard_listeners() if w["port"] == port]
     rt.kill(h)
     _wait_exit(rt, h)
+
+
+SLOW = r"""
+trap 'echo saving; sleep 4; echo saved; exit 4' INT
+: > "$0/ready"
+while :; do sleep 0.1; done
+"""
+CALL_MS = 50  # the most any Runtime method may keep its caller (the supervisor's tick); measured 0.1-5 ms
+
+
+class Timed:
+    """A runtime whose methods record how long they keep the caller."""
+
+    CALLS = ("start", "poll", "signal", "kill", "pids", "cleanup", "describe")
+
+    def __init__(self, rt):
+        self.rt, self.ms = rt, {}
+
+    def __getattr__(self, name):
+        fn = getattr(self.rt, name)
+        if name not in self.CALLS:
+            return fn
+
+        def wrap(*a, **kw):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                self.ms[name] = max(self.ms.get(name, 0.0), (time.perf_counter() - t0) * 1000)
+
+        return wrap
+
+
+def _running_ids(name):
+    return subprocess.run(["podman", "ps", "-q", "--filter", f"label=isaacd.job={name}"], capture_output=True,
+                          text=True).stdout.split()
+
+
+def test_podman_find_by_launch_token(tmp_path, podman_url, cleanup_containers):
+    """The supervisor died after start() and before it saved the handle: the token finds the container."""
+    name = f"pf{uuid.uuid4().hex[:6]}"
+    cleanup_containers.append(name)
+    cfg, job = _job(tmp_path, name, ["sh", "-c", PROBE])
+    rt = PodmanRuntime(cfg)
+    token = f"tok-{uuid.uuid4().hex[:8]}"
+    h = rt.start(LaunchSpec(job=job, argv=[], trainer_args=[str(job.log_root)], env={}, cwd=Path("/"),
+                            log_path=Path("/tmp/x.log"), token=token))
+    assert h.state["token"] == token
+    _running(rt, h)
+    _ready(job)
+
+    rt2 = PodmanRuntime(cfg)
+    assert rt2.find(job, "someone-else") is None
+    h2 = rt2.find(job, token)
+    assert h2 is not None and h2.state["id"] == h.state["id"] and h2.state["attempt"] == h.state["attempt"]
+    assert rt2.adopt(job, {"token": token}) is not None  # a state saved before the id was known
+    assert rt2.poll(h2) is None and rt2.pids(h2) == rt.pids(h) and rt2.describe(h2)["container_id"] == h.state["id"]
+    rt2.signal(h2, signal.SIGINT)
+    st = _wait_exit(rt2, h2)
+    assert st.code == 4 and not st.external_stop
+    assert rt2.cleanup(h2) is True
+    # ended while no supervisor ran: found with its exit status (the container stays until the next start)
+    rt3 = PodmanRuntime(cfg)
+    h3 = rt3.find(job, token)
+    assert h3 is not None and _wait_exit(rt3, h3).code == 4
+
+
+def test_podman_calls_never_wait_while_a_container_stops(tmp_path, podman_url, cleanup_containers):
+    """A trainer that takes 4 s to save on SIGINT: stopping it, and starting the job again over it
+    (a second supervisor that did not adopt it), keep every call in the caller within milliseconds;
+    the launch waits for the old container across polls, and there are never two."""
+    name = f"ps{uuid.uuid4().hex[:6]}"
+    cleanup_containers.append(name)
+    cfg, job = _job(tmp_path, name, ["sh", "-c", SLOW])
+    rt = Timed(PodmanRuntime(cfg))
+    rt.client()  # the API service up (a supervisor has it from its first launch on)
+    h = rt.start(_spec(job, [str(job.log_root)]))
+    _running(rt, h)
+    _ready(job)
+    rt.ms.clear()
+    t0 = time.monotonic()
+    rt.signal(h, signal.SIGINT)
+    while (st := rt.poll(h)) is None:
+        rt.pids(h)
+        rt.describe(h)
+        time.sleep(0.02)
+    assert st.code == 4 and time.monotonic() - t0 >= 3.5, st
+    assert rt.cleanup(h) is True
+    print(f"stopping a slow trainer: {time.monotonic() - t0:.1f} s, slowest call per method (ms): {rt.ms}")
+    assert max(rt.ms.values()) < CALL_MS, rt.ms
+
+    (job.log_root / "ready").unlink()
+    h = rt.start(_spec(job, [str(job.log_root)]))
+    _running(rt, h)
+    _ready(job)
+    new = Timed(PodmanRuntime(cfg))  # did not adopt the running container
+    new.client()
+    t0 = time.monotonic()
+    h2 = new.start(_spec(job, [str(job.log_root)]))
+    most = 0
+    while new.poll(h2) is None and not (h2.state.get("id") and new.pids(h2)):
+        most = max(most, len(_running_ids(name)))
+        new.describe(h2)
+        time.sleep(0.02)
+    assert new.poll(h2) is None, "the new attempt did not start"
+    assert time.monotonic() - t0 >= 3.5  # the old one had its 4 s to save
+    assert most == 1 and len(_running_ids(name)) == 1
+    print(f"start over a live unadopted container: {time.monotonic() - t0:.1f} s, slowest call (ms): {new.ms}")
+    assert max(new.ms.values()) < CALL_MS, new.ms
+    new.kill(h2)
+    assert _wait_exit(new, h2).signal == 9
+    assert max(new.ms.values()) < CALL_MS, new.ms
+
+
+def test_podman_stop_before_the_launch_ran(tmp_path, podman_url, cleanup_containers):
+    """A stop that arrives while the launch is still queued cancels it: an exit is reported and no
+    container of the job keeps running."""
+    name = f"pc{uuid.uuid4().hex[:6]}"
+    cleanup_containers.append(name)
+    cfg, job = _job(tmp_path, name, ["sh", "-c", PROBE])
+    rt = PodmanRuntime(cfg)
+    h = rt.start(_spec(job, [str(job.log_root)]))
+    rt.signal(h, signal.SIGINT)
+    st = _wait_exit(rt, h)
+    assert not st.external_stop and not st.start_failed, st
+    wait_for(lambda: not _running_ids(name), 20, what="no container left running")
 
 
 # ---- the fallback .service on Podman 4.3 ----------------------------------------------------------

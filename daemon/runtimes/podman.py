@@ -13,6 +13,11 @@ shm size, memlock, the log root at the same path, loopback-only ports, `isaacd.*
   killpg), then SIGKILL through the API.
 - Stopped by someone else (`podman stop`/`podman kill`/`podman rm -f` while isaacd sent nothing):
   an operator stop, which isaacd records and does not fight.
+- Nothing here waits in the caller (base.py's contract): every API call (create, start, inspect,
+  kill, events) runs on this runtime's worker thread; `start` queues the launch, `poll` the next
+  inspect. A running container of the job that nobody adopted is stopped before the new one is
+  created (SIGINT, SIGKILL after STALE_STOP_MAX), one look per poll.
+- Launch token: label `isaacd.token=<LaunchSpec.token>`; `find` lists containers by it.
 """
 
 from __future__ import annotations

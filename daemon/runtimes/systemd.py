@@ -12,6 +12,12 @@ supervisor adopts it by unit name (plus a launch token in the unit file, so a un
 attempt is never mistaken for this one). The unit has Restart=no: isaacd restarts, from the
 checkpoint it chose, and counts.
 
+Nothing here waits in the caller (base.py's contract): writing the unit, `daemon-reload`, `systemctl
+start --no-block`, `systemctl show`, the journal and `podman kill` run on this runtime's worker
+thread; a unit of the job still running unclaimed is stopped across polls before the new start.
+`find(job, token)`: the unit file carries the launch token (`# isaacd-launch: <token>`), and the
+attempt is the invocation that began after the file was written.
+
 Who stopped it: isaacd stops a trainer with SIGINT to the container's processes (like Ctrl-C),
 then `podman kill -s KILL`; it never runs `systemctl stop`. A unit that left "active" before its
 main process exited was stopped by a stop job, i.e. by someone else (`systemctl stop` by an

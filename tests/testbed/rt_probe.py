@@ -149,7 +149,11 @@ def podman_main(base: Path) -> None:
     os.environ["ISAACD_PODMAN_URL"] = f"unix://{base}/podman.sock"
     cfg, j = job(base, "papi", ["sh", "-c", LOOPER])
     rt = PodmanRuntime(cfg)
-    h = rt.start(spec(j, [str(j.log_root)]))
+    h = rt.start(spec(j, [str(j.log_root)]))  # queues the launch; the worker starts the API service
+    deadline = time.monotonic() + 60
+    while not h.state.get("id") and time.monotonic() < deadline:
+        assert rt.poll(h) is None, "ended while starting"
+        time.sleep(0.05)
     out: dict[str, Any] = {"service_unit_active": subprocess.run(
         ["systemctl", "is-active", f"{SERVICE_UNIT}.service"], capture_output=True, text=True).stdout.strip()}
     deadline = time.monotonic() + 30
