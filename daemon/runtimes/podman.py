@@ -415,6 +415,11 @@ class PodmanRuntime:
             return None
         c = found[0]
         c.reload()
+        if c.attrs.get("State", {}).get("Status") == "created":
+            # created but never started (the supervisor died between the two API calls): no trainer
+            # ever ran; remove it so the relaunch owns the name
+            c.remove(force=True, v=True)
+            return None
         self._inspect[c.id] = c.attrs
         return self._handle_from(job, c.attrs, {"token": token})
 
