@@ -22,6 +22,7 @@ import pytest
 from isaacd.config import parse_config
 from isaacd.runtimes.base import LaunchSpec, RuntimeError_
 from isaacd.runtimes.quadlet import (
+    FIELDS,
     ContainerSpec,
     cdi_devices,
     container_command,
@@ -30,6 +31,7 @@ from isaacd.runtimes.quadlet import (
     render_quadlet,
     render_service,
     sd_quote,
+    sd_split,
 )
 from isaacd.units import UNIT_NAME, install_units, render_supervisor_unit
 
@@ -122,6 +124,31 @@ def test_cdi_devices_in_every_rendering():
     body = cs.libpod_create_body()
     assert body["devices"] == [{"path": "nvidia.com/gpu=2"}, {"path": "nvidia.com/gpu=3"}]
     assert "--privileged" not in s and "Privileged" not in q and "privileged" not in body
+
+
+def test_one_field_table_drives_all_three_renderings():
+    """Every property of the container is one row of FIELDS, and each row shows up in the Quadlet
+    file, in the fallback unit's `podman run` and in the libpod API body: a field cannot be added to
+    one backend and forgotten in another."""
+    meta = {"job", "attempt", "token", "description", "extra"}
+    props = {f for f in ContainerSpec.__dataclass_fields__ if f not in meta}
+    assert props <= {f.name for f in FIELDS}, props - {f.name for f in FIELDS}
+    for name, cs in _all_specs():
+        q, svc, body = render_quadlet(cs), render_service(cs), cs.libpod_create_body()
+        argv = sd_split(next(ln for ln in svc.splitlines() if ln.startswith("ExecStart=")).split("=", 1)[1]
+                        .replace("%%", "%").replace("$$", "$"))
+        for f in FIELDS:
+            for item in f.value(cs):
+                assert f"\n{f.quadlet}={f.quadlet_text(item)}\n" in q, (name, f.name)
+                words = f.cli(item)
+                assert any(argv[i:i + len(words)] == words for i in range(len(argv))), (name, f.name, words)
+            if f.value(cs) and f.api is not None:
+                for k, v in f.api(f.value(cs)).items():
+                    assert body[k] == v, (name, f.name, k)
+        # never privileged, whatever the job says: no such row, no such flag
+        for text in (q, svc, json.dumps(body)):
+            for bad in ("privileged", "Privileged", "--cap-add", "AddCapability", "--security-opt", "SecurityLabelDisable"):
+                assert bad not in text, (name, bad)
 
 
 def test_device_index_inside_the_container():
@@ -219,7 +246,7 @@ def test_shim_and_its_side_channel_are_mounted():
 
 def test_labels_restart_policy_and_limits():
     cs = spec_for(job_from(JOBS["rsl_rl_gpus"]), attempt=7, token="abc")
-    assert cs.labels == {"isaacd.job": "anymal.rough_v2", "isaacd.attempt": "7", "isaacd.launch": "abc"}
+    assert cs.labels == {"isaacd.job": "anymal.rough_v2", "isaacd.attempt": "7", "isaacd.token": "abc"}
     for text in (render_quadlet(cs), render_service(cs)):
         assert "Restart=no\n" in text and "# isaacd-launch: abc\n" in text
         assert "Before=isaaclab-supervisor.service" in text

@@ -28,6 +28,9 @@ import tb as testbed  # noqa: E402
 pytestmark = [pytest.mark.systemd, pytest.mark.slow]
 
 PROBE = Path(__file__).parent / "testbed" / "rt_probe.py"
+# the slowest any Runtime method may take in the caller; measured 0.1-5 ms, before this was 15 s (start over a
+# live unit) and 20-100 ms (poll: systemctl show + journalctl). Generous: the testbed shares 2 cores with the test.
+CALL_MS = 50
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +76,22 @@ def _check_probe(out: dict) -> None:
     assert out["containers_after_restart_over_live_unit"] == 1
     assert out["sigint_after_replace"]["code"] == 4
     assert out["adopt_ended"] is not None and out["adopt_ended"]["code"] == 0
+    assert out["cleanup_calls"] >= 1
+    # find(job, token): what a supervisor that died between start() and saving the handle gets back
+    assert out["find_wrong_token"] and out["find_running"], out
+    assert out["find_sigint"]["code"] == 4 and not out["find_sigint"]["external_stop"], out["find_sigint"]
+    assert out["find_ended"] is not None and out["find_ended"]["code"] == 0, out["find_ended"]
+    assert out["find_superseded"]
+    # a trainer that takes 4 s to save on SIGINT: the stop is polled, no call waits for it
+    slow = out["slow_stop"]
+    assert slow["code"] == 4 and slow["seconds"] >= 3.5, slow
+    assert max(slow["max_call_ms"].values()) < CALL_MS, slow
+    # a new start over a live, unadopted unit of the job: stopped first across ticks, never two containers
+    rep = out["replace_slow"]
+    assert rep["running"] == 1 and out["slow_max_running"] == 1 and rep["seconds"] >= 3.5, rep
+    assert max(rep["max_call_ms"].values()) < CALL_MS, rep
+    # no Runtime method, over the whole probe, kept the caller (the supervisor's tick) waiting
+    assert max(out["max_call_ms"].values()) < CALL_MS, out["max_call_ms"]
 
 
 def test_systemd_runtime_with_quadlet_units(tbed):

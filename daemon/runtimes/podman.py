@@ -13,10 +13,17 @@ shm size, memlock, the log root at the same path, loopback-only ports, `isaacd.*
   killpg), then SIGKILL through the API.
 - Stopped by someone else (`podman stop`/`podman kill`/`podman rm -f` while isaacd sent nothing):
   an operator stop, which isaacd records and does not fight.
+- Nothing here waits in the caller (base.py's contract): every API call (create, start, inspect,
+  kill, events) runs on this runtime's worker thread; `start` queues the launch, `poll` the next
+  inspect. A running container of the job that nobody adopted is stopped before the new one is
+  created (SIGINT, SIGKILL after STALE_STOP_MAX), one look per poll.
+- Launch token: label `isaacd.token=<LaunchSpec.token>`; `find` lists containers by it.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import signal as _signal
 import subprocess
@@ -29,7 +36,10 @@ from ..config import Config, JobConfig
 from ..logs import log
 from .base import ExitStatus, Handle, LaunchSpec, RuntimeError_
 from .process import process_tree
+from .worker import Slot, Worker
 from .quadlet import (
+    LEGACY_TOKEN_LABEL,
+    TOKEN_LABEL,
     ContainerSpec,
     attempt_number,
     clean_env,
@@ -43,6 +53,7 @@ __all__ = ["PodmanRuntime", "container_name", "DEFAULT_URL"]
 DEFAULT_URL = "unix:///run/podman/podman.sock"
 RUNNING_STATES = ("created", "configured", "initialized", "running", "paused", "stopping", "restarting")
 SERVICE_UNIT = "isaacd-podman-api"
+STALE_STOP_MAX = 15.0  # an unclaimed running container of the job gets this long after SIGINT, then SIGKILL
 
 
 def _import_podman() -> Any:
@@ -60,7 +71,9 @@ class PodmanRuntime:
         self.config = config
         self.url = url or os.environ.get("ISAACD_PODMAN_URL") or DEFAULT_URL
         self._client: Any = None
-        self._inspect: dict[str, dict[str, Any]] = {}
+        self._inspect: dict[str, dict[str, Any]] = {}  # written by the worker (and recovery), read by describe
+        self._slots: dict[str, Slot] = {}  # by launch token
+        self.worker = Worker("podman")
         self.service_proc: subprocess.Popen[bytes] | None = None
 
     # ---- the API connection ---------------------------------------------------------------
@@ -137,50 +150,143 @@ class PodmanRuntime:
         self._inspect[ref] = c.attrs
         return c.attrs
 
-    # ---- Runtime ---------------------------------------------------------------------------
+    # ---- Runtime (see base.py for the timing contract) -------------------------------------
+    def _slot(self, handle: Handle, launched: bool = True) -> Slot:
+        key = handle.state["token"]
+        slot = self._slots.get(key)
+        if slot is None:
+            slot = self._slots[key] = Slot(launched=launched)
+        slot.merge(handle.state)
+        return slot
+
     def start(self, spec: LaunchSpec) -> Handle:
+        """Queues the launch and returns: ~5 ms here (the spec, the log root). On the worker the launch
+        costs a `podman create` + `start` through the API (0.3-1 s measured on Podman 4.3), plus, only
+        when a container of the job is still running unclaimed, its stop across ticks (SIGINT, SIGKILL
+        after STALE_STOP_MAX)."""
         job = spec.job
+        if importlib.util.find_spec("podman") is None:
+            _import_podman()  # raises with the install hint
         state_dir = self.config.supervisor.state_dir if self.config else Path("/var/lib/isaacd")
-        token = uuid.uuid4().hex[:16]
+        token = spec.token or uuid.uuid4().hex[:16]
         attempt = attempt_number(spec, state_dir)
         cs = ContainerSpec.from_launch(spec, token, attempt)
-        client = self.client()
-        old = self._get(cs.name)
-        if old is not None:
-            # Never two of a job: whatever has this name (the previous attempt's exited container,
-            # or a live one that adoption did not claim) goes before the new one starts.
-            st = old.attrs.get("State", {}).get("Status")
-            if st in RUNNING_STATES:
-                log.warning("stale_container_removed", job=job.name, container=cs.name, state=st)
-            old.remove(force=True, v=True)
-        prepare_log_root(job)
         body = cs.libpod_create_body()
-        import json  # noqa: PLC0415
+        prepare_log_root(job)
+        h = Handle("podman", job.name, {"container": cs.name, "token": token, "attempt": attempt, "pid": None,
+                                         "started_at": time.time()})
+        slot = self._slots[token] = Slot(busy=True)
+        slot.cache["launch"] = (cs.name, body)
+        snap = dict(h.state)
+        self.worker.submit(f"launch {cs.name}", lambda: self._launch(h.job, slot, snap))
+        return h
 
-        resp = client.api.post("/containers/create", data=json.dumps(body),
-                               headers={"content-type": "application/json"})
-        if resp.status_code >= 400:
-            raise RuntimeError_(f"podman create {cs.name}: {_api_error(resp)}")
-        cid = resp.json()["Id"]
-        resp = client.api.post(f"/containers/{cid}/start")
-        if resp.status_code >= 400:
-            err = _api_error(resp)
+    def _launch(self, job: str, slot: Slot, snap: dict[str, Any]) -> None:
+        """Worker: one step of the launch. A still-running container of the job is stopped across
+        several steps (one per poll), never waited for here."""
+        st = dict(snap)
+        name, body = slot.cache["launch"]
+        try:
+            with slot.lock:
+                cancelled = slot.cancel is not None
+            if cancelled:
+                self._launch_done(slot, ExitStatus(detail=f"stopped before container {name} was created"))
+                return
+            client = self.client()
+            old = self._get(name)
+            if old is not None:
+                # Never two of a job: whatever has this name (the previous attempt's exited container,
+                # or a live one that adoption did not claim) goes before the new one starts.
+                state = old.attrs.get("State", {}).get("Status")
+                if state in RUNNING_STATES:
+                    self._stop_stale(job, name, old, slot)
+                    return
+                old.remove(force=True, v=True)
+            resp = client.api.post("/containers/create", data=json.dumps(body),
+                                   headers={"content-type": "application/json"})
+            if resp.status_code >= 400:
+                raise RuntimeError_(f"podman create {name}: {_api_error(resp)}")
+            cid = resp.json()["Id"]
+            resp = client.api.post(f"/containers/{cid}/start")
+            if resp.status_code >= 400:
+                err = _api_error(resp)
+                try:
+                    client.api.delete(f"/containers/{cid}", params={"force": True, "v": True})
+                except Exception:  # noqa: BLE001
+                    pass
+                raise RuntimeError_(f"podman start {name}: {err}")
+            attrs = self._attrs(cid) or {}
+            st["id"], st["pid"] = cid, attrs.get("State", {}).get("Pid") or None
+            log.info("container_started", job=job, container=name, id=cid[:12], attempt=st.get("attempt"),
+                     pid=st["pid"])
+            slot.record(snap, st)
+            cancel = self._launch_done(slot, None)
+            if cancel is not None:  # a stop arrived while the container was being created
+                self._api_kill(job, cid, cancel)
+        except Exception as exc:  # noqa: BLE001 - any launch failure is a failed attempt, reported by poll
+            self._launch_done(slot, ExitStatus(detail=str(exc), start_failed=True))
+        finally:
+            slot.busy = False
+
+    @staticmethod
+    def _launch_done(slot: Slot, exit_status: ExitStatus | None) -> int | None:
+        with slot.lock:
+            slot.launched = True
+            if exit_status is not None:
+                slot.exit = exit_status
+            return slot.cancel
+
+    def _stop_stale(self, job: str, name: str, old: Any, slot: Slot) -> None:
+        now = time.monotonic()
+        since = slot.cache.setdefault("stale_since", now)
+        if since == now:
+            log.warning("stale_container_stopped", job=job, container=name,
+                        detail="a container of this job was running but not adopted; stopping it first")
+            self._api_kill(job, old.id, _signal.SIGINT)
+        elif now - since > STALE_STOP_MAX + 10:
+            raise RuntimeError_(f"container {name} of an earlier attempt would not stop (SIGKILL {10} s ago)")
+        elif now - since > STALE_STOP_MAX and not slot.cache.get("stale_killed"):
+            slot.cache["stale_killed"] = True
+            self._api_kill(job, old.id, _signal.SIGKILL)
+
+    def _api_kill(self, job: str, ref: str, sig: int) -> None:
+        c = self._get(ref)
+        if c is not None:
             try:
-                client.api.delete(f"/containers/{cid}", params={"force": True, "v": True})
-            except Exception:  # noqa: BLE001
-                pass
-            raise RuntimeError_(f"podman start {cs.name}: {err}")
-        attrs = self._attrs(cid) or {}
-        pid = attrs.get("State", {}).get("Pid") or None
-        log.info("container_started", job=job.name, container=cs.name, id=cid[:12], attempt=attempt, pid=pid)
-        return Handle("podman", job.name, {"container": cs.name, "id": cid, "token": token, "attempt": attempt,
-                                           "pid": pid, "started_at": time.time()})
+                c.kill(signal=_signal.Signals(sig).name)
+            except Exception as exc:  # noqa: BLE001 - it may have exited meanwhile
+                log.info("podman_kill_failed", job=job, error=str(exc))
 
     def poll(self, handle: Handle) -> ExitStatus | None:
-        st = handle.state
+        slot = self._slot(handle)
+        if slot.exit is not None:
+            return slot.exit
+        if not slot.busy:
+            slot.busy = True
+            snap = dict(handle.state)
+            if slot.launched:
+                self.worker.submit(f"observe {handle.job}", lambda: self._observe(slot, snap))
+            else:
+                self.worker.submit(f"launch {handle.job}", lambda: self._launch(handle.job, slot, snap))
+        return None
+
+    def _observe(self, slot: Slot, snap: dict[str, Any]) -> None:
+        st = dict(snap)
+        try:
+            status = self._status(st, slot)
+            slot.record(snap, st)
+            if status is not None:
+                slot.exit = status
+        except Exception as exc:  # noqa: BLE001 - the API went away for a moment: look again next tick
+            log.warning("podman_poll_failed", job=st.get("container"), error=str(exc))
+        finally:
+            slot.busy = False
+
+    def _status(self, st: dict[str, Any], slot: Slot) -> ExitStatus | None:
+        signalled = bool(st.get("signalled") or slot.signalled)
         attrs = self._attrs(st["id"])
         if attrs is None:
-            if st.get("signalled"):
+            if signalled:
                 return ExitStatus(detail="container gone after isaacd stopped it")
             return ExitStatus(external_stop=True, detail=f"container {st['container']} removed outside isaacd")
         s = attrs.get("State", {})
@@ -197,9 +303,9 @@ class PodmanRuntime:
         oom = bool(s.get("OOMKilled"))
         external = False
         how = ""
-        if not st.get("signalled") and not oom:
+        if not signalled and not oom:
             how = self._stopped_by(st)
-            external = bool(how)
+            external = bool(how) and not slot.signalled
         detail = f"container {st['container']} exit status {status}" + (f", {s['Error']}" if s.get("Error") else "")
         if external:
             detail = f"`podman {how}` of {st['container']}, exit status {status}"
@@ -208,7 +314,7 @@ class PodmanRuntime:
     def _stopped_by(self, st: dict[str, Any]) -> str:
         """"stop" when a Podman event says someone ran `podman stop` on it (Podman >= 4.4 logs one;
         4.3 does not), else "". A `podman kill` is a crash like any other: isaacd resumes."""
-        since = int(st.get("started_at", time.time() - 3600)) - 1
+        since = int(st.get("started_at") or time.time() - 3600) - 1
         try:
             events = self.client().events(since=since, until=int(time.time()) + 1, decode=True,
                                           filters={"container": st["id"]})
@@ -220,19 +326,25 @@ class PodmanRuntime:
         return ""
 
     def _container_pids(self, handle: Handle) -> list[int]:
-        pid = handle.state.get("pid")
-        if not pid or not Path(f"/proc/{pid}").exists():
+        pid, cid = handle.state.get("pid"), handle.state.get("id")
+        if not pid or not cid or not Path(f"/proc/{pid}").exists():
             return []
         try:
             cg = Path(f"/proc/{pid}/cgroup").read_text()
         except OSError:
             return []
-        if handle.state["id"] not in cg:
+        if cid not in cg:
             return []  # not in our PID namespace (or PID reused): leave it to the API
         return process_tree(pid)
 
     def signal(self, handle: Handle, sig: int) -> None:
+        slot = self._slot(handle)
         handle.state["signalled"] = True
+        with slot.lock:
+            slot.signalled = True
+            if not slot.launched:
+                slot.cancel = sig  # the launch step sees it: not created, or killed right after
+                return
         pids = self._container_pids(handle)
         if pids and sig != _signal.SIGKILL:
             # Ctrl-C semantics: every process of the trainer, not just the container's PID 1
@@ -243,44 +355,83 @@ class PodmanRuntime:
                 except (ProcessLookupError, PermissionError):
                     pass
             return
-        c = self._get(handle.state["id"])
-        if c is not None:
-            try:
-                c.kill(signal=_signal.Signals(sig).name)
-            except Exception as exc:  # noqa: BLE001 - it may have exited meanwhile
-                log.info("podman_kill_failed", job=handle.job, error=str(exc))
+        cid = handle.state.get("id")
+        if cid:
+            self.worker.submit(f"kill {handle.job}", lambda: self._api_kill(handle.job, cid, sig))
 
     def kill(self, handle: Handle) -> None:
         self.signal(handle, _signal.SIGKILL)
 
     def pids(self, handle: Handle) -> list[int]:
+        self._slot(handle)
         return self._container_pids(handle)
 
+    def _handle_from(self, job: JobConfig, attrs: dict[str, Any], state: dict[str, Any]) -> Handle:
+        labels = attrs.get("Config", {}).get("Labels") or {}
+        st = dict(state)
+        st.pop("signalled", None)
+        st.update(id=attrs.get("Id") or st.get("id"), container=st.get("container") or container_name(job.name),
+                  pid=attrs.get("State", {}).get("Pid") or None, token=_token_label(labels))
+        if "attempt" not in st and str(labels.get("isaacd.attempt", "")).isdigit():
+            st["attempt"] = int(labels["isaacd.attempt"])
+        self._slots.pop(st["token"], None)  # a fresh slot: launched, nothing observed yet
+        log.info("container_adopted", job=job.name, container=st["container"],
+                 state=attrs.get("State", {}).get("Status"))
+        return Handle("podman", job.name, st)
+
     def adopt(self, job: JobConfig, state: dict[str, Any]) -> Handle | None:
-        if not state.get("id") or not state.get("token"):
+        """Synchronous (recovery): one inspect, or the find below when the launch had not reported
+        the container id before the state was saved."""
+        token = state.get("token")
+        if not token:
             return None
+        if not state.get("id"):
+            return self.find(job, token)
         try:
             attrs = self._attrs(state["id"])
         except RuntimeError_ as exc:
             log.warning("podman_adopt_failed", job=job.name, error=str(exc))
             return None
-        if attrs is None or attrs.get("Config", {}).get("Labels", {}).get("isaacd.launch") != state["token"]:
+        if attrs is None or _token_label(attrs.get("Config", {}).get("Labels") or {}) != token:
             return None
-        st = dict(state)
-        st.pop("signalled", None)
-        st["pid"] = attrs.get("State", {}).get("Pid") or None
-        log.info("container_adopted", job=job.name, container=state.get("container"),
-                 state=attrs.get("State", {}).get("Status"))
-        return Handle("podman", job.name, st)
+        return self._handle_from(job, attrs, state)
 
-    def cleanup(self, handle: Handle) -> None:
-        # The exited container stays until the next start replaces it: `isaacd logs` (podman logs)
-        # still shows why it ended.
-        pass
+    def find(self, job: JobConfig, token: str) -> Handle | None:
+        """The container labelled isaacd.token=<token> (running, or exited with its status kept):
+        one list call through the API (synchronous, recovery only)."""
+        if not token:
+            return None
+        try:
+            client = self.client()
+            found = []
+            for label in (TOKEN_LABEL, LEGACY_TOKEN_LABEL):
+                found = client.containers.list(all=True, filters={"label": f"{label}={token}"})
+                if found:
+                    break
+        except RuntimeError_ as exc:
+            log.warning("podman_find_failed", job=job.name, error=str(exc))
+            return None
+        if not found:
+            return None
+        c = found[0]
+        c.reload()
+        if c.attrs.get("State", {}).get("Status") == "created":
+            # created but never started (the supervisor died between the two API calls): no trainer
+            # ever ran; remove it so the relaunch owns the name
+            c.remove(force=True, v=True)
+            return None
+        self._inspect[c.id] = c.attrs
+        return self._handle_from(job, c.attrs, {"token": token})
+
+    def cleanup(self, handle: Handle) -> bool:
+        # Nothing to release: the exited container stays until the next start replaces it, so
+        # `isaacd logs` (podman logs) still shows why it ended.
+        return True
 
     def describe(self, handle: Handle) -> dict[str, Any]:
+        self._slot(handle)
         st = handle.state
-        attrs = self._inspect.get(st["id"]) or {}
+        attrs = self._inspect.get(st.get("id") or "") or {}
         pid = attrs.get("State", {}).get("Pid") or st.get("pid")
         cg = None
         if pid:
@@ -290,6 +441,10 @@ class PodmanRuntime:
                 cg = None
         return {"container": st.get("container"), "container_id": st.get("id"), "pid": pid or None, "cgroup": cg,
                 "attempt": st.get("attempt")}
+
+
+def _token_label(labels: dict[str, str]) -> str | None:
+    return labels.get(TOKEN_LABEL) or labels.get(LEGACY_TOKEN_LABEL)
 
 
 def _api_error(resp: Any) -> str:

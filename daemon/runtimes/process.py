@@ -16,6 +16,8 @@ from typing import Any
 from ..config import JobConfig
 from .base import ExitStatus, Handle, LaunchSpec
 
+TOKEN_ENV = "ISAACD_LAUNCH_TOKEN"  # set in the trainer's environment: `find` reads it back from /proc
+
 
 def _proc_start_time(pid: int) -> int | None:
     """Kernel start time of a pid (clock ticks since boot): guards adoption against PID reuse."""
@@ -63,17 +65,23 @@ class ProcessRuntime:
         self._children: dict[int, subprocess.Popen[bytes]] = {}
 
     def start(self, spec: LaunchSpec) -> Handle:
+        """fork+exec of the trainer (a few ms); nothing waits for it."""
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = dict(spec.env)
+        if spec.token:
+            env[TOKEN_ENV] = spec.token
         with open(spec.log_path, "ab", buffering=0) as log:
             log_offset = log.seek(0, os.SEEK_END)  # where this attempt's output starts (exit reasons quote it)
             proc = subprocess.Popen(
-                spec.argv, cwd=spec.cwd, env=spec.env, stdin=subprocess.DEVNULL, stdout=log,
+                spec.argv, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
             )
         self._children[proc.pid] = proc
-        return Handle("process", spec.job.name, {"pid": proc.pid, "pgid": proc.pid,
-                                                  "start_time": _proc_start_time(proc.pid),
-                                                  "log_path": str(spec.log_path), "log_offset": log_offset})
+        state = {"pid": proc.pid, "pgid": proc.pid, "start_time": _proc_start_time(proc.pid),
+                 "log_path": str(spec.log_path), "log_offset": log_offset}
+        if spec.token:
+            state["token"] = spec.token
+        return Handle("process", spec.job.name, state)
 
     def poll(self, handle: Handle) -> ExitStatus | None:
         pid = handle.state["pid"]
@@ -113,11 +121,39 @@ class ProcessRuntime:
     def adopt(self, job: JobConfig, state: dict[str, Any]) -> Handle | None:
         pid = state.get("pid")
         if not pid or _proc_start_time(pid) != state.get("start_time") or _is_zombie(pid):
-            return None
+            return self.find(job, state.get("token", "")) if state.get("token") and not pid else None
         return Handle("process", job.name, dict(state))
 
-    def cleanup(self, handle: Handle) -> None:
-        pass
+    def find(self, job: JobConfig, token: str) -> Handle | None:
+        """The live trainer started with ISAACD_LAUNCH_TOKEN=<token>: a session leader (start() gives
+        each trainer its own session; its children inherit the variable but are not leaders) owned by
+        our uid, found in /proc/*/environ. One /proc walk: ~1-5 ms for a few hundred processes."""
+        if not token:
+            return None
+        needle = f"{TOKEN_ENV}={token}".encode()
+        uid = os.getuid()
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            pid = int(entry.name)
+            try:
+                if entry.stat().st_uid != uid:
+                    continue
+                with open(f"/proc/{pid}/environ", "rb") as fh:
+                    if needle not in fh.read().split(b"\0"):
+                        continue
+                if os.getsid(pid) != pid or os.getpgid(pid) != pid or _is_zombie(pid):
+                    continue
+            except (OSError, ProcessLookupError):
+                continue
+            start_time = _proc_start_time(pid)
+            if start_time is None:
+                continue
+            return Handle("process", job.name, {"pid": pid, "pgid": pid, "start_time": start_time, "token": token})
+        return None
+
+    def cleanup(self, handle: Handle) -> bool:
+        return True  # start() holds nothing that outlives the trainer (the group was reaped by poll)
 
     def describe(self, handle: Handle) -> dict[str, Any]:
         return {"pid": handle.state.get("pid"), "log_path": handle.state.get("log_path")}

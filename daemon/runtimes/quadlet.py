@@ -21,10 +21,11 @@ import os
 import re
 import resource
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..config import JobConfig
 from .base import LaunchSpec, RuntimeError_
@@ -43,6 +44,11 @@ CONTAINER_BASE_ENV = {
 # Never handed to a container, whoever sets them: NOTIFY_SOCKET would let the trainer's podman
 # claim the supervisor unit's main PID (see launch.TRAINER_ENV_DROP).
 CONTAINER_ENV_DROP = ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "WATCHDOG_USEC", "WATCHDOG_PID")
+
+# the launch token (LaunchSpec.token) on the container: `find` looks for it; containers started by
+# isaacd before the token had this name carry the older label
+TOKEN_LABEL = "isaacd.token"
+LEGACY_TOKEN_LABEL = "isaacd.launch"
 
 LOOPBACK_NAMES = {"127.0.0.1", "::1", "localhost"}
 CAP_SYS_RESOURCE = 24
@@ -340,73 +346,137 @@ class ContainerSpec:
             entrypoint=cmd[0], args=cmd[1:], env=env, volumes=vols,
             ports=[parse_port(p, job.name) for p in job.container.ports], devices=cdi_devices(job),
             shm_size=job.container.shm_size, ulimits=container_ulimits(),
-            labels={"isaacd.job": job.name, "isaacd.attempt": str(attempt), "isaacd.launch": token},
+            labels={"isaacd.job": job.name, "isaacd.attempt": str(attempt), TOKEN_LABEL: token},
             workdir=workdir, user=job.container.user, stop_timeout=max(1, int(round(job.stop_timeout))),
             attempt=attempt, token=token,
             description=f"isaacd job {job.name} (attempt {attempt})",
         )
 
     def volume_arg(self, v: tuple[str, str, str]) -> str:
-        return ":".join(x for x in v if x)
+        return volume_arg(v)
 
-    # ---- podman run --------------------------------------------------------------------
+    # ---- the three renderings, all from FIELDS ------------------------------------------
     def podman_run_options(self) -> list[str]:
-        """Options after `podman run` that describe the container (no lifecycle flags)."""
-        o = ["--shm-size", self.shm_size, "--entrypoint", self.entrypoint]
-        if self.workdir:
-            o += ["--workdir", self.workdir]
-        o += ["--stop-signal", "SIGINT", "--stop-timeout", str(self.stop_timeout)]
-        for u in self.ulimits:
-            o += ["--ulimit", u]
-        for d in self.devices:
-            o += ["--device", d]
-        if self.user:
-            o += ["--user", self.user]
-        for v in self.volumes:
-            o += ["-v", self.volume_arg(v)]
-        for p in self.ports:
-            o += ["--publish", p]
-        for k, v in self.env.items():
-            o += ["--env", f"{k}={v}"]
-        for k, v in self.labels.items():
-            o += ["--label", f"{k}={v}"]
-        o += ["--rootfs", self.rootfs] if self.rootfs else [self.image or ""]
-        return o + self.args
+        """Words after `podman run` that describe the container (no lifecycle flags, no --name):
+        options, then the image (or --rootfs), then the command's arguments."""
+        return cli_words(self, skip=("name",))
 
-    # ---- libpod API ----------------------------------------------------------------------
     def libpod_create_body(self) -> dict[str, Any]:
-        r_limits: dict[str, dict[str, int]] = {}
-        for u in self.ulimits:
-            kind, _, val = u.partition("=")
-            soft, _, hard = val.partition(":")
-            hard = hard or soft
-            r_limits[kind] = {"type": kind, "soft": _rlim(soft), "hard": _rlim(hard)}
-        body: dict[str, Any] = {
-            "name": self.name,
-            "entrypoint": [self.entrypoint],
-            "command": list(self.args),
-            "env": dict(self.env),
-            "labels": dict(self.labels),
-            "shm_size": parse_size(self.shm_size),
-            "r_limits": list(r_limits.values()),
-            "devices": [{"path": d} for d in self.devices],
-            "mounts": [{"type": "bind", "source": s, "destination": d, "options": ["rbind"] + ([o] if o else [])}
-                       for s, d, o in self.volumes],
-            "portmappings": [_portmapping(p) for p in self.ports],
-            "stop_signal": 2,
-            "stop_timeout": self.stop_timeout,
-        }
-        if self.rootfs:
-            path, overlay = (self.rootfs[:-2], True) if self.rootfs.endswith(":O") else (self.rootfs, False)
-            body["rootfs"] = path
-            body["rootfs_overlay"] = overlay
-        else:
-            body["image"] = self.image
-        if self.workdir:
-            body["work_dir"] = self.workdir
-        if self.user:
-            body["user"] = self.user
+        """The JSON body of the libpod API's `POST /containers/create`."""
+        body: dict[str, Any] = {}
+        for f in FIELDS:
+            items = f.value(self)
+            if items and f.api is not None:
+                body.update(f.api(items))
         return body
+
+    def quadlet_lines(self) -> list[str]:
+        """The [Container] section's keys."""
+        out = []
+        for f in FIELDS:
+            for item in f.value(self):
+                out.append(f"{f.quadlet}={f.quadlet_text(item)}")
+        return out
+
+
+def volume_arg(v: tuple[str, str, str]) -> str:
+    return ":".join(x for x in v if x)
+
+
+# ---- the field table ----------------------------------------------------------------------------
+def _one(x: Any) -> list[Any]:
+    return [] if x is None or x == "" else [x]
+
+
+def _flag(flag: str) -> Callable[[Any], list[str]]:
+    return lambda item: [flag, str(item)]
+
+
+def _ulimits_api(items: list[str]) -> dict[str, Any]:
+    r_limits: dict[str, dict[str, Any]] = {}
+    for u in items:
+        kind, _, val = u.partition("=")
+        soft, _, hard = val.partition(":")
+        hard = hard or soft
+        r_limits[kind] = {"type": kind, "soft": _rlim(soft), "hard": _rlim(hard)}
+    return {"r_limits": list(r_limits.values())}
+
+
+def _rootfs_api(items: list[str]) -> dict[str, Any]:
+    r = items[0]
+    path, overlay = (r[:-2], True) if r.endswith(":O") else (r, False)
+    return {"rootfs": path, "rootfs_overlay": overlay}
+
+
+def _kv(d: dict[str, str]) -> list[str]:
+    return [f"{k}={v}" for k, v in d.items()]
+
+
+@dataclass(frozen=True)
+class Field:
+    """One property of the job's container and how each backend spells it (Quadlet's own approach:
+    one table maps every `.container` key to its `podman run` option).
+
+    value: the items of this field for a ContainerSpec ([] = absent); every item is one Quadlet line,
+    and `cli` turns one item into `podman run` words; `api` turns all items into libpod
+    `POST /containers/create` body keys.
+    """
+
+    name: str
+    value: Callable[["ContainerSpec"], list[Any]]
+    quadlet: str  # the [Container] key
+    cli: Callable[[Any], list[str]]
+    api: Callable[[list[Any]], dict[str, Any]] | None
+    quadlet_text: Callable[[Any], str] = sd_escape
+
+
+# Order = order of the `podman run` words: options, then the image (or --rootfs), then the arguments.
+# Not here, on purpose: lifecycle flags (--cidfile, --replace, --rm, --cgroups, --sdnotify, -d: Quadlet
+# adds them itself, render_service copies its shape) and anything privileged (--privileged, --cap-add,
+# --security-opt: containers never get them; GPUs come through CDI devices).
+FIELDS: tuple[Field, ...] = (
+    Field("name", lambda s: [s.name], "ContainerName", _flag("--name"), lambda v: {"name": v[0]}),
+    Field("shm_size", lambda s: _one(s.shm_size), "ShmSize", _flag("--shm-size"),
+          lambda v: {"shm_size": parse_size(v[0])}),
+    Field("entrypoint", lambda s: [s.entrypoint], "Entrypoint", _flag("--entrypoint"),
+          lambda v: {"entrypoint": [v[0]]}),
+    Field("workdir", lambda s: _one(s.workdir), "WorkingDir", _flag("--workdir"), lambda v: {"work_dir": v[0]}),
+    Field("stop_signal", lambda s: [STOP_SIGNAL], "StopSignal", _flag("--stop-signal"),
+          lambda v: {"stop_signal": int(getattr(signal, v[0]))}),
+    Field("stop_timeout", lambda s: [s.stop_timeout], "StopTimeout", _flag("--stop-timeout"),
+          lambda v: {"stop_timeout": int(v[0])}, str),
+    Field("ulimits", lambda s: list(s.ulimits), "Ulimit", _flag("--ulimit"), _ulimits_api),
+    # CDI names (cdi_devices): AddDevice=nvidia.com/gpu=0, --device nvidia.com/gpu=0, devices=[{path}]
+    Field("devices", lambda s: list(s.devices), "AddDevice", _flag("--device"),
+          lambda v: {"devices": [{"path": d} for d in v]}),
+    Field("user", lambda s: _one(s.user), "User", _flag("--user"), lambda v: {"user": v[0]}),
+    Field("volumes", lambda s: list(s.volumes), "Volume", lambda v: ["-v", volume_arg(v)],
+          lambda v: {"mounts": [{"type": "bind", "source": src, "destination": dst,
+                                 "options": ["rbind"] + ([o] if o else [])} for src, dst, o in v]},
+          lambda v: sd_quote(volume_arg(v))),
+    Field("ports", lambda s: list(s.ports), "PublishPort", _flag("--publish"),
+          lambda v: {"portmappings": [_portmapping(p) for p in v]}),
+    Field("env", lambda s: _kv(s.env), "Environment", _flag("--env"),
+          lambda v: {"env": dict(x.split("=", 1) for x in v)}, sd_quote),
+    Field("labels", lambda s: _kv(s.labels), "Label", _flag("--label"),
+          lambda v: {"labels": dict(x.split("=", 1) for x in v)}, sd_quote),
+    Field("rootfs", lambda s: _one(s.rootfs), "Rootfs", _flag("--rootfs"), _rootfs_api),
+    Field("image", lambda s: [] if s.rootfs else [s.image or ""], "Image", lambda v: [v],
+          lambda v: {"image": v[0]}),
+    # the command's arguments: one Exec= line, the words after the image, the API's "command"
+    Field("args", lambda s: [list(s.args)] if s.args else [], "Exec", list, lambda v: {"command": list(v[0])}, sd_join),
+)
+STOP_SIGNAL = "SIGINT"  # Ctrl-C semantics: isaacd's shim saves a checkpoint and exits 0
+
+
+def cli_words(spec: "ContainerSpec", only: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> list[str]:
+    words: list[str] = []
+    for f in FIELDS:
+        if (only and f.name not in only) or f.name in skip:
+            continue
+        for item in f.value(spec):
+            words += f.cli(item)
+    return words
 
 
 def _rlim(v: str) -> int:
@@ -476,30 +546,7 @@ def render_quadlet(spec: ContainerSpec) -> str:
     lines = _header(spec, "Quadlet, Podman >= 4.4") + [""] + _unit_section(spec) + [
         "",
         "[Container]",
-        f"ContainerName={spec.name}",
-    ]
-    lines.append(f"Rootfs={sd_escape(spec.rootfs)}" if spec.rootfs else f"Image={sd_escape(spec.image or '')}")
-    lines.append(f"Entrypoint={sd_escape(spec.entrypoint)}")
-    if spec.args:
-        lines.append(f"Exec={sd_join(spec.args)}")
-    if spec.workdir:
-        lines.append(f"WorkingDir={sd_escape(spec.workdir)}")
-    lines.append(f"ShmSize={spec.shm_size}")
-    for u in spec.ulimits:
-        lines.append(f"Ulimit={u}")
-    for d in spec.devices:
-        lines.append(f"AddDevice={d}")
-    if spec.user:
-        lines.append(f"User={sd_escape(spec.user)}")
-    for v in spec.volumes:
-        lines.append(f"Volume={sd_quote(spec.volume_arg(v))}")
-    for p in spec.ports:
-        lines.append(f"PublishPort={p}")
-    for k, v in spec.env.items():
-        lines.append(f"Environment={sd_quote(f'{k}={v}')}")
-    for k, v in spec.labels.items():
-        lines.append(f"Label={sd_quote(f'{k}={v}')}")
-    lines += ["StopSignal=SIGINT", f"StopTimeout={spec.stop_timeout}", ""]
+    ] + spec.quadlet_lines() + [""]
     lines += _service_section(spec)
     return "\n".join(lines) + "\n"
 
@@ -507,8 +554,9 @@ def render_quadlet(spec: ContainerSpec) -> str:
 def render_service(spec: ContainerSpec, podman: str = "/usr/bin/podman") -> str:
     """The unit Quadlet would generate, for Podman < 4.4 (Debian 12's 4.3.1) where there is no Quadlet."""
     # %t/%N in the lifecycle flags are systemd specifiers on purpose; everything else is literal
-    words = [podman, "run", "--name", sd_quote(spec.name), "--cidfile=%t/%N.cid", "--replace", "--rm",
-             "--cgroups=split", "--sdnotify=conmon", "-d"] + [sd_quote(w) for w in spec.podman_run_options()]
+    words = [podman, "run"] + [sd_quote(w) for w in cli_words(spec, only=("name",))] + [
+        "--cidfile=%t/%N.cid", "--replace", "--rm", "--cgroups=split", "--sdnotify=conmon", "-d",
+    ] + [sd_quote(w) for w in spec.podman_run_options()]
     rm = f"{podman} rm -v -f -i --cidfile=%t/%N.cid"
     lines = _header(spec, "podman run unit for Podman < 4.4, in the shape Quadlet generates") + [
         "",

@@ -12,6 +12,12 @@ supervisor adopts it by unit name (plus a launch token in the unit file, so a un
 attempt is never mistaken for this one). The unit has Restart=no: isaacd restarts, from the
 checkpoint it chose, and counts.
 
+Nothing here waits in the caller (base.py's contract): writing the unit, `daemon-reload`, `systemctl
+start --no-block`, `systemctl show`, the journal and `podman kill` run on this runtime's worker
+thread; a unit of the job still running unclaimed is stopped across polls before the new start.
+`find(job, token)`: the unit file carries the launch token (`# isaacd-launch: <token>`), and the
+attempt is the invocation that began after the file was written.
+
 Who stopped it: isaacd stops a trainer with SIGINT to the container's processes (like Ctrl-C),
 then `podman kill -s KILL`; it never runs `systemctl stop`. A unit that left "active" before its
 main process exited was stopped by a stop job, i.e. by someone else (`systemctl stop` by an
@@ -28,10 +34,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .. import sdnotify
 from ..config import Config, JobConfig
 from ..logs import log
 from .base import ExitStatus, Handle, LaunchSpec, RuntimeError_
+from .worker import Slot, Worker
 from .quadlet import (
     ContainerSpec,
     attempt_number,
@@ -55,7 +61,7 @@ __all__ = ["SystemdRuntime", "unit_name", "container_name"]
 ACTIVE_STATES = ("active", "activating", "deactivating", "reloading", "refreshing")
 PROPS = ("LoadState", "ActiveState", "SubState", "Result", "Job", "InvocationID", "MainPID", "ExecMainPID",
          "ExecMainCode", "ExecMainStatus", "ControlGroup", "ActiveExitTimestampMonotonic",
-         "ExecMainExitTimestampMonotonic", "ExecMainStartTimestampMonotonic")
+         "ExecMainExitTimestampMonotonic", "ExecMainStartTimestampMonotonic", "InactiveExitTimestampMonotonic")
 STALE_STOP_MAX = 15.0  # a stale unit gets this long to stop gracefully, then SIGKILL
 START_GRACE = 10.0  # seconds a queued start may take to show up as a new invocation
 CLD_EXITED, CLD_KILLED, CLD_DUMPED = 1, 2, 3
@@ -90,7 +96,9 @@ class SystemdRuntime:
         self.quadlet_dir = Path(os.environ.get("ISAACD_QUADLET_DIR", "/etc/containers/systemd"))
         self.unit_dir = Path(os.environ.get("ISAACD_UNIT_DIR", "/etc/systemd/system"))
         self.systemctl = os.environ.get("ISAACD_SYSTEMCTL", "systemctl")
-        self._props: dict[str, dict[str, str]] = {}
+        self._props: dict[str, dict[str, str]] = {}  # last `systemctl show` per unit (written by the worker)
+        self._slots: dict[str, Slot] = {}  # by launch token
+        self.worker = Worker("systemd")
 
     # ---- systemd plumbing ------------------------------------------------------------------
     def _ctl(self, *args: str, check: bool = True, timeout: float = 60) -> str:
@@ -111,8 +119,19 @@ class SystemdRuntime:
     def render(self, spec: ContainerSpec) -> str:
         return render_quadlet(spec) if self.quadlet else render_service(spec, self.podman or "/usr/bin/podman")
 
-    # ---- Runtime ---------------------------------------------------------------------------
+    # ---- Runtime (see base.py for the timing contract) -------------------------------------
+    def _slot(self, handle: Handle, launched: bool = True) -> Slot:
+        key = handle.state.get("token") or handle.state["unit"]
+        slot = self._slots.get(key)
+        if slot is None:
+            slot = self._slots[key] = Slot(launched=launched)
+        slot.merge(handle.state)
+        return slot
+
     def start(self, spec: LaunchSpec) -> Handle:
+        """Renders the unit and queues the launch: ~5-10 ms here. The worker then writes the unit file,
+        runs `systemctl daemon-reload` (0.1-1 s), and `systemctl start --no-block`; `poll` follows the
+        unit from there. A unit of the job still running unclaimed is stopped first, across ticks."""
         job = spec.job
         if not self.podman:
             raise RuntimeError_("podman not found: install it (apt-get install podman) or use runtime = \"process\"")
@@ -121,57 +140,85 @@ class SystemdRuntime:
                                 "use runtime = \"podman\" (Podman API) or \"process\"")
         state_dir = self.config.supervisor.state_dir if self.config else Path("/var/lib/isaacd")
         attempt = attempt_number(spec, state_dir)
-        token = uuid.uuid4().hex[:16]
+        token = spec.token or uuid.uuid4().hex[:16]
         cs = ContainerSpec.from_launch(spec, token, attempt)
+        text = self.render(cs)
         unit = unit_name(job.name)
-
-        # Never two of a job: a unit still running here is not ours to keep (adoption would have
-        # taken it); stop it before its replacement starts.
-        before = self.show(unit)
-        if before["ActiveState"] == "deactivating":
-            before = self._settle(unit, job.stop_timeout + 30)
-        if before["ActiveState"] in ACTIVE_STATES:
-            log.warning("stale_unit_stopped", job=job.name, unit=unit, state=before["ActiveState"],
-                        detail="a unit of this job was running but not adopted; stopping it first")
-            self._ctl("stop", "--no-block", unit)
-            if self._settle(unit, min(job.stop_timeout + 30, STALE_STOP_MAX), states=ACTIVE_STATES)["ActiveState"] \
-                    in ACTIVE_STATES:
-                self._ctl("kill", "-s", "SIGKILL", unit, check=False)
-                self._settle(unit, 10, states=ACTIVE_STATES)
-
         prepare_log_root(job)
         path = self.unit_file(job.name)
-        other = (self.unit_dir / unit_name(job.name)) if self.quadlet else \
-            (self.quadlet_dir / f"{unit_base(job.name)}.container")
-        if launch_token_of(other) is not None:  # ours, from the other mode (Podman was upgraded)
-            other.unlink(missing_ok=True)
-        _write_atomic(path, self.render(cs))
-        self._ctl("daemon-reload", timeout=120)
-        props = self.show(unit)
-        if props["LoadState"] != "loaded":
-            raise RuntimeError_(self._why_not_loaded(unit, path, props["LoadState"]))
-        self._ctl("reset-failed", unit, check=False)
-        self._ctl("start", "--no-block", unit)
-        log.info("unit_started", job=job.name, unit=unit, file=str(path), attempt=attempt,
-                 mode="quadlet" if self.quadlet else "service")
-        return Handle("systemd", job.name, {
-            "unit": unit, "container": cs.name, "unit_file": str(path), "token": token, "attempt": attempt,
-            "prev_invocation": props["InvocationID"], "started_at": time.time(),
-        })
+        h = Handle("systemd", job.name, {"unit": unit, "container": cs.name, "unit_file": str(path), "token": token,
+                                          "attempt": attempt, "started_at": time.time()})
+        slot = self._slots[token] = Slot(busy=True)
+        slot.cache["launch"] = (job.name, job.stop_timeout, text)
+        snap = dict(h.state)
+        self.worker.submit(f"launch {unit}", lambda: self._launch(slot, snap))
+        return h
 
-    def _settle(self, unit: str, timeout: float, states: tuple[str, ...] = ("deactivating",)) -> dict[str, str]:
-        """Wait while the unit is in one of `states` (e.g. the last attempt's ExecStop running),
-        keeping the supervisor's systemd watchdog fed meanwhile."""
-        deadline = time.monotonic() + timeout
-        p = self.show(unit)
-        last_ping = time.monotonic()
-        while p["ActiveState"] in states and time.monotonic() < deadline:
-            time.sleep(0.05)
-            if time.monotonic() - last_ping > 2:
-                sdnotify.notify("WATCHDOG=1")
-                last_ping = time.monotonic()
-            p = self.show(unit)
-        return p
+    def _launch(self, slot: Slot, snap: dict[str, Any]) -> None:
+        """Worker: one step of the launch; a unit of the job still running is stopped across steps."""
+        st = dict(snap)
+        job, stop_timeout, text = slot.cache["launch"]
+        unit, path = st["unit"], Path(st["unit_file"])
+        try:
+            with slot.lock:
+                cancelled = slot.cancel is not None
+            if cancelled:
+                self._launch_done(slot, ExitStatus(detail=f"stopped before {unit} was started"))
+                return
+            before = self.show(unit)
+            if before["ActiveState"] in ACTIVE_STATES:
+                self._stop_stale(job, unit, before["ActiveState"], stop_timeout, slot)
+                return
+            other = (self.unit_dir / unit_name(job)) if self.quadlet else \
+                (self.quadlet_dir / f"{unit_base(job)}.container")
+            if launch_token_of(other) is not None:  # ours, from the other mode (Podman was upgraded)
+                other.unlink(missing_ok=True)
+            _write_atomic(path, text)
+            self._ctl("daemon-reload", timeout=120)
+            props = self.show(unit)
+            if props["LoadState"] != "loaded":
+                raise RuntimeError_(self._why_not_loaded(unit, path, props["LoadState"]))
+            self._ctl("reset-failed", unit, check=False)
+            st["prev_invocation"] = props["InvocationID"]
+            st["started_at"] = time.time()  # START_GRACE and the journal are counted from here
+            self._ctl("start", "--no-block", unit)
+            log.info("unit_started", job=job, unit=unit, file=str(path), attempt=st.get("attempt"),
+                     mode="quadlet" if self.quadlet else "service")
+            slot.record(snap, st)
+            self._launch_done(slot, None)  # a stop that came meanwhile: poll's signal path handles the unit
+        except Exception as exc:  # noqa: BLE001 - any launch failure is a failed attempt, reported by poll
+            self._launch_done(slot, ExitStatus(detail=str(exc), start_failed=True))
+        finally:
+            slot.busy = False
+
+    @staticmethod
+    def _launch_done(slot: Slot, exit_status: ExitStatus | None) -> None:
+        with slot.lock:
+            slot.launched = True
+            if exit_status is not None:
+                slot.exit = exit_status
+            cancel = slot.cancel
+        if cancel is not None and exit_status is None:
+            slot.cache["cancel_after_start"] = cancel
+
+    def _stop_stale(self, job: str, unit: str, active: str, stop_timeout: float, slot: Slot) -> None:
+        """Never two of a job: a unit still running here is not ours to keep (adoption would have taken
+        it). One look per step: `systemctl stop --no-block`, SIGKILL after the grace, give up after 10 s more.
+        A unit already deactivating (the last attempt's ExecStop) gets stop_timeout + 30 s before SIGKILL."""
+        now = time.monotonic()
+        since = slot.cache.setdefault("stale_since", now)
+        grace = stop_timeout + 30 if active == "deactivating" and not slot.cache.get("stale_stop_sent") \
+            else min(stop_timeout + 30, STALE_STOP_MAX)
+        if active != "deactivating" and not slot.cache.get("stale_stop_sent"):
+            slot.cache["stale_stop_sent"] = True
+            log.warning("stale_unit_stopped", job=job, unit=unit, state=active,
+                        detail="a unit of this job was running but not adopted; stopping it first")
+            self._ctl("stop", "--no-block", unit)
+        elif now - since > grace + 10:
+            raise RuntimeError_(f"{unit} of an earlier attempt would not stop ({active} for {now - since:.0f} s)")
+        elif now - since > grace and not slot.cache.get("stale_killed"):
+            slot.cache["stale_killed"] = True
+            self._ctl("kill", "-s", "SIGKILL", unit, check=False)
 
     def _why_not_loaded(self, unit: str, path: Path, load_state: str) -> str:
         msg = f"{unit} is {load_state or 'not loaded'} after daemon-reload (written to {path})"
@@ -185,7 +232,35 @@ class SystemdRuntime:
         return msg
 
     def poll(self, handle: Handle) -> ExitStatus | None:
-        st = handle.state
+        slot = self._slot(handle)
+        if slot.exit is not None:
+            return slot.exit
+        if not slot.busy:
+            slot.busy = True
+            snap = dict(handle.state)
+            if slot.launched:
+                self.worker.submit(f"observe {handle.job}", lambda: self._observe(slot, snap))
+            else:
+                self.worker.submit(f"launch {handle.job}", lambda: self._launch(slot, snap))
+        return None
+
+    def _observe(self, slot: Slot, snap: dict[str, Any]) -> None:
+        st = dict(snap)
+        try:
+            cancel = slot.cache.pop("cancel_after_start", None)
+            if cancel is not None:  # stopped while the launch was queued: the unit started anyway
+                self._podman_kill(st, cancel)
+            status = self._status_now(st, slot)
+            slot.record(snap, st)
+            if status is not None:
+                slot.exit = status
+        except Exception as exc:  # noqa: BLE001 - systemctl/journalctl hiccup: look again next tick
+            log.warning("systemd_poll_failed", unit=st.get("unit"), error=str(exc))
+        finally:
+            slot.busy = False
+
+    def _status_now(self, st: dict[str, Any], slot: Slot) -> ExitStatus | None:
+        """Worker: one look at the unit (systemctl show, the journal when systemd has collected it)."""
         unit = st["unit"]
         p = self.show(unit)
         inv, active = p["InvocationID"], p["ActiveState"]
@@ -201,7 +276,7 @@ class SystemdRuntime:
                 j = self._journal_end(unit, since=st.get("started_at", 0), exclude=st.get("prev_invocation"))
                 if j is not None:
                     st["invocation"] = j["invocation"]
-                    return self._status(handle, j)
+                    return self._status(st, slot, j)
                 if time.time() - st.get("started_at", 0) < START_GRACE:
                     return None
                 return ExitStatus(detail=f"{unit} never started (LoadState={p['LoadState']}, "
@@ -218,16 +293,17 @@ class SystemdRuntime:
             # the unit left "active" before its main process exited: a stop job did that; a unit
             # stopped while still activating never was active, and the journal says it instead
             stop_job = bool(a_exit and m_exit and a_exit < m_exit)
-            if not stop_job and not st.get("signalled"):
+            if not stop_job and not (st.get("signalled") or slot.signalled):
                 stop_job = self._journal_stop_job(unit, ours)
-            return self._status(handle, {
+            return self._status(st, slot, {
                 "kind": int(p["ExecMainCode"] or 0), "status": int(p["ExecMainStatus"] or 0),
                 "result": p["Result"], "oom": p["Result"] == "oom-kill", "stop_job": stop_job})
         if inv and active in ACTIVE_STATES:
-            log.warning("unit_restarted_outside_isaacd", job=handle.job, unit=unit,
+            log.warning("unit_restarted_outside_isaacd", unit=unit,
                         detail="following the new invocation of the unit")
             st["invocation"] = inv
             st.pop("signalled", None)
+            slot.signalled = False
             return None
         # Our invocation is over and systemd has unloaded the unit (it collects a cleanly
         # exited unit at once): read the end from the journal.
@@ -237,7 +313,7 @@ class SystemdRuntime:
             if waited < 5:
                 return None  # journald may lag a moment behind the state change
             return ExitStatus(detail=f"{unit} ended; its exit status is not in the journal")
-        return self._status(handle, j)
+        return self._status(st, slot, j)
 
     def _journal_stop_job(self, unit: str, invocation: str) -> bool:
         """A stop job ran on this invocation: "Stopping ..." when it was active, only "Stopped ..."
@@ -297,8 +373,7 @@ class SystemdRuntime:
         ended = [by_inv[i] for i in order if by_inv[i]["ended"]]
         return ended[-1] if ended else None
 
-    def _status(self, handle: Handle, d: dict[str, Any]) -> ExitStatus:
-        st = handle.state
+    def _status(self, st: dict[str, Any], slot: Slot, d: dict[str, Any]) -> ExitStatus:
         unit = st["unit"]
         kind, status, result = d["kind"], d["status"], d["result"]
         code = sig = None
@@ -310,7 +385,7 @@ class SystemdRuntime:
                 code = status
         elif kind in (CLD_KILLED, CLD_DUMPED):
             sig = status
-        signalled = bool(st.get("signalled"))
+        signalled = bool(st.get("signalled") or slot.signalled)
         oom = bool(d["oom"]) or (sig == 9 and not signalled and self._oom_event(st))
         external = bool(d["stop_job"]) and not signalled and not oom
         detail = f"{unit}: Result={result}, exit status {status}" if kind else f"{unit}: Result={result}"
@@ -343,9 +418,15 @@ class SystemdRuntime:
         return "oom" in r.stdout
 
     def signal(self, handle: Handle, sig: int) -> None:
+        slot = self._slot(handle)
         handle.state["signalled"] = True
-        pids = self.pids(handle)
-        if pids and sig != _signal.SIGKILL:
+        with slot.lock:
+            slot.signalled = True
+            if not slot.launched:
+                slot.cancel = sig  # the launch step sees it: not started, or stopped right after
+                return
+        pids = self.pids(handle) if sig != _signal.SIGKILL else []
+        if pids:
             # Ctrl-C semantics, like the process runtime's killpg: every process of the trainer
             # gets it. (podman kill would reach only the container's PID 1, which ignores signals
             # it has no handler for, e.g. a shell such as isaaclab.sh.)
@@ -355,21 +436,25 @@ class SystemdRuntime:
                 except (ProcessLookupError, PermissionError):
                     pass
             return
-        self._podman_kill(handle, sig)
+        st = dict(handle.state)
+        self.worker.submit(f"kill {handle.job}", lambda: self._podman_kill(st, sig))
 
-    def _podman_kill(self, handle: Handle, sig: int) -> None:
+    def _podman_kill(self, st: dict[str, Any], sig: int) -> None:
+        """Worker: `podman kill`, or `systemctl kill` when there is no container (yet)."""
         name = _signal.Signals(sig).name.removeprefix("SIG")
         try:
-            run_cmd([self.podman or "podman", "kill", "--signal", name, handle.state["container"]], timeout=30)
+            run_cmd([self.podman or "podman", "kill", "--signal", name, st["container"]], timeout=30)
         except RuntimeError_ as exc:
-            log.warning("podman_kill_failed", job=handle.job, error=str(exc), detail="using systemctl kill")
-            self._ctl("kill", "-s", f"SIG{name}", handle.state["unit"], check=False)
+            log.warning("podman_kill_failed", unit=st["unit"], error=str(exc), detail="using systemctl kill")
+            self._ctl("kill", "-s", f"SIG{name}", st["unit"], check=False)
 
     def kill(self, handle: Handle) -> None:
-        handle.state["signalled"] = True
-        self._podman_kill(handle, _signal.SIGKILL)
+        self.signal(handle, _signal.SIGKILL)
 
     def pids(self, handle: Handle) -> list[int]:
+        self._slot(handle)
+        if not handle.state.get("invocation"):
+            return []  # not our invocation yet: the cgroup may still hold an earlier attempt's container
         cg = self._props.get(handle.state["unit"], {}).get("ControlGroup")
         if not cg:
             return []
@@ -378,33 +463,78 @@ class SystemdRuntime:
         return cgroup_pids(cg, only_prefix="libpod-payload-")
 
     def adopt(self, job: JobConfig, state: dict[str, Any]) -> Handle | None:
-        unit = state.get("unit") or unit_name(job.name)
+        """Synchronous (recovery): the unit file's token, then one `systemctl show` (and the journal
+        when systemd has already collected the unit)."""
         path = Path(state.get("unit_file") or self.unit_file(job.name))
         if not state.get("token") or launch_token_of(path) != state.get("token"):
             return None  # the unit file belongs to another attempt, or is gone
-        try:
-            p = self.show(unit)
-        except RuntimeError_:
+        return self._locate(job, path, dict(state))
+
+    def find(self, job: JobConfig, token: str) -> Handle | None:
+        """The unit of the attempt launched with `token`: its file carries the token (`# isaacd-launch:`),
+        and an invocation of the unit began after the file was written. Synchronous (recovery)."""
+        if not token:
             return None
+        for path in (self.unit_file(job.name), self.quadlet_dir / f"{unit_base(job.name)}.container",
+                     self.unit_dir / unit_name(job.name)):
+            if launch_token_of(path) == token:
+                return self._locate(job, path, {"token": token, "unit_file": str(path)})
+        return None
+
+    def _locate(self, job: JobConfig, path: Path, state: dict[str, Any]) -> Handle | None:
+        """The invocation of the unit that this unit file started: the current one if it began after the
+        file was written, else one the journal saw end since then; a start job still queued counts too."""
+        unit = state.get("unit") or unit_name(job.name)
+        try:
+            written = path.stat().st_mtime
+            p = self.show(unit)
+        except (OSError, RuntimeError_):
+            return None
+        # the unit's activation on the monotonic clock vs the file's mtime on the wall clock
+        mono_written = (written - time.time() + time.monotonic()) * 1e6
+        began = int(p.get("InactiveExitTimestampMonotonic") or 0)
+        st = dict(state)
+        st.update(unit=unit, container=state.get("container") or container_name(job.name), unit_file=str(path))
+        st.setdefault("started_at", written)
+        st.pop("signalled", None)
         inv = p["InvocationID"]
-        if not inv or inv == state.get("prev_invocation"):
+        if inv and inv != state.get("prev_invocation") and began >= mono_written - 1e6:
+            st["invocation"] = inv
+        elif p["Job"]:
+            st["prev_invocation"] = inv  # the start job is queued: poll takes the next invocation
+            st.pop("invocation", None)
+        else:
             # collected by systemd after a clean end (or never ran, or a reboot): the journal knows
-            j = self._journal_end(unit, since=state.get("started_at", 0), exclude=state.get("prev_invocation"))
+            j = self._journal_end(unit, since=written, exclude=state.get("prev_invocation") or
+                                  (inv if began < mono_written - 1e6 else None))
             if j is None:
                 return None
-            inv = j["invocation"]
-        st = dict(state)
-        st["invocation"] = inv
-        st.pop("signalled", None)
+            st["invocation"] = j["invocation"]
+        self._slots.pop(st.get("token") or unit, None)
         log.info("unit_adopted", job=job.name, unit=unit, state=p["ActiveState"])
         return Handle("systemd", job.name, st)
 
-    def cleanup(self, handle: Handle) -> None:
-        # The unit file stays (it documents the last attempt; the next start rewrites it); a failed
-        # unit would keep the host "degraded", and isaacd has recorded the exit already.
-        self._ctl("reset-failed", handle.state["unit"], check=False)
+    def cleanup(self, handle: Handle) -> bool:
+        """`systemctl reset-failed` on the worker (a failed unit keeps the host "degraded"; isaacd has
+        recorded the exit already). The unit file stays: it documents the last attempt."""
+        slot = self._slot(handle)
+        if slot.cleaned:
+            return True
+        if not slot.cleanup_queued:
+            slot.cleanup_queued = True
+            unit = handle.state["unit"]
+
+            def release() -> None:
+                try:
+                    self._ctl("reset-failed", unit, check=False)
+                finally:
+                    slot.cleaned = True
+
+            self.worker.submit(f"cleanup {unit}", release)
+        return False
 
     def describe(self, handle: Handle) -> dict[str, Any]:
+        self._slot(handle)
         unit = handle.state["unit"]
         p = self._props.get(unit) or {}
         pids = self.pids(handle)
@@ -414,6 +544,6 @@ class SystemdRuntime:
         except OSError:
             pass
         return {"unit": unit, "container_id": cid, "container": handle.state.get("container"),
-                "pid": pids[0] if pids else (int(p["MainPID"]) if p.get("MainPID", "0") != "0" else None),
+                "pid": pids[0] if pids else (int(p["MainPID"]) if p.get("MainPID", "0") not in ("", "0") else None),
                 "cgroup": p.get("ControlGroup") or None, "unit_file": handle.state.get("unit_file"),
                 "attempt": handle.state.get("attempt")}

@@ -31,6 +31,34 @@ trap 'echo got TERM; exit 5' TERM
 while :; do sleep 0.1; done
 """
 QUICK = 'sleep "$1"; exit "$2"'
+# takes its time to stop: SIGINT starts a 4 s "checkpoint save"
+SLOW = r"""
+trap 'echo saving; sleep 4; echo saved; exit 4' INT
+echo slow up
+while :; do sleep 0.1; done
+"""
+
+CALLS = ("start", "poll", "signal", "kill", "pids", "cleanup", "describe")
+TIMES: dict[str, float] = {}  # the slowest call of each Runtime method, in ms (per scenario)
+ALL: dict[str, float] = {}  # ... over the whole probe
+
+
+def timed(rt: Any) -> Any:
+    """Record how long every Runtime method takes in the caller (the supervisor's tick)."""
+    for name in CALLS:
+        fn = getattr(rt, name)
+
+        def wrap(*a: Any, _fn: Any = fn, _name: str = name, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return _fn(*a, **kw)
+            finally:
+                ms = (time.perf_counter() - t0) * 1000
+                TIMES[_name] = max(TIMES.get(_name, 0.0), ms)
+                ALL[_name] = max(ALL.get(_name, 0.0), ms)
+
+        setattr(rt, name, wrap)
+    return rt
 
 
 def job(base: Path, name: str, command: list[str]) -> Any:
@@ -52,8 +80,19 @@ environment = {{ FROM_CFG = "yes" }}
     return cfg, cfg.jobs[0]
 
 
-def spec(j: Any, args: list[str]) -> LaunchSpec:
-    return LaunchSpec(job=j, argv=[], trainer_args=args, env={"HOST_ONLY": "x"}, cwd=Path("/"), log_path=Path("/tmp/x"))
+def spec(j: Any, args: list[str], token: str = "") -> LaunchSpec:
+    return LaunchSpec(job=j, argv=[], trainer_args=args, env={"HOST_ONLY": "x"}, cwd=Path("/"), log_path=Path("/tmp/x"),
+                      token=token)
+
+
+def wait_pids(rt: SystemdRuntime, h: Any, timeout: float = 20) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert rt.poll(h) is None
+        if p := rt.pids(h):
+            return p
+        time.sleep(0.05)
+    return []
 
 
 def wait_exit(rt: SystemdRuntime, h: Any, timeout: float = 60) -> Any:
@@ -67,21 +106,38 @@ def wait_exit(rt: SystemdRuntime, h: Any, timeout: float = 60) -> Any:
 
 
 def wait_running(rt: SystemdRuntime, h: Any, timeout: float = 60) -> None:
+    """start() only queues the launch: poll until our invocation of the unit runs the container."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert rt.poll(h) is None, "ended while waiting for it to run"
-        if rt.pids(h) and rt.show(h.state["unit"])["ActiveState"] == "active":
+        if h.state.get("invocation") and rt.pids(h) and rt.show(h.state["unit"])["ActiveState"] == "active":
             return
         time.sleep(0.1)
     raise SystemExit("never ran")
 
 
 def ex(st: Any) -> dict[str, Any]:
-    return {**st.as_json(), "detail": st.detail}
+    return {**st.as_json(), "detail": st.detail, "start_failed": st.start_failed}
+
+
+def cleanup(rt: SystemdRuntime, h: Any, timeout: float = 30) -> int:
+    """Call cleanup() once per "tick" until it says done; returns how many calls it took."""
+    deadline = time.monotonic() + timeout
+    n = 1
+    while not rt.cleanup(h):
+        assert time.monotonic() < deadline, "cleanup never finished"
+        time.sleep(0.05)
+        n += 1
+    return n
 
 
 def containers(name: str) -> list[str]:
     return subprocess.run(["podman", "ps", "-aq", "--filter", f"label=isaacd.job={name}"], capture_output=True,
+                          text=True).stdout.split()
+
+
+def running(name: str) -> list[str]:
+    return subprocess.run(["podman", "ps", "-q", "--filter", f"label=isaacd.job={name}"], capture_output=True,
                           text=True).stdout.split()
 
 
@@ -93,7 +149,11 @@ def podman_main(base: Path) -> None:
     os.environ["ISAACD_PODMAN_URL"] = f"unix://{base}/podman.sock"
     cfg, j = job(base, "papi", ["sh", "-c", LOOPER])
     rt = PodmanRuntime(cfg)
-    h = rt.start(spec(j, [str(j.log_root)]))
+    h = rt.start(spec(j, [str(j.log_root)]))  # queues the launch; the worker starts the API service
+    deadline = time.monotonic() + 60
+    while not h.state.get("id") and time.monotonic() < deadline:
+        assert rt.poll(h) is None, "ended while starting"
+        time.sleep(0.05)
     out: dict[str, Any] = {"service_unit_active": subprocess.run(
         ["systemctl", "is-active", f"{SERVICE_UNIT}.service"], capture_output=True, text=True).stdout.strip()}
     deadline = time.monotonic() + 30
@@ -122,7 +182,7 @@ def main() -> None:
     base.mkdir(parents=True, exist_ok=True)
     out: dict[str, Any] = {}
     cfg, j = job(base, "looper", ["sh", "-c", LOOPER])
-    rt = SystemdRuntime(cfg)
+    rt = timed(SystemdRuntime(cfg))
     out["mode"] = "quadlet" if rt.quadlet else "service"
 
     # 1. start; what the container got; graceful stop by isaacd (SIGINT to the trainer)
@@ -140,7 +200,7 @@ def main() -> None:
     out["containers_running"] = len(containers("looper"))
     rt.signal(h, signal.SIGINT)
     out["sigint"] = ex(wait_exit(rt, h))
-    rt.cleanup(h)
+    out["cleanup_calls"] = cleanup(rt, h)
     out["journal_has_output"] = "got INT" in subprocess.run(
         ["journalctl", "-u", h.state["unit"], "--no-pager", "-o", "cat"], capture_output=True, text=True).stdout
 
@@ -172,7 +232,7 @@ def main() -> None:
 
     # 5. exits by itself: 0 (systemd collects the unit at once: the journal has the end) and 7
     cfg2, q = job(base, "quick", ["sh", "-c", QUICK, "quick"])
-    rtq = SystemdRuntime(cfg2)
+    rtq = timed(SystemdRuntime(cfg2))
     h = rtq.start(spec(q, ["1", "0"]))
     out["exit0"] = ex(wait_exit(rtq, h))
     h = rtq.start(spec(q, ["1", "7"]))
@@ -185,7 +245,7 @@ def main() -> None:
     h = rt.start(spec(j, [str(j.log_root)]))
     wait_running(rt, h)
     state = json.loads(json.dumps(h.state))
-    rt2 = SystemdRuntime(cfg)
+    rt2 = timed(SystemdRuntime(cfg))
     out["adopt_wrong_token"] = rt2.adopt(j, {**state, "token": "nope"}) is None
     h2 = rt2.adopt(j, state)
     out["adopt_running"] = h2 is not None and rt2.poll(h2) is None and bool(rt2.pids(h2))
@@ -200,9 +260,65 @@ def main() -> None:
     h = rtq.start(spec(q, ["0.5", "0"]))
     state = json.loads(json.dumps(h.state))
     time.sleep(3)
-    rt3 = SystemdRuntime(cfg2)
+    rt3 = timed(SystemdRuntime(cfg2))
     h4 = rt3.adopt(q, state)
     out["adopt_ended"] = ex(wait_exit(rt3, h4)) if h4 is not None else None
+
+    # 8. find(job, token): the supervisor died after start() and before it saved the handle
+    h = rt.start(spec(j, [str(j.log_root)], token="tok-find-1"))
+    wait_running(rt, h)
+    rt4 = timed(SystemdRuntime(cfg))
+    out["find_wrong_token"] = rt4.find(j, "tok-other") is None
+    h5 = rt4.find(j, "tok-find-1")
+    out["find_running"] = h5 is not None and rt4.poll(h5) is None and bool(set(wait_pids(rt4, h5)) & set(rt.pids(h)))
+    rt4.signal(h5, signal.SIGINT)
+    out["find_sigint"] = ex(wait_exit(rt4, h5))
+    cleanup(rt4, h5)
+    # ... and an attempt that ended meanwhile (unit collected): found, with its exit status from the journal
+    h = rtq.start(spec(q, ["0.3", "0"], token="tok-find-2"))
+    time.sleep(3)
+    rt5 = timed(SystemdRuntime(cfg2))
+    h6 = rt5.find(q, "tok-find-2")
+    out["find_ended"] = ex(wait_exit(rt5, h6)) if h6 is not None else None
+    # ... and a token whose unit file a later attempt has rewritten: nothing to find
+    h = rtq.start(spec(q, ["0.3", "0"], token="tok-find-3"))
+    wait_exit(rtq, h)
+    out["find_superseded"] = SystemdRuntime(cfg2).find(q, "tok-find-2") is None
+
+    # 9. a slow stop (the trainer takes 4 s to save) does not hold up the caller: the old attempt is
+    # stopped by a new start across ticks, every call stays fast, and there is never a second container
+    cfg3, sl = job(base, "slow", ["sh", "-c", SLOW])
+    rts = timed(SystemdRuntime(cfg3))
+    h = rts.start(spec(sl, []))
+    wait_running(rts, h)
+    TIMES.clear()
+    t0 = time.monotonic()
+    rts.signal(h, signal.SIGINT)
+    most = 0
+    while (st := rts.poll(h)) is None:
+        most = max(most, len(running("slow")))
+        rts.pids(h)
+        rts.describe(h)
+        time.sleep(0.02)
+    out["slow_stop"] = {**ex(st), "seconds": round(time.monotonic() - t0, 2), "max_call_ms": dict(TIMES)}
+    while not rts.cleanup(h):
+        time.sleep(0.02)
+    h = rts.start(spec(sl, []))
+    wait_running(rts, h)
+    TIMES.clear()
+    t0 = time.monotonic()
+    rt_new = timed(SystemdRuntime(cfg3))  # a second supervisor that did not adopt the running attempt
+    h2 = rt_new.start(spec(sl, []))
+    while rt_new.poll(h2) is None and not (h2.state.get("invocation") and rt_new.pids(h2)):
+        most = max(most, len(running("slow")))
+        rt_new.describe(h2)
+        time.sleep(0.02)
+    out["replace_slow"] = {"seconds": round(time.monotonic() - t0, 2), "max_call_ms": dict(TIMES),
+                           "running": len(running("slow"))}
+    out["slow_max_running"] = most
+    rt_new.kill(h2)
+    wait_exit(rt_new, h2)
+    out["max_call_ms"] = dict(ALL)
 
     print(json.dumps(out))
 
