@@ -408,6 +408,9 @@ class JobRunner:
             return []
         out: list[Message] = []
         status = self.runtime.poll(live.handle)
+        if live.handle.state != attempt.handle:  # the runtime learnt more (container id, unit invocation)
+            attempt.handle = dict(live.handle.state)
+            self._persist()
         self._poll_shim(attempt)
         if live.tail is None:
             self._attach_run_dir(attempt)
