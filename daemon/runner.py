@@ -13,7 +13,7 @@ import os
 import random
 import signal
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -30,9 +30,11 @@ from .logs import log
 from .rebuild import load_history
 from .runtimes.base import ExitStatus, Handle, LaunchSpec, Runtime
 from .signals.checkpoints import Checkpoint, Lineage, choose_resume
+from .spare import SpareKeeper
 from .signals.tensorboard import ScalarPoint, TensorBoardTail, finite_or_none
 from .store import Attempt, JobHistory, StateStore
 from .workflows import Resolved, WorkflowError, resolve
+from .workflows.launcher import Program
 from .workflows.sidechannel import ShimEvents
 from .workflows.validate import VALIDATOR, expected_rsl_rl_format
 
@@ -97,6 +99,7 @@ class JobRunner:
         self.state_since = self.clock.wall()
         self.live = _Live()
         self.cleanups: list[Handle] = []  # ended trainers whose runtime resources are still being released
+        self.spares = SpareKeeper(cfg, runtime, state_dir, self.event)
         self.gpu_check: Callable[[JobConfig], str | None] | None = None  # set by the supervisor
         self.resolved: Resolved | None = None
         self.persist_error: str | None = None  # the last failed save, until a save succeeds
@@ -269,7 +272,8 @@ class JobRunner:
         number = self.history.attempts[-1].number + 1 if self.history.attempts else 1
         shim_events = launch.shim_events_path(self.state_dir, self.cfg, number)
         program = resolved.program(in_container=self.cfg.runtime != "process")
-        token = uuid.uuid4().hex
+        spare_token = self.spares.ready_token() if self.spares.enabled(program) else None
+        token = spare_token or uuid.uuid4().hex
         attempt = Attempt(number=number, started_at=self.clock.wall(), reason=intent.reason,
                           resume_from=resume.as_json() if resume else None, runtime=self.runtime.name,
                           shim_events=str(shim_events) if program.shim else None, token=token)
@@ -288,6 +292,8 @@ class JobRunner:
                           cwd=launch.workdir(self.cfg, self.state_dir),
                           log_path=self.state_dir / "logs" / f"{self.cfg.name}.log", attempt=number, token=token)
         self.history.attempts.append(attempt)
+        if spare_token and self.spares.spare is not None:
+            attempt.handle = dict(self.spares.spare.handle.state)  # the spare becomes this attempt's trainer
         if not self._persist():
             # a trainer we could not find again after a crash would be a duplicate waiting to happen
             attempt.ended_at, attempt.exit = self.clock.wall(), {"code": None, "signal": None, "oom_killed": False,
@@ -295,20 +301,56 @@ class JobRunner:
                                                                   "description": "not started: state not saved"}
             return LaunchRefused(f"not starting: {self.persist_error}", crash_loop=False)
         crash_point("launch.after_intent")
-        try:
-            handle = self.runtime.start(spec)
-        except Exception as exc:  # noqa: BLE001 - any launch failure is a failed attempt, not a crash of ours
-            self.event("start_failed", attempt=number, error=str(exc))
-            self._record_exit(attempt, ExitStatus(code=None, detail=f"failed to start: {exc}"))
-            return LaunchRefused(f"failed to start: {exc}")
+        handle = self._hand_to_spare(program, args, spec) if spare_token else None
+        warm = handle is not None
+        if spare_token and handle is None:  # the spare went away: a cold start, under a token of its own
+            attempt.token, attempt.handle = uuid.uuid4().hex, {}
+            spec = replace(spec, token=attempt.token, env={**spec.env, launch.LAUNCH_TOKEN_ENV: attempt.token})
+            if not self._persist():
+                attempt.ended_at, attempt.exit = self.clock.wall(), {
+                    "code": None, "signal": None, "oom_killed": False, "external_stop": False,
+                    "description": "not started: state not saved"}
+                return LaunchRefused(f"not starting: {self.persist_error}", crash_loop=False)
+        if handle is None:
+            try:
+                handle = self.runtime.start(spec)
+            except Exception as exc:  # noqa: BLE001 - any launch failure is a failed attempt, not a crash of ours
+                self.event("start_failed", attempt=number, error=str(exc))
+                self._record_exit(attempt, ExitStatus(code=None, detail=f"failed to start: {exc}"))
+                return LaunchRefused(f"failed to start: {exc}")
         crash_point("launch.after_effect")
         attempt.handle = dict(handle.state)
         self.live = _Live(handle=handle, shim=ShimEvents(shim_events) if program.shim else None,
                           started_mono=self.clock.monotonic(), run_dirs_at_launch=run_dirs_before)
         self._persist()
         self.event("started", attempt=number, reason=intent.reason, pid=handle.pid, resume_from=attempt.resume_from,
-                   seed=seed if seed is not None else self.cfg.seed, contract=wf.contract, argv=spec.argv)
+                   seed=seed if seed is not None else self.cfg.seed, contract=wf.contract, argv=spec.argv,
+                   warm_spare=warm)
         return None
+
+    def _hand_to_spare(self, program: Program, args: list[str], spec: LaunchSpec) -> Handle | None:
+        """Give the attempt's command line to the ready spare; its handle, or None to start cold."""
+        go = {"argv": program.go_argv(args), "cwd": str(spec.cwd),
+              "env": {k: spec.env[k] for k in (launch.SHIM_EVENTS_ENV, "ISAACD_SNAPSHOT_EVERY",
+                                              "ISAACD_SNAPSHOT_MIN_SECONDS") if k in spec.env}}
+        taken = self.spares.take(go)
+        if taken is None:
+            return None
+        self._persist_spare_token()
+        return taken[0]
+
+    def _persist_spare_token(self) -> None:
+        if self.history.spare_token != self.spares.token:
+            self.history.spare_token = self.spares.token
+            self._persist()
+
+    def program(self) -> Program | None:
+        if self.resolved is None:
+            return None
+        try:
+            return self.resolved.program(in_container=self.cfg.runtime != "process")
+        except WorkflowError:
+            return None
 
     # ---- recovery after a supervisor (re)start -------------------------------------------
     def recover(self) -> None:
@@ -316,6 +358,8 @@ class JobRunner:
         that was in flight, or carry on with what the saved model says. Replays are idempotent: a stop is
         re-signalled only if the trainer never saw it, a launch is redone only if no trainer carries its token."""
         m, attempt = self.model, self.history.current
+        if self.history.spare_token and (attempt is None or attempt.token != self.history.spare_token):
+            self.spares.kill_leftover(self.history.spare_token)  # one that never took over: a new one follows
         if m.state.active:
             open_attempt = attempt if attempt is not None and attempt.exit is None else None
             handle = self._find_trainer(open_attempt) if open_attempt is not None else None
@@ -386,6 +430,8 @@ class JobRunner:
         for obs in self._observe(now):
             self.handle_message(obs)
         self.handle_message(Tick())
+        self.spares.tick(self.state, self.program(), now)
+        self._persist_spare_token()
         if self._dirty:
             self._persist()
         self.cleanups = [h for h in self.cleanups if not self._cleanup(h)]
@@ -604,6 +650,7 @@ class JobRunner:
             "stopping_then": m.stop.then.value if m.stop is not None and m.state == JobState.STOPPING else None,
             "parked_by": m.parked_by,
             "persist_error": self.persist_error,
+            "spare": self.spares.status(),
             "log_path": str(self.state_dir / "logs" / f"{self.cfg.name}.log"),
             "watchdogs": {},
             "watchdog_trips": [{"watchdog": k.split("/")[0], "action": k.split("/")[1], "count": v}

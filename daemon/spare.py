@@ -15,7 +15,6 @@ completed, failed). Only where it fits: process runtime, one rank, the shim on.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import uuid
@@ -134,6 +133,10 @@ class SpareKeeper:
         self.spare = _Spare(handle, token, control, ShimEvents(events), now)
         self._event("spare_started", pid=handle.pid)
 
+    def ready_token(self) -> str | None:
+        sp = self.spare
+        return sp.token if sp is not None and sp.ready else None
+
     def take(self, go: dict[str, Any]) -> tuple[Handle, str] | None:
         """Hand the attempt to a ready spare: (its handle, its launch token), or None to launch cold."""
         sp = self.spare
@@ -218,4 +221,3 @@ def _rss_bytes(pid: int | None) -> int | None:
     return None
 
 
-__all__ = ["SpareKeeper", "spare_fits", "errno"]

@@ -85,6 +85,7 @@ class JobHistory:
     # the state machine's decision state (jobs/model.py JobModel.to_json) and the boot it was saved on
     machine: dict[str, Any] | None = None
     boot_id: str | None = None
+    spare_token: str | None = None  # the warm spare's launch token: a new supervisor stops a leftover spare
 
     @property
     def current(self) -> Attempt | None:
@@ -114,11 +115,11 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "last_restart_reason": (str,), "rollbacks": (int,), "watchdog_trips": (dict,), "final_state": (str,),
     "final_reason": (str,), "shim_events": (str,), "last_iteration": (int,), "trainer_rsl_rl_version": (str,),
     "last_mean_reward": (int, float), "last_fps": (int, float), "token": (str,), "machine": (dict,),
-    "boot_id": (str,),
+    "boot_id": (str,), "spare_token": (str,),
 }
 _NULLABLE = {"resume_from", "run_dir", "ended_at", "exit", "checkpoint_at_exit", "last_restart_reason",
              "final_state", "final_reason", "shim_events", "last_iteration", "trainer_rsl_rl_version",
-             "last_mean_reward", "last_fps", "token", "machine", "boot_id"}
+             "last_mean_reward", "last_fps", "token", "machine", "boot_id", "spare_token"}
 
 
 def _build(cls: Any, data: Any, where: str, **extra: Any) -> Any:

@@ -228,6 +228,9 @@ class Supervisor:
                 for r in owned:
                     if r.state.active:
                         r.tick(self.clock.monotonic())
+        with self.lock:
+            for r in self.runners.values():
+                r.spares.kill("supervisor shutdown")
         for ext in reversed(self.extensions):
             try:
                 ext.stop()

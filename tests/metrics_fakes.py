@@ -28,6 +28,8 @@ def fake_job(name: str, *, pids: list[int] | None = None, state: str = "running"
                       "duty_cycle": {"state": "warmup", "since": now - 30.0}},
         "watchdog_trips": [{"watchdog": "no_progress", "action": "restart", "count": 1}],
         "run_dir": f"/var/lib/isaacd/{name}/logs", "started_at": now - 900.0,
+        "spare": {"state": "ready", "pid": 4242, "rss_bytes": 812_000_000, "preload_seconds": 6.1,
+                  "cuda_memory_bytes": 520_000_000},
     }
 
 

@@ -209,6 +209,13 @@ class IsaacdCollector(Collector):
             reasons["other"] = reasons.get("other", 0.0) + total - sum(reasons.values())
         for r, n in sorted(reasons.items()):
             f.add("isaacd_job_restarts_total", [name, r], n)
+        spare = job.get("spare")
+        if isinstance(spare, Mapping) and spare.get("state") in ("ready", "starting"):
+            f.add("isaacd_job_spare_ready", [name], 1 if spare.get("state") == "ready" else 0)
+            f.add("isaacd_job_spare_memory_bytes", [name], _num(spare.get("rss_bytes")))
+            f.add("isaacd_job_spare_gpu_memory_bytes", [name], _num(spare.get("cuda_memory_bytes")))
+        elif isinstance(spare, Mapping):
+            f.add("isaacd_job_spare_ready", [name], 0)
         for key in assigned_keys(job.get("gpus"), snap):  # "all" -> every GPU; refs -> GPU keys
             f.add("isaacd_job_gpu_assigned", [name, key], 1)
         wds = job.get("watchdogs")
