@@ -98,6 +98,9 @@ def format_status(st: dict[str, Any], now: float | None = None,
             if story:
                 notes.append(f"  {j['name']}: {story}")
         notes += _watchdog_notes(j, now)
+        spare = _spare_note(j)
+        if spare:
+            notes.append(spare)
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, *rows]:
         lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
@@ -109,6 +112,19 @@ def format_status(st: dict[str, Any], now: float | None = None,
         lines.append("")
         lines.append(format_gpus(gpus))
     return "\n".join(lines)
+
+
+def _spare_note(j: dict[str, Any]) -> str | None:
+    """The warm spare's state and what it costs, when there is one (or why there is none, if it was asked for)."""
+    sp = j.get("spare") or {}
+    if sp.get("state") not in ("ready", "starting"):
+        return None
+    cost = []
+    if sp.get("rss_bytes"):
+        cost.append(f"{sp['rss_bytes'] / 2**20:.0f} MiB RAM")
+    if sp.get("cuda_memory_bytes"):
+        cost.append(f"{sp['cuda_memory_bytes'] / 2**20:.0f} MiB GPU")
+    return f"  {j['name']} warm spare: {sp['state']} (pid {sp.get('pid')}{', ' + ', '.join(cost) if cost else ''})"
 
 
 def _watchdog_notes(j: dict[str, Any], now: float) -> list[str]:

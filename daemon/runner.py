@@ -627,6 +627,7 @@ class JobRunner:
             "cgroup": desc.get("cgroup"),
             "container_id": desc.get("container_id"),
             "unit": desc.get("unit"),
+            "node": desc.get("node"),  # where the trainer runs, for runtimes that place it (ray)
             "iteration": self.iteration if self.iteration is not None else h.last_iteration,
             "max_iterations": self.cfg.max_iterations,
             "mean_reward": finite_or_none(prog.mean_reward if prog else self.scalars.get("Train/mean_reward",
