@@ -8,6 +8,7 @@ hit the trainer before the supervisor decides how to stop it.
 from __future__ import annotations
 
 import os
+import time
 import signal
 import subprocess
 from pathlib import Path
@@ -38,8 +39,16 @@ def _is_zombie(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] == "Z"
 
 
-def process_tree(root: int) -> list[int]:
-    """root and all its descendants, from /proc (children files need CONFIG_PROC_CHILDREN)."""
+_CHILDREN_MAX_AGE = 0.5  # seconds one /proc walk serves every job: 64 jobs cost one walk, not 64
+_children_cache: tuple[float, dict[int, list[int]]] = (float("-inf"), {})
+
+
+def _children_map() -> dict[int, list[int]]:
+    """ppid -> pids, from one walk of /proc, shared by all jobs for _CHILDREN_MAX_AGE seconds."""
+    global _children_cache
+    now = time.monotonic()
+    if now - _children_cache[0] < _CHILDREN_MAX_AGE:
+        return _children_cache[1]
     children: dict[int, list[int]] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -50,6 +59,13 @@ def process_tree(root: int) -> list[int]:
             continue
         ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
         children.setdefault(ppid, []).append(int(entry.name))
+    _children_cache = (now, children)
+    return children
+
+
+def process_tree(root: int) -> list[int]:
+    """root and all its descendants, from /proc (children files need CONFIG_PROC_CHILDREN)."""
+    children = _children_map()
     out, todo = [], [root]
     while todo:
         pid = todo.pop()
