@@ -10,6 +10,7 @@ restart counted once, a backoff waited.
 from __future__ import annotations
 
 import os
+import subprocess
 import signal
 import time
 from pathlib import Path
@@ -122,3 +123,38 @@ def test_crash_between_an_exit_and_its_save_counts_the_restart_once(setup):
     sp2 = factory(cfg)
     j = wait_for(lambda: (x := sp2.job("cp"))["pid"] and x, 20, what="restarted")
     assert j["restarts"] == 1 and trainers(marker) == [j["pid"]]
+
+
+@pytest.fixture()
+def tiny_state_disk(tmp_path):  # noqa: ANN001, ANN201
+    mnt = tmp_path / "state"
+    mnt.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {res.stderr.strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_full_state_disk_starts_no_untracked_trainer_and_recovers_when_space_returns(setup, tiny_state_disk):
+    cfg, marker, _crashing, factory = setup
+    sp = factory(cfg)
+    (pid,) = wait_for(lambda: trainers(marker), 20, what="trainer")
+    filler = tiny_state_disk / "filler"
+    with open(filler, "wb") as fh:  # the state disk fills up while the job trains
+        try:
+            while True:
+                fh.write(b"\0" * 65536)
+        except OSError:
+            pass
+    os.kill(pid, signal.SIGKILL)
+    # the crash is seen (its save fails, and is said); after the backoff the launch is refused for the same reason
+    j = wait_for(lambda: (x := sp.job("cp"))["state"] == "backing-off" and "not starting" in x["state_reason"] and x,
+                 30, what="the launch refused for want of space")
+    assert "No space left on device" in j["persist_error"] and "No space left on device" in j["state_reason"]
+    time.sleep(2)
+    assert trainers(marker) == []  # never a trainer isaacd could lose track of
+    assert sp.proc is not None and sp.proc.poll() is None  # no crash, no assertion loop
+    filler.unlink()
+    j = wait_for(lambda: (x := sp.job("cp"))["pid"] and x, 30, what="restarted once space returned")
+    assert j["persist_error"] is None and trainers(marker) == [j["pid"]]
