@@ -11,15 +11,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..gpu.assign import job_gpu_indices
-from ..jobs.messages import Command, Start, WatchdogTrip
-from ..jobs.model import JobState, Origin
-from ..logs import log
+from ..jobs.messages import Command, WatchdogTrip
+from ..jobs.model import JobState
 from .base import JobView, Trip, Watchdog
 from .config import WatchdogsConfig
 from .divergence import DivergenceWatchdog
 from .duty_cycle import DutyCycleWatchdog
 from .gpufeed import FeedTick
-from .gpu_temperature import GpuTemperatureWatchdog
+from .gpu_temperature import GpuTemperatureWatchdog, ThermalControl
 from .loss_stagnation import LossStagnationWatchdog
 from .no_progress import NoProgressWatchdog
 from .reward_plateau import RewardPlateauWatchdog
@@ -60,7 +59,7 @@ class WatchdogEngine:
         self.sup = supervisor
         self.feed = feed
         self.sets: dict[str, tuple[WatchdogsConfig, dict[str, Watchdog]]] = {}
-        self.original_power: dict[int, float] = {}  # GPU -> power limit before we capped it
+        self.thermal = ThermalControl(feed)  # power caps and the heat park's resume: gpu_temperature.py
 
     # extension protocol
     def start(self) -> None:
@@ -68,7 +67,7 @@ class WatchdogEngine:
         self.sup.job_status_hooks.append(self.job_status)
 
     def stop(self) -> None:
-        self.restore_power_limits("supervisor stopping")
+        self.thermal.restore_power_limits("supervisor stopping")
 
     def _watchdogs(self, sig: "JobSignals") -> dict[str, Watchdog]:
         cur = self.sets.get(sig.name)
@@ -104,7 +103,9 @@ class WatchdogEngine:
                     commands.append((sig.name, self.command_for(wd, trip, view)))
                     if trip.action in ("restart", "rollback", "stop"):
                         view.alive = False  # one stop per tick: the others see the job as going down
-            thermal = self._thermal_recovery(sig, view)
+            wd = self._watchdogs(sig).get("gpu_temperature")
+            thermal = self.thermal.resume(sig.name, sig.parked_by, sig.state == JobState.STOPPED, wd, view) \
+                if isinstance(wd, GpuTemperatureWatchdog) else None
             if thermal is not None:
                 commands.append((sig.name, thermal))
         return commands
@@ -114,7 +115,7 @@ class WatchdogEngine:
         """The trip as a command. GPU-level actions happen here; job-level ones are the state machine's."""
         action, note = trip.action, None
         if action == "power-cap":
-            note = self._power_cap(view, wd)
+            note = self.thermal.power_cap(view, wd.cfg)
             if note is not None:
                 action = "log"
         if action == "stop" and trip.watchdog == "xid":
@@ -124,54 +125,6 @@ class WatchdogEngine:
                             detail=trip.detail, values=trip.values, threshold=trip.threshold,
                             hold_seconds=trip.hold, trouble_iteration=trip.trouble_iteration,
                             new_seed=trip.new_seed, max_rollbacks=getattr(wd.cfg, "max_rollbacks", 3), note=note)
-
-    def _power_cap(self, view: JobView, wd: Watchdog) -> str | None:
-        """Lower the power limit of the job's hot GPUs by one step; None on success, else why not."""
-        cfg = wd.cfg
-        for g in view.gpus:
-            if g.power_limit_watts is None:
-                return f"GPU {g.index}: power limit not readable; cannot cap"
-            new = max(g.power_limit_watts - cfg.power_cap_step_watts, cfg.min_power_limit_watts)  # type: ignore[attr-defined]
-            if new >= g.power_limit_watts:
-                continue
-            try:
-                self.feed.set_power_limit(g.index, new)
-            except Exception as exc:  # noqa: BLE001 - PermissionError (not root), driver refusal, GPU lost
-                msg = (f"cannot lower the power limit of GPU {g.index} ({exc}); power-cap needs root and a driver "
-                       "that allows it: degraded to log")
-                log.warning("power_cap_unavailable", job=view.name, gpu=g.index, error=str(exc))
-                return msg
-            self.original_power.setdefault(g.index, g.default_power_limit_watts or g.power_limit_watts)
-            log.warning("power_capped", job=view.name, gpu=g.index, watts=new)
-        return None
-
-    def _thermal_recovery(self, sig: "JobSignals", view: JobView) -> Start | None:
-        wd = self._watchdogs(sig).get("gpu_temperature")
-        if not isinstance(wd, GpuTemperatureWatchdog) or not wd.cfg.enabled or not wd.cool_enough(view):
-            return None
-        for g in view.gpus:
-            if g.index in self.original_power:
-                watts = self.original_power.pop(g.index)
-                try:
-                    self.feed.set_power_limit(g.index, watts)
-                    log.info("power_restored", job=sig.name, gpu=g.index, watts=watts,
-                             detail=f"below {wd.cfg.resume_celsius:g} C")
-                except Exception as exc:  # noqa: BLE001
-                    log.warning("power_restore_failed", gpu=g.index, error=str(exc))
-        if sig.parked_by == "gpu_temperature" and sig.state == JobState.STOPPED:
-            hottest = max((g.temperature_celsius or 0 for g in view.gpus), default=0)
-            return Start(Origin.THERMAL, f"watchdog gpu_temperature: GPUs back under {wd.cfg.resume_celsius:g} C "
-                                         f"(hottest {hottest:.0f} C); resuming")
-        return None
-
-    def restore_power_limits(self, why: str) -> None:
-        for gpu, watts in list(self.original_power.items()):
-            try:
-                self.feed.set_power_limit(gpu, watts)
-                log.info("power_restored", gpu=gpu, watts=watts, reason=why)
-            except Exception:  # noqa: BLE001
-                pass
-            self.original_power.pop(gpu, None)
 
     # ---- read side -------------------------------------------------------------------------
     def job_status(self, job: str) -> dict[str, Any]:

@@ -8,6 +8,11 @@ HW-thermal-slowdown clock-event reason. One hot GPU of a multi-GPU job is enough
 
 from __future__ import annotations
 
+from typing import Any
+
+from ..jobs.messages import Start
+from ..jobs.model import Origin
+from ..logs import log
 from .base import GpuReading, JobView, Verdict, Watchdog
 from .config import GpuTemperature
 
@@ -50,3 +55,61 @@ class GpuTemperatureWatchdog(Watchdog):
     def cool_enough(self, view: JobView) -> bool:
         temps = [g.temperature_celsius for g in view.gpus if g.temperature_celsius is not None]
         return bool(temps) and max(temps) < self.cfg.resume_celsius and not any(g.hw_thermal_slowdown for g in view.gpus)
+
+
+class ThermalControl:
+    """What the temperature watchdog does beyond a trip: lower a hot GPU's power limit a step at a time, put it
+    back once the GPUs are under resume_celsius, and resume a job it parked (a `Start` with origin thermal; the
+    job's state machine accepts that only from a job this watchdog parked). GPU-level state lives here, never in
+    a job's history."""
+
+    def __init__(self, feed: Any):
+        self.feed = feed
+        self.original_power: dict[int, float] = {}  # GPU -> power limit before we capped it
+
+    def power_cap(self, view: JobView, cfg: Any) -> str | None:
+        """Lower the power limit of the job's hot GPUs by one step; None on success, else why not."""
+        for g in view.gpus:
+            if g.power_limit_watts is None:
+                return f"GPU {g.index}: power limit not readable; cannot cap"
+            new = max(g.power_limit_watts - cfg.power_cap_step_watts, cfg.min_power_limit_watts)
+            if new >= g.power_limit_watts:
+                continue
+            try:
+                self.feed.set_power_limit(g.index, new)
+            except Exception as exc:  # noqa: BLE001 - PermissionError (not root), driver refusal, GPU lost
+                log.warning("power_cap_unavailable", job=view.name, gpu=g.index, error=str(exc))
+                return (f"cannot lower the power limit of GPU {g.index} ({exc}); power-cap needs root and a driver "
+                        "that allows it: degraded to log")
+            self.original_power.setdefault(g.index, g.default_power_limit_watts or g.power_limit_watts)
+            log.warning("power_capped", job=view.name, gpu=g.index, watts=new)
+        return None
+
+    def resume(self, job: str, parked_by: str | None, stopped: bool, wd: "GpuTemperatureWatchdog",
+               view: JobView) -> Start | None:
+        """Once the job's GPUs are cool: restore their power limits, and resume the job if this watchdog parked it."""
+        if not wd.cfg.enabled or not wd.cool_enough(view):
+            return None
+        for g in view.gpus:
+            if g.index in self.original_power:
+                watts = self.original_power.pop(g.index)
+                try:
+                    self.feed.set_power_limit(g.index, watts)
+                    log.info("power_restored", job=job, gpu=g.index, watts=watts,
+                             detail=f"below {wd.cfg.resume_celsius:g} C")
+                except Exception as exc:  # noqa: BLE001
+                    log.warning("power_restore_failed", gpu=g.index, error=str(exc))
+        if parked_by == "gpu_temperature" and stopped:
+            hottest = max((g.temperature_celsius or 0 for g in view.gpus), default=0)
+            return Start(Origin.THERMAL, f"watchdog gpu_temperature: GPUs back under {wd.cfg.resume_celsius:g} C "
+                                         f"(hottest {hottest:.0f} C); resuming")
+        return None
+
+    def restore_power_limits(self, why: str) -> None:
+        for gpu, watts in list(self.original_power.items()):
+            try:
+                self.feed.set_power_limit(gpu, watts)
+                log.info("power_restored", gpu=gpu, watts=watts, reason=why)
+            except Exception:  # noqa: BLE001
+                pass
+            self.original_power.pop(gpu, None)
