@@ -140,7 +140,8 @@ def test_progress_iteration_maps_frames_to_epochs(tmp_path):
 
 # ---- contract: isaacd's argv against the stand-ins ---------------------------------------------------------
 
-def _launch(r, resume, tmp: Path, *extra: str, args: list[str] | None = None) -> subprocess.CompletedProcess:  # noqa: ANN001
+def _launch(r, resume, tmp: Path, *extra: str,  # noqa: ANN001
+            args: list[str] | None = None) -> subprocess.CompletedProcess:
     if r.generation.major >= 3:
         prefix = [sys.executable, "-m", "isaacd_trainer.isaaclab30", "--rl_library", "rl_games"]
     else:
