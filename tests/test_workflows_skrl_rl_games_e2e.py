@@ -1,7 +1,8 @@
 """End to end: a real `isaacd run` driving Isaac Lab's skrl and rl_games contracts through the faithful stand-ins.
 
-An Isaac Lab-shaped checkout (VERSION 2.3.2, scripts/reinforcement_learning/<lib>/train.py that runs the stand-in)
-and `launcher` = this venv's python, process runtime. Two `kill -9` of the trainer; the job must end `completed`
+An Isaac Lab-shaped checkout (VERSION 2.3.2, scripts/reinforcement_learning/<lib>/train.py that runs the stand-in;
+for rl_games also VERSION 3.0.0 with the unified scripts/reinforcement_learning/train.py --rl_library rl_games) and
+`launcher` = this venv's python, process runtime. Two `kill -9` of the trainer; the job must end `completed`
 with exactly max_iterations done, every resume from the newest complete checkpoint on the job's timeline.
 """
 
@@ -25,11 +26,14 @@ TOTAL, SAVE, R = 12, 3, 16
 MODULES = {"skrl": "isaacd_trainer.skrl_train", "rl_games": "isaacd_trainer.rl_games_train"}
 
 
-def fake_isaaclab(root: Path, library: str) -> Path:
-    d = root / "scripts" / "reinforcement_learning" / library
-    d.mkdir(parents=True)
-    (root / "VERSION").write_text("2.3.2\n")
-    (d / "train.py").write_text(f'import runpy\nrunpy.run_module("{MODULES[library]}", run_name="__main__", '
+def fake_isaaclab(root: Path, library: str, version: str = "2.3.2") -> Path:
+    """2.x: scripts/reinforcement_learning/<library>/train.py; 3.x: the unified train.py (--rl_library)."""
+    unified = not version.startswith("2.")
+    d = root / "scripts" / "reinforcement_learning" / ("" if unified else library)
+    d.mkdir(parents=True, exist_ok=True)
+    (root / "VERSION").write_text(version + "\n")
+    module = "isaacd_trainer.isaaclab30" if unified else MODULES[library]
+    (d / "train.py").write_text(f'import runpy\nrunpy.run_module("{module}", run_name="__main__", '
                                 "alter_sys=True)\n")
     return root
 
@@ -38,9 +42,9 @@ def started(sp, name: str) -> list[dict]:  # noqa: ANN001
     return [e for e in sp.events(name) if e["event"] == "started"]
 
 
-@pytest.mark.parametrize("library", ["skrl", "rl_games"])
-def test_two_kills_then_completed_with_exactly_max_iterations(tmp_path, supervisor_factory, library):
-    lab = fake_isaaclab(tmp_path / "IsaacLab", library)
+@pytest.mark.parametrize("library, version", [("skrl", "2.3.2"), ("rl_games", "2.3.2"), ("rl_games", "3.0.0")])
+def test_two_kills_then_completed_with_exactly_max_iterations(tmp_path, supervisor_factory, library, version):
+    lab = fake_isaaclab(tmp_path / "IsaacLab", library, version)
     extra = ["--step_delay", "0.03"] + ([f"agent.agent.rollouts={R}"] if library == "skrl"
                                         else [f"agent.params.config.horizon_length={R}"])
     job_toml = builtin_job("cp", workflow=library, isaaclab_dir=str(lab), launcher=[sys.executable],
@@ -70,6 +74,12 @@ def test_two_kills_then_completed_with_exactly_max_iterations(tmp_path, supervis
     runs = started(sp, "cp")
     assert len(runs) == 3
     assert [r["resume_from"]["iteration"] for r in runs[1:]] == chosen  # the newest complete one at each kill
+    for r in runs:
+        argv = r["argv"]
+        unified = version.startswith("3.")
+        assert ("--rl_library" in argv) == unified and ("--headless" in argv) == (not unified)
+        if unified:
+            assert argv[argv.index("--rl_library") + 1] == library
     for r in runs[1:]:
         argv = r["argv"]
         assert argv[argv.index("--checkpoint") + 1] == r["resume_from"]["path"] and "--resume" not in argv
@@ -89,6 +99,8 @@ def test_two_kills_then_completed_with_exactly_max_iterations(tmp_path, supervis
         names = [p.name for p in (last / "nn").iterdir()]
         assert any(n.startswith(f"last_cp_ep_{TOTAL}_rew_") for n in names)
         assert not any(f"_ep_{TOTAL + 1}_" in n for n in names)
+        # status shows rl_games' frame steps as the job's epochs (the last tick may precede the last epoch's log)
+        assert chosen[-1] < j["iteration"] <= TOTAL, j["iteration"]
     log = (tmp_path / "state" / "logs" / "cp.log").read_text(errors="replace")
     assert "Error parsing override" not in log and "Could not override" not in log
     assert "unrecognized arguments" not in log

@@ -1,6 +1,7 @@
 """The built-in trainer in Isaac Lab 3.x mode: the unified entry point with ``--rl_library rsl_rl``.
 
 ``python -m isaacd_trainer.isaaclab30 --rl_library rsl_rl --task ... [--checkpoint latest|best|FILE|RUN_DIR]``
+(``--rl_library skrl``: ``skrl_train.run_v3``; ``--rl_library rl_games``: ``rl_games_train.run_v3``)
 (console script ``isaacd-train-isaaclab30``) stands for ``isaaclab train --rl_library rsl_rl ...`` /
 ``scripts/reinforcement_learning/train.py --rl_library rsl_rl ...``. It follows the newest stored upstream code,
 isaac-sim/IsaacLab commit 062dd2adc443ad16832094830a9180a483c11016:
@@ -42,7 +43,7 @@ def _print_selector_help(action: str) -> None:
     parser = argparse.ArgumentParser(prog="isaacd-train-isaaclab30",
                                      description=f"{action.capitalize()} an RL agent with a selected backend.")
     parser.add_argument("--rl_library", choices=list(BACKENDS), required=True,
-                        help="Reinforcement learning backend to use (the built-in trainer has rsl_rl and skrl).")
+                        help="Reinforcement learning backend to use (built in here: rsl_rl, skrl, rl_games).")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="Arguments forwarded to the selected backend.")
     parser.print_help()
 
@@ -186,8 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         print("\ntrain: error: the following argument is required: --rl_library", file=sys.stderr)
         return 2
-    if selected.rl_library not in ("rsl_rl", "skrl"):
-        print(f"train: error: the built-in trainer implements only --rl_library rsl_rl and skrl, not "
+    if selected.rl_library not in ("rsl_rl", "skrl", "rl_games"):
+        print(f"train: error: the built-in trainer implements only --rl_library rsl_rl, skrl and rl_games, not "
               f"{selected.rl_library}", file=sys.stderr)
         return 2
     original_argv = sys.argv
@@ -196,6 +197,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from isaacd_trainer.skrl_train import run_v3
 
             run_v3(backend_argv)
+        elif selected.rl_library == "rl_games":
+            from isaacd_trainer.rl_games_train import run_v3 as run_rl_games_v3
+
+            run_rl_games_v3(backend_argv)
         else:
             run(backend_argv)
     finally:

@@ -258,10 +258,14 @@ class RlGamesAgent:
     ``rl_games/common/a2c_common.py`` @005ec174):
 
     * dirs: ``<train_dir>/<full_experiment_name or name + _%d-%H-%M-%S>/{nn,summaries}``; the SummaryWriter
-      writes into ``summaries/``, most scalars stepped by frames, ``rewards/iter`` by epoch.
-    * ``train()``: ``last_mean_rewards = -100500``; ``while True``: ``epoch_num = update_epoch()`` (+1, so the
-      first epoch after a fresh start is 1 and after restoring epoch N it is N+1), one epoch of play + update,
-      ``frame += curr_frames``; when some episode finished in the reward window (last 100 games): the
+      writes into ``summaries/`` (rank 0 only), most scalars stepped by frames, ``rewards/iter`` by epoch.
+    * ``train()``: ``last_mean_rewards = -100500``; ``curr_frames = batch_size_envs = horizon_length *
+      num_actors``; ``while True``: ``epoch_num = update_epoch()`` (+1, so the first epoch after a fresh start is
+      1 and after restoring epoch N it is N+1), one epoch of play + update, ``frame = self.frame // num_agents``
+      (*before* this epoch's frames: epoch E of a fresh run is logged at ``(E - 1) * curr_frames``), then
+      ``self.frame += curr_frames * world_size`` (multi-GPU: rank 0 counts every rank's frames); ``write_stats``
+      (``losses/*``, ``info/epochs`` ... at ``frame``); when some episode finished in the reward window (last 100
+      games): the
       ``rewards/*`` scalars, ``last_<name>_ep_<epoch>_rew_<mean>`` every ``save_frequency`` epochs and
       ``<name>`` on a new best after ``save_best_after``; at ``epoch_num >= max_epochs``: always
       ``last_<name>_ep_<epoch>_rew_<str(mean_rewards) with [] -> _>`` and return. ``save`` appends ``.pth``.
@@ -289,6 +293,10 @@ class RlGamesAgent:
         self.mean_rewards = self.last_mean_rewards = -1000000000
         self.epoch_num = 0
         self.frame = 0
+        self.multi_gpu = config.get("multi_gpu", False)
+        self.world_size = int(os.getenv("WORLD_SIZE", "1")) if self.multi_gpu else 1
+        self.global_rank = int(os.getenv("RANK", "0")) if self.multi_gpu else 0
+        self.num_agents = 1  # env_info.get("agents", 1): Isaac Lab's wrapper is single-agent
         self.train_dir = config.get("train_dir", "runs")
         self.experiment_dir = os.path.join(self.train_dir, self.experiment_name)
         self.nn_dir = os.path.join(self.experiment_dir, "nn")
@@ -297,7 +305,7 @@ class RlGamesAgent:
             os.makedirs(d, exist_ok=True)
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(self.summaries_dir)
+        self.writer = SummaryWriter(self.summaries_dir) if self.global_rank == 0 else None
         self.model = ActorCritic(env.num_obs, env.num_actions).to(device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=float(config.get("learning_rate", 5e-4)))
         self._returns = torch.zeros(env.num_envs, device=device)
@@ -331,22 +339,30 @@ class RlGamesAgent:
             steps.append((obs, actions, rewards.view(-1), done.float()))
             obs = next_obs
         o, a, r, d = (torch.stack(x) for x in zip(*steps))
-        a_loss, c_loss = ac_update(self.model, self.optimizer, o, a, r, d)
-        self.writer.add_scalar("losses/a_loss", a_loss, self.frame + self.horizon_length * self.num_actors)
-        self.writer.add_scalar("losses/c_loss", c_loss, self.frame + self.horizon_length * self.num_actors)
-        return obs, self.horizon_length * self.num_actors
+        losses = ac_update(self.model, self.optimizer, o, a, r, d)
+        return obs, losses
 
     def train(self) -> tuple[float, int]:
         self.last_mean_rewards = -100500
         obs, _ = self.env.reset()
+        self.curr_frames = self.horizon_length * self.num_actors  # batch_size_envs
         while True:
             self.epoch_num += 1
             epoch_num = self.epoch_num
-            obs, curr_frames = self._play_and_update(obs)
-            self.frame += curr_frames
-            frame = self.frame
-            print(f"epoch: {epoch_num:.0f}/{self.max_epochs:.0f} frames: {frame:.0f}", flush=True)
+            obs, (a_loss, c_loss) = self._play_and_update(obs)
+            frame = self.frame // self.num_agents  # taken before this epoch's frames are added
             should_exit = False
+            if self.global_rank != 0:
+                # upstream: rank 0 decides and broadcasts should_exit; the stand-in has no process group
+                if epoch_num >= self.max_epochs and self.max_epochs != -1:
+                    return self.last_mean_rewards, epoch_num
+                continue
+            curr_frames = self.curr_frames * self.world_size if self.multi_gpu else self.curr_frames
+            self.frame += curr_frames
+            print(f"epoch: {epoch_num:.0f}/{self.max_epochs:.0f} frames: {frame:.0f}", flush=True)
+            self.writer.add_scalar("losses/a_loss", a_loss, frame)
+            self.writer.add_scalar("losses/c_loss", c_loss, frame)
+            self.writer.add_scalar("info/epochs", epoch_num, frame)
             if len(self.game_rewards) > 0:
                 mean_rewards = np.array([np.mean(self.game_rewards)], dtype=np.float32)
                 self.mean_rewards = mean_rewards[0]

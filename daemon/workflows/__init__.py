@@ -47,7 +47,7 @@ def resolve(job: JobConfig) -> Resolved:
             flavour = "bool" if (gen.major, gen.minor) <= (2, 0) else "store_true"
         wf: Workflow = RslRl(gen, flavour)
     elif library == "rl_games":
-        wf = RlGames(gen)
+        wf = RlGames(gen, job)
     elif library == "skrl":
         wf = Skrl(gen, job)
     else:

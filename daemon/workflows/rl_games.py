@@ -1,42 +1,125 @@
-"""Isaac Lab's rl_games train script (`scripts/reinforcement_learning/rl_games/train.py`, 2.x).
+"""Isaac Lab's rl_games train script: `scripts/reinforcement_learning/rl_games/train.py` (1.x/2.x) and the 3.x
+unified entry point `scripts/reinforcement_learning/train.py --rl_library rl_games`.
 
-What the upstream code says (read for this module; see docs/workflows.md):
-- Flags: `--task --num_envs --seed --max_iterations --checkpoint <path> --distributed` plus the
-  AppLauncher's `--device/--headless`; the rest goes to Hydra (`parse_known_args`).
-- `--max_iterations` sets `params.config.max_epochs`, a *total*: rl_games' restore sets
-  `epoch_num` from the checkpoint and trains until `epoch_num >= max_epochs`.
-- `--checkpoint` is a file path (`retrieve_file_path`), not a regex; there is no --resume.
-- Runs: `logs/rl_games/<params.config.name>/<params.config.full_experiment_name or timestamp>/`
+What the upstream code says (read for this module; docs/workflows.md has the files and commits):
+- Flags: `--task --num_envs --seed --max_iterations --checkpoint --sigma --distributed` plus the
+  AppLauncher's `--device/--headless`; 3.x (and later 2.x scripts) has `--agent` (default
+  `rl_games_cfg_entry_point`), passed only when the job sets `agent`; 3.x is headless by default.
+  The rest goes to Hydra (`parse_known_args`).
+- `--max_iterations` sets `params.config.max_epochs`, a *total*: rl_games' restore sets `epoch_num`
+  (and `frame`) from the checkpoint and trains until `epoch_num >= max_epochs`.
+- `--checkpoint` is a file path (`retrieve_file_path`: absolute, or relative to the working directory),
+  not a regex; there is no --resume. 3.x also takes `latest|best` (the newest run with a matching
+  `run.json` manifest: never used here, a sibling job's run of the same task could win).
+- Runs: `logs/rl_games/<params.config.name>/<params.config.get("full_experiment_name", <timestamp>)>/`
   with checkpoints in `nn/`: `last_<name>_ep_<epoch>_rew_<reward>.pth` every `save_frequency`
-  epochs, and `<name>.pth` for the best reward so far. isaacd sets the name (the job's
-  experiment) and `save_frequency` (the job's save_interval) through Hydra overrides;
-  `full_experiment_name` with `++` (the agent configs lack the key: a plain override is a Hydra error).
+  epochs, and `<name>.pth` for the best reward so far. isaacd sets the name (the job's experiment),
+  the run name and `save_frequency` (the job's save_interval) through Hydra overrides;
+  `full_experiment_name` with `++` (the agent configs lack the key: on 2.x a plain override is a Hydra
+  error; 3.x sets `agent.*` leaves itself, and `++` goes to Hydra, which adds the key).
 - rl_games saves `last_..._ep_<N>_rew_...` only when an episode finished in its reward window, and
   always once at `max_epochs`: the job is complete when `_ep_<max_iterations>` exists.
-- TensorBoard events go to `<run>/summaries/`, stepped by frames (`rewards/iter` by epoch).
+- TensorBoard events go to `<run>/summaries/`. Most scalars are stepped by `frame = self.frame //
+  num_agents` taken *before* the epoch's frames are added (`self.frame += horizon_length * num_actors
+  * world_size`); `frame` is saved in every checkpoint and restored with it, so it keeps counting
+  across resumes. `progress_iteration` turns a step back into rl_games' epoch (below).
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from datetime import datetime
 from pathlib import Path
 
 from ..config import JobConfig
 from ..signals.checkpoints import Checkpoint, CheckpointLayout
-from .base import Generation, Workflow
+from .base import Generation, Workflow, WorkflowError
 from .rsl_rl import TIMESTAMP_RE
 
 RL_GAMES_LAYOUT = CheckpointLayout("nn", re.compile(r"^last_.+_ep_(\d+)_rew_.*\.pth$"))
+HORIZON_OVERRIDE = "agent.params.config.horizon_length"
+# the run layout, numbering and save points isaacd owns for an rl_games job (job keys say them instead)
+MANAGED_OVERRIDES = ("agent.params.config.name", "agent.params.config.full_experiment_name",
+                     "agent.params.config.save_frequency", "agent.params.config.max_epochs",
+                     "agent.params.config.max_frames", "agent.params.config.train_dir")
+
+_yaml_cache: dict[tuple[str, int, int, tuple[str, ...]], int | None] = {}
+_yaml_lock = threading.Lock()
+_KEY_LINE_RE = re.compile(r"^(\s*)([A-Za-z_][\w.\-]*)\s*:\s*(.*?)\s*$")
+
+
+def yaml_int(path: Path, keys: tuple[str, ...]) -> int | None:
+    """The integer at `keys` (nested mappings) of a block-style YAML file (Isaac Lab's dump_yaml), or None.
+
+    Read without a YAML library (the daemon has none): mapping keys are followed by their indentation; list items
+    and anything that is not `key: <int>` at the exact path are ignored.
+    """
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    ck = (str(path), st.st_size, st.st_mtime_ns, keys)
+    with _yaml_lock:
+        if ck in _yaml_cache:
+            return _yaml_cache[ck]
+    value = None
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        lines = []
+    stack: list[tuple[int, str]] = []
+    for line in lines:
+        if not line.strip() or line.lstrip().startswith(("#", "-")):
+            continue
+        m = _KEY_LINE_RE.match(line)
+        if not m:
+            continue
+        indent, key, rest = len(m.group(1)), m.group(2), m.group(3)
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        stack.append((indent, key))
+        if tuple(k for _, k in stack) == keys:
+            try:
+                value = int(rest)
+            except ValueError:
+                value = None
+            break
+    with _yaml_lock:
+        if len(_yaml_cache) > 4096:
+            _yaml_cache.clear()
+        _yaml_cache[ck] = value
+    return value
+
+
+def _override_int(job: JobConfig, key: str) -> int | None:
+    for arg in job.extra_args:
+        k, sep, v = arg.partition("=")
+        if sep and k.lstrip("+") == key:
+            try:
+                n = int(v)
+            except ValueError:
+                return None
+            return n if n > 0 else None
+    return None
 
 
 class RlGames(Workflow):
     library = "rl_games"
     layout = RL_GAMES_LAYOUT
 
-    def __init__(self, generation: Generation):
+    def __init__(self, generation: Generation, job: JobConfig | None = None):
+        if job is not None:
+            clash = sorted({a.split("=", 1)[0].lstrip("+") for a in job.extra_args} & set(MANAGED_OVERRIDES))
+            if clash:
+                raise WorkflowError("extra_args", f"{', '.join(clash)} are set by isaacd for an rl_games job (run "
+                                                  "layout, save points and the epoch total come from the job keys "
+                                                  "experiment, save_interval and max_iterations)")
         self.generation = generation
-        self.contract = f"Isaac Lab {generation.label} rl_games: --checkpoint <file> (from {generation.source})"
+        self.job = job
+        self.unified = generation.major >= 3  # scripts/reinforcement_learning/train.py --rl_library rl_games
+        kind = "train.py --rl_library rl_games, --checkpoint <file>" if self.unified else "--checkpoint <file>"
+        self.contract = f"Isaac Lab {generation.label} rl_games: {kind} (from {generation.source})"
 
     def experiment_dir(self, job: JobConfig) -> Path:
         return job.log_root / "rl_games" / job.experiment_name
@@ -48,18 +131,57 @@ class RlGames(Workflow):
         return ckpt.iteration  # `_ep_<N>`: N epochs completed
 
     def is_complete(self, job: JobConfig, ckpt: Checkpoint | None, last_step: int | None) -> bool:
-        # rl_games steps most TensorBoard scalars by frames (summaries/), not epochs: only a checkpoint says
+        # rl_games always saves `_ep_<max_epochs>` before it returns: only a checkpoint says the job is done
         return ckpt is not None and self.iterations_done(ckpt) >= job.max_iterations
+
+    def frames_per_epoch(self, run_dir: Path | None) -> int | None:
+        """`horizon_length * num_actors * world_size`: what rl_games adds to `frame` every epoch (rank 0's count).
+
+        horizon_length from the run's own `params/agent.yaml` (else a `agent.params.config.horizon_length=`
+        override); num_actors is the env count (`env.unwrapped.num_envs`; agent.yaml still says -1, it is dumped
+        before the env exists) from the run's `params/env.yaml` `scene.num_envs`, else the job's num_envs;
+        world_size is the job's ranks. `num_agents` (frame // num_agents) is 1 for Isaac Lab's single-agent envs.
+        """
+        horizon = None
+        num_envs = None
+        if run_dir is not None:
+            horizon = yaml_int(Path(run_dir) / "params" / "agent.yaml", ("params", "config", "horizon_length"))
+            num_envs = yaml_int(Path(run_dir) / "params" / "env.yaml", ("scene", "num_envs"))
+        if self.job is not None:
+            horizon = horizon or _override_int(self.job, HORIZON_OVERRIDE)
+            num_envs = num_envs or self.job.num_envs
+        if not horizon or not num_envs or horizon <= 0 or num_envs <= 0:
+            return None
+        ranks = self.job.ranks if self.job is not None else 1
+        return horizon * num_envs * ranks
+
+    def progress_iteration(self, step: int, run_dir: Path | None, resume_iteration: int | None) -> int:
+        """A TensorBoard step (rl_games' frame count) as rl_games' epoch, the numbering of `_ep_<N>`.
+
+        Epoch E's scalars are written at the frame count *before* its own frames are added, and `frame` is restored
+        from the checkpoint, so step s belongs to epoch `s // frames_per_epoch + 1` in every run of the job. A
+        resumed run only logs epochs after the one it loaded (this also covers a run whose frames per epoch
+        changed, e.g. another num_envs). `rewards/iter` and `episode_lengths/iter` are stepped by the epoch
+        itself; frames outgrow it from the second epoch on, so the largest step is a frame count.
+        Unknown frames per epoch (no params yet): the resume point, never a guess ahead of it.
+        """
+        floor = (resume_iteration or 0)
+        fpe = self.frames_per_epoch(run_dir)
+        if fpe is None:
+            return floor
+        return max(step // fpe + 1, floor + 1)
 
     def args(self, job: JobConfig, resume: Checkpoint | None, seed: int) -> list[str]:
         args = ["--task", job.task, "--num_envs", str(job.num_envs), "--seed", str(seed),
                 "--max_iterations", str(job.max_iterations), "--device", job.device]
-        if self.generation.major < 3:
-            args.append("--headless")
+        if job.agent:
+            args += ["--agent", job.agent]  # 3.x; 2.x scripts declare it from 2.2 on (not @011c373c)
+        if not self.unified:
+            args.append("--headless")  # 3.x is headless by default and deprecates the flag
         # upstream names the run dir by the clock alone; add the job's name so a job finds only its own runs
         run = f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{job.name}"
         # `++`: Isaac Lab's rl_games agent configs have no full_experiment_name key (the script reads it with
-        # .get), and Hydra's struct mode rejects `key=value` for a missing key ("Could not override", exit 1)
+        # .get), and 2.x Hydra's struct mode rejects `key=value` for a missing key ("Could not override", exit 1)
         args += [f"agent.params.config.name={job.experiment_name}",
                  f"++agent.params.config.full_experiment_name={run}",
                  f"agent.params.config.save_frequency={job.save_interval}"]
