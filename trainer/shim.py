@@ -29,8 +29,59 @@ runs the script exactly like ``<python> SCRIPT.py args`` / ``<python> -m MODULE 
   the ranks agree on the stop (all_reduce MAX of the flag at every boundary). The handler is installed again
   when ``learn()`` starts, since Isaac Sim may replace handlers while it boots.
 * The TensorBoard writer is flushed at every iteration boundary (rsl_rl's writer flushes only every 10 s).
+* ``first_iteration`` (``iteration``) is emitted once per ``learn()``, when its first iteration's update returns
+  (start-up time = that event's ``time`` minus the process start or the spare's ``spare_go``).
 
 With ``ISAACD_SHIM_SAVE_ON_STOP=0`` no signal handler is installed: signals behave exactly as without the shim.
+
+Per-iteration snapshots (rank 0 only; the run dir must exist and rsl_rl's log writer be on, as for the stop save):
+
+* At the iteration boundary after iteration N (the stop-save boundary; no snapshot when stopping there, the stop
+  writes ``model_<N>.pt``) the shim writes ``<run_dir>/isaacd_snapshot_<N>.pt``: the object the runner's own
+  ``save`` passes to ``torch.save`` (``runner.save`` is called with ``torch.save`` intercepted on the training
+  thread, which also skips rsl_rl's W&B/Neptune upload; ``iter`` = N), with every tensor detached and copied to the
+  CPU (so it loads anywhere; ``runner.load`` moves it back to the runner's device). ``runner.load`` and Isaac
+  Lab's ``--checkpoint`` accept it; Isaac Lab's default pattern ``model_.*.pt`` never matches it. The zip record
+  prefix is ``archive/`` (torch.save to a file object) instead of the file's stem; torch.load ignores it.
+* The training thread only copies (``copy_seconds``); a background thread (``isaacd-snapshot-writer``) torch.saves
+  to ``<run_dir>/.isaacd_snapshot_<N>.pt.tmp.<pid>`` (never ends in ``.pt``), fsyncs, renames onto the final
+  name, fsyncs the directory, then deletes all but the newest ``ISAACD_SNAPSHOT_KEEP`` ``isaacd_snapshot_*.pt``.
+  If the writer is still busy at a boundary, that snapshot is skipped (never queued, never waited for). Nothing the
+  trainer computes changes (no RNG use, no tensor or optimiser state touched).
+* Env: ``ISAACD_SNAPSHOT_EVERY`` (default 1: iterations N with N % EVERY == 0; 0 disables),
+  ``ISAACD_SNAPSHOT_MIN_SECONDS`` (default 0: at most one snapshot per that many seconds),
+  ``ISAACD_SNAPSHOT_KEEP`` (default 2, at least 1).
+* Events: ``snapshot_saved`` (``path``, ``iteration``, ``copy_seconds``, ``write_seconds``, ``bytes``) once the
+  file is in place and pruning is done; ``snapshot_skipped`` (``iteration``, ``reason``, ``skipped``: the count
+  so far in this learn()) the first time and every 100th; ``snapshot_failed`` (``path``, ``iteration``,
+  ``error``); ``snapshot_unavailable`` (``reason``) if ``save`` never calls ``torch.save`` (snapshots then off).
+* At a stop (before ``stopped``) and at the end of ``learn()`` (before ``learn_finished``, also when it raises) the
+  shim waits up to 10 s for a write in flight, so no temp file is left behind by an orderly exit.
+
+Warm spare: ``shim.py --isaacd-spare`` (no script) does the state-free start-up and waits for a go line.
+
+* Env at spawn: ``ISAACD_SPARE_CONTROL`` (required: a FIFO the daemon created; opened O_RDONLY|O_NONBLOCK at once,
+  so the daemon may open it for writing, non-blocking, as soon as the process exists), ``ISAACD_SHIM_EVENTS`` (the
+  spare's own events file), ``ISAACD_SPARE_DEVICE`` (``cpu`` default, ``cuda``, ``cuda:N``),
+  ``ISAACD_SPARE_PRELOAD`` (comma-separated module names).
+* Preload: SIGINT/SIGTERM handlers that exit 0 at once (``spare_exited`` ``reason`` = the signal's name), the
+  import hook, ``import torch``, for cuda a context on that device (one tiny allocation, then ``empty_cache``),
+  ``import rsl_rl.runners`` (patched by the hook; ``GIT_PYTHON_REFRESH=quiet`` only during that import), then the
+  preload modules. Import errors are reported in ``spare_ready``'s ``preload_errors`` {module: error}, not fatal.
+  ``spare_ready``: ``preload_seconds``, ``rss_bytes``, ``device``, ``rsl_rl_version``, for cuda
+  ``cuda_memory_bytes`` (this process on that GPU per NVML, None without nvidia-ml-py) and ``cuda_reserved_bytes``.
+* Wait: one line of JSON from the FIFO: ``{"argv": ["SCRIPT.py" | "-m", "MODULE", args...], "env": {str: str},
+  "cwd": "/abs/dir", "log": "/abs/file"}`` (``env``, ``cwd``, ``log`` optional; ``log``: stdout and stderr are
+  reopened onto that file, appending). Every <= 0.5 s the spare checks ``os.getppid()`` against the parent it
+  started with and exits 0 if it changed (``spare_exited`` ``parent exited``). EOF without a line (a writer opened
+  and closed the FIFO): exit 0 (``spare_exited`` ``eof``). A line that is no valid go message: ``spare_failed``
+  (``error``), exit 2. A spare writes nothing but its own events file before go.
+* Go: ``spare_go`` (``argv``, ``cwd``, ``waited_seconds``) on the spare's events file; then ``os.environ.update(env)``
+  (new ``PYTHONPATH`` entries are also put on ``sys.path``; ``OMP_NUM_THREADS`` is applied through
+  ``torch.set_num_threads``; ``PYTHONUNBUFFERED`` makes stdout/stderr write-through; changed variables that cannot
+  take effect any more, e.g. ``CUDA_VISIBLE_DEVICES``, are named on stderr), the events writer is reopened (the go
+  env's ``ISAACD_SHIM_EVENTS``), ``chdir(cwd)``, the save-on-stop handlers are installed, and the rest is exactly
+  ``shim.py ARGV`` (``shim_started`` ... on the new events file; the script's exit status is the process's).
 """
 
 from __future__ import annotations
