@@ -81,6 +81,7 @@ def throughput_run(tmp: Path, snapshots: bool, num_envs: int, iterations: int) -
     snaps = [e for e in evs if e["event"] == "snapshot_saved"]
     return {"wall_per_it": wall, "tb_per_it": statistics.median(tb_iteration_seconds(run_dir)),
             "copy": [e["copy_seconds"] for e in snaps], "write": [e["write_seconds"] for e in snaps],
+            "write_cpu": [e.get("write_cpu_seconds", float("nan")) for e in snaps],
             "bytes": [e["bytes"] for e in snaps], "skipped": sum(e["event"] == "snapshot_skipped" for e in evs)}
 
 
@@ -170,7 +171,11 @@ def main() -> int:
                   f"write_seconds median {med(writes) * 1e3:.2f} ms (max {max(writes) * 1e3:.2f}), "
                   f"size {size / 1024:.1f} KiB, {len(copies)} written, "
                   f"{sum(r['skipped'] for r in on)} skipped-reports")
-            print(f"  copy (on the training thread) / iteration: {med(copies) / w_off * 100:.3f} %", flush=True)
+            wcpu = med([c for r in on for c in r["write_cpu"]])
+            print(f"  writer thread CPU per snapshot: median {wcpu * 1e3:.2f} ms")
+            print(f"  cost bound, load-independent: (copy + writer CPU) / rsl_rl's per-iteration time (off) = "
+                  f"{(med(copies) + wcpu) / t_off * 100:.3f} % -> throughput ratio >= {1 - (med(copies) + wcpu) / t_off:.4f}"
+                  f" (copy alone {med(copies) / t_off * 100:.3f} %)", flush=True)
         cold, warm = [], []
         for _ in range(args.starts):
             cold.append(cold_start(tmp, args.num_envs))

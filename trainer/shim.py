@@ -51,7 +51,8 @@ Per-iteration snapshots (rank 0 only; the run dir must exist and rsl_rl's log wr
 * Env: ``ISAACD_SNAPSHOT_EVERY`` (default 1: iterations N with N % EVERY == 0; 0 disables),
   ``ISAACD_SNAPSHOT_MIN_SECONDS`` (default 0: at most one snapshot per that many seconds),
   ``ISAACD_SNAPSHOT_KEEP`` (default 2, at least 1).
-* Events: ``snapshot_saved`` (``path``, ``iteration``, ``copy_seconds``, ``write_seconds``, ``bytes``) once the
+* Events: ``snapshot_saved`` (``path``, ``iteration``, ``copy_seconds``, ``write_seconds``, ``write_cpu_seconds``:
+  the writer thread's CPU time, ``bytes``) once the
   file is in place and pruning is done; ``snapshot_skipped`` (``iteration``, ``reason``, ``skipped``: the count
   so far in this learn()) the first time and every 100th; ``snapshot_failed`` (``path``, ``iteration``,
   ``error``); ``snapshot_unavailable`` (``reason``) if ``save`` never calls ``torch.save`` (snapshots then off).
@@ -388,7 +389,7 @@ class _SnapshotWriter:
                     self.cv.notify_all()
 
     def _write(self, obj, path: str, iteration: int, copy_seconds: float, keep: int) -> None:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         d = os.path.dirname(path)
         tmp = os.path.join(d, f".{os.path.basename(path)}.tmp.{os.getpid()}")  # never ends in .pt
         try:
@@ -415,7 +416,7 @@ class _SnapshotWriter:
         write_seconds = time.perf_counter() - t0
         _prune_snapshots(d, keep, iteration)
         emit("snapshot_saved", path=path, iteration=iteration, copy_seconds=round(copy_seconds, 6),
-             write_seconds=round(write_seconds, 6), bytes=size)
+             write_seconds=round(write_seconds, 6), write_cpu_seconds=round(time.thread_time() - c0, 6), bytes=size)
 
 
 def _prune_snapshots(run_dir: str, keep: int, newest: int) -> None:
