@@ -339,3 +339,10 @@ def test_save_on_stop_across_rsl_rl_generations(tmp_path, procs, rsl_rl_versions
     assert n >= 2 and stopped["checkpoint"] == str(rd / f"model_{n}.pt") and max(iteration_steps(rd)) == n
     assert checkpoints(rd) == [0, n]
     assert torch.load(rd / f"model_{n}.pt", weights_only=False)["iter"] == n
+    # per-iteration snapshots in every generation: the runner's own save() content, the last two kept, loadable
+    snaps = sorted(int(f.name.split("_")[2].split(".")[0]) for f in rd.glob("isaacd_snapshot_*.pt"))
+    written = [e["iteration"] for e in by(evs, "snapshot_saved")]  # one per boundary unless the writer was busy
+    assert written and written == sorted(set(written)) and written[-1] < n and snaps == written[-2:]
+    for k in snaps:
+        snap = torch.load(rd / f"isaacd_snapshot_{k}.pt", weights_only=False)
+        assert snap["iter"] == k and set(snap) == set(torch.load(rd / f"model_{n}.pt", weights_only=False))

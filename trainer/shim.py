@@ -29,17 +29,74 @@ runs the script exactly like ``<python> SCRIPT.py args`` / ``<python> -m MODULE 
   the ranks agree on the stop (all_reduce MAX of the flag at every boundary). The handler is installed again
   when ``learn()`` starts, since Isaac Sim may replace handlers while it boots.
 * The TensorBoard writer is flushed at every iteration boundary (rsl_rl's writer flushes only every 10 s).
+* ``first_iteration`` (``iteration``) is emitted once per ``learn()``, when its first iteration's update returns
+  (start-up time = that event's ``time`` minus the process start or the spare's ``spare_go``).
 
 With ``ISAACD_SHIM_SAVE_ON_STOP=0`` no signal handler is installed: signals behave exactly as without the shim.
+
+Per-iteration snapshots (rank 0 only; the run dir must exist and rsl_rl's log writer be on, as for the stop save):
+
+* At the iteration boundary after iteration N (the stop-save boundary; no snapshot when stopping there, the stop
+  writes ``model_<N>.pt``) the shim writes ``<run_dir>/isaacd_snapshot_<N>.pt``: the object the runner's own
+  ``save`` passes to ``torch.save`` (``runner.save`` is called with ``torch.save`` intercepted on the training
+  thread, which also skips rsl_rl's W&B/Neptune upload; ``iter`` = N), with every tensor detached and copied to the
+  CPU (so it loads anywhere; ``runner.load`` moves it back to the runner's device). ``runner.load`` and Isaac
+  Lab's ``--checkpoint`` accept it; Isaac Lab's default pattern ``model_.*.pt`` never matches it. The zip record
+  prefix is ``archive/`` (torch.save to a file object) instead of the file's stem; torch.load ignores it.
+* The training thread only copies (``copy_seconds``); a background thread (``isaacd-snapshot-writer``) torch.saves
+  to ``<run_dir>/.isaacd_snapshot_<N>.pt.tmp.<pid>`` (never ends in ``.pt``), fsyncs, renames onto the final
+  name, fsyncs the directory, then deletes all but the newest ``ISAACD_SNAPSHOT_KEEP`` ``isaacd_snapshot_*.pt``.
+  If the writer is still busy at a boundary, that snapshot is skipped (never queued, never waited for). Nothing the
+  trainer computes changes (no RNG use, no tensor or optimiser state touched).
+* Env: ``ISAACD_SNAPSHOT_EVERY`` (default 1: iterations N with N % EVERY == 0; 0 disables),
+  ``ISAACD_SNAPSHOT_MIN_SECONDS`` (default 0: at most one snapshot per that many seconds),
+  ``ISAACD_SNAPSHOT_KEEP`` (default 2, at least 1).
+* Events: ``snapshot_saved`` (``path``, ``iteration``, ``copy_seconds``, ``write_seconds``, ``write_cpu_seconds``:
+  the writer thread's CPU time, ``bytes``) once the
+  file is in place and pruning is done; ``snapshot_skipped`` (``iteration``, ``reason``, ``skipped``: the count
+  so far in this learn()) the first time and every 100th; ``snapshot_failed`` (``path``, ``iteration``,
+  ``error``); ``snapshot_unavailable`` (``reason``) if ``save`` never calls ``torch.save`` (snapshots then off).
+* At a stop (before ``stopped``) and at the end of ``learn()`` (before ``learn_finished``, also when it raises) the
+  shim waits up to 10 s for a write in flight, so no temp file is left behind by an orderly exit.
+
+Warm spare: ``shim.py --isaacd-spare`` (no script) does the state-free start-up and waits for a go line.
+
+* Env at spawn: ``ISAACD_SPARE_CONTROL`` (required: a FIFO the daemon created; opened O_RDONLY|O_NONBLOCK at once,
+  so the daemon may open it for writing, non-blocking, as soon as the process exists), ``ISAACD_SHIM_EVENTS`` (the
+  spare's own events file), ``ISAACD_SPARE_DEVICE`` (``cpu`` default, ``cuda``, ``cuda:N``),
+  ``ISAACD_SPARE_PRELOAD`` (comma-separated module names).
+* Preload: SIGINT/SIGTERM handlers that exit 0 at once (``spare_exited`` ``reason`` = the signal's name), the
+  import hook, ``import torch``, for cuda a context on that device (one tiny allocation, then ``empty_cache``),
+  ``import rsl_rl.runners`` (patched by the hook; ``GIT_PYTHON_REFRESH=quiet`` only during that import), then the
+  preload modules. Import errors are reported in ``spare_ready``'s ``preload_errors`` {module: error}, not fatal.
+  ``spare_ready``: ``preload_seconds``, ``rss_bytes``, ``device``, ``rsl_rl_version``, for cuda
+  ``cuda_memory_bytes`` (this process on that GPU per NVML, None without nvidia-ml-py) and ``cuda_reserved_bytes``.
+* Wait: one line of JSON from the FIFO: ``{"argv": ["SCRIPT.py" | "-m", "MODULE", args...], "env": {str: str},
+  "cwd": "/abs/dir", "log": "/abs/file"}`` (``env``, ``cwd``, ``log`` optional; ``log``: stdout and stderr are
+  reopened onto that file, appending). Every <= 0.5 s the spare checks ``os.getppid()`` against the parent it
+  started with and exits 0 if it changed (``spare_exited`` ``parent exited``). EOF without a line (a writer opened
+  and closed the FIFO): exit 0 (``spare_exited`` ``eof``). A line that is no valid go message: ``spare_failed``
+  (``error``), exit 2. A spare writes nothing but its own events file before go.
+* Go: ``spare_go`` (``argv``, ``cwd``, ``waited_seconds``) on the spare's events file; then ``os.environ.update(env)``
+  (new ``PYTHONPATH`` entries are also put on ``sys.path``; ``OMP_NUM_THREADS`` is applied through
+  ``torch.set_num_threads``; ``PYTHONUNBUFFERED`` makes stdout/stderr write-through; changed variables that cannot
+  take effect any more, e.g. ``CUDA_VISIBLE_DEVICES``, are named on stderr), the events writer is reopened (the go
+  env's ``ISAACD_SHIM_EVENTS``), ``chdir(cwd)``, the save-on-stop handlers are installed, and the rest is exactly
+  ``shim.py ARGV`` (``shim_started`` ... on the new events file; the script's exit status is the process's).
 """
 
 from __future__ import annotations
 
+import copy
+import importlib
 import json
 import os
+import re
 import runpy
+import select
 import signal
 import sys
+import threading
 import time
 
 _PATCHED = "_isaacd_shim_patched"
@@ -61,6 +118,18 @@ def _rank() -> int:
 class _Events:
     fd: int | None = None
     failed = False
+    lock = threading.Lock()  # the snapshot writer thread emits too
+
+    @classmethod
+    def reopen(cls) -> None:
+        """Forget the open file: the next event goes to the (new) ``ISAACD_SHIM_EVENTS``."""
+        with cls.lock:
+            if cls.fd is not None:
+                try:
+                    os.close(cls.fd)
+                except OSError:
+                    pass
+            cls.fd, cls.failed = None, False
 
     @classmethod
     def emit(cls, event: str, **fields) -> None:
@@ -69,7 +138,14 @@ class _Events:
             return
         try:
             if cls.fd is None:
-                cls.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+                got = cls.lock.acquire(timeout=1.0)  # a timeout: a signal handler may emit while the lock is held
+                try:
+                    if cls.fd is None:
+                        cls.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0),
+                                         0o644)
+                finally:
+                    if got:
+                        cls.lock.release()
             record = {"event": event, "time": time.time(), "pid": os.getpid(), "rank": _rank()}
             record.update(fields)
             os.write(cls.fd, (json.dumps(record, default=str) + "\n").encode("utf-8"))
@@ -201,6 +277,219 @@ def _num_iterations(args, kwargs):
     return args[0] if args else None
 
 
+# ----------------------------------------------------------------------------------------------- snapshots
+SNAPSHOT_PREFIX = "isaacd_snapshot_"
+_SNAPSHOT_RE = re.compile(r"^isaacd_snapshot_(\d+)\.pt$")
+
+
+def snapshot_name(iteration: int) -> str:
+    return f"{SNAPSHOT_PREFIX}{iteration}.pt"
+
+
+def _env_number(name: str, default, cast=int):
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return max(cast(raw), 0)
+    except ValueError:
+        print(f"[isaacd-shim] ignoring {name}={raw!r} (not a number); using {default}", file=sys.stderr, flush=True)
+        return default
+
+
+class _Captured(BaseException):
+    """Raised by the intercepted ``torch.save`` to leave ``runner.save`` once its content is in hand."""
+
+
+def _capture_save_dict(runner):
+    """What ``runner.save(path)`` would write, from the runner's own ``save`` (any rsl_rl generation or subclass).
+
+    ``torch.save`` is intercepted on this thread only; the first call's object is kept and ``save`` is left there,
+    so nothing is written and the upload to W&B/Neptune that follows it in rsl_rl never happens.
+    """
+    import torch
+
+    real, me, box = torch.save, threading.get_ident(), []
+
+    def intercept(obj, f, *a, **kw):
+        if threading.get_ident() != me or box:
+            return real(obj, f, *a, **kw)
+        box.append(obj)
+        raise _Captured
+
+    prev = runner.__dict__.get("_isaacd_in_save", _MISSING)
+    runner.__dict__["_isaacd_in_save"] = True  # straight to the original save: no checkpoint_saved, no bookkeeping
+    torch.save = intercept
+    try:
+        runner.save(os.path.join(_log_dir(runner) or ".", ".isaacd_snapshot_capture"))
+    except _Captured:
+        pass
+    finally:
+        if torch.save is intercept:
+            torch.save = real
+        if prev is _MISSING:
+            runner.__dict__.pop("_isaacd_in_save", None)
+        else:
+            runner.__dict__["_isaacd_in_save"] = prev
+    return box[0] if box else None
+
+
+def _to_cpu(obj, torch):
+    """A deep copy with every tensor detached and copied to the CPU (containers keep their types and attributes)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if obj is None or isinstance(obj, (bool, int, float, complex, str, bytes)):
+        return obj
+    if isinstance(obj, dict):
+        new = copy.copy(obj)  # same type; OrderedDict state_dicts keep their _metadata
+        if hasattr(new, "__dict__"):
+            new.__dict__.update(copy.deepcopy(obj.__dict__))
+        for k, v in obj.items():
+            new[k] = _to_cpu(v, torch)
+        return new
+    if isinstance(obj, list):
+        return type(obj)(_to_cpu(v, torch) for v in obj) if type(obj) is list else copy.deepcopy(obj)
+    if isinstance(obj, tuple):
+        items = [_to_cpu(v, torch) for v in obj]
+        return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
+    return copy.deepcopy(obj)
+
+
+class _SnapshotWriter:
+    """One background thread that torch.saves one snapshot at a time: temp file, fsync, rename, fsync dir, prune."""
+
+    def __init__(self, real_save):
+        self.real_save = real_save
+        self.cv = threading.Condition()
+        self.job = None
+        self.busy = False
+        threading.Thread(target=self._run, name="isaacd-snapshot-writer", daemon=True).start()
+
+    def submit(self, job: dict) -> None:
+        with self.cv:
+            self.busy, self.job = True, job
+            self.cv.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        with self.cv:
+            return self.cv.wait_for(lambda: not self.busy, timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self.cv:
+                self.cv.wait_for(lambda: self.job is not None)
+                job, self.job = self.job, None
+            try:
+                self._write(**job)
+            except BaseException as e:  # never kill training over a snapshot
+                emit("snapshot_failed", path=job["path"], iteration=job["iteration"], error=f"{type(e).__name__}: {e}")
+            finally:
+                with self.cv:
+                    self.busy = False
+                    self.cv.notify_all()
+
+    def _write(self, obj, path: str, iteration: int, copy_seconds: float, keep: int) -> None:
+        t0, c0 = time.perf_counter(), time.thread_time()
+        d = os.path.dirname(path)
+        tmp = os.path.join(d, f".{os.path.basename(path)}.tmp.{os.getpid()}")  # never ends in .pt
+        try:
+            with open(tmp, "wb") as f:
+                self.real_save(obj, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        try:
+            dfd = os.open(d, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError:
+            pass
+        size = os.path.getsize(path)
+        write_seconds = time.perf_counter() - t0
+        _prune_snapshots(d, keep, iteration)
+        emit("snapshot_saved", path=path, iteration=iteration, copy_seconds=round(copy_seconds, 6),
+             write_seconds=round(write_seconds, 6), write_cpu_seconds=round(time.thread_time() - c0, 6), bytes=size)
+
+
+def _prune_snapshots(run_dir: str, keep: int, newest: int) -> None:
+    try:
+        names = os.listdir(run_dir)
+    except OSError:
+        return
+    its = sorted((int(m.group(1)) for m in map(_SNAPSHOT_RE.match, names) if m), reverse=True)
+    kept = [newest] + [i for i in its if i != newest][:max(keep, 1) - 1]
+    for i in its:
+        if i not in kept:
+            try:
+                os.unlink(os.path.join(run_dir, snapshot_name(i)))
+            except OSError:
+                pass
+
+
+class _Snapshots:
+    """Per ``learn()``: decides at each iteration boundary whether to snapshot, copies, hands off to the writer."""
+
+    writer: _SnapshotWriter | None = None  # one per process
+    DRAIN_SECONDS = 10.0
+
+    def __init__(self):
+        self.every = _env_number("ISAACD_SNAPSHOT_EVERY", 1)
+        self.min_seconds = _env_number("ISAACD_SNAPSHOT_MIN_SECONDS", 0.0, float)
+        self.keep = max(_env_number("ISAACD_SNAPSHOT_KEEP", 2), 1)
+        self.last: float | None = None
+        self.skipped = 0
+        self.off = self.every <= 0 or _rank() != 0
+
+    def at_boundary(self, runner, n: int) -> None:
+        if self.off or n % self.every:
+            return
+        log_dir = _log_dir(runner)
+        if log_dir is None or _logs_disabled(runner) or _writer(runner) is None or not os.path.isdir(log_dir):
+            return
+        now = time.monotonic()
+        if self.min_seconds and self.last is not None and now - self.last < self.min_seconds:
+            return
+        w = _Snapshots.writer
+        if w is not None and w.busy:
+            self.skipped += 1
+            if self.skipped == 1 or self.skipped % 100 == 0:
+                emit("snapshot_skipped", iteration=n, reason="writer busy", skipped=self.skipped)
+            return
+        import torch
+
+        t0 = time.perf_counter()
+        with torch.inference_mode(False), torch.no_grad():
+            obj = _capture_save_dict(runner)
+            if obj is None:
+                self.off = True
+                emit("snapshot_unavailable", reason="runner.save did not call torch.save")
+                return
+            obj = _to_cpu(obj, torch)
+        if isinstance(obj, dict) and obj.get("iter", n) != n:
+            obj["iter"] = n
+        copy_seconds = time.perf_counter() - t0
+        self.last = now
+        if w is None:
+            w = _Snapshots.writer = _SnapshotWriter(torch.save)
+        w.submit({"obj": obj, "path": os.path.join(log_dir, snapshot_name(n)), "iteration": n,
+                  "copy_seconds": copy_seconds, "keep": self.keep})
+
+    @classmethod
+    def drain(cls) -> None:
+        w = cls.writer
+        if w is not None and w.busy and not w.wait_idle(cls.DRAIN_SECONDS):
+            print(f"[isaacd-shim] snapshot writer still busy after {cls.DRAIN_SECONDS:.0f} s; not waiting longer",
+                  file=sys.stderr, flush=True)
+
+
 def _wrap_learn(orig):
     def learn(self, *args, **kwargs):
         if self.__dict__.get("_isaacd_in_learn"):
@@ -218,6 +507,7 @@ def _wrap_learn(orig):
 
         alg = self.alg
         orig_act, orig_update = alg.act, alg.update
+        snaps = _Snapshots()
 
         def act(*a, **kw):
             if st.boundary_pending:
@@ -226,12 +516,16 @@ def _wrap_learn(orig):
                     _flush_writer(self)
                 if stop_enabled and _agree_to_stop():
                     raise _StopAtBoundary
+                if st.updates:
+                    snaps.at_boundary(self, st.last_completed)
             return orig_act(*a, **kw)
 
         def update(*a, **kw):
             out = orig_update(*a, **kw)
             st.updates += 1
             st.boundary_pending = True
+            if st.updates == 1:
+                emit("first_iteration", iteration=st.start)
             return out
 
         saved: list = []
@@ -250,6 +544,7 @@ def _wrap_learn(orig):
         finally:
             _restore(saved)
             self.__dict__["_isaacd_in_learn"] = False
+            _Snapshots.drain()
         _flush_writer(self)
         emit("learn_finished", iteration=st.last_completed)
         return result
@@ -273,6 +568,7 @@ def _stop_now(runner, st: _LearnState) -> None:
             runner.save(path)
             ckpt = path
     _flush_writer(runner)
+    _Snapshots.drain()
     logger = getattr(runner, "logger", None)
     if logger is not None and hasattr(logger, "stop_logging_writer") and _writer(runner) is not None:
         try:
@@ -381,18 +677,11 @@ def install_import_hook() -> None:
 
 
 # ----------------------------------------------------------------------------------------------- main
-USAGE = "usage: shim.py SCRIPT.py [args...] | shim.py -m MODULE [args...]"
+USAGE = "usage: shim.py SCRIPT.py [args...] | shim.py -m MODULE [args...] | shim.py --isaacd-spare"
 
 
-def main() -> None:
-    argv = sys.argv[1:]
-    if not argv or argv[0] in ("-h", "--help") or (argv[0] == "-m" and len(argv) < 2):
-        print(USAGE, file=sys.stderr if argv[:1] not in (["-h"], ["--help"]) else sys.stdout)
-        sys.exit(0 if argv[:1] in (["-h"], ["--help"]) else 2)
-    # keep this module importable under its own name while the target runs as __main__
-    sys.modules.setdefault("isaacd_shim", sys.modules[__name__])
-    install_import_hook()
-    install_signal_handlers()
+def _run_target(argv: list[str]) -> None:
+    """Run ``SCRIPT.py args`` / ``-m MODULE args`` as ``__main__`` in this process (hook and handlers installed)."""
     if argv[0] == "-m":
         module, rest = argv[1], argv[2:]
         sys.argv = [module] + rest  # run_module(alter_sys=True) puts the module's file in argv[0]
@@ -405,6 +694,250 @@ def main() -> None:
         sys.path[0] = os.path.dirname(os.path.realpath(script))
         emit("shim_started", script=os.path.abspath(script), argv=[script] + rest)
         runpy.run_path(script, run_name="__main__")
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    if argv[:1] == ["--isaacd-spare"]:
+        sys.modules.setdefault("isaacd_shim", sys.modules[__name__])
+        spare_main(argv[1:])
+        return
+    if not argv or argv[0] in ("-h", "--help") or (argv[0] == "-m" and len(argv) < 2):
+        print(USAGE, file=sys.stderr if argv[:1] not in (["-h"], ["--help"]) else sys.stdout)
+        sys.exit(0 if argv[:1] in (["-h"], ["--help"]) else 2)
+    # keep this module importable under its own name while the target runs as __main__
+    sys.modules.setdefault("isaacd_shim", sys.modules[__name__])
+    install_import_hook()
+    install_signal_handlers()
+    _run_target(argv)
+
+
+# ----------------------------------------------------------------------------------------------- warm spare
+class _SpareExit(Exception):
+    pass
+
+
+def _rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _cuda_process_memory(device_index: int) -> int | None:
+    """This process's memory on the GPU as NVML counts it (context included), if nvidia-ml-py is importable."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        try:
+            import torch
+
+            uuid = str(torch.cuda.get_device_properties(device_index).uuid)
+            handle = None
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                u = pynvml.nvmlDeviceGetUUID(h)
+                u = u.decode() if isinstance(u, bytes) else u
+                if u.replace("GPU-", "") == uuid.replace("GPU-", ""):
+                    handle = h
+                    break
+            if handle is None:
+                return None
+            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                if proc.pid == os.getpid():
+                    return int(proc.usedGpuMemory) if proc.usedGpuMemory is not None else None
+            return None
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return None
+
+
+def _spare_preload(device: str, preload: list[str]) -> dict:
+    """The state-free start-up: torch, the CUDA context, rsl_rl.runners (patched), the named modules."""
+    fields: dict = {"device": device}
+    errors = {}
+    import torch  # noqa: F401
+
+    if device.startswith("cuda"):
+        dev = torch.device(device)
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        torch.zeros(1, device=torch.device("cuda", index))  # creates the context on that device
+        torch.cuda.synchronize(index)
+        torch.cuda.empty_cache()
+    # rsl_rl's logger imports GitPython, which refuses to import without a git executable unless told to be quiet
+    quiet_unset = "GIT_PYTHON_REFRESH" not in os.environ
+    if quiet_unset:
+        os.environ["GIT_PYTHON_REFRESH"] = "quiet"
+    try:
+        try:
+            importlib.import_module("rsl_rl.runners")  # through the hook: patched
+            fields["rsl_rl_version"] = _rsl_rl_version()
+        except ImportError as e:
+            errors["rsl_rl.runners"] = f"{type(e).__name__}: {e}"
+        for name in preload:
+            try:
+                importlib.import_module(name)
+            except BaseException as e:  # reported, not fatal (SystemExit included: a module that exits on import)
+                if isinstance(e, KeyboardInterrupt):
+                    raise
+                errors[name] = f"{type(e).__name__}: {e}"
+    finally:
+        if quiet_unset:
+            os.environ.pop("GIT_PYTHON_REFRESH", None)
+    if device.startswith("cuda"):
+        fields["cuda_memory_bytes"] = _cuda_process_memory(index)
+        fields["cuda_reserved_bytes"] = int(torch.cuda.memory_reserved(index))
+    if errors:
+        fields["preload_errors"] = errors
+    return fields
+
+
+def _read_go(fd: int, parent: int) -> bytes | None:
+    """One line from the FIFO (or what came before EOF); None on EOF with nothing read. Raises _SpareExit."""
+    buf = b""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP)
+    while True:
+        if os.getppid() != parent:
+            raise _SpareExit("parent exited")
+        if not poller.poll(500):
+            continue
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            continue
+        if not chunk:
+            # EOF: a writer opened the FIFO and every writer closed it again (Linux reports POLLHUP only after a
+            # writer came and went, never while none has opened it yet): the daemon telling the spare to go away
+            return buf if buf.strip() else None
+        buf += chunk
+        if b"\n" in buf:
+            return buf.split(b"\n", 1)[0]
+
+
+def _parse_go(line: bytes) -> tuple[list[str], dict[str, str], str | None, str | None]:
+    msg = json.loads(line.decode("utf-8"))
+    if not isinstance(msg, dict):
+        raise ValueError("the go message is not a JSON object")
+    argv, env, cwd, log = msg.get("argv"), msg.get("env") or {}, msg.get("cwd"), msg.get("log")
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv) or \
+            (argv[0] == "-m" and len(argv) < 2):
+        raise ValueError("'argv' must be a non-empty list of strings: SCRIPT.py [args] or -m MODULE [args]")
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise ValueError("'env' must map strings to strings")
+    if cwd is not None and not isinstance(cwd, str):
+        raise ValueError("'cwd' must be a string")
+    if log is not None and not isinstance(log, str):
+        raise ValueError("'log' must be a string")
+    return argv, env, cwd, log
+
+
+# environment variables that cannot take effect once the interpreter, torch or CUDA are up
+_FIXED_AT_START = ("PYTHONHASHSEED", "PYTHONOPTIMIZE", "PYTHONDONTWRITEBYTECODE", "PYTHONSAFEPATH", "LD_LIBRARY_PATH",
+                   "LD_PRELOAD", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "PYTORCH_CUDA_ALLOC_CONF",
+                   "MKL_NUM_THREADS")
+
+
+def _apply_env(env: dict[str, str]) -> list[str]:
+    """``os.environ.update(env)`` plus what can still follow: PYTHONPATH, OMP_NUM_THREADS, PYTHONUNBUFFERED.
+
+    Returns the names whose new value differs from the spare's and cannot take effect in this process."""
+    not_applied = sorted(k for k in _FIXED_AT_START if k in env and os.environ.get(k) != env[k])
+    old_pythonpath = os.environ.get("PYTHONPATH", "")
+    os.environ.update(env)
+    if "PYTHONPATH" in env and env["PYTHONPATH"] != old_pythonpath:
+        new = [p for p in env["PYTHONPATH"].split(os.pathsep) if p and p not in sys.path]
+        sys.path[1:1] = [os.path.abspath(p) for p in new]
+    if "OMP_NUM_THREADS" in env and "torch" in sys.modules:
+        try:
+            n = int(env["OMP_NUM_THREADS"])
+            if n > 0 and sys.modules["torch"].get_num_threads() != n:
+                sys.modules["torch"].set_num_threads(n)
+        except ValueError:
+            pass
+    if env.get("PYTHONUNBUFFERED"):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.reconfigure(write_through=True)
+            except (AttributeError, ValueError):
+                pass
+    return not_applied
+
+
+def _spare_quit(signum, frame) -> None:
+    emit("spare_exited", reason=signal.Signals(signum).name)
+    os._exit(0)
+
+
+def spare_main(extra: list[str]) -> None:
+    """``shim.py --isaacd-spare``: the state-free start-up, then wait for one go line on ``ISAACD_SPARE_CONTROL``."""
+    if extra:
+        print("usage: shim.py --isaacd-spare (configured by ISAACD_SPARE_* environment variables)", file=sys.stderr)
+        sys.exit(2)
+    t_start = time.monotonic()
+    parent = os.getppid()
+    control = os.environ.get("ISAACD_SPARE_CONTROL")
+    device = os.environ.get("ISAACD_SPARE_DEVICE", "").strip() or "cpu"
+    preload = [m.strip() for m in os.environ.get("ISAACD_SPARE_PRELOAD", "").split(",") if m.strip()]
+    if not control:
+        print("[isaacd-shim] --isaacd-spare needs ISAACD_SPARE_CONTROL (the FIFO to read the go line from)",
+              file=sys.stderr, flush=True)
+        sys.exit(2)
+    # waiting (and booting) a spare is not training: SIGINT/SIGTERM end it at once, exit 0, nothing written
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _spare_quit)
+    try:
+        fd = os.open(control, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        emit("spare_failed", error=f"cannot open {control}: {e}")
+        print(f"[isaacd-shim] spare: cannot open {control}: {e}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    install_import_hook()
+    fields = _spare_preload(device, preload)
+    emit("spare_ready", preload_seconds=round(time.monotonic() - t_start, 6), rss_bytes=_rss_bytes(), **fields)
+    t_ready = time.monotonic()
+    try:
+        line = _read_go(fd, parent)
+    except _SpareExit as e:
+        emit("spare_exited", reason=str(e))
+        os._exit(0)
+    finally:
+        os.close(fd)
+    if line is None:
+        emit("spare_exited", reason="eof")
+        os._exit(0)
+    try:
+        argv, env, cwd, log = _parse_go(line)
+    except ValueError as e:
+        emit("spare_failed", error=f"bad go message: {e}")
+        print(f"[isaacd-shim] spare: bad go message: {e}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    # go: from here on this process is the trainer, exactly as `shim.py ARGV` would be (Python's own handlers
+    # until the env is applied; then the shim's save-on-stop ones, unless the job's env switches them off)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    emit("spare_go", argv=argv, cwd=cwd, waited_seconds=round(time.monotonic() - t_ready, 6))
+    not_applied = _apply_env(env)
+    _Events.reopen()
+    if log is not None:
+        lfd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(lfd, 1)
+        os.dup2(lfd, 2)
+        os.close(lfd)
+    if not_applied:
+        print(f"[isaacd-shim] spare: these variables differ from the spare's and cannot change in a running process: "
+              f"{', '.join(not_applied)}", file=sys.stderr, flush=True)
+    if cwd:
+        os.chdir(cwd)
+    install_signal_handlers()
+    _run_target(argv)
 
 
 if __name__ == "__main__":
