@@ -1,0 +1,87 @@
+"""Issue 11 end to end on real processes: pidfd detection, an immediate first restart, the warm spare taking over,
+per-iteration snapshots as resume points. The built-in trainer (real rsl_rl, CPU) through the real shim."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import builtin_job, wait_for, write_config
+
+from isaacd.signals.tensorboard import TensorBoardTail
+
+pytestmark = pytest.mark.slow
+
+
+def alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def events(sp, name):  # noqa: ANN001, ANN201
+    return [e for e in sp.events("cp") if e["event"] == name]
+
+
+def job(**over):  # noqa: ANN003, ANN201
+    return builtin_job("cp", max_iterations=100000, save_interval=50, extra_args=["agent.num_steps_per_env=8"],
+                       **over)
+
+
+def test_warm_spare_takes_over_from_the_last_snapshot_and_a_dead_spare_is_replaced(tmp_path, supervisor_factory):
+    sp = supervisor_factory(write_config(tmp_path, job()))
+    j = wait_for(lambda: (x := sp.job("cp"))["spare"].get("state") == "ready" and (x["iteration"] or 0) >= 3 and x,
+                 180, what="training with a ready spare")
+    spare_pid = j["spare"]["pid"]
+    assert j["spare"]["rss_bytes"] > 50 * 2**20 and spare_pid != j["pid"]
+    assert "warm spare: ready" in sp.cli("status").stdout
+    old_pid, old_run = j["pid"], j["run_dir"]
+    os.kill(old_pid, signal.SIGKILL)
+    t_kill = time.time()
+    tail = TensorBoardTail(Path(old_run))
+    tail.poll()
+    at_kill = tail.progress.last_step
+    j = wait_for(lambda: (x := sp.job("cp"))["pid"] not in (None, old_pid) and x, 30, interval=0.02, what="restart")
+    assert j["pid"] == spare_pid  # the spare became the trainer
+    started = events(sp, "started")[-1]
+    assert started["warm_spare"] is True and started["reason"] == "killed by signal 9 (SIGKILL)"
+    # the newest resume point is the snapshot of the last finished iteration, not model_<save_interval k>.pt
+    assert "isaacd_snapshot_" in started["resume_from"]["path"] and started["resume_from"]["iteration"] >= at_kill - 1
+    assert [e for e in events(sp, "restart_scheduled")][-1]["delay_seconds"] == 0.0  # the first restart: at once
+    wait_for(lambda: (x := sp.job("cp"))["run_dir"] not in (None, old_run) and x["state"] == "running", 60,
+             interval=0.05, what="training again")
+    took = time.time() - t_kill
+    assert took < 30, took
+    # a new spare behind the new trainer; kill it: it is replaced, the job is untouched
+    j = wait_for(lambda: (x := sp.job("cp"))["spare"].get("state") == "ready" and x, 180, what="a new spare")
+    second, trainer = j["spare"]["pid"], j["pid"]
+    os.kill(second, signal.SIGKILL)
+    wait_for(lambda: events(sp, "spare_exited"), 10, what="the dead spare noticed")
+    j = wait_for(lambda: (x := sp.job("cp"))["spare"].get("state") == "ready" and x["spare"]["pid"] != second and x,
+                 180, what="the dead spare replaced")
+    assert j["pid"] == trainer and j["state"] == "running" and j["restarts"] == 1
+
+
+def test_operator_stop_leaves_no_spare(tmp_path, supervisor_factory):
+    sp = supervisor_factory(write_config(tmp_path, job()))
+    j = wait_for(lambda: (x := sp.job("cp"))["spare"].get("state") == "ready" and x, 180, what="a ready spare")
+    spare_pid = j["spare"]["pid"]
+    sp.cli("stop", "cp")
+    wait_for(lambda: sp.job("cp")["state"] == "stopped", 60, what="stopped")
+    wait_for(lambda: not alive(spare_pid), 10, what="the spare gone")
+    assert sp.job("cp")["spare"]["state"] in ("none", "off")
+    assert not list((tmp_path / "state" / "spare" / "cp").glob("*.fifo"))
+
+
+def test_spare_off_where_it_does_not_fit_says_why(tmp_path, supervisor_factory):
+    sp = supervisor_factory(write_config(tmp_path, job(shim=False, snapshot_every=0)))
+    j = wait_for(lambda: (x := sp.job("cp"))["state"] == "running" and x, 120, what="running")
+    assert j["spare"] == {"state": "off", "reason": "the launcher shim is off (shim = false) or the trainer is not rsl_rl"}
