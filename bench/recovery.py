@@ -57,11 +57,12 @@ SETUPS = {
 }
 
 
-def run_setup(name: str, over: dict, kills: int, rng: random.Random, save_interval: int, num_envs: int) -> dict:
+def run_setup(name: str, over: dict, kills: int, rng: random.Random, save_interval: int, num_envs: int,
+              device: str, steps: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="isaacd-bench-") as tmp:
         cfg = write_config(Path(tmp), builtin_job("bench", max_iterations=100000, save_interval=save_interval,
-                                                  num_envs=num_envs, extra_args=["agent.num_steps_per_env=8"],
-                                                  **over))
+                                                  num_envs=num_envs, device=device,
+                                                  extra_args=[f"agent.num_steps_per_env={steps}"], **over))
         sp = SupervisorProc(cfg).start()
         t_start = time.time()
         out: dict = {"rows": [], "spare": None}
@@ -119,20 +120,22 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--save-interval", type=int, default=20)
     ap.add_argument("--num-envs", type=int, default=64)
+    ap.add_argument("--device", default="cpu", help="e.g. cuda:0 on a GPU host")
+    ap.add_argument("--steps", type=int, default=8, help="agent.num_steps_per_env (rsl_rl's default is 24)")
     ap.add_argument("--setups", default=",".join(SETUPS), help="comma-separated, of: " + ", ".join(SETUPS))
     args = ap.parse_args()
     kills = 2 if args.quick else args.kills
     results = {}
     for name in args.setups.split(","):
         results[name] = run_setup(name, SETUPS[name], kills, random.Random(args.seed), args.save_interval,
-                                  args.num_envs)
+                                  args.num_envs, args.device, args.steps)
 
     def med(rows: list[dict], key: str) -> float:
         return statistics.median(r[key] for r in rows)
 
     print()
-    print(f"isaacd crash recovery, {kills} x kill -9 per setup of the built-in trainer (CPU, {args.num_envs} envs, "
-          f"save_interval {args.save_interval}, 8 steps per env); medians (max)")
+    print(f"isaacd crash recovery, {kills} x kill -9 per setup of the built-in trainer ({args.device}, "
+          f"{args.num_envs} envs, save_interval {args.save_interval}, {args.steps} steps per env); medians (max)")
     print(f"{'setup':<18} {'kill->new pid':>14} {'start-up':>10} {'kill->training':>15} {'lost it':>9} "
           f"{'it/s':>7} {'it/s ratio':>10}")
     base = next(iter(results.values())).get("throughput") or float("nan")
