@@ -49,8 +49,11 @@ def first(evs: list[dict], name: str) -> dict:
     return next(e for e in evs if e["event"] == name)
 
 
+DEVICE = "cpu"  # --device
+
+
 def job_argv(num_envs: int, iterations: int) -> list[str]:
-    return ["-m", "isaacd_trainer", "--task", "Isaacd-Cartpole-v0", "--device", "cpu", "--num_envs", str(num_envs),
+    return ["-m", "isaacd_trainer", "--task", "Isaacd-Cartpole-v0", "--device", DEVICE, "--num_envs", str(num_envs),
             "--max_iterations", str(iterations), "--seed", "1"]
 
 
@@ -105,7 +108,7 @@ def spare_start(tmp: Path, num_envs: int, preload: str) -> dict:
     os.mkfifo(fifo)
     sev, jev = d / "spare.jsonl", d / "job.jsonl"
     env = env_base()
-    env.update(ISAACD_SHIM_EVENTS=str(sev), ISAACD_SPARE_CONTROL=str(fifo), ISAACD_SPARE_DEVICE="cpu",
+    env.update(ISAACD_SHIM_EVENTS=str(sev), ISAACD_SPARE_CONTROL=str(fifo), ISAACD_SPARE_DEVICE=DEVICE,
                ISAACD_SPARE_PRELOAD=preload)
     p = subprocess.Popen([PY, SHIM, "--isaacd-spare"], cwd=d, env=env, stdout=subprocess.DEVNULL,
                          stderr=open(d / "spare.err", "w"))
@@ -142,7 +145,10 @@ def main() -> int:
     ap.add_argument("--starts", type=int, default=3, help="cold starts and spare go's each")
     ap.add_argument("--preload", default="isaacd_trainer.train_v2,isaacd_trainer.runtime")
     ap.add_argument("--skip-throughput", action="store_true")
+    ap.add_argument("--device", default="cpu", help="e.g. cuda:0 on a GPU host")
     args = ap.parse_args()
+    global DEVICE
+    DEVICE = args.device
     print(f"# {time.strftime('%Y-%m-%d %H:%M:%S')}  {os.cpu_count()} CPUs  python {sys.version.split()[0]}  "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(unset)')}", flush=True)
     with tempfile.TemporaryDirectory(prefix="isaacd-shim-bench-") as tmp_s:
