@@ -177,6 +177,9 @@ class JobConfig(_Model):
     # checkpoints, so a crash costs at most N iterations instead of up to save_interval.
     snapshot_every: Annotated[int, Field(ge=0)] = 1
     snapshot_min_seconds: Annotated[float, Field(ge=0)] = 0.0
+    # ...and only while snapshots cost at most this share of training time (copy + write, measured): a real task's
+    # ~1 s iterations get one every iteration; a toy at 0.1 s/iteration one every few. 0: no budget.
+    snapshot_budget: Annotated[float, Field(ge=0, le=1)] = 0.01
     restart: RestartPolicy = RestartPolicy()
     container: ContainerConfig = ContainerConfig()
     watchdogs: WatchdogsConfig = WatchdogsConfig()

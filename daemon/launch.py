@@ -89,4 +89,5 @@ def trainer_env(job: JobConfig, shim_events: Path | None = None, token: str | No
     if shim_events is not None:  # the shim's per-iteration snapshots (see JobConfig.snapshot_every)
         env["ISAACD_SNAPSHOT_EVERY"] = str(job.snapshot_every)
         env["ISAACD_SNAPSHOT_MIN_SECONDS"] = f"{job.snapshot_min_seconds:g}"
+        env["ISAACD_SNAPSHOT_BUDGET"] = f"{job.snapshot_budget:g}"
     return env

@@ -332,7 +332,8 @@ class JobRunner:
         """Give the attempt's command line to the ready spare; its handle, or None to start cold."""
         go = {"argv": program.go_argv(args), "cwd": str(spec.cwd),
               "env": {k: spec.env[k] for k in (launch.SHIM_EVENTS_ENV, "ISAACD_SNAPSHOT_EVERY",
-                                              "ISAACD_SNAPSHOT_MIN_SECONDS") if k in spec.env}}
+                                              "ISAACD_SNAPSHOT_MIN_SECONDS", "ISAACD_SNAPSHOT_BUDGET")
+                      if k in spec.env}}
         taken = self.spares.take(go)
         if taken is None:
             return None

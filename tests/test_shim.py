@@ -39,6 +39,7 @@ def events(path: Path) -> list[dict]:
 def shim_env(ev: Path, **extra: str) -> dict:
     env = trainer_env()
     env["ISAACD_SHIM_EVENTS"] = str(ev)
+    env["ISAACD_SNAPSHOT_BUDGET"] = "0"  # a snapshot every iteration, however fast the toy iterations (see budget test)
     env.update(extra)
     return env
 

@@ -104,7 +104,8 @@ def test_a_snapshot_every_iteration_is_the_runners_own_save_and_loads(tmp_path):
     ({"ISAACD_SNAPSHOT_EVERY": "3"}, [0, 3, 6]),
     ({"ISAACD_SNAPSHOT_EVERY": "0"}, []),
     ({"ISAACD_SNAPSHOT_MIN_SECONDS": "3600"}, [0]),
-], ids=["every-3", "off", "min-seconds"])
+    ({"ISAACD_SNAPSHOT_BUDGET": "1e-9"}, [0]),  # no training time covers a snapshot's cost: only the first
+], ids=["every-3", "off", "min-seconds", "budget"])
 def test_every_min_seconds_and_off(tmp_path, env, expected):
     ev = tmp_path / "ev.jsonl"
     r = run([PY, SHIM] + V23[1:] + QUICK + ["--max_iterations", "9"], tmp_path,

@@ -50,7 +50,9 @@ Per-iteration snapshots (rank 0 only; the run dir must exist and rsl_rl's log wr
   trainer computes changes (no RNG use, no tensor or optimiser state touched).
 * Env: ``ISAACD_SNAPSHOT_EVERY`` (default 1: iterations N with N % EVERY == 0; 0 disables),
   ``ISAACD_SNAPSHOT_MIN_SECONDS`` (default 0: at most one snapshot per that many seconds),
-  ``ISAACD_SNAPSHOT_KEEP`` (default 2, at least 1).
+  ``ISAACD_SNAPSHOT_KEEP`` (default 2, at least 1), ``ISAACD_SNAPSHOT_BUDGET`` (default 0.01: a snapshot is taken only
+  when the training time since the last one, times this share, covers the last one's cost: copy + write wall + writer
+  CPU; 0 disables the budget).
 * Events: ``snapshot_saved`` (``path``, ``iteration``, ``copy_seconds``, ``write_seconds``, ``write_cpu_seconds``:
   the writer thread's CPU time, ``bytes``) once the
   file is in place and pruning is done; ``snapshot_skipped`` (``iteration``, ``reason``, ``skipped``: the count
@@ -363,6 +365,7 @@ class _SnapshotWriter:
         self.cv = threading.Condition()
         self.job = None
         self.busy = False
+        self.last_cost: float | None = None  # wall + CPU seconds of the last write (the snapshot budget's input)
         threading.Thread(target=self._run, name="isaacd-snapshot-writer", daemon=True).start()
 
     def submit(self, job: dict) -> None:
@@ -414,6 +417,7 @@ class _SnapshotWriter:
             pass
         size = os.path.getsize(path)
         write_seconds = time.perf_counter() - t0
+        self.last_cost = write_seconds + (time.thread_time() - c0)
         _prune_snapshots(d, keep, iteration)
         emit("snapshot_saved", path=path, iteration=iteration, copy_seconds=round(copy_seconds, 6),
              write_seconds=round(write_seconds, 6), write_cpu_seconds=round(time.thread_time() - c0, 6), bytes=size)
@@ -444,6 +448,13 @@ class _Snapshots:
         self.every = _env_number("ISAACD_SNAPSHOT_EVERY", 1)
         self.min_seconds = _env_number("ISAACD_SNAPSHOT_MIN_SECONDS", 0.0, float)
         self.keep = max(_env_number("ISAACD_SNAPSHOT_KEEP", 2), 1)
+        # At most this share of training time goes to snapshots: the last snapshot's cost (copy on this thread,
+        # the writer's wall and CPU time, which contends for the GIL) must be covered by budget x the training
+        # time since it. Cheap snapshots of slow iterations (a real task: ~1 s per iteration) go every
+        # iteration; a toy task at 0.1 s per iteration gets one every few iterations instead of losing 10 %.
+        self.budget = _env_number("ISAACD_SNAPSHOT_BUDGET", 0.01, float)
+        self.cost = 0.0
+        self.last_copy = 0.0
         self.last: float | None = None
         self.skipped = 0
         self.off = self.every <= 0 or _rank() != 0
@@ -458,6 +469,10 @@ class _Snapshots:
         if self.min_seconds and self.last is not None and now - self.last < self.min_seconds:
             return
         w = _Snapshots.writer
+        if w is not None and w.last_cost is not None:
+            self.cost = w.last_cost + self.last_copy
+        if self.budget > 0 and self.last is not None and (now - self.last) * self.budget < self.cost:
+            return
         if w is not None and w.busy:
             self.skipped += 1
             if self.skipped == 1 or self.skipped % 100 == 0:
@@ -476,7 +491,7 @@ class _Snapshots:
         if isinstance(obj, dict) and obj.get("iter", n) != n:
             obj["iter"] = n
         copy_seconds = time.perf_counter() - t0
-        self.last = now
+        self.last, self.last_copy = now, copy_seconds
         if w is None:
             w = _Snapshots.writer = _SnapshotWriter(torch.save)
         w.submit({"obj": obj, "path": os.path.join(log_dir, snapshot_name(n)), "iteration": n,
