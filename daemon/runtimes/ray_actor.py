@@ -74,14 +74,17 @@ class TrainerActor:
         self.shim_path: Path | None = None
         self.started_at = time.time()
         self.gpu_ids: list[str] = []
+        self.node_id = ""
         try:
             import ray
 
+            if not ray.is_initialized():  # outside a Ray worker (unit use): asking would start a local Ray
+                return
             ctx = ray.get_runtime_context()
             self.node_id = ctx.get_node_id()
             self.gpu_ids = [str(g) for g in ctx.get_accelerator_ids().get("GPU", [])]
-        except Exception:  # noqa: BLE001 - outside Ray (unit use)
-            self.node_id = ""
+        except Exception:  # noqa: BLE001 - no Ray here
+            pass
 
     # ---- the launch ---------------------------------------------------------------------
     def launch(self, argv: list[str], env: dict[str, str], cwd: str, log_root: str, marker: str,
