@@ -11,7 +11,7 @@ workers with one logical GPU each, the GCS health check at 0.5 s x 3 like the te
    timed from the kill to: the supervisor records the exit as node_lost ("detected"), the next attempt's
    trainer has a pid on worker B ("trainer started"), and a new TensorBoard iteration on B ("training").
    Then worker A is started again (`ray start`) and uncordoned (`isaacd uncordon`), and the next run kills B.
-2. Tick cost: --jobs jobs whose trainer is `sleep` (no GPU, 0.05 CPU each) all placed on the cluster; the
+2. Tick cost: --jobs jobs whose trainer is `sleep` (via sh -c, which ignores the trainer flags) (no GPU, 0.05 CPU each) all placed on the cluster; the
    supervisor's CPU over --window s: the whole process (utime+stime; includes the Ray worker thread and Ray's
    own threads in the process) and its main (tick) thread (schedstat), per tick (tick_interval 0.2 s).
    Same figures for the same jobs on the process runtime, for comparison.
@@ -51,6 +51,7 @@ def main_thread_s(pid: int) -> float:
 
 
 def node_loss(cluster: Cluster, work: Path, runs: int) -> list[dict[str, float]]:
+    work.mkdir(parents=True, exist_ok=True)
     cfg = write_config(work, builtin_job("cp", runtime="ray", num_envs=32, max_iterations=100000, save_interval=5,
                                          stop_timeout=5.0, ray={"num_gpus": 1, "num_cpus": 1}),
                        extra=f'\n[ray]\naddress = "{cluster.address}"\n')
@@ -93,7 +94,7 @@ def tick_cost(cluster: Cluster, work: Path, n: int, window: float, runtime: str)
         [[jobs]]
         name = "s{i}"
         runtime = "{runtime}"
-        command = ["sleep", "3600"]
+        command = ["sh", "-c", "exec sleep 3600", "sleep"]  # the flags isaacd appends are ignored
         stop_timeout = 2.0
         [jobs.ray]
         num_gpus = 0

@@ -53,6 +53,15 @@ def _procs_under(*markers: str) -> list[int]:
         children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(e.name))
         if any(m in cmd for m in markers):
             roots.append(int(e.name))
+    mine, p = set(), os.getpid()  # never this process or its ancestors (a shell whose command names the dir)
+    while p > 1:
+        mine.add(p)
+        try:
+            st = Path(f"/proc/{p}/stat").read_text()
+        except OSError:
+            break
+        p = int(st[st.rindex(")") + 2:].split()[1])
+    roots = [r for r in roots if r not in mine]
     out, todo = set(), list(roots)
     while todo:
         p = todo.pop()

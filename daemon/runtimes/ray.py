@@ -267,12 +267,24 @@ class RayRuntime:
         busy = "; ".join(f"{n.name} ({_short(demand, free(n))})" for n in cands)
         return None, f"waiting for room: every node that fits is busy: {busy}"
 
+    def _write_marker(self, marker: Path) -> None:
+        """This supervisor's value in the log_root, replaced atomically (actors on other nodes read it while
+        other jobs are placed: they must never see it half-written)."""
+        try:
+            if marker.read_text().strip() == self._nonce:
+                return
+        except OSError:
+            pass
+        tmp = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
+        tmp.write_text(self._nonce + "\n")
+        os.replace(tmp, marker)
+
     def _place(self, att: _Att) -> None:
         if att.slot.cancel is not None:
             self._end(att, ExitStatus(signal=att.slot.cancel, detail="stopped before Ray placed it"))
             return
         try:
-            ray = self._connect()
+            self._connect()
             node, waiting = self._choose(att)
         except Exception as exc:  # noqa: BLE001 - the cluster is unreachable: wait, say why, try again
             node, waiting = None, self.connect_error or f"Ray cluster unreachable: {exc}"
@@ -284,7 +296,7 @@ class RayRuntime:
         marker = att.job.log_root / MARKER_NAME
         try:
             att.job.log_root.mkdir(parents=True, exist_ok=True)
-            marker.write_text(self._nonce + "\n")
+            self._write_marker(marker)
         except OSError as exc:
             self._end(att, ExitStatus(start_failed=True, detail=f"cannot write the storage marker {marker}: "
                                                                 f"{exc.strerror or exc}"))
@@ -312,7 +324,6 @@ class RayRuntime:
             node.avail[k] = node.avail.get(k, 0.0) - v
         att.slot.record({}, {"node": node.name, "node_id": node.node_id})
         log.info("ray_job_placed", job=att.job.name, node=node.name, node_id=node.node_id, actor=att.name)
-        _ = ray
 
     # ---- observation (worker) -------------------------------------------------------------
     def _observe_all(self) -> None:
@@ -594,19 +605,24 @@ class RayRuntime:
         with self._lock:
             atts = list(self._atts.values())
         for a in atts:
-            if a.phase in ("launching", "running") and a.node:
-                jobs_on.setdefault(a.node, []).append(a.job.name)
+            if a.phase in ("launching", "running") and a.node_id:
+                jobs_on.setdefault(a.node_id, []).append(a.job.name)
             elif a.phase in ("waiting", "placing") and a.waiting:
                 waiting.append({"job": a.job.name, "reason": a.waiting})
         nodes = []
+        alive_names = {n.name for n in self._nodes.values() if n.alive}
+        shown: set[str] = set()
         for n in sorted(self._nodes.values(), key=lambda v: (not v.alive, v.name)):
+            if not n.alive and n.name in alive_names | shown:
+                continue  # an earlier incarnation of a node that is back (or listed once already)
+            shown.add(n.name)
             nodes.append({"name": n.name, "node_id": n.node_id, "alive": n.alive, "address": n.address,
                           "labels": {k: v for k, v in n.labels.items() if not k.startswith("ray.io/")},
                           "total": {k: v for k, v in n.total.items() if not k.startswith("node:")
                                     and k != "object_store_memory"},
                           "available": {k: v for k, v in n.avail.items() if not k.startswith("node:")
                                         and k != "object_store_memory"},
-                          "cordoned": cordoned.get(n.name), "jobs": sorted(jobs_on.get(n.name, []))})
+                          "cordoned": cordoned.get(n.name), "jobs": sorted(jobs_on.get(n.node_id, []))})
         known = {n["name"] for n in nodes}
         for name, c in sorted(cordoned.items()):
             if name not in known:
