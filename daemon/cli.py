@@ -169,6 +169,29 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return run_doctor(cfg, as_json=args.json)
 
 
+def cmd_nodes(args: argparse.Namespace) -> int:
+    from .render import format_nodes
+
+    res = Client(args)({"cmd": "nodes"})
+    print(json.dumps(res, indent=2, default=str) if args.json else format_nodes(res))
+    return 0
+
+
+def cmd_cordon(args: argparse.Namespace) -> int:
+    req: dict[str, Any] = {"cmd": args.command, "node": args.node}
+    if args.command == "cordon" and args.reason:
+        req["reason"] = args.reason
+    print(Client(args)(req))
+    return 0
+
+
+def cmd_agent(args: argparse.Namespace) -> int:
+    from .agent import run_agent
+
+    cfg, _ = _load(args.config)
+    return run_agent(cfg, node=args.node, listen=args.listen, health_file=args.health_file)
+
+
 def cmd_install_units(args: argparse.Namespace) -> int:
     from .units import install_units
 
@@ -220,6 +243,18 @@ _COMMANDS: list[tuple[str, str, str]] = [
     ("doctor", "check this host for what isaacd and Isaac Lab need",
      "Check the driver, NVML, CDI spec, Podman/Quadlet, shared memory, disk space and listeners for the "
      "config's jobs; exit 1 if a check fails."),
+    ("nodes", "the Ray cluster's nodes: resources, jobs, cordons",
+     "For runtime = \"ray\": every node of the cluster with its free GPUs/CPUs, the jobs placed on it, whether "
+     "isaacd avoids it (cordoned: lost, GPU reset, log_root not shared, or by an operator) and jobs waiting for room."),
+    ("cordon", "stop placing jobs on a Ray node",
+     "No new attempt is placed on NODE until `isaacd uncordon NODE`; trainers running there keep running."),
+    ("uncordon", "place jobs on a Ray node again",
+     "Clear a cordon: a node isaacd avoided (node lost, GPU reset-class XID, log_root not shared, operator) "
+     "takes jobs again."),
+    ("agent", "GPU sampler and /metrics on a Ray node (no jobs)",
+     "Run on every Ray node: samples its GPUs (NVML), serves /metrics, and on a reset-class XID marks the GPU "
+     "unhealthy in [ray] health_file, which the job's actor on this node reads: the job moves to another node "
+     "and this one is cordoned."),
     ("install-units", "install the systemd unit and an example config",
      "Install the supervisor's systemd unit and, when missing, an example /etc/isaacd/isaacd.toml."),
 ]
@@ -254,6 +289,21 @@ def _add_arguments(name: str, s: argparse.ArgumentParser) -> Callable[[argparse.
     if name == "doctor":
         s.add_argument("--json", action="store_true", help="the checks as JSON, for scripts")
         return cmd_doctor
+    if name == "nodes":
+        s.add_argument("--json", action="store_true", help="the nodes as JSON, for scripts")
+        return cmd_nodes
+    if name in ("cordon", "uncordon"):
+        s.add_argument("node", help="the node's name, as `isaacd nodes` shows it")
+        if name == "cordon":
+            s.add_argument("--reason", default=None, help="why (shown by `isaacd nodes`)")
+        return cmd_cordon
+    if name == "agent":
+        s.add_argument("--node", default=None, help="this node's name in metrics (default: the hostname)")
+        s.add_argument("--listen", default=None, metavar="HOST:PORT",
+                       help="where /metrics is served (default: [metrics] listen)")
+        s.add_argument("--health-file", default=None, metavar="PATH",
+                       help="where unhealthy GPUs are written (default: [ray] health_file)")
+        return cmd_agent
     s.add_argument("--prefix", default="/", help="root to install into (for packaging)")
     s.add_argument("--bin", default=None, help="path of the isaacd executable for ExecStart")
     return cmd_install_units

@@ -127,9 +127,86 @@ class ContainerConfig(_Model):
     user: str | None = None
 
 
+MEMORY_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?$", re.IGNORECASE)
+RAY_LABEL_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+def memory_bytes(text: str) -> int:
+    """ "16g", "512m", "1.5GiB", "1000000" -> bytes (binary units)."""
+    m = MEMORY_RE.fullmatch(text.strip())
+    if not m:
+        raise ValueError(f'"{text}" is not a size: use bytes or a number with k, m, g or t, e.g. "16g"')
+    return int(float(m.group(1)) * 1024 ** " kmgt".index(m.group(2).lower() or " "))
+
+
+class RayConfig(_Model):
+    """[ray]: the Ray cluster jobs with runtime = "ray" are placed on (see README "From one host to several")."""
+
+    # "auto" (the cluster this host's `ray start` joined), "host:port" of the head's GCS, or "ray://host:10001"
+    address: str = "auto"
+    namespace: str = "isaacd"
+    # how long the supervisor waits for the cluster at start (adoption); ticks never wait for Ray
+    connect_timeout: Annotated[float, Field(gt=0, le=600)] = 30.0
+    # the node label that names a node in `isaacd nodes`, status and metrics (else its hostname)
+    node_label: str = "isaacd/node"
+    # where `isaacd agent` on each node writes the node's GPU health (reset-class XIDs); the trainer's actor
+    # reads it on its node: a GPU reported unhealthy there stops the job, and the node is avoided (cordoned)
+    health_file: Path = Path("/run/isaacd/agent-health.json")
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        if v != "auto" and not re.fullmatch(r"(ray://)?[A-Za-z0-9_.\-\[\]:]+:\d{1,5}", v):
+            raise ValueError('must be "auto", "host:port" of the Ray head (GCS, default port 6379) or '
+                             '"ray://host:10001"')
+        return v
+
+    @field_validator("health_file", mode="before")
+    @classmethod
+    def _path(cls, v: Any) -> Any:
+        return Path(v) if isinstance(v, str) else v
+
+
+class RayJobConfig(_Model):
+    """[jobs.ray]: what one attempt of a runtime = "ray" job asks the cluster for."""
+
+    num_gpus: Annotated[float, Field(ge=0)] = 1.0
+    num_cpus: Annotated[float, Field(ge=0)] = 1.0
+    memory: str | None = None  # "32g": Ray's memory resource (scheduling only, not a cgroup limit)
+    resources: dict[str, Annotated[float, Field(ge=0)]] = {}  # custom Ray resources, e.g. {"A100" = 1}
+    labels: dict[str, str] = {}  # the node must carry these labels (`ray start --labels k=v`)
+    nodes: list[str] = []  # only these nodes (by name, see [ray] node_label); [] = any node that fits
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, v: str | None) -> str | None:
+        if v is not None:
+            memory_bytes(v)
+        return v
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        for k in v:
+            if not RAY_LABEL_KEY_RE.fullmatch(k):
+                raise ValueError(f'"{k}" is not a Ray node label key (e.g. "gpu-type" or "example.com/zone")')
+        return v
+
+    @property
+    def memory_bytes(self) -> int | None:
+        return memory_bytes(self.memory) if self.memory else None
+
+    def demand(self) -> dict[str, float]:
+        """The Ray resources one attempt needs, as Ray names them."""
+        d = {"CPU": self.num_cpus, "GPU": self.num_gpus, **self.resources}
+        if self.memory_bytes:
+            d["memory"] = float(self.memory_bytes)
+        return {k: v for k, v in d.items() if v}
+
+
 class JobConfig(_Model):
     name: str
-    runtime: Literal["process", "podman", "systemd"] = "process"
+    runtime: Literal["process", "podman", "systemd", "ray"] = "process"
     # The trainer contract (daemon/workflows/): "builtin" is isaacd's own Isaac Lab-faithful trainer;
     # "rsl_rl", "rl_games", "skrl" are Isaac Lab's train scripts for those libraries.
     workflow: Literal["builtin", "rsl_rl", "rl_games", "skrl"] = "builtin"
@@ -182,6 +259,7 @@ class JobConfig(_Model):
     snapshot_budget: Annotated[float, Field(ge=0, le=1)] = 0.01
     restart: RestartPolicy = RestartPolicy()
     container: ContainerConfig = ContainerConfig()
+    ray: RayJobConfig = RayJobConfig()  # runtime = "ray": resources and node choice
     watchdogs: WatchdogsConfig = WatchdogsConfig()
 
     @field_validator("name")
@@ -249,11 +327,25 @@ class JobConfig(_Model):
     def experiment_name(self) -> str:
         return self.experiment or self.name
 
+    @property
+    def in_container(self) -> bool:
+        """The trainer runs in a container (paths inside it differ from the host's). Ray trainers run as
+        processes on their node, where log_root and the venv are at the same paths as here."""
+        return self.runtime in ("podman", "systemd")
+
+    @model_validator(mode="after")
+    def _ray_gpus(self) -> "JobConfig":
+        if self.runtime == "ray" and self.gpus:
+            raise ValueError('runtime = "ray": Ray picks the GPUs on the node it places the job on; remove gpus '
+                             'and ask for a count in [jobs.ray] num_gpus (device = "cuda" uses them)')
+        return self
+
 
 class Config(_Model):
     supervisor: SupervisorConfig = SupervisorConfig()
     metrics: MetricsConfig = MetricsConfig()
     gpu: GpuConfig = GpuConfig()
+    ray: RayConfig | None = None
     jobs: list[JobConfig] = []
 
     @model_validator(mode="after")
@@ -276,6 +368,14 @@ class Config(_Model):
         problems += [c.message(self.jobs) for c in gpu_conflicts(self.jobs)]
         if problems:
             raise ValueError("\n".join(problems))
+        return self
+
+    @model_validator(mode="after")
+    def _ray_section(self) -> "Config":
+        users = [f'jobs[{i}] (name = "{j.name}")' for i, j in enumerate(self.jobs) if j.runtime == "ray"]
+        if users and self.ray is None:
+            raise ValueError(f'{", ".join(users)}: runtime = "ray" needs a [ray] section with the cluster\'s '
+                             'address (address = "auto" when this host joined it with `ray start`)')
         return self
 
     def job(self, name: str) -> JobConfig | None:
@@ -362,7 +462,8 @@ def _resolve_paths(cfg: Config, base: Path) -> Config:
                                             "control_socket": rel(cfg.supervisor.control_socket)})
     gpu = cfg.gpu.model_copy(update={"script": rel(cfg.gpu.script)}) if cfg.gpu.script else cfg.gpu
     jobs = [j.model_copy(update={"log_root": rel(j.log_root)}) for j in cfg.jobs]
-    return cfg.model_copy(update={"supervisor": sup, "gpu": gpu, "jobs": jobs})
+    ray = cfg.ray.model_copy(update={"health_file": rel(cfg.ray.health_file)}) if cfg.ray else None
+    return cfg.model_copy(update={"supervisor": sup, "gpu": gpu, "jobs": jobs, "ray": ray})
 
 
 def parse_config(text: str, source: str, base_dir: Path) -> Config:

@@ -74,10 +74,36 @@ def dispatch(sup: "Supervisor", req: Any) -> Any:
         return sup.command(cmd, job)
     if cmd == "reload":
         return sup.reload()
+    if cmd in ("nodes", "cordon", "uncordon"):
+        return _ray_request(sup, cmd, req)
     if cmd == "ping":
         return {"pid": os.getpid()}
     raise RequestError(f"unknown command {json.dumps(cmd)}; commands: status, events, stop, start, restart, "
-                       "reload, ping")
+                       "reload, ping, nodes, cordon, uncordon")
+
+
+def _ray_request(sup: "Supervisor", cmd: str, req: dict[str, Any]) -> Any:
+    """The Ray cluster's nodes and the cordons (runtimes/ray.py): cached data, never a wait on Ray."""
+    if getattr(sup.config, "ray", None) is None:
+        raise RequestError("this supervisor has no [ray] section in its config: there are no nodes to show")
+    with sup.lock:
+        rt = sup.runtime("ray")
+    if cmd == "nodes":
+        if not rt.nodes_status()["nodes"]:
+            rt.refresh_for_operator()  # nothing listed yet (no job placed): ask, answer with what is known
+        return rt.nodes_status()
+    node = req.get("node")
+    if not isinstance(node, str) or not node:
+        raise RequestError("missing field 'node' (a node name, as `isaacd nodes` shows it)")
+    if cmd == "uncordon":
+        if not rt.cordons.remove(node):
+            cordoned = ", ".join(rt.cordons.get()) or "none"
+            raise RequestError(f"node {node!r} is not cordoned (cordoned: {cordoned})")
+        return f"{node} uncordoned: jobs may be placed there again"
+    reason = req.get("reason") or "operator (isaacd cordon)"
+    if not rt.cordons.add(node, str(reason)):
+        return f"{node} was already cordoned"
+    return f"{node} cordoned: no new attempt is placed there (running ones stay) until `isaacd uncordon {node}`"
 
 
 def _error_text(exc: Exception) -> str:

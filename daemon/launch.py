@@ -61,8 +61,9 @@ def container_workdir(job: JobConfig) -> str:
 def host_path(job: JobConfig, reported: str) -> Path:
     """A path the trainer reported (the shim's run dir) as the supervisor sees it."""
     p = Path(reported)
-    if job.runtime == "process":
-        # the cwd's logs/ is a link to log_root and os.path.abspath keeps the link's name
+    if not job.in_container:
+        # the cwd's logs/ is a link to log_root and os.path.abspath keeps the link's name (a ray trainer's
+        # node runs it in a workdir at the same path as here, linked to the same shared log_root)
         return p.resolve()
     inner = Path(container_workdir(job)) / "logs"
     try:

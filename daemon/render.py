@@ -87,7 +87,8 @@ def format_status(st: dict[str, Any], now: float | None = None,
         done = iterations_done(j)
         ck = j.get("checkpoint")
         ck_s = f"{ck['iteration']} ({age(ck['time'], now)} ago)" if ck else "-"
-        rows.append([j["name"], j["state"], j["runtime"], str(j["pid"] or "-"),
+        where = f"{j['runtime']}@{j['node']}" if j.get("node") else j["runtime"]  # ray: the node it runs on
+        rows.append([j["name"], j["state"], where, str(j["pid"] or "-"),
                      f"{'-' if done is None else done}/{j['max_iterations']}",
                      _num(j["mean_reward"]), _num(j["fps"], "{:.0f}"), ck_s, str(j["restarts"]),
                      age(j.get("started_at"), now)])
@@ -186,3 +187,31 @@ def format_events(events: list[dict[str, Any]]) -> str:
         detail = " ".join(f"{k}={_value(k, v)}" for k, v in rest.items() if v is not None)
         lines.append(f"{_clock(e['time'])}  {e['event']:<20} {detail}".rstrip())
     return "\n".join(lines) or "(no events)"
+
+
+def format_nodes(res: dict) -> str:
+    """`isaacd nodes`: the Ray cluster as the supervisor sees it, cordons and waiting jobs."""
+    lines = [f"ray cluster {res.get('address')}" + ("" if res.get("connected") else "  (not connected yet)")]
+    if res.get("error"):
+        lines.append(f"  ! {res['error']}")
+    rows = []
+    for n in res.get("nodes") or []:
+        state = "alive" if n.get("alive") else "lost"
+        if n.get("cordoned"):
+            state += ", cordoned"
+        total, avail = n.get("total") or {}, n.get("available") or {}
+        def res_s(k: str) -> str:
+            return f"{avail.get(k, 0):g}/{total[k]:g}" if k in total else "-"
+        rows.append([n["name"], state, res_s("GPU"), res_s("CPU"), ", ".join(n.get("jobs") or []) or "-",
+                     (n["node_id"] or "")[:12]])
+    header = ["NODE", "STATE", "GPU FREE", "CPU FREE", "JOBS", "NODE ID"]
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip())
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    for n in res.get("nodes") or []:
+        if n.get("cordoned"):
+            lines.append(f"  {n['name']}: cordoned: {n['cordoned'].get('reason')} (`isaacd uncordon {n['name']}` "
+                         "to place jobs there again)")
+    for w in res.get("waiting") or []:
+        lines.append(f"  {w['job']}: {w['reason']}")
+    return "\n".join(lines)

@@ -20,7 +20,7 @@ GOOD_JOB = '[[jobs]]\nname = "a"\n'
 BAD = [
     # (toml text, key path expected in the message, words expected in the message)
     ('[supervisor]\nbogus = 1\n', "supervisor.bogus", "unknown key; allowed keys here: control_socket"),
-    ('[supervisr]\n', "supervisr", "unknown key; allowed keys here: gpu, jobs, metrics, supervisor"),
+    ('[supervisr]\n', "supervisr", "unknown key; allowed keys here: gpu, jobs, metrics, ray, supervisor"),
     ('[supervisor]\nsocket_mode = "0666"\n', "supervisor.socket_mode", "other"),
     ('[supervisor]\nlog_level = "loud"\n', "supervisor.log_level", "'debug', 'info', 'warning' or 'error'"),
     ('[metrics]\nlisten = "9835"\n', "metrics.listen", "host:port"),
@@ -31,7 +31,7 @@ BAD = [
     ('[[jobs]]\nname = "a"\nmax_iterations = 1.5\n', 'jobs[0] (name = "a").max_iterations', "integer"),
     ('[[jobs]]\nname = "Bad Name"\n', 'jobs[0] (name = "Bad Name").name', "a-z"),
     ('[[jobs]]\nname = "a"\ndevice = "gpu0"\n', 'jobs[0] (name = "a").device', '"cpu", "cuda" or "cuda:N"'),
-    ('[[jobs]]\nname = "a"\nruntime = "docker"\n', 'jobs[0] (name = "a").runtime', "'process', 'podman' or 'systemd'"),
+    ('[[jobs]]\nname = "a"\nruntime = "docker"\n', 'jobs[0] (name = "a").runtime', "'process', 'podman', 'systemd' or 'ray'"),
     ('[[jobs]]\nname = "a"\nextra_args = ["--resume"]\n', 'jobs[0] (name = "a").extra_args', "set by isaacd"),
     ('[[jobs]]\nname = "a"\n[jobs.restart]\nmax_restart = 3\n', 'jobs[0] (name = "a").restart.max_restart',
      "allowed keys here: backoff_factor"),

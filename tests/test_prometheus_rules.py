@@ -93,7 +93,7 @@ def test_dashboard_shape():
     d = json.loads(DASHBOARD.read_text())
     assert d["uid"] == "isaacd" and d["schemaVersion"] >= 36
     names = [v["name"] for v in d["templating"]["list"]]
-    assert names == ["datasource", "instance", "job", "gpu"], "a data source, host, job and GPU selector"
+    assert names == ["datasource", "instance", "node", "job", "gpu"], "a data source, host, Ray node, job and GPU selector"
     panels = list(_panels(d["panels"]))
     ids = [p["id"] for p in panels]
     assert len(ids) == len(set(ids))

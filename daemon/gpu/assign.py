@@ -123,6 +123,8 @@ def _is_opaque(ref: str) -> bool:
 
 def claim_refs(job: JobConfig) -> tuple[str | None, tuple[str, ...]]:
     """(key, refs) of a job's claim from its config alone; see the module docstring."""
+    if job.runtime == "ray":
+        return None, ()  # the GPUs are on the Ray node the job is placed on, picked by Ray, not this host's
     if job.gpus == "all":
         return "gpus", ("all",)
     if job.gpus:

@@ -179,27 +179,32 @@ class IsaacdCollector(Collector):
         name = job.get("name")
         if not isinstance(name, str) or not name:
             raise ValueError(f"job without a name in status: {dict(job)!r:.200}")
-        f.add("isaacd_job_info", [name, str(job.get("runtime") or "")], 1)
+        # the node its trainer runs on (runtime = "ray"); "" otherwise, so every series of a metric has one label set.
+        # Only on gauges of the current attempt: counters and the checkpoint series stay per job, so a move to
+        # another node never looks like a counter reset.
+        node = str(job.get("node") or "")
+        f.add("isaacd_job_info", [name, str(job.get("runtime") or ""), node], 1)
         state = job.get("state")
         states = JOB_STATES if state in JOB_STATES or not isinstance(state, str) else JOB_STATES + (state,)
         for s in states:
             f.add("isaacd_job_state", [name, s], 1 if s == state else 0)
-        f.add("isaacd_job_iteration", [name], _num(job.get("iteration")))
+        f.add("isaacd_job_iteration", [name, node], _num(job.get("iteration")))
         f.add("isaacd_job_max_iterations", [name], _num(job.get("max_iterations")))
-        f.add("isaacd_job_mean_reward", [name], _num(job.get("mean_reward")))
-        f.add("isaacd_job_env_steps_per_second", [name], _num(job.get("fps")))
+        f.add("isaacd_job_mean_reward", [name, node], _num(job.get("mean_reward")))
+        f.add("isaacd_job_env_steps_per_second", [name, node], _num(job.get("fps")))
         scalars = job.get("scalars")
         if isinstance(scalars, Mapping):
             for tag, v in sorted(scalars.items()):
-                f.add("isaacd_job_scalar", [name, str(tag)], _num(v))
-        f.add("isaacd_job_last_progress_timestamp_seconds", [name], _num(job.get("last_progress_time")))
+                f.add("isaacd_job_scalar", [name, node, str(tag)], _num(v))
+        f.add("isaacd_job_last_progress_timestamp_seconds", [name, node], _num(job.get("last_progress_time")))
         ck = job.get("checkpoint")
         if isinstance(ck, Mapping):
             f.add("isaacd_job_checkpoint_iteration", [name], _num(ck.get("iteration")))
             f.add("isaacd_job_checkpoint_timestamp_seconds", [name], _num(ck.get("time")))
-        f.add("isaacd_job_start_time_seconds", [name], _num(job.get("started_at")))
+        f.add("isaacd_job_start_time_seconds", [name, node], _num(job.get("started_at")))
         by_reason = job.get("restarts_by_reason")
-        reasons: dict[str, float] = {r: 0.0 for r in RESTART_REASONS}
+        reasons: dict[str, float] = {r: 0.0 for r in RESTART_REASONS + (("node_lost",) if job.get("runtime") == "ray"
+                                                                         else ())}
         if isinstance(by_reason, Mapping):
             for r, n in by_reason.items():
                 if (v := _num(n)) is not None:

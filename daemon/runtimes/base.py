@@ -66,6 +66,9 @@ class ExitStatus:
     detail: str = ""
     # the launch itself failed after start() returned (podman create, unit start); detail says why
     start_failed: bool = False
+    # the machine the trainer ran on went away (ray: its raylet died, or its GPU reset); detail names it.
+    # The next attempt goes to another node, resuming from the newest complete checkpoint.
+    node_lost: bool = False
 
     @property
     def success(self) -> bool:
@@ -74,6 +77,8 @@ class ExitStatus:
     def describe(self) -> str:
         if self.oom_killed:
             return "OOM-killed"
+        if self.node_lost:
+            return "node lost" + (f": {self.detail}" if self.detail else "")
         if self.start_failed:
             return f"failed to start: {self.detail}"
         if self.external_stop:
@@ -93,6 +98,8 @@ class ExitStatus:
         """Low-cardinality label for metrics."""
         if self.oom_killed:
             return "oom"
+        if self.node_lost:
+            return "node_lost"
         if self.external_stop:
             return "operator"
         if self.signal is not None:
@@ -102,8 +109,11 @@ class ExitStatus:
         return "lost"
 
     def as_json(self) -> dict[str, Any]:
-        return {"code": self.code, "signal": self.signal, "oom_killed": self.oom_killed,
-                "external_stop": self.external_stop, "description": self.describe()}
+        out = {"code": self.code, "signal": self.signal, "oom_killed": self.oom_killed,
+               "external_stop": self.external_stop, "description": self.describe()}
+        if self.node_lost:  # only when set: histories stay as older isaacd wrote them
+            out["node_lost"] = True
+        return out
 
 
 @dataclass
@@ -173,4 +183,8 @@ def make_runtime(name: str, config: Config) -> Runtime:
         from .systemd import SystemdRuntime
 
         return SystemdRuntime(config)
+    if name == "ray":
+        from .ray import RayRuntime
+
+        return RayRuntime(config)
     raise ValueError(f"unknown runtime {name!r}")

@@ -36,7 +36,7 @@ class Resolved:
 def resolve(job: JobConfig) -> Resolved:
     gen = detect_generation(job)
     library = "rsl_rl" if job.workflow == "builtin" else job.workflow
-    in_container = job.runtime != "process"
+    in_container = job.in_container
     if library == "rsl_rl":
         flavour = None
         if job.workflow == "rsl_rl" and not in_container and gen.major < 3:

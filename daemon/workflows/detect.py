@@ -33,7 +33,7 @@ def parse_version(text: str, source: str) -> Generation:
 def isaaclab_dir(job: JobConfig) -> Path | None:
     if job.isaaclab_dir is not None:
         return job.isaaclab_dir
-    return CONTAINER_ISAACLAB_DIR if job.runtime != "process" else None
+    return CONTAINER_ISAACLAB_DIR if job.in_container else None
 
 
 def detect_generation(job: JobConfig) -> Generation:
@@ -41,7 +41,7 @@ def detect_generation(job: JobConfig) -> Generation:
         gen = parse_version(job.isaaclab_version, "isaaclab_version")
     elif job.workflow == "builtin":
         gen = Generation(2, 3, "the built-in trainer; isaaclab_version picks another generation")
-    elif job.runtime == "process":
+    elif not job.in_container:
         gen = _from_install(job)
     else:
         gen = _from_image(job.container.image)

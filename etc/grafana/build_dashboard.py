@@ -132,7 +132,11 @@ def build() -> dm.Dashboard:
                         .icon_color("rgba(0, 211, 255, 1)").type("dashboard"))
             .with_variable(db.DatasourceVariable("datasource").label("Prometheus").type("prometheus"))
             .with_variable(_var("instance", "Host", "label_values(isaacd_build_info, instance)"))
-            .with_variable(_var("job", "Job", 'label_values(isaacd_job_info{instance=~"$instance"}, job)'))
+            # Ray clusters: the node a job's trainer runs on (isaacd_job_info's node label; "" for one-host runtimes,
+            # which "All" = ".*" still matches); picking a node narrows the jobs
+            .with_variable(_var("node", "Node", 'label_values(isaacd_job_info{instance=~"$instance"}, node)'))
+            .with_variable(_var("job", "Job",
+                                'label_values(isaacd_job_info{instance=~"$instance",node=~"$node"}, job)'))
             .with_variable(_var("gpu", "GPU", 'label_values(isaacd_gpu_info{instance=~"$instance"}, gpu)')))
     L = Layout(dash)
     # ------------------------------------------------------------------ overview

@@ -1,0 +1,200 @@
+"""The code that runs on a Ray node: one detached actor per attempt, holding the job's resources, which
+starts the trainer as a child process there and answers the supervisor's questions about it.
+
+Stdlib only (plus `ray` for the node's identity): it is imported by the Ray worker process on the node,
+from the same venv path as on the head. Every method returns at once; the supervisor calls `status` about
+every tick and relays the trainer's output and the shim's side channel to the head's files.
+
+The trainer dies with the actor: it is started with PR_SET_PDEATHSIG = SIGKILL, so a raylet that dies
+(and takes its workers with it) or a `ray.kill` of the actor never leaves a trainer writing checkpoints
+into the shared log_root while the next attempt runs elsewhere.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+PR_SET_PDEATHSIG = 1
+CHUNK = 256 * 1024  # most output relayed per status call
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except OSError:
+        pass
+
+
+def _read_from(path: Path, offset: int, limit: int = CHUNK) -> tuple[bytes, int]:
+    """(bytes after offset, up to limit, and the file's size)."""
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if offset >= size:
+                return b"", size
+            fh.seek(offset)
+            return fh.read(limit), size
+    except OSError:
+        return b"", 0
+
+
+def _process_tree(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue
+        children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(entry.name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+class TrainerActor:
+    """Made a Ray actor by the supervisor (`ray.remote(TrainerActor).options(...)`)."""
+
+    def __init__(self, job: str, token: str, health_file: str = "") -> None:
+        self.job, self.token = job, token
+        self.health_file = Path(health_file) if health_file else None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.out_path: Path | None = None
+        self.shim_path: Path | None = None
+        self.started_at = time.time()
+        self.gpu_ids: list[str] = []
+        self.node_id = ""
+        try:
+            import ray
+
+            if not ray.is_initialized():  # outside a Ray worker (unit use): asking would start a local Ray
+                return
+            ctx = ray.get_runtime_context()
+            self.node_id = ctx.get_node_id()
+            self.gpu_ids = [str(g) for g in ctx.get_accelerator_ids().get("GPU", [])]
+        except Exception:  # noqa: BLE001 - no Ray here
+            pass
+
+    # ---- the launch ---------------------------------------------------------------------
+    def launch(self, argv: list[str], env: dict[str, str], cwd: str, log_root: str, marker: str,
+               nonce: str, work_dir: str) -> dict[str, Any]:
+        """Check the shared storage, start the trainer. Returns {"ok": True, pid, ...} or {"ok": False,
+        "error": ..., "kind": storage|workdir|spawn|gpu}."""
+        base = {"node_id": self.node_id, "hostname": os.uname().nodename, "gpu_ids": self.gpu_ids}
+        problem = self._storage_problem(log_root, marker, nonce)
+        if problem is not None:
+            return {**base, "ok": False, "kind": "storage", "error": problem}
+        bad = self.unhealthy_gpus()
+        if bad:
+            return {**base, "ok": False, "kind": "gpu", "error": f"GPU {', '.join(bad)} unhealthy on this node"}
+        try:
+            wd = Path(cwd)
+            wd.mkdir(parents=True, exist_ok=True)
+            link = wd / "logs"
+            if not (link.is_symlink() and os.readlink(link) == log_root):
+                if link.is_symlink():
+                    link.unlink()
+                link.symlink_to(log_root, target_is_directory=True)
+            own = Path(work_dir)
+            own.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            return {**base, "ok": False, "kind": "workdir",
+                    "error": f"cannot prepare the trainer's workdir {cwd} on this node: {exc.strerror or exc}"}
+        self.out_path, self.shim_path = own / "output.log", own / "shim.jsonl"
+        full_env = dict(os.environ)
+        full_env.update(env)
+        if "ISAACD_SHIM_EVENTS" in env:
+            full_env["ISAACD_SHIM_EVENTS"] = str(self.shim_path)
+        if self.gpu_ids:
+            full_env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpu_ids)
+        try:
+            with open(self.out_path, "ab", buffering=0) as out:
+                self.proc = subprocess.Popen(argv, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=out,
+                                             stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                                             preexec_fn=_die_with_parent)
+        except OSError as exc:
+            return {**base, "ok": False, "kind": "spawn", "error": f"cannot start {argv[0]}: {exc.strerror or exc}"}
+        return {**base, "ok": True, "pid": self.proc.pid}
+
+    @staticmethod
+    def _storage_problem(log_root: str, marker: str, nonce: str) -> str | None:
+        try:
+            seen = Path(marker).read_text().strip()
+        except FileNotFoundError:
+            return (f"log_root {log_root} is not shared with this node: the marker {marker} the supervisor wrote "
+                    f"is missing here. Mount the same volume at {log_root} on every node (NFS and the like)")
+        except OSError as exc:
+            return f"cannot read the storage marker {marker} on this node: {exc.strerror or exc}"
+        if seen != nonce:
+            return (f"log_root {log_root} on this node is another volume than the supervisor's (the marker {marker} "
+                    f"holds another value): mount the same shared volume at {log_root} on every node")
+        return None
+
+    # ---- observation --------------------------------------------------------------------
+    def status(self, out_offset: int, shim_offset: int) -> dict[str, Any]:
+        """The trainer's state and the output / shim events after the given offsets. Once it has ended, the
+        exit is reported only with the last of its output (`more` is False)."""
+        st: dict[str, Any] = {"node_id": self.node_id}
+        rc = self.proc.poll() if self.proc is not None else None
+        out, out_size = _read_from(self.out_path, out_offset) if self.out_path else (b"", 0)
+        shim, shim_size = _read_from(self.shim_path, shim_offset) if self.shim_path else (b"", 0)
+        st["out"], st["shim"] = out, shim
+        st["more"] = out_offset + len(out) < out_size or shim_offset + len(shim) < shim_size
+        st["unhealthy"] = self.unhealthy_gpus()
+        if self.proc is None:
+            st["state"] = "none"
+        elif rc is None:
+            st["state"] = "running"
+        else:
+            st["state"] = "exited"
+            st["code"], st["signal"] = (None, -rc) if rc < 0 else (rc, None)
+        return st
+
+    def unhealthy_gpus(self) -> list[str]:
+        """This actor's GPUs (Ray's ids) that `isaacd agent` on this node marked unhealthy (reset-class XID)."""
+        if self.health_file is None:
+            return []
+        try:
+            doc = json.loads(self.health_file.read_text())
+        except (OSError, ValueError):
+            return []
+        bad = {str(k): v for k, v in (doc.get("unhealthy") or {}).items()}
+        mine = self.gpu_ids or []
+        return [f"{g} ({bad[g]})" for g in mine if g in bad]
+
+    def pids(self) -> list[int]:
+        if self.proc is None or self.proc.poll() is not None:
+            return []
+        return _process_tree(self.proc.pid)
+
+    # ---- control ------------------------------------------------------------------------
+    def signal(self, sig: int) -> bool:
+        if self.proc is None or self.proc.poll() is not None:
+            return False
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def ping(self) -> dict[str, Any]:
+        return {"node_id": self.node_id, "job": self.job, "token": self.token,
+                "pid": self.proc.pid if self.proc else None}
+
+    def __del__(self) -> None:  # a graceful actor exit: take the trainer's whole group along
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass

@@ -1,0 +1,244 @@
+"""runtime = "ray" on a real three-node Ray cluster on this machine (issue 12).
+
+One head (no GPU: jobs never land there) and two workers with one logical GPU each (`--num-gpus 1`) and an
+`isaacd/node` label, every node with its own temp dir, started by `ray start` like an operator would. Faults
+enter through real processes only: the trainer is SIGKILLed by its pid, a node is lost by SIGKILLing its
+raylet by pid. CI-sized: the cluster is started once for the module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import builtin_job, wait_for, write_config
+
+ray = pytest.importorskip("ray", reason="ray is not installed in this venv (scripts/install.sh installs it)")
+
+BIN = Path(sys.executable).parent
+FAST_HEALTH = {  # the GCS declares a node dead ~1.5 s after its raylet stops answering (default ~15-30 s)
+    "RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "3",
+    "RAY_health_check_timeout_ms": "1000", "RAY_health_check_initial_delay_ms": "1000",
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _procs_under(*markers: str) -> list[int]:
+    """Pids whose command line names one of `markers` (a node's temp dir, the head's address), plus all their
+    descendants."""
+    roots, children = [], {}
+    for e in os.scandir("/proc"):
+        if not e.name.isdigit():
+            continue
+        try:
+            cmd = Path(e.path, "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            stat = Path(e.path, "stat").read_text()
+        except OSError:
+            continue
+        children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(e.name))
+        if any(m in cmd for m in markers):
+            roots.append(int(e.name))
+    mine, p = set(), os.getpid()  # never this process or its ancestors (a shell whose command names the dir)
+    while p > 1:
+        mine.add(p)
+        try:
+            st = Path(f"/proc/{p}/stat").read_text()
+        except OSError:
+            break
+        p = int(st[st.rindex(")") + 2:].split()[1])
+    roots = [r for r in roots if r not in mine]
+    out, todo = set(), list(roots)
+    while todo:
+        p = todo.pop()
+        if p not in out:
+            out.add(p)
+            todo.extend(children.get(p, []))
+    return sorted(out)
+
+
+def raylet_pid(node_dir: Path) -> int:
+    for e in os.scandir("/proc"):
+        if e.name.isdigit():
+            try:
+                cmd = Path(e.path, "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if cmd and cmd[0].endswith(b"/raylet") and any(str(node_dir).encode() in a for a in cmd):
+                return int(e.name)
+    raise AssertionError(f"no raylet under {node_dir}")
+
+
+class Cluster:
+    def __init__(self, root: Path):
+        self.root = root
+        self.port = _free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.dirs = {n: root / n for n in ("head", "w1", "w2")}
+        self.env = {**os.environ, **FAST_HEALTH, "RAY_USAGE_STATS_ENABLED": "0",
+                    "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
+
+    def _ray_start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        d = self.dirs[name]
+        d.mkdir(parents=True, exist_ok=True)
+        return subprocess.Popen([str(BIN / "ray"), "start", "--temp-dir", str(d), "--labels", f"isaacd/node={name}",
+                                 "--disable-usage-stats", *args], env=self.env, stdout=open(d / "start.log", "wb"),
+                                stderr=subprocess.STDOUT)
+
+    def start(self) -> "Cluster":
+        head = self._ray_start("head", "--head", "--port", str(self.port), "--num-cpus", "1", "--num-gpus", "0",
+                               "--include-dashboard", "false", "--ray-client-server-port", str(_free_port()))
+        assert head.wait(120) == 0, (self.dirs["head"] / "start.log").read_text()[-3000:]
+        workers = [self._ray_start(w, "--address", self.address, "--num-cpus", "2", "--num-gpus", "1")
+                   for w in ("w1", "w2")]
+        for w, p in zip(("w1", "w2"), workers):
+            assert p.wait(120) == 0, (self.dirs[w] / "start.log").read_text()[-3000:]
+        return self
+
+    def stop(self) -> None:
+        for name in ("w1", "w2", "head"):
+            # the head's client server names only the address
+            for pid in _procs_under(str(self.dirs[name]), *([f":{self.port} "] if name == "head" else [])):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    # short: Ray's Unix sockets live under the temp dir (AF_UNIX paths are at most 107 bytes)
+    root = Path(tempfile.mkdtemp(prefix="isaacd-ray-", dir="/tmp"))
+    c = Cluster(root)
+    try:
+        yield c.start()
+    finally:
+        c.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _config(tmp_path: Path, cluster: Cluster) -> Path:
+    job = builtin_job("cp", runtime="ray", num_envs=32, max_iterations=100000, save_interval=5, stop_timeout=5.0,
+                      ray={"num_gpus": 1, "num_cpus": 1},
+                      restart={"backoff_initial": 0.2, "backoff_max": 1.0})
+    return write_config(tmp_path, job, extra=f'\n[ray]\naddress = "{cluster.address}"\n')
+
+
+def test_ray_job_resumes_in_place_after_kill_and_on_another_node_after_node_loss(cluster, tmp_path,
+                                                                                  supervisor_factory):
+    sup = supervisor_factory(_config(tmp_path, cluster))
+    job = wait_for(lambda: (j := sup.job("cp"))["state"] == "running" and j["node"] and (j["iteration"] or 0) >= 3
+                   and j, 90, what="the job training on a worker node")
+    first = job["node"]
+    assert first in ("w1", "w2"), job  # the head has no GPU
+    assert "ray@" + first in sup.cli("status").stdout
+
+    # kill -9 of the trainer (on its node, by pid): resumed in place, from a checkpoint
+    os.kill(job["pid"], signal.SIGKILL)
+    again = wait_for(lambda: (j := sup.job("cp"))["restarts"] == 1 and j["state"] == "running"
+                     and j["pid"] not in (None, job["pid"]) and j, 60, what="the restart after kill -9")
+    assert again["node"] == first, again
+    assert again["restarts_by_reason"] == {"signal": 1}
+    assert again["resume_from"] is not None
+
+    # the node's raylet SIGKILLed: the job resumes on the other worker from its newest checkpoint
+    wait_for(lambda: (sup.job("cp")["checkpoint"] or {}).get("iteration", -1) > again["resume_from"]["iteration"],
+             60, what="a newer checkpoint on the first node")
+    before = sup.job("cp")["checkpoint"]["iteration"]
+    os.kill(raylet_pid(cluster.dirs[first]), signal.SIGKILL)
+    lost_at = time.monotonic()
+    moved = wait_for(lambda: (j := sup.job("cp"))["restarts"] == 2 and j["state"] == "running" and j["node"]
+                     and j, 60, what="the job running on another node")
+    took = time.monotonic() - lost_at
+    other = "w2" if first == "w1" else "w1"
+    assert moved["node"] == other, moved
+    assert moved["restarts_by_reason"] == {"signal": 1, "node_lost": 1}, moved
+    assert moved["last_restart_reason"].startswith(f"node lost: {first}"), moved
+    assert moved["resume_from"]["iteration"] >= before, (moved["resume_from"], before)
+    print(f"node lost -> training on {other} in {took:.1f} s")
+
+    exits = [e for e in sup.events("cp") if e["event"] == "exited"]
+    assert exits[-1].get("node_lost") is True and "node lost" in exits[-1]["description"], exits[-1]
+
+    # the lost node is cordoned (persisted) until an operator clears it
+    nodes = json.loads(sup.cli("nodes", "--json").stdout)
+    by_name = {n["name"]: n for n in nodes["nodes"]}
+    assert by_name[first]["cordoned"] and "node lost" in by_name[first]["cordoned"]["reason"]
+    assert by_name[other]["jobs"] == ["cp"] and not by_name[other]["cordoned"]
+    assert "cordoned" in sup.cli("nodes").stdout
+    assert json.loads((tmp_path / "state" / "ray" / "cordoned.json").read_text()).keys() == {first}
+    assert "uncordoned" in sup.cli("uncordon", first).stdout
+    res = sup.cli("uncordon", first, check=False)
+    assert res.returncode == 1 and "not cordoned" in res.stderr
+
+    # metrics: the current attempt's gauges carry the node
+    from isaacd.metrics import build_registry
+    from prometheus_client import generate_latest
+
+    text = generate_latest(build_registry(lambda: sup.status(), None, process_metrics=False)).decode()
+    assert f'isaacd_job_info{{job="cp",node="{other}",runtime="ray"}} 1.0' in text
+    assert 'isaacd_job_restarts_total{job="cp",reason="node_lost"} 1.0' in text
+
+
+def test_actor_refuses_a_log_root_that_is_not_shared(tmp_path):
+    """The storage check, where it runs (the actor's code on a node), without a cluster."""
+    from isaacd.runtimes.ray_actor import TrainerActor
+
+    a = TrainerActor("cp", "t")
+    root = tmp_path / "logs"
+    root.mkdir()
+    res = a.launch(["true"], {}, str(tmp_path / "wd"), str(root), str(root / ".isaacd-storage-check"), "n1",
+                   str(tmp_path / "own"))
+    assert not res["ok"] and res["kind"] == "storage" and "not shared with this node" in res["error"], res
+    (root / ".isaacd-storage-check").write_text("other\n")
+    res = a.launch(["true"], {}, str(tmp_path / "wd"), str(root), str(root / ".isaacd-storage-check"), "n1",
+                   str(tmp_path / "own"))
+    assert not res["ok"] and "another volume" in res["error"], res
+    (root / ".isaacd-storage-check").write_text("n1\n")
+    res = a.launch(["sh", "-c", "echo hello"], {}, str(tmp_path / "wd"), str(root),
+                   str(root / ".isaacd-storage-check"), "n1", str(tmp_path / "own"))
+    assert res["ok"], res
+    wait_for(lambda: a.status(0, 0)["state"] == "exited", 10, what="the trainer's exit")
+    st = a.status(0, 0)
+    assert st["code"] == 0 and st["out"] == b"hello\n" and not st["more"]
+    assert (tmp_path / "wd" / "logs").resolve() == root
+
+
+def test_agent_writes_reset_class_xids_to_the_node_health_file(tmp_path):
+    """`isaacd agent`'s side of the XID path: a scripted GPU reports XID 79 → the node's health file names it;
+    the actor on that node reads it (and the supervisor then cordons the node)."""
+    from isaacd.agent import Agent
+    from isaacd.config import parse_config
+    from isaacd.runtimes.ray_actor import TrainerActor
+
+    script = tmp_path / "gpus.json"
+    script.write_text(json.dumps({"gpus": 2, "events": [{"t": 0, "gpu": 1, "xid": 79}]}))
+    cfg = parse_config(f'[metrics]\nenabled = false\n[gpu]\nsource = "scripted"\nscript = "{script}"\n'
+                       f'sample_interval = 0.05\n[ray]\nhealth_file = "health.json"\n', "t", tmp_path)
+    agent = Agent(cfg, node="w1").start()
+    try:
+        got = wait_for(lambda: agent.check(), 10, what="the XID marking GPU 1 unhealthy")
+    finally:
+        agent.stop()
+    assert set(got) == {"1"} and "XID 79" in got["1"]
+    doc = json.loads((tmp_path / "health.json").read_text())
+    assert doc["node"] == "w1" and set(doc["unhealthy"]) == {"1"}
+    actor = TrainerActor("cp", "t", str(tmp_path / "health.json"))
+    actor.gpu_ids = ["1"]
+    assert actor.unhealthy_gpus() == [f"1 ({got['1']})"]
+    actor.gpu_ids = ["0"]
+    assert actor.unhealthy_gpus() == []
