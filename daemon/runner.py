@@ -68,6 +68,7 @@ class JobSignals:
     pids: tuple[int, ...] = ()
     parked_by: str | None = None
     state: JobState = JobState.PENDING
+    waiting: bool = False  # the runtime has not placed the trainer yet (ray: no room): not a hang
 
 
 @dataclass
@@ -271,7 +272,7 @@ class JobRunner:
         seed = random.randrange(2**31) if intent.new_seed else None
         number = self.history.attempts[-1].number + 1 if self.history.attempts else 1
         shim_events = launch.shim_events_path(self.state_dir, self.cfg, number)
-        program = resolved.program(in_container=self.cfg.runtime != "process")
+        program = resolved.program(in_container=self.cfg.in_container)
         spare_token = self.spares.ready_token() if self.spares.enabled(program) else None
         token = spare_token or uuid.uuid4().hex
         attempt = Attempt(number=number, started_at=self.clock.wall(), reason=intent.reason,
@@ -283,7 +284,7 @@ class JobRunner:
         if program.shim:
             shim_events.parent.mkdir(parents=True, exist_ok=True)
             shim_events.unlink(missing_ok=True)  # a number reused after history loss must not replay old news
-            if self.cfg.runtime != "process":
+            if self.cfg.in_container:
                 from .runtimes.quadlet import hand_to_container_user
 
                 hand_to_container_user(self.cfg, [shim_events.parent])  # Isaac Lab 3 images run as uid 1000
@@ -349,7 +350,7 @@ class JobRunner:
         if self.resolved is None:
             return None
         try:
-            return self.resolved.program(in_container=self.cfg.runtime != "process")
+            return self.resolved.program(in_container=self.cfg.in_container)
         except WorkflowError:
             return None
 
@@ -455,6 +456,8 @@ class JobRunner:
             return []
         out: list[Message] = []
         status = self.runtime.poll(live.handle)
+        if self.state == JobState.STARTING and self.runtime.describe(live.handle).get("waiting"):
+            live.started_mono = now  # not placed yet (no room): the watchdogs' warm-up starts when it is
         if live.handle.state != attempt.handle:  # the runtime learnt more (container id, unit invocation)
             attempt.handle = dict(live.handle.state)
             self._persist()
@@ -600,7 +603,8 @@ class JobRunner:
             first_step=self._job_iteration(prog.first_step, attempt) if prog and attempt else None,
             iteration=self._job_iteration(prog.last_step, attempt) if prog and attempt else None,
             last_progress_time=self.last_progress_mono, new_points=tuple(live.new_points), pids=tuple(live.pids),
-            parked_by=self.model.parked_by, state=self.state)
+            parked_by=self.model.parked_by, state=self.state,
+            waiting=bool(live.handle is not None and self.runtime.describe(live.handle).get("waiting")))
 
     def snapshot(self) -> dict[str, Any]:
         """The job as `isaacd status` and /metrics show it: a fresh dict each tick, never changed afterwards."""
@@ -616,7 +620,8 @@ class JobRunner:
             "name": self.cfg.name,
             "state": m.state.value,
             "state_since": self.state_since,
-            "state_reason": m.reason,
+            "state_reason": f"{m.reason}; waiting: {desc['waiting']}" if m.state == JobState.STARTING
+            and desc.get("waiting") else m.reason,
             "runtime": self.cfg.runtime,
             "workflow": self.cfg.workflow,
             "contract": self.resolved.workflow.contract if self.resolved else None,
@@ -629,6 +634,7 @@ class JobRunner:
             "container_id": desc.get("container_id"),
             "unit": desc.get("unit"),
             "node": desc.get("node"),  # where the trainer runs, for runtimes that place it (ray)
+            "waiting": desc.get("waiting"),  # why a placing runtime has not started it yet (no room, ...)
             "iteration": self.iteration if self.iteration is not None else h.last_iteration,
             "max_iterations": self.cfg.max_iterations,
             "mean_reward": finite_or_none(prog.mean_reward if prog else self.scalars.get("Train/mean_reward",

@@ -79,7 +79,7 @@ class WatchdogEngine:
     def view(self, sig: "JobSignals", now: float, feed: FeedTick) -> JobView:
         gpus = job_gpu_indices(sig.cfg, feed.readings, feed.processes, sig.pids)
         return JobView(
-            name=sig.name, now=now, alive=sig.alive,
+            name=sig.name, now=now, alive=sig.alive and not sig.waiting,  # waiting for room is no hang
             attempt_started_at=sig.attempt_started_at,
             attempt_first_step=sig.first_step,
             iteration=sig.iteration,
