@@ -83,7 +83,8 @@ def run_setup(name: str, over: dict, kills: int, rng: random.Random, save_interv
                                                               x["spare"].get("state") == "ready") and x,
                          300, what="running (and the spare ready)")
                 time.sleep(rng.uniform(0.5, 4.0))  # a random moment inside the run
-                j = sp.job("bench")
+                j = wait_for(lambda: (x := sp.job("bench"))["state"] == "running" and x["run_dir"] and x, 300,
+                             what="running with its run dir")
                 old_pid, old_run = j["pid"], j["run_dir"]
                 os.kill(old_pid, signal.SIGKILL)
                 t_kill = time.time()
