@@ -30,3 +30,24 @@ def supervisor_factory(tmp_path):
             os.kill(int(line), signal.SIGKILL)
         except (ProcessLookupError, ValueError):
             pass
+
+
+@pytest.fixture
+def tmpfs():
+    """mount(tmpfs of `size`) at a path: a small disk a test can fill. Skips without root; unmounted after."""
+    import subprocess
+
+    mounted: list[Path] = []
+
+    def mount(path: Path, size: str = "2m") -> Path:
+        path.mkdir(parents=True, exist_ok=True)
+        res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                             capture_output=True, text=True)
+        if res.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here (needs root): {res.stderr.strip()}")
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in mounted:
+        subprocess.run(["umount", "-l", str(path)], check=False)

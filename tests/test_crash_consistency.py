@@ -10,7 +10,6 @@ restart counted once, a backoff waited.
 from __future__ import annotations
 
 import os
-import subprocess
 import signal
 import time
 from pathlib import Path
@@ -126,14 +125,8 @@ def test_crash_between_an_exit_and_its_save_counts_the_restart_once(setup):
 
 
 @pytest.fixture()
-def tiny_state_disk(tmp_path):  # noqa: ANN001, ANN201
-    mnt = tmp_path / "state"
-    mnt.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if res.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {res.stderr.strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+def tiny_state_disk(tmp_path, tmpfs):  # noqa: ANN001, ANN201
+    return tmpfs(tmp_path / "state", "4m")
 
 
 def test_full_state_disk_starts_no_untracked_trainer_and_recovers_when_space_returns(setup, tiny_state_disk):

@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -268,14 +267,8 @@ def test_many_clients_polling_take_turns_instead_of_failing(tmp_path, supervisor
 
 # ---- 5. full disks -----------------------------------------------------------------------------------------
 @pytest.fixture
-def tiny_disk(tmp_path):
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if res.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {res.stderr.strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+def tiny_disk(tmp_path, tmpfs):
+    return tmpfs(tmp_path / "small")
 
 
 def _free_port() -> int:
