@@ -8,7 +8,6 @@ hit the trainer before the supervisor decides how to stop it.
 from __future__ import annotations
 
 import os
-import time
 import signal
 import subprocess
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 
 from ..config import JobConfig
 from .base import ExitStatus, Handle, LaunchSpec
+from .proctree import process_tree
 
 TOKEN_ENV = "ISAACD_LAUNCH_TOKEN"  # set in the trainer's environment: `find` reads it back from /proc
 
@@ -37,41 +37,6 @@ def _is_zombie(pid: int) -> bool:
     except OSError:
         return True
     return stat[stat.rindex(")") + 2] == "Z"
-
-
-_CHILDREN_MAX_AGE = 0.5  # seconds one /proc walk serves every job: 64 jobs cost one walk, not 64
-_children_cache: tuple[float, dict[int, list[int]]] = (float("-inf"), {})
-
-
-def _children_map() -> dict[int, list[int]]:
-    """ppid -> pids, from one walk of /proc, shared by all jobs for _CHILDREN_MAX_AGE seconds."""
-    global _children_cache
-    now = time.monotonic()
-    if now - _children_cache[0] < _CHILDREN_MAX_AGE:
-        return _children_cache[1]
-    children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    _children_cache = (now, children)
-    return children
-
-
-def process_tree(root: int) -> list[int]:
-    """root and all its descendants, from /proc (children files need CONFIG_PROC_CHILDREN)."""
-    children = _children_map()
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, []))
-    return out
 
 
 class ProcessRuntime:

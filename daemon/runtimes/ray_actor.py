@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .proctree import process_tree  # stdlib only, like this module
+
 PR_SET_PDEATHSIG = 1
 CHUNK = 256 * 1024  # most output relayed per status call
 
@@ -43,24 +45,6 @@ def _read_from(path: Path, offset: int, limit: int = CHUNK) -> tuple[bytes, int]
             return fh.read(limit), size
     except OSError:
         return b"", 0
-
-
-def _process_tree(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue
-        children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(entry.name))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, []))
-    return out
 
 
 class TrainerActor:
@@ -176,7 +160,7 @@ class TrainerActor:
     def pids(self) -> list[int]:
         if self.proc is None or self.proc.poll() is not None:
             return []
-        return _process_tree(self.proc.pid)
+        return process_tree(self.proc.pid)
 
     # ---- control ------------------------------------------------------------------------
     def signal(self, sig: int) -> bool:
