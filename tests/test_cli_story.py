@@ -60,5 +60,5 @@ def test_restart_and_resume_are_told_without_nested_parentheses_or_raw_json(tmp_
 
     events = cli(sp, "events", "long").stdout
     started = [ln for ln in events.splitlines() if " started " in ln][-1]
-    assert re.search(r"resume_from=model_\d+\.pt \(iteration \d+, saved \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\)", started)
+    assert re.search(r"resume_from=(model|isaacd_snapshot)_\d+\.pt \(iteration \d+, saved \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\)", started)
     assert "{" not in events and '"' not in events
