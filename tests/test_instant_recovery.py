@@ -34,8 +34,10 @@ def events(sp, name):  # noqa: ANN001, ANN201
 def job(**over):  # noqa: ANN003, ANN201
     # snapshot_budget = 0: a snapshot every iteration even at the toy's ~0.05 s per iteration (the default 1 %
     # budget would space them out there; a real task's ~1 s iterations get one every iteration anyway)
+    # the divergence watchdog off: on this toy the value loss can spike right after a resume and its restart
+    # would take the spare this test is watching (seen in CI; noted in the issue 11 note)
     return builtin_job("cp", max_iterations=100000, save_interval=50, extra_args=["agent.num_steps_per_env=8"],
-                       **{"snapshot_budget": 0, **over})
+                       **{"snapshot_budget": 0, **over}) + "\n[jobs.watchdogs.divergence]\nenabled = false\n"
 
 
 def test_warm_spare_takes_over_from_the_last_snapshot_and_a_dead_spare_is_replaced(tmp_path, supervisor_factory):
