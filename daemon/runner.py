@@ -140,7 +140,7 @@ class JobRunner:
                 # stop its grace again, and keep past restarts inside the crash-loop window (the safe side)
                 return m.with_(
                     backoff_until=now + (m.backoff_seconds or 0.0) if m.backoff_until is not None else None,
-                    stop=None if m.stop is None else _stop_deadline(m, now + self.cfg.stop_timeout),
+                    stop=None if m.stop is None else replace(m.stop, deadline=now + self.cfg.stop_timeout),
                     restart_times=tuple(now for _ in m.restart_times))
         # a history written before the state machine: keep its counters and its resting state
         wall = self.clock.wall()
@@ -297,9 +297,7 @@ class JobRunner:
             attempt.handle = dict(self.spares.spare.handle.state)  # the spare becomes this attempt's trainer
         if not self._persist():
             # a trainer we could not find again after a crash would be a duplicate waiting to happen
-            attempt.ended_at, attempt.exit = self.clock.wall(), {"code": None, "signal": None, "oom_killed": False,
-                                                                  "external_stop": False,
-                                                                  "description": "not started: state not saved"}
+            self._never_started(attempt, "not started: state not saved")
             return LaunchRefused(f"not starting: {self.persist_error}", crash_loop=False)
         crash_point("launch.after_intent")
         handle = self._hand_to_spare(program, args, spec) if spare_token else None
@@ -308,9 +306,7 @@ class JobRunner:
             attempt.token, attempt.handle = uuid.uuid4().hex, {}
             spec = replace(spec, token=attempt.token, env={**spec.env, launch.LAUNCH_TOKEN_ENV: attempt.token})
             if not self._persist():
-                attempt.ended_at, attempt.exit = self.clock.wall(), {
-                    "code": None, "signal": None, "oom_killed": False, "external_stop": False,
-                    "description": "not started: state not saved"}
+                self._never_started(attempt, "not started: state not saved")
                 return LaunchRefused(f"not starting: {self.persist_error}", crash_loop=False)
         if handle is None:
             try:
@@ -328,6 +324,11 @@ class JobRunner:
                    seed=seed if seed is not None else self.cfg.seed, contract=wf.contract, argv=spec.argv,
                    warm_spare=warm)
         return None
+
+    def _never_started(self, attempt: Attempt, why: str) -> None:
+        """Close an attempt no trainer ever ran for (so it is no open attempt to adopt)."""
+        attempt.ended_at = self.clock.wall()
+        attempt.exit = {"code": None, "signal": None, "oom_killed": False, "external_stop": False, "description": why}
 
     def _hand_to_spare(self, program: Program, args: list[str], spec: LaunchSpec) -> Handle | None:
         """Give the attempt's command line to the ready spare; its handle, or None to start cold."""
@@ -372,9 +373,7 @@ class JobRunner:
             if m.state == JobState.STARTING and (open_attempt is None or not open_attempt.handle):
                 # the launch was decided (its attempt perhaps saved) but no trainer carries its token
                 if open_attempt is not None:
-                    open_attempt.ended_at, open_attempt.exit = self.clock.wall(), {
-                        "code": None, "signal": None, "oom_killed": False, "external_stop": False,
-                        "description": "never started: the supervisor stopped during the launch"}
+                    self._never_started(open_attempt, "never started: the supervisor stopped during the launch")
                 self.event("launch_replayed", reason=m.launch.reason,
                            detail="the supervisor stopped during this launch; launching it again")
                 refused = self._launch(m.launch)
@@ -664,11 +663,3 @@ class JobRunner:
             "watchdog_trips": [{"watchdog": k.split("/")[0], "action": k.split("/")[1], "count": v}
                                for k, v in m.watchdog_trips],
         }
-
-
-def _stop_deadline(m: JobModel, deadline: float) -> Any:
-    from dataclasses import replace
-
-    assert m.stop is not None
-    return replace(m.stop, deadline=deadline)
-

@@ -10,7 +10,7 @@ the edges).
 from __future__ import annotations
 
 import signal as _signal
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import policy as P
 from .effects import Effect, Event, Forget, Kill, Launch, Persist, Signal
@@ -118,7 +118,7 @@ def _tick(m: JobModel, ctx: Context, out: _Out) -> JobModel:
         return _launch(m, m.launch, ctx, out)
     if m.state == S.STOPPING and m.stop is not None and not m.stop.killed and ctx.now >= m.stop.deadline:
         out.add(Event("stop_timeout", {"detail": "trainer ignored SIGINT; sending SIGKILL"}))
-        new = m.with_(stop=_replace_stop(m.stop, killed=True))
+        new = m.with_(stop=replace(m.stop, killed=True))
         out.add(Persist(), Kill())
         return new
     return m
@@ -211,7 +211,7 @@ def _stop(m: JobModel, cmd: Stop, ctx: Context, out: _Out) -> tuple[JobModel, st
     if m.state == S.STOPPING and m.stop is not None:
         cur = m.stop
         # a stop outranks a restart in flight, and an operator's stop outranks a shutdown's
-        upgraded = _replace_stop(cur, then=then if cur.then == Then.RESTART else cur.then,
+        upgraded = replace(cur, then=then if cur.then == Then.RESTART else cur.then,
                                  final=cur.final or cmd.final,
                                  reason=cmd.reason if cur.then == Then.RESTART or (cmd.final and not cur.final)
                                  else cur.reason, origin=cmd.origin if cmd.final and not cur.final else cur.origin)
@@ -236,7 +236,7 @@ def _restart(m: JobModel, cmd: Restart, ctx: Context, out: _Out) -> tuple[JobMod
             # the job is back in the config before its removal stop finished: go on training
             out.add(Event("stop_changed", {"reason": cmd.reason, "then": Then.RESTART.value, "final": False}))
             out.add(Persist())
-            return m.with_(stop=_replace_stop(m.stop, then=Then.RESTART, reason=cmd.reason)), "restarting"
+            return m.with_(stop=replace(m.stop, then=Then.RESTART, reason=cmd.reason)), "restarting"
         return m, "already stopping"
     if m.state == S.BACKING_OFF:
         return _launch(m, m.launch, ctx, out), "starting"
@@ -275,9 +275,3 @@ def _watchdog(m: JobModel, trip: WatchdogTrip, ctx: Context, out: _Out) -> tuple
             return _stop(m, Stop(Origin.THERMAL, reason, final=False, park=True), ctx, out)
         return _stop(m, Stop(Origin.WATCHDOG, reason), ctx, out)
     return m, None  # log / power-cap: recorded, nothing more
-
-
-def _replace_stop(stop: StopIntent, **changes: object) -> StopIntent:
-    from dataclasses import replace
-
-    return replace(stop, **changes)  # type: ignore[arg-type]
