@@ -53,11 +53,24 @@ def test_divergence_nan_is_immediate_and_spike_names_the_first_bad_iteration():
     wd = DivergenceWatchdog(wc.Divergence(median_window=6, warmup_iterations=0))
     for i in range(6):
         assert wd.step(view(float(i), i, [ScalarPoint(i, "Loss/value", 10.0 + i % 2, 0.0)])) is None
-    trip = wd.step(view(6.0, 6, [ScalarPoint(6, "Loss/value", 500.0, 0.0)]))
+    # a spike that stays: the trip comes on its third iteration and names the first
+    assert wd.step(view(6.0, 6, [ScalarPoint(6, "Loss/value", 500.0, 0.0)])) is None
+    assert wd.step(view(7.0, 7, [ScalarPoint(7, "Loss/value", 480.0, 0.0)])) is None
+    trip = wd.step(view(8.0, 8, [ScalarPoint(8, "Loss/value", 510.0, 0.0)]))
     assert trip is not None and trip.trouble_iteration == 6 and trip.action == "rollback"
+    assert "3 iterations in a row" in trip.detail
     wd2 = DivergenceWatchdog(wc.Divergence(warmup_iterations=0))
     trip = wd2.step(view(0.0, 3, [ScalarPoint(3, "Loss/surrogate", float("nan"), 0.0)]))
     assert trip is not None and trip.trouble_iteration == 3
+
+
+def test_divergence_forgets_a_lone_spike_that_comes_back_down():
+    """Seen on the built-in cartpole after a resume: the value loss went 36 -> 56 -> 19 on a median of ~5."""
+    wd = DivergenceWatchdog(wc.Divergence(median_window=6, warmup_iterations=0))
+    series = [5.0, 4.0, 6.0, 5.0, 4.5, 5.5, 36.0, 56.0, 19.0, 7.0, 60.0, 6.0, 5.0, 70.0, 65.0, 6.0]
+    assert all(wd.step(view(float(i), i, [ScalarPoint(i, "Loss/value", v, 0.0)])) is None
+               for i, v in enumerate(series))
+    assert wd.state == "ok"
 
 
 def test_divergence_ignores_a_converged_tiny_loss_wobbling():
