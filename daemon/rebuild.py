@@ -22,7 +22,7 @@ from typing import Any
 
 from .config import JobConfig
 from .logs import log
-from .signals.checkpoints import newest_complete
+from .signals.checkpoints import RSL_RL_LAYOUT, CheckpointLayout, Lineage, choose_resume
 from .store import Attempt, HistoryCorrupt, JobHistory, StateStore
 
 # operator/watchdog stops are remembered; a supervisor shutdown is not (the next supervisor resumes)
@@ -87,6 +87,7 @@ def rebuild(store: StateStore, cfg: JobConfig, state_dir: Path) -> tuple[JobHist
     events = [e for e in store.events(cfg.name) if e.get("event") != "journal_damaged"]
     now = time.time()
     history = JobHistory(name=cfg.name)
+    resumed_from = _resume_points(events)
     for i, run_dir in enumerate(own_run_dirs(cfg, events), start=1):
         try:
             started = run_dir.stat().st_mtime
@@ -94,6 +95,7 @@ def rebuild(store: StateStore, cfg: JobConfig, state_dir: Path) -> tuple[JobHist
             started = now
         history.attempts.append(Attempt(
             number=i, started_at=started, reason="rebuilt from disk", run_dir=str(run_dir), runtime=cfg.runtime,
+            resume_from=resumed_from.get(str(run_dir)),
             ended_at=now, exit={"code": None, "signal": None, "oom_killed": False, "external_stop": False,
                                 "detail": "history rebuilt from disk"}))
     restarts = [e for e in events if e["event"] == "started" and e.get("reason") not in ("initial", "operator start")]
@@ -112,14 +114,41 @@ def rebuild(store: StateStore, cfg: JobConfig, state_dir: Path) -> tuple[JobHist
         final = _final_state(events)
         if final is not None:
             history.final_state, history.final_reason = final
-    newest = None
-    for a in reversed(history.attempts):
-        if a.run_dir and (newest := newest_complete(Path(a.run_dir))) is not None:
-            break
+    newest = choose_resume([Lineage(Path(a.run_dir) if a.run_dir else None,
+                                    a.resume_from["iteration"] if a.resume_from else None)
+                            for a in history.attempts], layout=_layout(cfg))
     facts = {"run_dirs": [a.run_dir for a in history.attempts if a.run_dir],
              "checkpoint": newest.iteration if newest else None,
              "adopting_pid": live[0] if live else None, "final_state": history.final_state}
     return history, facts
+
+
+def _layout(cfg: JobConfig) -> CheckpointLayout:
+    from .workflows import WorkflowError, resolve
+
+    try:
+        return resolve(cfg).workflow.layout
+    except WorkflowError:
+        return RSL_RL_LAYOUT
+
+
+def _resume_points(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """run dir -> the checkpoint its launch resumed from, as the journal recorded it. Layouts whose numbering
+    restarts with every run (skrl's `agent_<timestep>.pt`) count a run's checkpoints from there, so without it a
+    rebuilt skrl job would take its resumed runs for fresh ones and train past max_iterations."""
+    # walked in order: a run_dir event belongs to the latest `started` of its attempt number (numbers start over
+    # after an earlier rebuild, so a number alone can name two launches)
+    resume_by_attempt: dict[Any, Any] = {}
+    out: dict[str, dict[str, Any]] = {}
+    for e in events:
+        if e["event"] == "started":
+            resume_by_attempt[e.get("attempt")] = e.get("resume_from")
+        if e["event"] != "run_dir" or not isinstance(e.get("run_dir"), str):
+            continue
+        r = resume_by_attempt.get(e.get("attempt"))
+        if isinstance(r, dict) and isinstance(r.get("iteration"), int) and isinstance(r.get("path"), str):
+            out[e["run_dir"]] = {"path": r["path"], "iteration": r["iteration"]}
+    return out
 
 
 def _final_state(events: list[dict[str, Any]]) -> tuple[str, str | None] | None:

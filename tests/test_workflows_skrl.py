@@ -205,3 +205,27 @@ def test_rl_games_full_experiment_name_needs_plus_plus_like_real_hydra(tmp_path)
                         text=True, timeout=240)
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert [p.name for p in (tmp_path / "logs/rl_games/cartpole_direct/r/nn").iterdir()][0].startswith("last_")
+
+
+def test_a_rebuilt_history_keeps_each_runs_resume_point_so_skrl_counts_on(tmp_path):
+    """The job's history document is lost: rebuilt from the run dirs and the journal, the resumed run's
+    `agent_96.pt` must still count as iteration 10 (resumed at 4), not 6, or the job would train past its end."""
+    from isaacd.rebuild import rebuild
+    from isaacd.store import StateStore
+
+    r = resolve(skrl_job(tmp_path))
+    exp = r.workflow.experiment_dir(r.job)
+    run1 = fake_run(exp, "2026-12-03_08-00-00_ppo_torch_j", [32, 64, 96])
+    run2 = fake_run(exp, "2026-12-03_08-01-00_ppo_torch_j", [48, 96])
+    store = StateStore(tmp_path / "state")
+    resume = {"path": str(run1 / "checkpoints" / "agent_64.pt"), "iteration": 4}
+    for attempt, run, resume_from in ((1, run1, None), (2, run2, resume)):
+        store.append_event("j", "started", attempt=attempt, reason="initial", pid=1, resume_from=resume_from)
+        store.append_event("j", "run_dir", attempt=attempt, run_dir=str(run))
+    history, facts = rebuild(store, r.job, tmp_path / "state")
+    assert [a.resume_from for a in history.attempts] == [None, resume]
+    assert facts["checkpoint"] == 10  # what the history_corrupt event reports
+    lineage = [Lineage(Path(a.run_dir), a.resume_from["iteration"] if a.resume_from else None)
+               for a in history.attempts]
+    best = choose_resume(lineage, layout=r.workflow.layout)
+    assert (best.path.parent.parent, best.iteration) == (run2, 10) and r.workflow.is_complete(r.job, best, None)
