@@ -29,7 +29,7 @@ from .joblogs import exit_with_log_tail
 from .logs import log
 from .rebuild import load_history
 from .runtimes.base import ExitStatus, Handle, LaunchSpec, Runtime
-from .signals.checkpoints import Checkpoint, Lineage, choose_resume
+from .signals.checkpoints import Checkpoint, Lineage, choose_resume, sweep_snapshot_temps
 from .spare import SpareKeeper
 from .signals.tensorboard import ScalarPoint, TensorBoardTail, finite_or_none
 from .store import Attempt, JobHistory, StateStore
@@ -556,6 +556,11 @@ class JobRunner:
         self._poll_shim(attempt)  # its last words: the checkpoint a stop saved, the run dir of a short run
         if self.live.tail is None and attempt.run_dir is None:
             self._attach_run_dir(attempt)
+        if attempt.run_dir and attempt.shim_events:  # only the shim writes snapshots
+            files, size = sweep_snapshot_temps(Path(attempt.run_dir))
+            if files:
+                self.event("snapshot_temps_removed", attempt=attempt.number, files=files, bytes=size,
+                           detail="half-written snapshots of the exited trainer")
         self._checkpoint, self._checkpoint_scanned_at = self.newest_checkpoint(), self.clock.monotonic()
         attempt.checkpoint_at_exit = self._checkpoint.iteration if self._checkpoint else None
         if self.live.handle is not None:

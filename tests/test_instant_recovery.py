@@ -89,3 +89,23 @@ def test_spare_off_where_it_does_not_fit_says_why(tmp_path, supervisor_factory):
     sp = supervisor_factory(write_config(tmp_path, job(shim=False, snapshot_every=0)))
     j = wait_for(lambda: (x := sp.job("cp"))["state"] == "running" and x, 120, what="running")
     assert j["spare"] == {"state": "off", "reason": "the launcher shim is off (shim = false) or the trainer is not rsl_rl"}
+
+
+def test_a_crash_mid_snapshot_leaves_no_half_written_file_behind(tmp_path, supervisor_factory):
+    """kill -9 while the shim's writer is between open and rename leaves `.isaacd_snapshot_<N>.pt.tmp.<pid>`,
+    one per crash, each the size of a checkpoint. The file is planted here (the race itself is a few ms wide);
+    once the trainer is dead isaacd removes it, and only it."""
+    sp = supervisor_factory(write_config(tmp_path, job(spare=False)))
+    j = wait_for(lambda: (x := sp.job("cp"))["run_dir"] and (x["iteration"] or 0) >= 2 and x, 120, what="training")
+    run = Path(j["run_dir"])
+    half = run / f".isaacd_snapshot_2.pt.tmp.{j['pid']}"
+    half.write_bytes(b"PK\x03\x04" + b"\0" * 4096)  # a torn zip, as torch.save leaves it
+    mine = run / "notes.tmp"
+    mine.write_text("not isaacd's")
+    os.kill(j["pid"], signal.SIGKILL)
+    wait_for(lambda: events(sp, "snapshot_temps_removed"), 30, what="the sweep")
+    assert not half.exists() and mine.exists() and any(run.glob("isaacd_snapshot_*.pt"))
+    assert not list(run.glob(".isaacd_snapshot_*.tmp.*"))
+    removed = events(sp, "snapshot_temps_removed")[0]
+    # at least the planted one: the kill may also have caught the real writer mid-file
+    assert removed["files"] >= 1 and removed["bytes"] >= 4100

@@ -8,6 +8,7 @@ complete. Validation results are cached by (size, mtime) so status polling stays
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import zipfile
@@ -19,6 +20,30 @@ from typing import Callable
 # format, written by the runner's own save(); the name stays clear of Isaac Lab's default `model_.*.pt`)
 CHECKPOINT_RE = re.compile(r"^(?:model|isaacd_snapshot)_(\d+)\.pt$")
 SNAPSHOT_PREFIX = "isaacd_snapshot_"
+# the shim's writer: `.isaacd_snapshot_<N>.pt.tmp.<pid>`, renamed onto the final name once fsynced
+SNAPSHOT_TEMP_RE = re.compile(r"^\.isaacd_snapshot_\d+\.pt\.tmp\.\d+$")
+
+
+def sweep_snapshot_temps(run_dir: Path) -> tuple[int, int]:
+    """Remove the half-written snapshots a killed trainer left in its run dir: (files, bytes) removed.
+
+    Only for a run dir whose trainer has exited: each run dir has one writer, so nothing is writing there.
+    A kill -9 mid-write leaves one such file per crash, each the size of a checkpoint; nothing ever reads them.
+    """
+    files = size = 0
+    try:
+        entries = list(os.scandir(run_dir))
+    except OSError:
+        return 0, 0
+    for entry in entries:
+        if SNAPSHOT_TEMP_RE.match(entry.name):
+            try:
+                n = entry.stat(follow_symlinks=False).st_size
+                os.unlink(entry.path)
+            except OSError:
+                continue
+            files, size = files + 1, size + n
+    return files, size
 
 
 @dataclass(frozen=True)
