@@ -489,8 +489,18 @@ class JobRunner:
         self._record_exit(attempt, status)
         start = attempt.resume_from["iteration"] if attempt.resume_from else -1
         moved = attempt.checkpoint_at_exit is not None and attempt.checkpoint_at_exit > start
+        reached_max = status.success and self._reached_max()
+        finished = self._finished_early(attempt) if status.success and not reached_max else None
         return Exited(status.describe(), status.reason_class, status.success, status.external_stop,
-                      reached_max=status.success and self._reached_max(), ran_seconds=ran, moved_forward=moved)
+                      reached_max=reached_max, ran_seconds=ran, moved_forward=moved, finished_early=finished)
+
+    def _finished_early(self, attempt: Attempt) -> str | None:
+        """Called after _reached_max, which polled the tail to the end: the trainer's own stop rule, if it hit one."""
+        if self.resolved is None or self.live.tail is None:
+            return None
+        prog = self.live.tail.progress
+        rd = Path(attempt.run_dir) if attempt.run_dir else None
+        return self.resolved.workflow.finished_early(self.cfg, rd, dict(prog.latest), prog.last_step)
 
     def _poll_shim(self, attempt: Attempt) -> None:
         """Fold in what the shim said: the run dir, checkpoints as they land, which checkpoint was loaded."""

@@ -156,6 +156,13 @@ def test_running_clean_exit_before_max_iterations_restarts():
     assert j.m.state == S.BACKING_OFF and "before max_iterations" in (j.m.last_restart_reason or "")
 
 
+def test_running_clean_exit_by_the_trainers_own_stop_rule_completes_with_its_reason():
+    why = "score_to_win reached: mean reward 512 > 500 (rl_games stops there)"
+    j = Job().running().send(Exited("exited with code 0", "exit_code", success=True, finished_early=why))
+    assert (j.m.state, j.m.final, j.m.reason) == (S.COMPLETED, True, why)
+    assert j.m.restarts == 0
+
+
 def test_running_stopped_outside_isaacd_is_stopped():
     j = Job().running().send(Exited("stopped outside isaacd (systemctl stop)", "operator", False,
                                     external_stop=True))

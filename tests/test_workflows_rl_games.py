@@ -247,3 +247,21 @@ def test_3x_checkpoint_resolution_and_hydra_like_upstream(tmp_path):
     assert set(p.name for p in r.workflow.experiment_dir(r.job).iterdir()) == before
     stray = _launch(r, None, tmp_path, args=base + ["True"])
     assert stray.returncode == 1 and "Error parsing override" in stray.stderr
+
+
+def test_finished_early_by_score_to_win_or_max_frames_from_the_runs_own_params(tmp_path):
+    r = resolve(rlg_job(tmp_path))
+    wf = r.workflow
+    run = fake_run(tmp_path / "run")
+    agent_yaml = run / "params" / "agent.yaml"
+    assert wf.finished_early(r.job, run, {"rewards/iter": 10**9}, 5 * H * N_ENVS) is None  # neither is set
+    agent_yaml.write_text(agent_yaml.read_text() + "    score_to_win: 20000\n    max_frames: -1\n")
+    assert wf.finished_early(r.job, run, {"rewards/iter": 19999.5}, 5 * H * N_ENVS) is None
+    why = wf.finished_early(r.job, run, {"rewards/iter": 20000.5}, 5 * H * N_ENVS)
+    assert why == "score_to_win reached: mean reward 20000.5 > 20000 (rl_games stops there)"
+    assert wf.finished_early(r.job, None, {"rewards/iter": 20000.5}, None) is None  # no run dir: no evidence
+    # max_frames: epoch E is logged at the frames before it, so after it ran `step + frames per epoch` are done
+    agent_yaml.write_text(agent_yaml.read_text().replace("max_frames: -1", f"max_frames: {6 * H * N_ENVS}"))
+    assert wf.finished_early(r.job, run, {}, 4 * H * N_ENVS) is None
+    assert wf.finished_early(r.job, run, {}, 5 * H * N_ENVS) == \
+        f"max_frames reached: {6 * H * N_ENVS} frames >= {6 * H * N_ENVS} (rl_games stops there)"

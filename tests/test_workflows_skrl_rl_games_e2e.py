@@ -110,3 +110,22 @@ def test_two_kills_then_completed_with_exactly_max_iterations(tmp_path, supervis
     log = (tmp_path / "state" / "logs" / "cp.log").read_text(errors="replace")
     assert "Error parsing override" not in log and "Could not override" not in log
     assert "unrecognized arguments" not in log
+
+
+def test_rl_games_score_to_win_completes_the_job_instead_of_restarting_it(tmp_path, supervisor_factory):
+    """rl_games exits 0 at a new best above score_to_win ("Network won!"); its resume would reset the best to
+    -100500 and win again at once, so a restart only loops until the restart limit calls a won job failed."""
+    lab = fake_isaaclab(tmp_path / "IsaacLab", "rl_games")
+    extra = [f"agent.params.config.horizon_length={R}", "agent.params.config.save_best_after=3",
+             "agent.params.config.score_to_win=-1000000.0"]
+    cfg = write_config(tmp_path, builtin_job("cp", workflow="rl_games", isaaclab_dir=str(lab),
+                                             launcher=[sys.executable], task="Isaacd-Cartpole-v0", num_envs=32,
+                                             max_iterations=1000, save_interval=SAVE, extra_args=extra))
+    sp = supervisor_factory(cfg)
+    j = wait_for(lambda: (x := sp.job("cp"))["state"] in ("completed", "failed", "backing-off") and x, 120,
+                 what="the trainer's exit")
+    assert j["state"] == "completed", j["state_reason"]
+    assert j["state_reason"].startswith("score_to_win reached: mean reward") and "> -1e+06" in j["state_reason"]
+    assert j["restarts"] == 0 and len(started(sp, "cp")) == 1
+    log = (tmp_path / "state" / "logs" / "cp.log").read_text(errors="replace")
+    assert "Network won!" in log

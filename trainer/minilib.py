@@ -267,8 +267,11 @@ class RlGamesAgent:
       (``losses/*``, ``info/epochs`` ... at ``frame``); when some episode finished in the reward window (last 100
       games): the
       ``rewards/*`` scalars, ``last_<name>_ep_<epoch>_rew_<mean>`` every ``save_frequency`` epochs and
-      ``<name>`` on a new best after ``save_best_after``; at ``epoch_num >= max_epochs``: always
-      ``last_<name>_ep_<epoch>_rew_<str(mean_rewards) with [] -> _>`` and return. ``save`` appends ``.pth``.
+      ``<name>`` on a new best after ``save_best_after``, and if ``score_to_win`` is in the config and that best
+      beats it: "Maximum reward achieved. Network won!", ``<name>_ep_<epoch>_rew_<mean>`` and exit; at
+      ``epoch_num >= max_epochs``: always ``last_<name>_ep_<epoch>_rew_<str(mean_rewards) with [] -> _>`` and
+      return; at ``self.frame >= max_frames`` (not -1): ``last_<name>_frame_<frame>_rew_<...>``, "MAX FRAMES
+      NUM!" and return. Returning ends ``train()`` and the script exits 0. ``save`` appends ``.pth``.
     * ``restore``: weights, optimizer, ``epoch_num = checkpoint['epoch']``, ``frame``, ``last_mean_rewards``
       (then overwritten by ``train()``). The reward window is not restored.
     """
@@ -288,6 +291,7 @@ class RlGamesAgent:
         self.save_freq = config.get("save_frequency", 0)
         self.save_best_after = config.get("save_best_after", 100)
         self.max_epochs = config.get("max_epochs", -1)
+        self.max_frames = config.get("max_frames", -1)
         self.games_to_track = config.get("games_to_track", 100)
         self.game_rewards: collections.deque = collections.deque(maxlen=self.games_to_track)
         self.mean_rewards = self.last_mean_rewards = -1000000000
@@ -353,7 +357,8 @@ class RlGamesAgent:
             frame = self.frame // self.num_agents  # taken before this epoch's frames are added
             should_exit = False
             if self.global_rank != 0:
-                # upstream: rank 0 decides and broadcasts should_exit; the stand-in has no process group
+                # upstream: rank 0 decides and broadcasts should_exit; the stand-in has no process group, so
+                # its other ranks stop at max_epochs only (score_to_win and max_frames end rank 0 alone)
                 if epoch_num >= self.max_epochs and self.max_epochs != -1:
                     return self.last_mean_rewards, epoch_num
                 continue
@@ -375,6 +380,11 @@ class RlGamesAgent:
                     print("saving next best rewards: ", mean_rewards)
                     self.last_mean_rewards = mean_rewards[0]
                     self.save(os.path.join(self.nn_dir, self.config["name"]))
+                    if "score_to_win" in self.config:
+                        if self.last_mean_rewards > self.config["score_to_win"]:
+                            print("Maximum reward achieved. Network won!")
+                            self.save(os.path.join(self.nn_dir, checkpoint_name))
+                            should_exit = True
             if epoch_num >= self.max_epochs and self.max_epochs != -1:
                 if len(self.game_rewards) == 0:
                     print("WARNING: Max epochs reached before any env terminated at least once")
@@ -382,6 +392,14 @@ class RlGamesAgent:
                 self.save(os.path.join(self.nn_dir, "last_" + self.config["name"] + "_ep_" + str(epoch_num)
                                        + "_rew_" + str(mean_rewards).replace("[", "_").replace("]", "_")))
                 print("MAX EPOCHS NUM!")
+                should_exit = True
+            if self.frame >= self.max_frames and self.max_frames != -1:
+                if len(self.game_rewards) == 0:
+                    print("WARNING: Max frames reached before any env terminated at least once")
+                    mean_rewards = -np.inf
+                self.save(os.path.join(self.nn_dir, "last_" + self.config["name"] + "_frame_" + str(self.frame)
+                                       + "_rew_" + str(mean_rewards).replace("[", "_").replace("]", "_")))
+                print("MAX FRAMES NUM!")
                 should_exit = True
             self.writer.flush()
             if should_exit:

@@ -161,6 +161,9 @@ def _exited(m: JobModel, msg: Exited, ctx: Context, out: _Out) -> JobModel:
         return new
     if msg.success and msg.reached_max:
         return _rest(m, S.COMPLETED, "max_iterations reached", True, ctx, out)
+    if msg.success and msg.finished_early:
+        # a resume would stop at once for the same reason, and again, until the restart limit called it failed
+        return _rest(m, S.COMPLETED, msg.finished_early, True, ctx, out)
     if msg.external_stop:
         return _rest(m, S.STOPPED, f"operator stop outside isaacd ({msg.description})", True, ctx, out)
     reason = msg.description if not msg.success else "exited with code 0 before max_iterations"

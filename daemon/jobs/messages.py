@@ -88,6 +88,7 @@ class Exited:
     success: bool  # exit 0, no signal, not OOM-killed
     external_stop: bool = False  # stopped outside isaacd (systemctl stop of the unit)
     reached_max: bool = False  # the job's max_iterations are done
+    finished_early: str | None = None  # exit 0 short of them by the trainer's own stop rule (rl_games score_to_win)
     ran_seconds: float = 0.0
     moved_forward: bool = False  # it left a newer checkpoint than it started from
 

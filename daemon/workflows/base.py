@@ -88,6 +88,15 @@ class Workflow(ABC):
         """
         return step
 
+    def finished_early(self, job: JobConfig, run_dir: Path | None, latest: dict[str, float],
+                       last_step: int | None) -> str | None:
+        """After an exit 0 before the job's total: why the trainer was done anyway (its own stop rule), or None.
+
+        `latest` is the run's last value per TensorBoard tag, `last_step` its largest step (the trainer's own
+        numbering). A job done this way is completed, not restarted into the same stop again.
+        """
+        return None
+
     def is_complete(self, job: JobConfig, ckpt: Checkpoint | None, last_step: int | None) -> bool:
         """Whether the job's total is reached, from the newest checkpoint or the last logged step."""
         if ckpt is not None and self.iterations_done(ckpt) >= job.max_iterations:

@@ -27,6 +27,7 @@ What the upstream code says (read for this module; docs/workflows.md has the fil
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from datetime import datetime
@@ -44,16 +45,16 @@ MANAGED_OVERRIDES = ("agent.params.config.name", "agent.params.config.full_exper
                      "agent.params.config.save_frequency", "agent.params.config.max_epochs",
                      "agent.params.config.max_frames", "agent.params.config.train_dir")
 
-_yaml_cache: dict[tuple[str, int, int, tuple[str, ...]], int | None] = {}
+_yaml_cache: dict[tuple[str, int, int, tuple[str, ...]], str | None] = {}
 _yaml_lock = threading.Lock()
 _KEY_LINE_RE = re.compile(r"^(\s*)([A-Za-z_][\w.\-]*)\s*:\s*(.*?)\s*$")
 
 
-def yaml_int(path: Path, keys: tuple[str, ...]) -> int | None:
-    """The integer at `keys` (nested mappings) of a block-style YAML file (Isaac Lab's dump_yaml), or None.
+def yaml_scalar(path: Path, keys: tuple[str, ...]) -> str | None:
+    """The scalar text at `keys` (nested mappings) of a block-style YAML file (Isaac Lab's dump_yaml), or None.
 
     Read without a YAML library (the daemon has none): mapping keys are followed by their indentation; list items
-    and anything that is not `key: <int>` at the exact path are ignored.
+    and anything that is not `key: <scalar>` at the exact path are ignored.
     """
     try:
         st = path.stat()
@@ -80,16 +81,30 @@ def yaml_int(path: Path, keys: tuple[str, ...]) -> int | None:
             stack.pop()
         stack.append((indent, key))
         if tuple(k for _, k in stack) == keys:
-            try:
-                value = int(rest)
-            except ValueError:
-                value = None
+            value = rest or None
             break
     with _yaml_lock:
         if len(_yaml_cache) > 4096:
             _yaml_cache.clear()
         _yaml_cache[ck] = value
     return value
+
+
+def yaml_int(path: Path, keys: tuple[str, ...]) -> int | None:
+    text = yaml_scalar(path, keys)
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def yaml_float(path: Path, keys: tuple[str, ...]) -> float | None:
+    text = yaml_scalar(path, keys)
+    try:
+        v = float(text) if text is not None else None
+    except ValueError:
+        return None
+    return v if v is not None and math.isfinite(v) else None
 
 
 def _override_int(job: JobConfig, key: str) -> int | None:
@@ -133,6 +148,27 @@ class RlGames(Workflow):
     def is_complete(self, job: JobConfig, ckpt: Checkpoint | None, last_step: int | None) -> bool:
         # rl_games always saves `_ep_<max_epochs>` before it returns: only a checkpoint says the job is done
         return ckpt is not None and self.iterations_done(ckpt) >= job.max_iterations
+
+    def finished_early(self, job: JobConfig, run_dir: Path | None, latest: dict[str, float],
+                       last_step: int | None) -> str | None:
+        """rl_games ends `train()` with exit 0 before max_epochs in two more ways (rl_games/common/a2c_common.py,
+        ContinuousA2CBase.train): a new best mean reward above `score_to_win` ("Network won!"), or `frame` at or
+        past `max_frames`. Both come from the run's `params/agent.yaml`; the evidence is the run's last
+        `rewards/iter` (the best that won is that epoch's mean) and its last frame step. A resume cannot go on:
+        `train()` resets its best to -100500, so a won policy wins again at its first epoch and exits 0 again."""
+        if run_dir is None:
+            return None
+        agent_yaml = Path(run_dir) / "params" / "agent.yaml"
+        score_to_win = yaml_float(agent_yaml, ("params", "config", "score_to_win"))
+        reward = latest.get("rewards/iter")
+        if score_to_win is not None and reward is not None and math.isfinite(reward) and reward > score_to_win:
+            return f"score_to_win reached: mean reward {reward:.6g} > {score_to_win:g} (rl_games stops there)"
+        max_frames = yaml_int(agent_yaml, ("params", "config", "max_frames"))
+        fpe = self.frames_per_epoch(run_dir)
+        # the last epoch's scalars are stepped by the frame count before its own frames were added
+        if max_frames is not None and max_frames > 0 and fpe and last_step is not None and last_step + fpe >= max_frames:
+            return f"max_frames reached: {last_step + fpe} frames >= {max_frames} (rl_games stops there)"
+        return None
 
     def frames_per_epoch(self, run_dir: Path | None) -> int | None:
         """`horizon_length * num_actors * world_size`: what rl_games adds to `frame` every epoch (rank 0's count).
