@@ -36,7 +36,7 @@ from ..config import Config, JobConfig
 from ..logs import log
 from .base import ExitStatus, Handle, LaunchSpec, RuntimeError_
 from .process import process_tree
-from .worker import Slot, Worker
+from .worker import Slot, SlottedRuntime, Worker
 from .quadlet import (
     LEGACY_TOKEN_LABEL,
     TOKEN_LABEL,
@@ -64,8 +64,9 @@ def _import_podman() -> Any:
     return podman
 
 
-class PodmanRuntime:
+class PodmanRuntime(SlottedRuntime):
     name = "podman"
+    poll_failed_event = "podman_poll_failed"
 
     def __init__(self, config: Config | None = None, url: str | None = None):
         self.config = config
@@ -151,14 +152,6 @@ class PodmanRuntime:
         return c.attrs
 
     # ---- Runtime (see base.py for the timing contract) -------------------------------------
-    def _slot(self, handle: Handle, launched: bool = True) -> Slot:
-        key = handle.state["token"]
-        slot = self._slots.get(key)
-        if slot is None:
-            slot = self._slots[key] = Slot(launched=launched)
-        slot.merge(handle.state)
-        return slot
-
     def start(self, spec: LaunchSpec) -> Handle:
         """Queues the launch and returns: ~5 ms here (the spec, the log root). On the worker the launch
         costs a `podman create` + `start` through the API (0.3-1 s measured on Podman 4.3), plus, only
@@ -176,16 +169,16 @@ class PodmanRuntime:
         h = Handle("podman", job.name, {"container": cs.name, "token": token, "attempt": attempt, "pid": None,
                                          "started_at": time.time()})
         slot = self._slots[token] = Slot(busy=True)
-        slot.cache["launch"] = (cs.name, body)
+        slot.cache["launch"] = (job.name, cs.name, body)
         snap = dict(h.state)
-        self.worker.submit(f"launch {cs.name}", lambda: self._launch(h.job, slot, snap))
+        self.worker.submit(f"launch {cs.name}", lambda: self._launch(slot, snap))
         return h
 
-    def _launch(self, job: str, slot: Slot, snap: dict[str, Any]) -> None:
+    def _launch(self, slot: Slot, snap: dict[str, Any]) -> None:
         """Worker: one step of the launch. A still-running container of the job is stopped across
         several steps (one per poll), never waited for here."""
         st = dict(snap)
-        name, body = slot.cache["launch"]
+        job, name, body = slot.cache["launch"]
         try:
             with slot.lock:
                 cancelled = slot.cancel is not None
@@ -257,32 +250,7 @@ class PodmanRuntime:
             except Exception as exc:  # noqa: BLE001 - it may have exited meanwhile
                 log.info("podman_kill_failed", job=job, error=str(exc))
 
-    def poll(self, handle: Handle) -> ExitStatus | None:
-        slot = self._slot(handle)
-        if slot.exit is not None:
-            return slot.exit
-        if not slot.busy:
-            slot.busy = True
-            snap = dict(handle.state)
-            if slot.launched:
-                self.worker.submit(f"observe {handle.job}", lambda: self._observe(slot, snap))
-            else:
-                self.worker.submit(f"launch {handle.job}", lambda: self._launch(handle.job, slot, snap))
-        return None
-
-    def _observe(self, slot: Slot, snap: dict[str, Any]) -> None:
-        st = dict(snap)
-        try:
-            status = self._status(st, slot)
-            slot.record(snap, st)
-            if status is not None:
-                slot.exit = status
-        except Exception as exc:  # noqa: BLE001 - the API went away for a moment: look again next tick
-            log.warning("podman_poll_failed", job=st.get("container"), error=str(exc))
-        finally:
-            slot.busy = False
-
-    def _status(self, st: dict[str, Any], slot: Slot) -> ExitStatus | None:
+    def _look(self, st: dict[str, Any], slot: Slot) -> ExitStatus | None:
         signalled = bool(st.get("signalled") or slot.signalled)
         attrs = self._attrs(st["id"])
         if attrs is None:

@@ -37,7 +37,7 @@ from typing import Any
 from ..config import Config, JobConfig
 from ..logs import log
 from .base import ExitStatus, Handle, LaunchSpec, RuntimeError_
-from .worker import Slot, Worker
+from .worker import Slot, SlottedRuntime, Worker
 from .quadlet import (
     ContainerSpec,
     attempt_number,
@@ -85,8 +85,9 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-class SystemdRuntime:
+class SystemdRuntime(SlottedRuntime):
     name = "systemd"
+    poll_failed_event = "systemd_poll_failed"
 
     def __init__(self, config: Config | None = None):
         self.config = config
@@ -120,13 +121,8 @@ class SystemdRuntime:
         return render_quadlet(spec) if self.quadlet else render_service(spec, self.podman or "/usr/bin/podman")
 
     # ---- Runtime (see base.py for the timing contract) -------------------------------------
-    def _slot(self, handle: Handle, launched: bool = True) -> Slot:
-        key = handle.state.get("token") or handle.state["unit"]
-        slot = self._slots.get(key)
-        if slot is None:
-            slot = self._slots[key] = Slot(launched=launched)
-        slot.merge(handle.state)
-        return slot
+    def _slot_key(self, handle: Handle) -> str:
+        return str(handle.state.get("token") or handle.state["unit"])  # handles from before tokens: the unit
 
     def start(self, spec: LaunchSpec) -> Handle:
         """Renders the unit and queues the launch: ~5-10 ms here. The worker then writes the unit file,
@@ -231,33 +227,11 @@ class SystemdRuntime:
                 msg += "; quadlet says: " + " | ".join(errs[-5:])
         return msg
 
-    def poll(self, handle: Handle) -> ExitStatus | None:
-        slot = self._slot(handle)
-        if slot.exit is not None:
-            return slot.exit
-        if not slot.busy:
-            slot.busy = True
-            snap = dict(handle.state)
-            if slot.launched:
-                self.worker.submit(f"observe {handle.job}", lambda: self._observe(slot, snap))
-            else:
-                self.worker.submit(f"launch {handle.job}", lambda: self._launch(slot, snap))
-        return None
-
-    def _observe(self, slot: Slot, snap: dict[str, Any]) -> None:
-        st = dict(snap)
-        try:
-            cancel = slot.cache.pop("cancel_after_start", None)
-            if cancel is not None:  # stopped while the launch was queued: the unit started anyway
-                self._podman_kill(st, cancel)
-            status = self._status_now(st, slot)
-            slot.record(snap, st)
-            if status is not None:
-                slot.exit = status
-        except Exception as exc:  # noqa: BLE001 - systemctl/journalctl hiccup: look again next tick
-            log.warning("systemd_poll_failed", unit=st.get("unit"), error=str(exc))
-        finally:
-            slot.busy = False
+    def _look(self, st: dict[str, Any], slot: Slot) -> ExitStatus | None:
+        cancel = slot.cache.pop("cancel_after_start", None)
+        if cancel is not None:  # stopped while the launch was queued: the unit started anyway
+            self._podman_kill(st, cancel)
+        return self._status_now(st, slot)
 
     def _status_now(self, st: dict[str, Any], slot: Slot) -> ExitStatus | None:
         """Worker: one look at the unit (systemctl show, the journal when systemd has collected it)."""

@@ -99,3 +99,61 @@ class Worker:
                 log.warning("runtime_worker_task_failed", worker=self.name, task=what, error=f"{type(exc).__name__}: {exc}")
             finally:
                 self.current = None
+
+
+class SlottedRuntime:
+    """The tick side of a runtime whose slow calls run on its Worker (podman, systemd): `poll` never waits.
+
+    Each attempt has a Slot keyed by its launch token. `poll` hands back a known exit at once; otherwise, when
+    nothing is queued for the attempt, it queues one step: the launch's next step until that finished, then
+    one look (`_look`). What the worker found reaches Handle.state through `Slot.merge` at the next `_slot`.
+    A subclass sets `worker`, `_slots` and `poll_failed_event`, and writes `_launch` and `_look`.
+    """
+
+    worker: Worker
+    _slots: dict[str, Slot]
+    poll_failed_event = "runtime_poll_failed"
+
+    def _slot_key(self, handle: Any) -> str:
+        return str(handle.state["token"])
+
+    def _slot(self, handle: Any, launched: bool = True) -> Slot:
+        key = self._slot_key(handle)
+        slot = self._slots.get(key)
+        if slot is None:
+            slot = self._slots[key] = Slot(launched=launched)
+        slot.merge(handle.state)
+        return slot
+
+    def poll(self, handle: Any) -> Any:
+        slot = self._slot(handle)
+        if slot.exit is not None:
+            return slot.exit
+        if not slot.busy:
+            slot.busy = True
+            snap = dict(handle.state)
+            if slot.launched:
+                self.worker.submit(f"observe {handle.job}", lambda: self._observe(slot, snap))
+            else:
+                self.worker.submit(f"launch {handle.job}", lambda: self._launch(slot, snap))
+        return None
+
+    def _observe(self, slot: Slot, snap: dict[str, Any]) -> None:
+        st = dict(snap)
+        try:
+            status = self._look(st, slot)
+            slot.record(snap, st)
+            if status is not None:
+                slot.exit = status
+        except Exception as exc:  # noqa: BLE001 - the API or systemctl went away for a moment: look again next tick
+            log.warning(self.poll_failed_event, container=st.get("container"), unit=st.get("unit"), error=str(exc))
+        finally:
+            slot.busy = False
+
+    def _launch(self, slot: Slot, snap: dict[str, Any]) -> None:
+        """Worker: one step of the launch; sets `slot.launched` (and `slot.exit` if it failed) when done."""
+        raise NotImplementedError
+
+    def _look(self, st: dict[str, Any], slot: Slot) -> Any:
+        """Worker: one look at a launched attempt, updating `st` (its Handle.state copy): its ExitStatus or None."""
+        raise NotImplementedError
