@@ -11,6 +11,8 @@ Ray actor that runs a job's trainer on that node reads the file on every status 
 that turned unhealthy stops the trainer, the attempt ends as `node_lost`, and the supervisor cordons the
 node until `isaacd uncordon`. No new network path, no head-side scraping: the file is read where it is.
 Clearing the file (after a GPU reset or reboot) is the agent's job: it starts with an empty one.
+A node whose agent writes elsewhere says so with ISAACD_AGENT_HEALTH_FILE in the environment of its `ray start`
+(Ray's workers, so the trainer's actor, inherit it) and of its agent: that path wins over [ray] health_file.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 from . import __version__
 from .config import Config
 from .logs import log
+from .runtimes.ray_actor import node_health_file
 
 UNHEALTHY_CLASSES = ("reset", "reboot")
 
@@ -46,9 +49,8 @@ class Agent:
         self.cfg = cfg
         self.node = node or socket.gethostname()
         self.listen = listen or cfg.metrics.listen
-        ray_cfg = cfg.ray
-        self.health_file = Path(health_file) if health_file else (
-            ray_cfg.health_file if ray_cfg is not None else Path("/run/isaacd/agent-health.json"))
+        self.health_file = Path(health_file) if health_file else node_health_file(
+            cfg.ray.health_file if cfg.ray is not None else None)
         self.sampler = GpuSampler.from_config(cfg.gpu)
         self.sampler.gpus_optional = True
         self.started_at = time.time()

@@ -92,12 +92,36 @@ class Cluster:
         self.env = {**os.environ, **FAST_HEALTH, "RAY_USAGE_STATS_ENABLED": "0",
                     "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
 
+    def health_file(self, name: str) -> Path:
+        """Where this node's `isaacd agent` writes unhealthy GPUs: its own file (all nodes share one filesystem
+        here), named to the node's Ray workers through ISAACD_AGENT_HEALTH_FILE in its `ray start` environment."""
+        return self.dirs[name] / "agent-health.json"
+
     def _ray_start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
         d = self.dirs[name]
         d.mkdir(parents=True, exist_ok=True)
         return subprocess.Popen([str(BIN / "ray"), "start", "--temp-dir", str(d), "--labels", f"isaacd/node={name}",
-                                 "--disable-usage-stats", *args], env=self.env, stdout=open(d / "start.log", "wb"),
-                                stderr=subprocess.STDOUT)
+                                 "--disable-usage-stats", *args],
+                                env={**self.env, "ISAACD_AGENT_HEALTH_FILE": str(self.health_file(name))},
+                                stdout=open(d / "start.log", "wb"), stderr=subprocess.STDOUT)
+
+    def ensure_workers(self) -> None:
+        """Bring back a worker an earlier test lost (its raylet SIGKILLed): what is left of it goes, then a fresh
+        `ray start` under the same name and label (Ray gives it a new node id)."""
+        for w in ("w1", "w2"):
+            try:
+                raylet_pid(self.dirs[w])
+                continue
+            except AssertionError:
+                pass
+            for pid in _procs_under(str(self.dirs[w])):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            shutil.rmtree(self.dirs[w], ignore_errors=True)
+            p = self._ray_start(w, "--address", self.address, "--num-cpus", "2", "--num-gpus", "1")
+            assert p.wait(120) == 0, (self.dirs[w] / "start.log").read_text()[-3000:]
 
     def start(self) -> "Cluster":
         head = self._ray_start("head", "--head", "--port", str(self.port), "--num-cpus", "1", "--num-gpus", "0",
@@ -131,6 +155,25 @@ def cluster():
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _leave_the_cluster_free(sup) -> None:  # noqa: ANN001
+    """Ray jobs outlive their supervisor (the next one adopts them): stop the job so its actor and GPU are
+    released before the next test places one."""
+    try:
+        sup.cli("stop", "cp", check=False)
+        wait_for(lambda: sup.job("cp")["state"] in ("stopped", "failed", "completed"), 30, what="the job stopped")
+    except Exception as exc:  # noqa: BLE001 - a failed test's cluster: say so, the next test will tell more
+        print(f"could not stop the Ray job: {exc}")
+
+
+@pytest.fixture
+def ray_sup(cluster, tmp_path, supervisor_factory):
+    """A supervisor with one Ray job on a cluster with both workers up; the job is stopped at the end."""
+    cluster.ensure_workers()  # an earlier test may have lost one
+    sup = supervisor_factory(_config(tmp_path, cluster))
+    yield sup
+    _leave_the_cluster_free(sup)
+
+
 def _config(tmp_path: Path, cluster: Cluster) -> Path:
     job = builtin_job("cp", runtime="ray", num_envs=32, max_iterations=100000, save_interval=5, stop_timeout=5.0,
                       ray={"num_gpus": 1, "num_cpus": 1},
@@ -138,9 +181,8 @@ def _config(tmp_path: Path, cluster: Cluster) -> Path:
     return write_config(tmp_path, job, extra=f'\n[ray]\naddress = "{cluster.address}"\n')
 
 
-def test_ray_job_resumes_in_place_after_kill_and_on_another_node_after_node_loss(cluster, tmp_path,
-                                                                                  supervisor_factory):
-    sup = supervisor_factory(_config(tmp_path, cluster))
+def test_ray_job_resumes_in_place_after_kill_and_on_another_node_after_node_loss(cluster, tmp_path, ray_sup):
+    sup = ray_sup
     job = wait_for(lambda: (j := sup.job("cp"))["state"] == "running" and j["node"] and (j["iteration"] or 0) >= 3
                    and j, 90, what="the job training on a worker node")
     first = job["node"]
@@ -242,3 +284,38 @@ def test_agent_writes_reset_class_xids_to_the_node_health_file(tmp_path):
     assert actor.unhealthy_gpus() == [f"1 ({got['1']})"]
     actor.gpu_ids = ["0"]
     assert actor.unhealthy_gpus() == []
+
+
+def test_a_reset_class_xid_on_the_jobs_node_moves_the_job_and_cordons_that_node(cluster, tmp_path, ray_sup):
+    """The issue's XID path end to end: `isaacd agent` on the job's node, on a scripted GPU, sees XID 79 (a GPU
+    reset is needed); the trainer's actor on that node reads the agent's health file, the trainer is stopped, the
+    attempt ends as node_lost, the job resumes on the other worker and the node stays cordoned."""
+    sup = ray_sup
+    job = wait_for(lambda: (j := sup.job("cp"))["state"] == "running" and j["node"] and j["checkpoint"] and j, 90,
+                   what="the job training with a checkpoint on a worker node")
+    node = job["node"]
+    other = "w2" if node == "w1" else "w1"
+    script = tmp_path / "gpu.json"  # the node's one GPU reports XID 79 a second after the agent starts
+    script.write_text(json.dumps({"gpus": 1, "events": [{"t": 1, "gpu": 0, "xid": 79}]}))
+    agent_cfg = tmp_path / "agent.toml"
+    agent_cfg.write_text(f'[metrics]\nenabled = false\n[gpu]\nsource = "scripted"\nscript = "{script}"\n'
+                         'sample_interval = 0.1\n')
+    env = {**os.environ, "ISAACD_AGENT_HEALTH_FILE": str(cluster.health_file(node))}
+    agent = subprocess.Popen([str(BIN / "isaacd"), "agent", "--config", str(agent_cfg), "--node", node], env=env,
+                             stdout=open(tmp_path / "agent.log", "wb"), stderr=subprocess.STDOUT)
+    try:
+        moved = wait_for(lambda: (j := sup.job("cp"))["restarts"] == 1 and j["state"] == "running"
+                         and j["node"] and j, 90, what="the job running again after the XID")
+    finally:
+        agent.terminate()
+        agent.wait(10)
+    assert moved["node"] == other, moved
+    assert moved["restarts_by_reason"] == {"node_lost": 1}, moved
+    assert moved["last_restart_reason"].startswith("node lost") and "XID 79" in moved["last_restart_reason"], moved
+    assert moved["resume_from"] is not None and moved["resume_from"]["iteration"] >= job["checkpoint"]["iteration"]
+    health = json.loads(cluster.health_file(node).read_text())
+    assert health["node"] == node and "XID 79" in health["unhealthy"]["0"]
+    nodes = {n["name"]: n for n in json.loads(sup.cli("nodes", "--json").stdout)["nodes"]}
+    assert nodes[node]["cordoned"] and "GPU unhealthy" in nodes[node]["cordoned"]["reason"], nodes[node]
+    assert "XID 79" in nodes[node]["cordoned"]["reason"]
+    assert not nodes[other]["cordoned"] and nodes[other]["jobs"] == ["cp"]

@@ -23,6 +23,14 @@ from typing import Any
 
 from .proctree import process_tree  # stdlib only, like this module
 
+HEALTH_FILE_ENV = "ISAACD_AGENT_HEALTH_FILE"
+
+
+def node_health_file(configured: str | Path | None) -> Path:
+    """Where this node's agent writes (and the actors on it read) unhealthy GPUs: the node's own environment
+    (set for its `ray start` and its agent), else the host config's [ray] health_file, else the default."""
+    return Path(os.environ.get(HEALTH_FILE_ENV) or configured or "/run/isaacd/agent-health.json")
+
 PR_SET_PDEATHSIG = 1
 CHUNK = 256 * 1024  # most output relayed per status call
 
@@ -52,7 +60,8 @@ class TrainerActor:
 
     def __init__(self, job: str, token: str, health_file: str = "") -> None:
         self.job, self.token = job, token
-        self.health_file = Path(health_file) if health_file else None
+        # the node's own ISAACD_AGENT_HEALTH_FILE (inherited from its `ray start`) wins over the head's path
+        self.health_file = node_health_file(health_file) if health_file or os.environ.get(HEALTH_FILE_ENV) else None
         self.proc: subprocess.Popen[bytes] | None = None
         self.out_path: Path | None = None
         self.shim_path: Path | None = None
