@@ -176,6 +176,10 @@ class RayJobConfig(_Model):
     resources: dict[str, Annotated[float, Field(ge=0)]] = {}  # custom Ray resources, e.g. {"A100" = 1}
     labels: dict[str, str] = {}  # the node must carry these labels (`ray start --labels k=v`)
     nodes: list[str] = []  # only these nodes (by name, see [ray] node_label); [] = any node that fits
+    # true: the trainer runs in a Podman container on its node (`podman run`, [jobs.container]: image, volumes,
+    # ...; the GPUs Ray gave the attempt by CDI), as an Isaac Lab image does. false: a process with this host's
+    # paths (the venv and Isaac Lab at the same place on every node).
+    container: bool = False
 
     @field_validator("memory")
     @classmethod
@@ -330,8 +334,9 @@ class JobConfig(_Model):
     @property
     def in_container(self) -> bool:
         """The trainer runs in a container (paths inside it differ from the host's). Ray trainers run as
-        processes on their node, where log_root and the venv are at the same paths as here."""
-        return self.runtime in ("podman", "systemd")
+        processes on their node, where log_root and the venv are at the same paths as here, unless
+        [jobs.ray] container is set."""
+        return self.runtime in ("podman", "systemd") or (self.runtime == "ray" and self.ray.container)
 
     @model_validator(mode="after")
     def _ray_gpus(self) -> "JobConfig":

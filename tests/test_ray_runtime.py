@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -155,12 +156,12 @@ def cluster():
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _leave_the_cluster_free(sup) -> None:  # noqa: ANN001
+def _leave_the_cluster_free(sup, name: str = "cp") -> None:  # noqa: ANN001
     """Ray jobs outlive their supervisor (the next one adopts them): stop the job so its actor and GPU are
     released before the next test places one."""
     try:
-        sup.cli("stop", "cp", check=False)
-        wait_for(lambda: sup.job("cp")["state"] in ("stopped", "failed", "completed"), 30, what="the job stopped")
+        sup.cli("stop", name, check=False)
+        wait_for(lambda: sup.job(name)["state"] in ("stopped", "failed", "completed"), 30, what="the job stopped")
     except Exception as exc:  # noqa: BLE001 - a failed test's cluster: say so, the next test will tell more
         print(f"could not stop the Ray job: {exc}")
 
@@ -319,3 +320,59 @@ def test_a_reset_class_xid_on_the_jobs_node_moves_the_job_and_cordons_that_node(
     assert nodes[node]["cordoned"] and "GPU unhealthy" in nodes[node]["cordoned"]["reason"], nodes[node]
     assert "XID 79" in nodes[node]["cordoned"]["reason"]
     assert not nodes[other]["cordoned"] and nodes[other]["jobs"] == ["cp"]
+
+
+def _podman_runs_containers() -> str | None:
+    try:
+        r = subprocess.run(["podman", "run", "--rm", "--rootfs", "/:O", "true"], capture_output=True, text=True,
+                           timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    return None if r.returncode == 0 else (r.stderr.strip().splitlines() or ["podman run failed"])[-1]
+
+
+def test_a_containerised_job_runs_in_podman_on_its_node(cluster, tmp_path, supervisor_factory):
+    """[jobs.ray] container = true: the actor on the node runs `podman run` of the job's container (here the
+    host's rootfs as an overlay image with this venv's python, as the podman runtime's e2e does); a killed
+    container resumes in place from a checkpoint, and a stop reaches the shim inside (it saves, exit 0) through
+    the side channel mounted from the node's work dir. Nothing is left behind."""
+    why = _podman_runs_containers()
+    if why is not None:
+        pytest.skip(f"podman cannot run containers here: {why}")
+    cluster.ensure_workers()
+    name = f"rc{uuid.uuid4().hex[:6]}"
+    job = builtin_job(name, runtime="ray", launcher=[str(BIN / "python")], num_envs=32, max_iterations=100000,
+                      save_interval=2, stop_timeout=10.0, extra_args=["agent.num_steps_per_env=8"],
+                      ray={"num_gpus": 0, "num_cpus": 1, "nodes": ["w1", "w2"], "container": True},
+                      container={"image": "/:O", "shm_size": "256m"},
+                      restart={"backoff_initial": 0.2, "backoff_max": 1.0})
+    sup = supervisor_factory(write_config(tmp_path, job, extra=f'\n[ray]\naddress = "{cluster.address}"\n'))
+
+    def containers(*flags: str) -> list[str]:
+        return subprocess.run(["podman", "ps", "-q", *flags, "--filter", f"label=isaacd.job={name}"],
+                              capture_output=True, text=True).stdout.split()
+
+    try:
+        j = wait_for(lambda: (x := sup.job(name))["state"] == "running" and x["node"] and x["checkpoint"]
+                     and x, 180, what="the containerised job training with a checkpoint")
+        node = j["node"]
+        assert node in ("w1", "w2") and len(containers()) == 1
+        first = [e for e in sup.events(name) if e["event"] == "started"][0]
+        assert "/opt/isaacd/isaacd_shim.py" in first["argv"]  # the container's command runs the mounted shim
+        subprocess.run(["podman", "kill", f"isaaclab-job-{name}"], check=True, capture_output=True)
+        again = wait_for(lambda: (x := sup.job(name))["restarts"] == 1 and x["state"] == "running" and x, 120,
+                         what="the resume after the container was killed")
+        assert again["node"] == node and again["resume_from"] is not None, again
+        assert again["restarts_by_reason"] == {"signal": 1}, again
+        wait_for(lambda: (sup.job(name)["iteration"] or 0) > again["resume_from"]["iteration"], 120,
+                 what="training again in the new container")
+        sup.cli("stop", name)
+        wait_for(lambda: sup.job(name)["state"] == "stopped", 60, what="the graceful stop")
+        ex = [e for e in sup.events(name) if e["event"] == "exited"][-1]
+        assert ex["code"] == 0, ex  # the shim in the container caught SIGINT and saved
+        saved = [e for e in sup.events(name) if e["event"] == "trainer_saved_on_stop"]
+        assert saved and saved[-1]["checkpoint"], saved
+        wait_for(lambda: not containers("-a"), 30, what="no container left")
+    finally:
+        _leave_the_cluster_free(sup, name)
+        subprocess.run(["podman", "rm", "-f", "-t", "0", f"isaaclab-job-{name}"], capture_output=True)

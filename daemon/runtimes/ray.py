@@ -1,6 +1,7 @@
 """runtime = "ray": each attempt of a job is a detached Ray actor on a node of the cluster that fits the job's
-resources; the actor starts the trainer there as a process (runtimes/ray_actor.py) and reports its pid, exit
-status and node.
+resources; the actor starts the trainer there as a process (runtimes/ray_actor.py), or with [jobs.ray] container
+as `podman run` of the job's container (the same ContainerSpec as the podman runtime; the actor adds the CDI
+devices of its Ray GPUs), and reports its pid, exit status and node.
 
 The supervisor stays on the head host; the state machine, the resume choice, watchdogs, events and metrics
 are the same as for the other runtimes. What this runtime adds:
@@ -35,7 +36,7 @@ import signal as _signal
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -315,7 +316,7 @@ class RayRuntime:
         att.actor = self._actor_cls.options(**opts).remote(att.job.name, att.token, str(self.cfg.health_file))
         a = att.launch_args
         att.start_ref = att.actor.launch.remote(a["argv"], a["env"], a["cwd"], str(att.job.log_root), str(marker),
-                                                self._nonce, a["work_dir"])
+                                                self._nonce, a["work_dir"], a.get("container"))
         att.start_since = time.monotonic()
         att.phase, att.waiting, att.node_id, att.node = "launching", None, node.node_id, node.name
         self._last_node[att.job.name] = node.name
@@ -461,19 +462,24 @@ class RayRuntime:
 
         job = spec.job
         token = spec.token or uuid.uuid4().hex
-        # the trainer runs as a process on its node, with this host's paths (same venv, shared log_root)
-        argv = launch.process_argv(job, spec.trainer_args) if job.command is None else list(spec.argv)
+        shim = spec.env.get(SHIM_EVENTS_ENV)
+        name = actor_name(job.name, token)
+        work_dir = f"/tmp/isaacd-ray/{job.name}-{token[:12]}"
+        container = None
+        if job.ray.container:
+            argv, container = self._container_argv(spec, token, work_dir)
+        else:
+            # the trainer runs as a process on its node, with this host's paths (same venv, shared log_root)
+            argv = launch.process_argv(job, spec.trainer_args) if job.command is None else list(spec.argv)
         env = {k: v for k, v in spec.env.items()
                if k in job.environment or k.startswith("ISAACD_") or k == "PYTHONUNBUFFERED"}
         env[launch.LAUNCH_TOKEN_ENV] = token
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(spec.log_path, "ab") as fh:
             log_offset = fh.seek(0, os.SEEK_END)
-        shim = spec.env.get(SHIM_EVENTS_ENV)
-        name = actor_name(job.name, token)
-        work_dir = f"/tmp/isaacd-ray/{job.name}-{token[:12]}"
         att = _Att(job=job, token=token, name=name, slot=Slot(),
-                   launch_args={"argv": argv, "env": env, "cwd": str(spec.cwd), "work_dir": work_dir},
+                   launch_args={"argv": argv, "env": env, "cwd": str(spec.cwd), "work_dir": work_dir,
+                                "container": container},
                    head_log=spec.log_path, head_shim=Path(shim) if shim else None)
         with self._lock:
             self._atts[token] = att
@@ -483,6 +489,20 @@ class RayRuntime:
             state["shim_path"] = shim
         self._kick()
         return Handle("ray", job.name, state)
+
+    def _container_argv(self, spec: LaunchSpec, token: str, work_dir: str) -> tuple[list[str], str]:
+        """`podman run` of the job's container, for the actor to run on its node: the same ContainerSpec as the
+        podman and systemd runtimes (image, volumes, the log root at the same path, the shim bind-mounted),
+        with the shim's side channel in the attempt's work dir on the node, which is mounted at the same path.
+        The actor adds the CDI devices of the GPUs Ray gave it: only it knows them."""
+        from .quadlet import ContainerSpec, attempt_number
+
+        env = dict(spec.env)
+        if SHIM_EVENTS_ENV in env:
+            env[SHIM_EVENTS_ENV] = f"{work_dir}/shim.jsonl"
+        cs = ContainerSpec.from_launch(replace(spec, env=env), token,
+                                       attempt_number(spec, self.state_dir))
+        return ["podman", "run", "--rm", "--name", cs.name, *cs.podman_run_options()], cs.name
 
     def _kick(self) -> None:
         if not self._observing:

@@ -55,6 +55,15 @@ def _read_from(path: Path, offset: int, limit: int = CHUNK) -> tuple[bytes, int]
         return b"", 0
 
 
+def _podman(*args: str) -> str | None:
+    """`podman <args>` on this node: its stdout stripped, or None if it failed or is not installed."""
+    try:
+        r = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
 class TrainerActor:
     """Made a Ray actor by the supervisor (`ray.remote(TrainerActor).options(...)`)."""
 
@@ -66,6 +75,7 @@ class TrainerActor:
         self.out_path: Path | None = None
         self.shim_path: Path | None = None
         self.started_at = time.time()
+        self.container: str | None = None  # `podman run --name` of a containerised trainer ([jobs.ray] container)
         self.gpu_ids: list[str] = []
         self.node_id = ""
         try:
@@ -81,9 +91,14 @@ class TrainerActor:
 
     # ---- the launch ---------------------------------------------------------------------
     def launch(self, argv: list[str], env: dict[str, str], cwd: str, log_root: str, marker: str,
-               nonce: str, work_dir: str) -> dict[str, Any]:
+               nonce: str, work_dir: str, container: str | None = None) -> dict[str, Any]:
         """Check the shared storage, start the trainer. Returns {"ok": True, pid, ...} or {"ok": False,
-        "error": ..., "kind": storage|workdir|spawn|gpu}."""
+        "error": ..., "kind": storage|workdir|spawn|gpu}.
+
+        `container`: argv is `podman run --rm --name <container> ...`. A container of that name left on this node
+        (an earlier attempt whose actor died) goes first, never two of a job; the GPUs Ray gave this actor are
+        passed by CDI (`nvidia.com/gpu=<index>`, the names nvidia-ctk generates); inside, CUDA numbers them from 0.
+        """
         base = {"node_id": self.node_id, "hostname": os.uname().nodename, "gpu_ids": self.gpu_ids}
         problem = self._storage_problem(log_root, marker, nonce)
         if problem is not None:
@@ -111,6 +126,10 @@ class TrainerActor:
             full_env["ISAACD_SHIM_EVENTS"] = str(self.shim_path)
         if self.gpu_ids:
             full_env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpu_ids)
+        if container:
+            self.container = container
+            _podman("rm", "--force", "--time", "0", container)
+            argv = argv[:2] + [f"--device=nvidia.com/gpu={g}" for g in self.gpu_ids] + argv[2:]
         try:
             with open(self.out_path, "ab", buffering=0) as out:
                 self.proc = subprocess.Popen(argv, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=out,
@@ -152,6 +171,8 @@ class TrainerActor:
         else:
             st["state"] = "exited"
             st["code"], st["signal"] = (None, -rc) if rc < 0 else (rc, None)
+            if self.container and 128 < rc <= 128 + 64:  # podman run: 128 + n for a container killed by signal n
+                st["code"], st["signal"] = None, rc - 128
         return st
 
     def unhealthy_gpus(self) -> list[str]:
@@ -169,12 +190,33 @@ class TrainerActor:
     def pids(self) -> list[int]:
         if self.proc is None or self.proc.poll() is not None:
             return []
+        if self.container:
+            return self._container_pids()
         return process_tree(self.proc.pid)
+
+    def _container_pids(self) -> list[int]:
+        """The container's processes on this node: its main pid (podman inspect) and that pid's descendants."""
+        out = _podman("container", "inspect", "--format", "{{.State.Pid}}", self.container or "")
+        pid = int(out) if out.isdigit() else 0
+        return process_tree(pid) if pid > 0 else []
 
     # ---- control ------------------------------------------------------------------------
     def signal(self, sig: int) -> bool:
         if self.proc is None or self.proc.poll() is not None:
             return False
+        if self.container:
+            # every process of the trainer, as the podman runtime does (PID 1 may be a wrapper shell with no
+            # handler); SIGKILL through podman, which also ends `podman run` with 137
+            pids = self._container_pids() if sig != signal.SIGKILL else []
+            for p in pids:
+                try:
+                    os.kill(p, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            if pids:
+                return True
+            if _podman("kill", "--signal", signal.Signals(sig).name, self.container) is not None:
+                return True
         try:
             os.killpg(self.proc.pid, sig)
         except ProcessLookupError:
@@ -187,6 +229,8 @@ class TrainerActor:
 
     def __del__(self) -> None:  # a graceful actor exit: take the trainer's whole group along
         if self.proc is not None and self.proc.poll() is None:
+            if self.container:
+                _podman("rm", "--force", "--time", "0", self.container)
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
