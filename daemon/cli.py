@@ -304,6 +304,8 @@ def _add_arguments(name: str, s: argparse.ArgumentParser) -> Callable[[argparse.
         s.add_argument("--health-file", default=None, metavar="PATH",
                        help="where unhealthy GPUs are written (default: [ray] health_file)")
         return cmd_agent
+    s.add_argument("--agent", action="store_true",
+                   help="install isaacd-agent.service (a Ray node: GPU metrics and XID health, no jobs) instead")
     s.add_argument("--prefix", default="/", help="root to install into (for packaging)")
     s.add_argument("--bin", default=None, help="path of the isaacd executable for ExecStart")
     return cmd_install_units

@@ -3,10 +3,12 @@
     sudo isaacd install-units                  # /etc/systemd/system/isaaclab-supervisor.service
     sudo systemctl daemon-reload
     sudo systemctl enable --now isaaclab-supervisor
+    sudo isaacd install-units --agent          # on a Ray node: /etc/systemd/system/isaacd-agent.service
 
 `--prefix DIR` installs under DIR (packaging, tests); `--bin PATH` is the isaacd executable for
 ExecStart= (default: the one running this command). units/isaaclab-supervisor.service in the
-source tree is this template rendered for /usr/local/bin/isaacd; a test keeps the two in sync.
+source tree is this template rendered for /usr/local/bin/isaacd, units/isaacd-agent.service the agent's; a test
+keeps them in sync.
 """
 
 from __future__ import annotations
@@ -115,8 +117,55 @@ listen = "127.0.0.1:9835"
 """
 
 
+AGENT_UNIT_NAME = "isaacd-agent.service"
+AGENT_UNIT = """\
+# isaacd agent: GPU sampler and /metrics on a Ray node that takes runtime = "ray" jobs (no jobs run here).
+# On every node: `isaacd install-units --agent`, then `systemctl enable --now isaacd-agent`.
+# It reads the same config as the supervisor ([gpu], [metrics] listen, [ray] health_file); on a reset-class
+# XID it marks the GPU unhealthy in the health file, which the job's Ray actor on this node reads: the job
+# moves to another node and `isaacd nodes` shows this one cordoned until `isaacd uncordon NODE`.
+[Unit]
+Description=isaacd agent (GPU metrics and XID health) for a Ray node
+Documentation=file://{config}
+Wants=network-online.target
+After=network-online.target
+StartLimitIntervalSec=600
+StartLimitBurst=5
+
+[Service]
+Type=simple
+# --listen: Prometheus scrapes every node, so bind the node's address, not loopback; --node: the name the node
+# has in `isaacd nodes` (its `ray start --labels isaacd/node=NAME`), default the hostname
+ExecStart={bin} agent --config {config} --listen 0.0.0.0:9836
+Restart=on-failure
+RestartSec=5s
+Environment=PYTHONUNBUFFERED=1
+# /run/isaacd/agent-health.json ([ray] health_file): readable by the Ray workers on this node
+RuntimeDirectory=isaacd
+RuntimeDirectoryMode=0755
+RuntimeDirectoryPreserve=yes
+OOMScoreAdjust=-500
+NoNewPrivileges=yes
+ProtectSystem=strict
+ReadWritePaths=/run/isaacd
+ProtectHome=read-only
+PrivateTmp=yes
+LockPersonality=yes
+RestrictRealtime=yes
+SystemCallArchitectures=native
+UMask=0022
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
 def render_supervisor_unit(bin_path: str = DEFAULT_BIN, config: str = CONFIG_PATH) -> str:
     return SUPERVISOR_UNIT.format(bin=bin_path, config=config)
+
+
+def render_agent_unit(bin_path: str = DEFAULT_BIN, config: str = CONFIG_PATH) -> str:
+    return AGENT_UNIT.format(bin=bin_path, config=config)
 
 
 def default_bin() -> str:
@@ -139,9 +188,11 @@ def install_units(args: Any) -> int:
     def under(p: str) -> Path:
         return prefix / p.lstrip("/")
 
-    unit_path = under(f"/etc/systemd/system/{UNIT_NAME}")
+    agent = bool(getattr(args, "agent", False))  # a Ray node: the agent only, no supervisor
+    name = AGENT_UNIT_NAME if agent else UNIT_NAME
+    unit_path = under(f"/etc/systemd/system/{name}")
     unit_path.parent.mkdir(parents=True, exist_ok=True)
-    unit_path.write_text(render_supervisor_unit(bin_path, config))
+    unit_path.write_text((render_agent_unit if agent else render_supervisor_unit)(bin_path, config))
     os.chmod(unit_path, 0o644)
     print(f"installed {unit_path}")
     cfg_path = under(config)
@@ -152,10 +203,15 @@ def install_units(args: Any) -> int:
         cfg_path.write_text(EXAMPLE_CONFIG)
         os.chmod(cfg_path, 0o640)
         print(f"installed example config {cfg_path} (add your [[jobs]])")
-    under("/etc/containers/systemd").mkdir(parents=True, exist_ok=True)
+    if not agent:
+        under("/etc/containers/systemd").mkdir(parents=True, exist_ok=True)
     if str(prefix) == "/" and Path("/run/systemd/system").exists():
         r = subprocess.run(["systemctl", "daemon-reload"], capture_output=True, text=True)
         if r.returncode == 0:
             print("systemctl daemon-reload: done")
-    print("next: isaacd check-config && isaacd doctor && systemctl enable --now isaaclab-supervisor")
+    if agent:
+        print("next: isaacd check-config && systemctl enable --now isaacd-agent "
+              "(and --node NAME in ExecStart if the node's Ray label is not its hostname)")
+    else:
+        print("next: isaacd check-config && isaacd doctor && systemctl enable --now isaaclab-supervisor")
     return 0

@@ -33,7 +33,7 @@ from isaacd.runtimes.quadlet import (
     sd_quote,
     sd_split,
 )
-from isaacd.units import UNIT_NAME, install_units, render_supervisor_unit
+from isaacd.units import AGENT_UNIT_NAME, UNIT_NAME, install_units, render_agent_unit, render_supervisor_unit
 
 sys.path.insert(0, str(Path(__file__).parent / "testbed"))
 import tb as testbed  # noqa: E402
@@ -394,6 +394,35 @@ def _verify_both(path: Path) -> None:
 # ---- the supervisor unit --------------------------------------------------------------------
 def test_units_dir_matches_the_template():
     assert (REPO / "units" / UNIT_NAME).read_text() == render_supervisor_unit()
+    assert (REPO / "units" / AGENT_UNIT_NAME).read_text() == render_agent_unit()
+
+
+def test_install_units_agent_installs_the_node_unit_only(tmp_path, capsys):
+    class Args:
+        prefix = str(tmp_path)
+        bin = "/opt/isaacd/bin/isaacd"
+        config = None
+        agent = True
+
+    assert install_units(Args()) == 0
+    unit = (tmp_path / "etc/systemd/system" / AGENT_UNIT_NAME).read_text()
+    assert "ExecStart=/opt/isaacd/bin/isaacd agent --config /etc/isaacd/isaacd.toml --listen 0.0.0.0:9836" in unit
+    assert not (tmp_path / "etc/systemd/system" / UNIT_NAME).exists()  # a node runs no supervisor
+    assert (tmp_path / "etc/isaacd/isaacd.toml").exists()
+    assert "systemctl enable --now isaacd-agent" in capsys.readouterr().out
+
+
+@pytest.mark.systemd
+def test_agent_unit_verifies_clean(tmp_path, chroot_tools):
+    unit = tmp_path / AGENT_UNIT_NAME
+    unit.write_text(render_agent_unit(bin_path=str(REPO / ".venv/bin/isaacd")))
+    r = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    p = chroot_tools / AGENT_UNIT_NAME
+    p.write_text(render_agent_unit(bin_path="/bin/true"))
+    r = subprocess.run(["chroot", str(ROOTFS), "systemd-analyze", "verify", "/" + str(p.relative_to(ROOTFS))],
+                       capture_output=True, text=True, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+    assert r.returncode == 0 and r.stderr == "", r.stderr
 
 
 def test_supervisor_unit_contents():
