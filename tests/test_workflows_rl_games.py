@@ -255,8 +255,11 @@ def test_finished_early_by_score_to_win_or_max_frames_from_the_runs_own_params(t
     run = fake_run(tmp_path / "run")
     agent_yaml = run / "params" / "agent.yaml"
     assert wf.finished_early(r.job, run, {"rewards/iter": 10**9}, 5 * H * N_ENVS) is None  # neither is set
-    agent_yaml.write_text(agent_yaml.read_text() + "    score_to_win: 20000\n    max_frames: -1\n")
+    agent_yaml.write_text(agent_yaml.read_text() + "    score_to_win: 20000\n    max_frames: -1\n"
+                          "    save_best_after: 6\n")
     assert wf.finished_early(r.job, run, {"rewards/iter": 19999.5}, 5 * H * N_ENVS) is None
+    # epoch 5 < save_best_after 6: rl_games takes no best yet, so it cannot have won; an exit 0 there is not a win
+    assert wf.finished_early(r.job, run, {"rewards/iter": 20000.5}, 4 * H * N_ENVS) is None
     why = wf.finished_early(r.job, run, {"rewards/iter": 20000.5}, 5 * H * N_ENVS)
     assert why == "score_to_win reached: mean reward 20000.5 > 20000 (rl_games stops there)"
     assert wf.finished_early(r.job, None, {"rewards/iter": 20000.5}, None) is None  # no run dir: no evidence

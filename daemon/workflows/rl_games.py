@@ -161,7 +161,12 @@ class RlGames(Workflow):
         agent_yaml = Path(run_dir) / "params" / "agent.yaml"
         score_to_win = yaml_float(agent_yaml, ("params", "config", "score_to_win"))
         reward = latest.get("rewards/iter")
-        if score_to_win is not None and reward is not None and math.isfinite(reward) and reward > score_to_win:
+        # a best is only taken from epoch save_best_after on (rl_games' default 100): before it, no win
+        save_best_after = yaml_int(agent_yaml, ("params", "config", "save_best_after"))
+        epoch = self.progress_iteration(last_step, run_dir, None) if last_step is not None else None
+        could_win = epoch is not None and epoch >= (100 if save_best_after is None else save_best_after)
+        if score_to_win is not None and reward is not None and math.isfinite(reward) and reward > score_to_win \
+                and could_win:
             return f"score_to_win reached: mean reward {reward:.6g} > {score_to_win:g} (rl_games stops there)"
         max_frames = yaml_int(agent_yaml, ("params", "config", "max_frames"))
         fpe = self.frames_per_epoch(run_dir)
