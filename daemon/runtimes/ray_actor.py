@@ -197,7 +197,7 @@ class TrainerActor:
     def _container_pids(self) -> list[int]:
         """The container's processes on this node: its main pid (podman inspect) and that pid's descendants."""
         out = _podman("container", "inspect", "--format", "{{.State.Pid}}", self.container or "")
-        pid = int(out) if out.isdigit() else 0
+        pid = int(out) if out and out.isdigit() else 0
         return process_tree(pid) if pid > 0 else []
 
     # ---- control ------------------------------------------------------------------------
