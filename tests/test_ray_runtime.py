@@ -24,6 +24,8 @@ import pytest
 
 from helpers import builtin_job, wait_for, write_config
 
+from isaacd.config import parse_config
+
 ray = pytest.importorskip("ray", reason="ray is not installed in this venv (scripts/install.sh installs it)")
 
 BIN = Path(sys.executable).parent
@@ -259,6 +261,37 @@ def test_actor_refuses_a_log_root_that_is_not_shared(tmp_path):
     st = a.status(0, 0)
     assert st["code"] == 0 and st["out"] == b"hello\n" and not st["more"]
     assert (tmp_path / "wd" / "logs").resolve() == root
+
+
+def test_an_attempt_taken_for_lost_stops_itself_once_another_owns_the_job(tmp_path):
+    """Split brain: a node cut off from the head keeps its trainer running while the head, taking it for lost,
+    starts the next attempt elsewhere and writes that attempt's token into the job's owner file in the shared
+    log_root. The old actor (its real code, on a real trainer process) sees another token and stops its trainer;
+    an unreadable owner file (the shared storage away) stops nothing."""
+    from isaacd.runtimes.ray import owner_file
+    from isaacd.runtimes.ray_actor import FENCE_INTERVAL, TrainerActor
+
+    root = tmp_path / "logs"
+    root.mkdir()
+    (root / ".isaacd-storage-check").write_text("n1\n")
+    job = parse_config(f'[ray]\naddress = "auto"\n[[jobs]]\nname = "cp"\nruntime = "ray"\nlog_root = "{root}"\n', "t",
+                       tmp_path).jobs[0]
+    owner = owner_file(job)
+    owner.write_text("t1\n")
+    a = TrainerActor("cp", "t1")
+    res = a.launch(["sleep", "60"], {}, str(tmp_path / "wd"), str(root), str(root / ".isaacd-storage-check"), "n1",
+                   str(tmp_path / "own"), None, str(owner))
+    assert res["ok"], res
+    owner.unlink()  # the shared storage away for a moment: no proof, keep training
+    time.sleep(FENCE_INTERVAL * 1.5)
+    assert a.status(0, 0)["state"] == "running" and a.fenced is None
+    owner.write_text("t1\n")
+    time.sleep(FENCE_INTERVAL * 1.5)
+    assert a.status(0, 0)["state"] == "running"  # still this attempt's
+    owner.write_text("t2-the-next-attempt\n")
+    wait_for(lambda: a.status(0, 0)["state"] == "exited", FENCE_INTERVAL * 3, what="the fenced trainer stopped")
+    st = a.status(0, 0)
+    assert st["signal"] == signal.SIGKILL and "t2-the-next" in st["fenced"] and "stopped itself" in st["fenced"]
 
 
 def test_agent_writes_reset_class_xids_to_the_node_health_file(tmp_path):

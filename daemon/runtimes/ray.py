@@ -47,6 +47,14 @@ from .worker import Slot, Worker
 
 SHIM_EVENTS_ENV = "ISAACD_SHIM_EVENTS"
 MARKER_NAME = ".isaacd-storage-check"
+# `<log_root>/.isaacd-owner-<job>`: the token of the job's current attempt. The actor of an older attempt that is
+# still running (its node was cut off from the head, so the head took it for lost) stops its trainer on seeing
+# another token: two trainers never write the same job's checkpoints for longer than the fence interval.
+OWNER_PREFIX = ".isaacd-owner-"
+
+
+def owner_file(job: JobConfig) -> Path:
+    return job.log_root / f"{OWNER_PREFIX}{job.name}"
 NODES_REFRESH = 1.0  # s between GCS node listings while attempts live
 STATUS_STALL = 2.0  # s a status call may take before the node's liveness is checked
 PLACEMENT_TIMEOUT = 60.0  # s an actor pinned to a node may stay uncreated (someone else took the room)
@@ -156,6 +164,13 @@ def _fits(demand: dict[str, float], have: dict[str, float]) -> bool:
 def _short(demand: dict[str, float], have: dict[str, float]) -> str:
     miss = [f"{k} {have.get(k, 0.0):g} < {v:g}" for k, v in demand.items() if have.get(k, 0.0) + 1e-9 < v]
     return ", ".join(miss)
+
+
+def _replace_text(path: Path, text: str) -> None:
+    """Write `text` to `path` atomically: readers on other nodes see the old value or the new one."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text + "\n")
+    os.replace(tmp, path)
 
 
 class RayRuntime:
@@ -276,9 +291,7 @@ class RayRuntime:
                 return
         except OSError:
             pass
-        tmp = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
-        tmp.write_text(self._nonce + "\n")
-        os.replace(tmp, marker)
+        _replace_text(marker, self._nonce)
 
     def _place(self, att: _Att) -> None:
         if att.slot.cancel is not None:
@@ -298,6 +311,7 @@ class RayRuntime:
         try:
             att.job.log_root.mkdir(parents=True, exist_ok=True)
             self._write_marker(marker)
+            _replace_text(owner_file(att.job), att.token)  # from now on an older attempt's actor fences itself
         except OSError as exc:
             self._end(att, ExitStatus(start_failed=True, detail=f"cannot write the storage marker {marker}: "
                                                                 f"{exc.strerror or exc}"))
@@ -316,7 +330,8 @@ class RayRuntime:
         att.actor = self._actor_cls.options(**opts).remote(att.job.name, att.token, str(self.cfg.health_file))
         a = att.launch_args
         att.start_ref = att.actor.launch.remote(a["argv"], a["env"], a["cwd"], str(att.job.log_root), str(marker),
-                                                self._nonce, a["work_dir"], a.get("container"))
+                                                self._nonce, a["work_dir"], a.get("container"),
+                                                str(owner_file(att.job)))
         att.start_since = time.monotonic()
         att.phase, att.waiting, att.node_id, att.node = "launching", None, node.node_id, node.name
         self._last_node[att.job.name] = node.name
@@ -414,6 +429,8 @@ class RayRuntime:
         if st.get("state") == "exited" and not st.get("more"):
             if a.fault is not None:
                 self._end(a, ExitStatus(node_lost=True, detail=a.fault))
+            elif st.get("fenced"):  # another attempt (another supervisor?) took the job's owner file
+                self._end(a, ExitStatus(code=st.get("code"), signal=st.get("signal"), detail=str(st["fenced"])))
             else:
                 self._end(a, ExitStatus(code=st.get("code"), signal=st.get("signal")))
 

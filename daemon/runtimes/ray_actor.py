@@ -17,6 +17,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ def node_health_file(configured: str | Path | None) -> Path:
     (set for its `ray start` and its agent), else the host config's [ray] health_file, else the default."""
     return Path(os.environ.get(HEALTH_FILE_ENV) or configured or "/run/isaacd/agent-health.json")
 
+FENCE_INTERVAL = 2.0  # seconds between the actor's looks at the job's owner file
 PR_SET_PDEATHSIG = 1
 CHUNK = 256 * 1024  # most output relayed per status call
 
@@ -76,6 +78,7 @@ class TrainerActor:
         self.shim_path: Path | None = None
         self.started_at = time.time()
         self.container: str | None = None  # `podman run --name` of a containerised trainer ([jobs.ray] container)
+        self.fenced: str | None = None  # why this actor stopped its trainer itself (another attempt owns the job)
         self.gpu_ids: list[str] = []
         self.node_id = ""
         try:
@@ -91,13 +94,15 @@ class TrainerActor:
 
     # ---- the launch ---------------------------------------------------------------------
     def launch(self, argv: list[str], env: dict[str, str], cwd: str, log_root: str, marker: str,
-               nonce: str, work_dir: str, container: str | None = None) -> dict[str, Any]:
+               nonce: str, work_dir: str, container: str | None = None, owner: str = "") -> dict[str, Any]:
         """Check the shared storage, start the trainer. Returns {"ok": True, pid, ...} or {"ok": False,
         "error": ..., "kind": storage|workdir|spawn|gpu}.
 
         `container`: argv is `podman run --rm --name <container> ...`. A container of that name left on this node
         (an earlier attempt whose actor died) goes first, never two of a job; the GPUs Ray gave this actor are
         passed by CDI (`nvidia.com/gpu=<index>`, the names nvidia-ctk generates); inside, CUDA numbers them from 0.
+        `owner`: the job's owner file in the shared log_root; while the trainer runs, a thread looks at it every
+        FENCE_INTERVAL and stops the trainer once it names another attempt (see ray.OWNER_PREFIX).
         """
         base = {"node_id": self.node_id, "hostname": os.uname().nodename, "gpu_ids": self.gpu_ids}
         problem = self._storage_problem(log_root, marker, nonce)
@@ -137,7 +142,25 @@ class TrainerActor:
                                              preexec_fn=_die_with_parent)
         except OSError as exc:
             return {**base, "ok": False, "kind": "spawn", "error": f"cannot start {argv[0]}: {exc.strerror or exc}"}
+        if owner:
+            threading.Thread(target=self._fence, args=(Path(owner),), name="isaacd-fence", daemon=True).start()
         return {**base, "ok": True, "pid": self.proc.pid}
+
+    def _fence(self, owner: Path) -> None:
+        """Stop the trainer once the job's owner file names another attempt. An unreadable file (the shared
+        storage is away) says nothing: only another token is proof that the head moved on."""
+        proc = self.proc
+        while proc is not None and proc.poll() is None:
+            time.sleep(FENCE_INTERVAL)
+            try:
+                current = owner.read_text().strip()
+            except OSError:
+                continue
+            if current and current != self.token and proc.poll() is None:
+                self.fenced = (f"attempt {current[:12]} owns job {self.job} now: this one was taken for lost "
+                               "(its node cut off from the supervisor) and stopped itself")
+                self.signal(signal.SIGKILL)
+                return
 
     @staticmethod
     def _storage_problem(log_root: str, marker: str, nonce: str) -> str | None:
@@ -164,6 +187,7 @@ class TrainerActor:
         st["out"], st["shim"] = out, shim
         st["more"] = out_offset + len(out) < out_size or shim_offset + len(shim) < shim_size
         st["unhealthy"] = self.unhealthy_gpus()
+        st["fenced"] = self.fenced
         if self.proc is None:
             st["state"] = "none"
         elif rc is None:
