@@ -332,7 +332,7 @@ class JobRunner:
 
     def _hand_to_spare(self, program: Program, args: list[str], spec: LaunchSpec) -> Handle | None:
         """Give the attempt's command line to the ready spare; its handle, or None to start cold."""
-        go = {"argv": program.go_argv(args), "cwd": str(spec.cwd),
+        go = {"argv": program.go_argv(args), "cwd": str(spec.cwd), "plain": program.plain_spare,
               "env": {k: spec.env[k] for k in (launch.SHIM_EVENTS_ENV, "ISAACD_SNAPSHOT_EVERY",
                                               "ISAACD_SNAPSHOT_MIN_SECONDS", "ISAACD_SNAPSHOT_BUDGET")
                       if k in spec.env}}

@@ -10,7 +10,8 @@ new trainer is training. Costs: one idle Python process with torch imported (RSS
 
 A spare never trains unasked and never writes into run dirs: it exits by itself when its parent (this
 supervisor) dies or its FIFO is closed, and the runner kills it when the job comes to rest (stopped,
-completed, failed). Only where it fits: process runtime, one rank, the shim on.
+completed, failed). Only where it fits: process runtime, one rank, the shim on (for skrl and rl_games, which run
+without it, the shim file only hosts the spare: at go it runs the train script as plain Python would).
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ SPARE_CONTROL_ENV = "ISAACD_SPARE_CONTROL"
 RETRY_MIN, RETRY_MAX = 5.0, 300.0  # a spare that keeps dying is retried less and less often
 BUILTIN_PRELOAD = ["isaacd_trainer.cli", "isaacd_trainer.train_v2", "isaacd_trainer.runtime",
                    "isaacd_trainer.envs.cartpole", "hydra"]
+# what Isaac Lab's skrl / rl_games train scripts import that holds no state (a module that is missing is reported
+# in spare_ready's errors, not fatal); rsl_rl's runners are imported (and patched) for every rsl_rl spare
+LIBRARY_PRELOAD = {"skrl": ["skrl.agents.torch.ppo", "skrl.trainers.torch", "hydra"],
+                   "rl_games": ["rl_games.torch_runner", "rl_games.common.a2c_common", "hydra"]}
 
 
 def spare_fits(job: JobConfig, program: Program | None) -> str | None:
@@ -43,7 +48,7 @@ def spare_fits(job: JobConfig, program: Program | None) -> str | None:
     if job.ranks > 1:
         return "several ranks: torchrun starts them, a spare cannot stand in"
     if program is None or program.spare_head is None:
-        return "the launcher shim is off (shim = false) or the trainer is not rsl_rl"
+        return "the launcher shim is off (shim = false), or a raw command"
     return None
 
 
@@ -117,8 +122,11 @@ class SpareKeeper:
         env = launch.trainer_env(self.cfg, events, token)
         env[SPARE_CONTROL_ENV] = str(control)
         env["ISAACD_SPARE_DEVICE"] = self.cfg.device
-        preload = (BUILTIN_PRELOAD if self.cfg.workflow == "builtin" else []) + list(self.cfg.spare_preload)
+        preload = (BUILTIN_PRELOAD if self.cfg.workflow == "builtin" else LIBRARY_PRELOAD.get(self.cfg.workflow, [])) \
+            + list(self.cfg.spare_preload)
         env["ISAACD_SPARE_PRELOAD"] = ",".join(preload)
+        if program.plain_spare:
+            env["ISAACD_SPARE_PLAIN"] = "1"  # skrl / rl_games: no rsl_rl to import, no shim after go
         assert program.spare_head is not None
         spec = LaunchSpec(job=self.cfg, argv=program.spare_head + ["--isaacd-spare"], trainer_args=[], env=env,
                           cwd=launch.workdir(self.cfg, self.state_dir),

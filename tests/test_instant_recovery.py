@@ -88,7 +88,7 @@ def test_operator_stop_leaves_no_spare(tmp_path, supervisor_factory):
 def test_spare_off_where_it_does_not_fit_says_why(tmp_path, supervisor_factory):
     sp = supervisor_factory(write_config(tmp_path, job(shim=False, snapshot_every=0)))
     j = wait_for(lambda: (x := sp.job("cp"))["state"] == "running" and x, 120, what="running")
-    assert j["spare"] == {"state": "off", "reason": "the launcher shim is off (shim = false) or the trainer is not rsl_rl"}
+    assert j["spare"] == {"state": "off", "reason": "the launcher shim is off (shim = false), or a raw command"}
 
 
 def test_a_crash_mid_snapshot_leaves_no_half_written_file_behind(tmp_path, supervisor_factory):

@@ -129,3 +129,41 @@ def test_rl_games_score_to_win_completes_the_job_instead_of_restarting_it(tmp_pa
     assert j["restarts"] == 0 and len(started(sp, "cp")) == 1
     log = (tmp_path / "state" / "logs" / "cp.log").read_text(errors="replace")
     assert "Network won!" in log
+
+
+@pytest.mark.parametrize("library", ["skrl", "rl_games"])
+def test_a_warm_spare_takes_over_a_skrl_or_rl_games_job_and_it_still_counts_exactly(tmp_path, supervisor_factory,
+                                                                                    library):
+    """skrl and rl_games run without the shim, but the spare still does their imports ahead (hosted by the shim
+    file); at a kill -9 it runs the train script as plain Python with the resume flags, and the job still ends
+    with exactly max_iterations done."""
+    lab = fake_isaaclab(tmp_path / "IsaacLab", library)
+    extra = ["--step_delay", "0.03"] + ([f"agent.agent.rollouts={R}"] if library == "skrl"
+                                        else [f"agent.params.config.horizon_length={R}"])
+    preload = [MODULES[library], "isaacd_trainer.minilib"]
+    cfg = write_config(tmp_path, builtin_job("cp", workflow=library, isaaclab_dir=str(lab), launcher=[sys.executable],
+                                             task="Isaacd-Cartpole-v0", num_envs=32, max_iterations=TOTAL,
+                                             save_interval=SAVE, extra_args=extra, spare=True, spare_preload=preload))
+    wf = resolve(parse_config(cfg.read_text(), str(cfg), cfg.parent).jobs[0]).workflow
+    sp = supervisor_factory(cfg)
+
+    def ready_with_checkpoint(x: dict):  # noqa: ANN202
+        if x["spare"].get("state") != "ready" or not (x["pid"] and x["run_dir"]):
+            return None
+        n = newest_complete(Path(x["run_dir"]), layout=wf.layout)
+        return x if n is not None and n.iteration >= SAVE else None
+
+    j = wait_for(lambda: ready_with_checkpoint(sp.job("cp")), 120, interval=0.05, what="a checkpoint and a ready spare")
+    spare_pid = j["spare"]["pid"]
+    assert j["spare"]["rss_bytes"] > 50 * 2**20
+    os.kill(j["pid"], signal.SIGKILL)
+    again = wait_for(lambda: (x := sp.job("cp"))["pid"] not in (None, j["pid"]) and x, 30, interval=0.02,
+                     what="the restart")
+    assert again["pid"] == spare_pid  # the spare became the trainer
+    warm = started(sp, "cp")[-1]
+    assert warm["warm_spare"] is True and warm["resume_from"] is not None
+    done = wait_for(lambda: (x := sp.job("cp"))["state"] in ("completed", "failed") and x, 180, what="completed")
+    assert done["state"] == "completed", done["state_reason"]
+    assert done["restarts"] == 1 and done["checkpoint"]["iteration"] == TOTAL
+    log = (tmp_path / "state" / "logs" / "cp.log").read_text(errors="replace")
+    assert "Traceback" not in log and "[isaacd-shim]" not in log  # plain Python after go: no shim at work

@@ -711,6 +711,18 @@ def _run_target(argv: list[str]) -> None:
         runpy.run_path(script, run_name="__main__")
 
 
+def _run_plain(argv: list[str]) -> None:
+    """``SCRIPT.py args`` / ``-m MODULE args`` as ``__main__``, with no event and no hook (a plain spare's go)."""
+    if argv[0] == "-m":
+        sys.argv = [argv[1]] + argv[2:]
+        sys.path[0] = os.getcwd()
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = list(argv)
+        sys.path[0] = os.path.dirname(os.path.realpath(argv[0]))
+        runpy.run_path(argv[0], run_name="__main__")
+
+
 def main() -> None:
     argv = sys.argv[1:]
     if argv[:1] == ["--isaacd-spare"]:
@@ -772,8 +784,9 @@ def _cuda_process_memory(device_index: int) -> int | None:
         return None
 
 
-def _spare_preload(device: str, preload: list[str]) -> dict:
-    """The state-free start-up: torch, the CUDA context, rsl_rl.runners (patched), the named modules."""
+def _spare_preload(device: str, preload: list[str], with_rsl_rl: bool = True) -> dict:
+    """The state-free start-up: torch, the CUDA context, rsl_rl.runners (patched; not for a plain spare), the named
+    modules."""
     fields: dict = {"device": device}
     errors = {}
     import torch  # noqa: F401
@@ -790,8 +803,9 @@ def _spare_preload(device: str, preload: list[str]) -> dict:
         os.environ["GIT_PYTHON_REFRESH"] = "quiet"
     try:
         try:
-            importlib.import_module("rsl_rl.runners")  # through the hook: patched
-            fields["rsl_rl_version"] = _rsl_rl_version()
+            if with_rsl_rl:
+                importlib.import_module("rsl_rl.runners")  # through the hook: patched
+                fields["rsl_rl_version"] = _rsl_rl_version()
         except ImportError as e:
             errors["rsl_rl.runners"] = f"{type(e).__name__}: {e}"
         for name in preload:
@@ -836,9 +850,7 @@ def _read_go(fd: int, parent: int) -> bytes | None:
 
 
 def _parse_go(line: bytes) -> tuple[list[str], dict[str, str], str | None, str | None]:
-    msg = json.loads(line.decode("utf-8"))
-    if not isinstance(msg, dict):
-        raise ValueError("the go message is not a JSON object")
+    msg = _go_message(line)
     argv, env, cwd, log = msg.get("argv"), msg.get("env") or {}, msg.get("cwd"), msg.get("log")
     if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv) or \
             (argv[0] == "-m" and len(argv) < 2):
@@ -850,6 +862,13 @@ def _parse_go(line: bytes) -> tuple[list[str], dict[str, str], str | None, str |
     if log is not None and not isinstance(log, str):
         raise ValueError("'log' must be a string")
     return argv, env, cwd, log
+
+
+def _go_message(line: bytes) -> dict:
+    msg = json.loads(line.decode("utf-8"))
+    if not isinstance(msg, dict):
+        raise ValueError("the go message is not a JSON object")
+    return msg
 
 
 # environment variables that cannot take effect once the interpreter, torch or CUDA are up
@@ -912,8 +931,10 @@ def spare_main(extra: list[str]) -> None:
         emit("spare_failed", error=f"cannot open {control}: {e}")
         print(f"[isaacd-shim] spare: cannot open {control}: {e}", file=sys.stderr, flush=True)
         sys.exit(2)
-    install_import_hook()
-    fields = _spare_preload(device, preload)
+    plain = os.environ.get("ISAACD_SPARE_PLAIN") == "1"
+    if not plain:
+        install_import_hook()
+    fields = _spare_preload(device, preload, with_rsl_rl=not plain)
     emit("spare_ready", preload_seconds=round(time.monotonic() - t_start, 6), rss_bytes=_rss_bytes(), **fields)
     t_ready = time.monotonic()
     try:
@@ -928,6 +949,7 @@ def spare_main(extra: list[str]) -> None:
         os._exit(0)
     try:
         argv, env, cwd, log = _parse_go(line)
+        plain = _go_message(line).get("plain") is True
     except ValueError as e:
         emit("spare_failed", error=f"bad go message: {e}")
         print(f"[isaacd-shim] spare: bad go message: {e}", file=sys.stderr, flush=True)
@@ -951,6 +973,13 @@ def spare_main(extra: list[str]) -> None:
               f"{', '.join(not_applied)}", file=sys.stderr, flush=True)
     if cwd:
         os.chdir(cwd)
+    if plain:
+        # a trainer isaacd runs without the shim (skrl, rl_games): from here on exactly `python SCRIPT args`
+        for k in [k for k in os.environ if k.startswith("ISAACD_SPARE_")] + ["ISAACD_SHIM_EVENTS"]:
+            os.environ.pop(k, None)
+        _Events.reopen()
+        _run_plain(argv)
+        return
     install_signal_handlers()
     _run_target(argv)
 

@@ -83,6 +83,9 @@ class Program:
     # starts it, and `target` + flags + suffix is the command line it is handed at a crash (daemon/spare.py)
     spare_head: list[str] | None = None
     target: tuple[str, ...] = ()
+    # the trainer runs without the shim (skrl, rl_games): the spare only hosts the state-free start-up in the shim
+    # file and, at go, runs the target as plain Python would (no rsl_rl hook, Python's own signal handling)
+    plain_spare: bool = False
 
     def argv(self, args: list[str]) -> list[str]:
         return self.prefix + args + self.suffix
@@ -116,8 +119,13 @@ def build_program(job: JobConfig, library: str, gen: Generation, *, in_container
         if not shim and target[0] == "-m":
             target = ["--module", target[1]]  # torchrun's own flag for "the script is a module"
         return Program(launcher + torchrun + shim + target, ["--distributed"], shim=bool(shim))
-    return Program(launcher + shim + target, [], shim=bool(shim), spare_head=launcher + shim if shim else None,
-                   target=tuple(target))
+    if shim:
+        return Program(launcher + shim + target, [], shim=True, spare_head=launcher + shim, target=tuple(target))
+    # skrl / rl_games: no shim in the trainer's command, but a warm spare can still do the imports and the CUDA
+    # context ahead (process runtime; the shim file hosts it, as for rsl_rl)
+    plain = job.shim and not in_container
+    return Program(launcher + target, [], shim=False, spare_head=launcher + [str(shim_source())] if plain else None,
+                   target=tuple(target), plain_spare=plain)
 
 
 def _default_launcher(job: JobConfig, in_container: bool) -> str:
