@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -157,11 +158,16 @@ def test_a_warm_spare_takes_over_a_skrl_or_rl_games_job_and_it_still_counts_exac
     spare_pid = j["spare"]["pid"]
     assert j["spare"]["rss_bytes"] > 50 * 2**20
     os.kill(j["pid"], signal.SIGKILL)
+    t_kill = time.monotonic()
     again = wait_for(lambda: (x := sp.job("cp"))["pid"] not in (None, j["pid"]) and x, 30, interval=0.02,
                      what="the restart")
     assert again["pid"] == spare_pid  # the spare became the trainer
     warm = started(sp, "cp")[-1]
     assert warm["warm_spare"] is True and warm["resume_from"] is not None
+    # training again: the new run dir found and its first iteration logged (the job is `running` again)
+    wait_for(lambda: (x := sp.job("cp"))["run_dir"] not in (None, j["run_dir"]) and x["state"] == "running", 60,
+             interval=0.02, what="training again")
+    print(f"{library}: kill -9 -> the new run's first iteration, warm spare: {time.monotonic() - t_kill:.2f} s")
     done = wait_for(lambda: (x := sp.job("cp"))["state"] in ("completed", "failed") and x, 180, what="completed")
     assert done["state"] == "completed", done["state_reason"]
     assert done["restarts"] == 1 and done["checkpoint"]["iteration"] == TOTAL
