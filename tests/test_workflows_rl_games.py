@@ -22,7 +22,7 @@ from isaacd.config import parse_config
 from isaacd.signals.checkpoints import Checkpoint, Lineage, choose_resume
 from isaacd.signals.tensorboard import TensorBoardTail
 from isaacd.workflows import WorkflowError, resolve
-from isaacd.workflows.rl_games import yaml_int
+from isaacd.workflows.params import yaml_int
 
 H, N_ENVS = 16, 8  # horizon_length (Isaac Lab's cartpole rl_games config has 32) and envs: 128 frames per epoch
 

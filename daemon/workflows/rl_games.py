@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import math
 import re
-import threading
 from datetime import datetime
 from pathlib import Path
 
 from ..config import JobConfig
 from ..signals.checkpoints import Checkpoint, CheckpointLayout
 from .base import Generation, Workflow, WorkflowError
+from .params import override_int, yaml_float, yaml_int
 from .rsl_rl import TIMESTAMP_RE
 
 RL_GAMES_LAYOUT = CheckpointLayout("nn", re.compile(r"^last_.+_ep_(\d+)_rew_.*\.pth$"))
@@ -44,80 +44,6 @@ HORIZON_OVERRIDE = "agent.params.config.horizon_length"
 MANAGED_OVERRIDES = ("agent.params.config.name", "agent.params.config.full_experiment_name",
                      "agent.params.config.save_frequency", "agent.params.config.max_epochs",
                      "agent.params.config.max_frames", "agent.params.config.train_dir")
-
-_yaml_cache: dict[tuple[str, int, int, tuple[str, ...]], str | None] = {}
-_yaml_lock = threading.Lock()
-_KEY_LINE_RE = re.compile(r"^(\s*)([A-Za-z_][\w.\-]*)\s*:\s*(.*?)\s*$")
-
-
-def yaml_scalar(path: Path, keys: tuple[str, ...]) -> str | None:
-    """The scalar text at `keys` (nested mappings) of a block-style YAML file (Isaac Lab's dump_yaml), or None.
-
-    Read without a YAML library (the daemon has none): mapping keys are followed by their indentation; list items
-    and anything that is not `key: <scalar>` at the exact path are ignored.
-    """
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    ck = (str(path), st.st_size, st.st_mtime_ns, keys)
-    with _yaml_lock:
-        if ck in _yaml_cache:
-            return _yaml_cache[ck]
-    value = None
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError):
-        lines = []
-    stack: list[tuple[int, str]] = []
-    for line in lines:
-        if not line.strip() or line.lstrip().startswith(("#", "-")):
-            continue
-        m = _KEY_LINE_RE.match(line)
-        if not m:
-            continue
-        indent, key, rest = len(m.group(1)), m.group(2), m.group(3)
-        while stack and stack[-1][0] >= indent:
-            stack.pop()
-        stack.append((indent, key))
-        if tuple(k for _, k in stack) == keys:
-            value = rest or None
-            break
-    with _yaml_lock:
-        if len(_yaml_cache) > 4096:
-            _yaml_cache.clear()
-        _yaml_cache[ck] = value
-    return value
-
-
-def yaml_int(path: Path, keys: tuple[str, ...]) -> int | None:
-    text = yaml_scalar(path, keys)
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
-
-
-def yaml_float(path: Path, keys: tuple[str, ...]) -> float | None:
-    text = yaml_scalar(path, keys)
-    try:
-        v = float(text) if text is not None else None
-    except ValueError:
-        return None
-    return v if v is not None and math.isfinite(v) else None
-
-
-def _override_int(job: JobConfig, key: str) -> int | None:
-    for arg in job.extra_args:
-        k, sep, v = arg.partition("=")
-        if sep and k.lstrip("+") == key:
-            try:
-                n = int(v)
-            except ValueError:
-                return None
-            return n if n > 0 else None
-    return None
-
 
 class RlGames(Workflow):
     library = "rl_games"
@@ -189,7 +115,7 @@ class RlGames(Workflow):
             horizon = yaml_int(Path(run_dir) / "params" / "agent.yaml", ("params", "config", "horizon_length"))
             num_envs = yaml_int(Path(run_dir) / "params" / "env.yaml", ("scene", "num_envs"))
         if self.job is not None:
-            horizon = horizon or _override_int(self.job, HORIZON_OVERRIDE)
+            horizon = horizon or override_int(self.job, HORIZON_OVERRIDE)
             num_envs = num_envs or self.job.num_envs
         if not horizon or not num_envs or horizon <= 0 or num_envs <= 0:
             return None

@@ -32,12 +32,12 @@ task's agent config has, or the one you want): one number that isaacd and the ru
 from __future__ import annotations
 
 import re
-import threading
 from pathlib import Path
 
 from ..config import JobConfig
 from ..signals.checkpoints import Checkpoint, CheckpointLayout
 from .base import Generation, Workflow, WorkflowError
+from .params import override_int, yaml_int
 from .rsl_rl import TIMESTAMP_RE
 
 AGENT_CHECKPOINT_RE = re.compile(r"^agent_(\d+)\.pt$")  # not best_agent.pt: its timestep is not in its name
@@ -45,69 +45,16 @@ ROLLOUTS_OVERRIDE = "agent.agent.rollouts"
 # run layout and numbering that isaacd owns for a skrl job
 MANAGED_OVERRIDES = ("agent.agent.experiment.directory", "agent.agent.experiment.experiment_name",
                      "agent.agent.experiment.checkpoint_interval", "agent.trainer.timesteps")
-_AGENT_BLOCK_RE = re.compile(r"^agent:\s*$")
-_ROLLOUTS_LINE_RE = re.compile(r"^(\s+)rollouts:\s*(\d+)\s*$")
-
-_rollouts_cache: dict[tuple[str, int, int], int | None] = {}
-_rollouts_lock = threading.Lock()
 
 
 def run_rollouts(run_dir: Path) -> int | None:
-    """`agent.rollouts` from a run's `params/agent.yaml` (Isaac Lab's dump_yaml: block style), or None.
-
-    Read without a YAML library (the daemon has none): the `rollouts:` key directly under the top-level
-    `agent:` block.
-    """
-    path = Path(run_dir) / "params" / "agent.yaml"
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    key = (str(path), st.st_size, st.st_mtime_ns)
-    with _rollouts_lock:
-        if key in _rollouts_cache:
-            return _rollouts_cache[key]
-    value = None
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError):
-        lines = []
-    in_agent, indent = False, None
-    for line in lines:
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        if not line[0].isspace():
-            in_agent = bool(_AGENT_BLOCK_RE.match(line))
-            indent = None
-            continue
-        if not in_agent:
-            continue
-        this_indent = len(line) - len(line.lstrip())
-        if indent is None:
-            indent = this_indent
-        if this_indent != indent:
-            continue
-        m = _ROLLOUTS_LINE_RE.match(line)
-        if m:
-            value = int(m.group(2)) or None
-            break
-    with _rollouts_lock:
-        if len(_rollouts_cache) > 4096:
-            _rollouts_cache.clear()
-        _rollouts_cache[key] = value
-    return value
+    """`agent.rollouts` from a run's `params/agent.yaml` (Isaac Lab's dump_yaml), if a whole number > 0."""
+    n = yaml_int(Path(run_dir) / "params" / "agent.yaml", ("agent", "rollouts"))
+    return n if n is not None and n > 0 else None
 
 
 def configured_rollouts(job: JobConfig) -> int | None:
-    for arg in job.extra_args:
-        key, sep, value = arg.partition("=")
-        if sep and key.lstrip("+") == ROLLOUTS_OVERRIDE:
-            try:
-                n = int(value)
-            except ValueError:
-                return None
-            return n if n > 0 else None
-    return None
+    return override_int(job, ROLLOUTS_OVERRIDE)
 
 
 def _flag_value(args: list[str], flag: str) -> str | None:
