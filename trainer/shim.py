@@ -711,18 +711,6 @@ def _run_target(argv: list[str]) -> None:
         runpy.run_path(script, run_name="__main__")
 
 
-def _run_plain(argv: list[str]) -> None:
-    """``SCRIPT.py args`` / ``-m MODULE args`` as ``__main__``, with no event and no hook (a plain spare's go)."""
-    if argv[0] == "-m":
-        sys.argv = [argv[1]] + argv[2:]
-        sys.path[0] = os.getcwd()
-        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-    else:
-        sys.argv = list(argv)
-        sys.path[0] = os.path.dirname(os.path.realpath(argv[0]))
-        runpy.run_path(argv[0], run_name="__main__")
-
-
 def main() -> None:
     argv = sys.argv[1:]
     if argv[:1] == ["--isaacd-spare"]:
@@ -849,8 +837,11 @@ def _read_go(fd: int, parent: int) -> bytes | None:
             return buf.split(b"\n", 1)[0]
 
 
-def _parse_go(line: bytes) -> tuple[list[str], dict[str, str], str | None, str | None]:
-    msg = _go_message(line)
+def _parse_go(line: bytes) -> tuple[list[str], dict[str, str], str | None, str | None, bool]:
+    """(argv, env, cwd, log, plain) of a go line; ``plain``: run the target as plain Python (skrl, rl_games)."""
+    msg = json.loads(line.decode("utf-8"))
+    if not isinstance(msg, dict):
+        raise ValueError("the go message is not a JSON object")
     argv, env, cwd, log = msg.get("argv"), msg.get("env") or {}, msg.get("cwd"), msg.get("log")
     if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv) or \
             (argv[0] == "-m" and len(argv) < 2):
@@ -861,14 +852,7 @@ def _parse_go(line: bytes) -> tuple[list[str], dict[str, str], str | None, str |
         raise ValueError("'cwd' must be a string")
     if log is not None and not isinstance(log, str):
         raise ValueError("'log' must be a string")
-    return argv, env, cwd, log
-
-
-def _go_message(line: bytes) -> dict:
-    msg = json.loads(line.decode("utf-8"))
-    if not isinstance(msg, dict):
-        raise ValueError("the go message is not a JSON object")
-    return msg
+    return argv, env, cwd, log, msg.get("plain") is True
 
 
 # environment variables that cannot take effect once the interpreter, torch or CUDA are up
@@ -948,8 +932,7 @@ def spare_main(extra: list[str]) -> None:
         emit("spare_exited", reason="eof")
         os._exit(0)
     try:
-        argv, env, cwd, log = _parse_go(line)
-        plain = _go_message(line).get("plain") is True
+        argv, env, cwd, log, plain = _parse_go(line)
     except ValueError as e:
         emit("spare_failed", error=f"bad go message: {e}")
         print(f"[isaacd-shim] spare: bad go message: {e}", file=sys.stderr, flush=True)
@@ -977,8 +960,8 @@ def spare_main(extra: list[str]) -> None:
         # a trainer isaacd runs without the shim (skrl, rl_games): from here on exactly `python SCRIPT args`
         for k in [k for k in os.environ if k.startswith("ISAACD_SPARE_")] + ["ISAACD_SHIM_EVENTS"]:
             os.environ.pop(k, None)
-        _Events.reopen()
-        _run_plain(argv)
+        _Events.reopen()  # no events file any more: the target's shim_started goes nowhere
+        _run_target(argv)
         return
     install_signal_handlers()
     _run_target(argv)
