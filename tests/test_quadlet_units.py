@@ -348,18 +348,23 @@ def test_systemd_analyze_verify_every_fallback_service(chroot_tools):
         _verify_both(p)
 
 
-@pytest.mark.systemd
-def test_supervisor_unit_verifies_clean(tmp_path, chroot_tools):
-    unit = tmp_path / UNIT_NAME
-    unit.write_text(render_supervisor_unit(bin_path=str(REPO / ".venv/bin/isaacd")))
+def _verify_isaacd_unit(name: str, render, tmp_path: Path, chroot_tools: Path) -> None:  # noqa: ANN001
+    """systemd-analyze verify of one of isaacd's own units: on the host (252) with this venv's isaacd, and in the
+    rootfs (257), where /bin/true stands in for the isaacd binary. Nothing on stderr."""
+    unit = tmp_path / name
+    unit.write_text(render(bin_path=str(REPO / ".venv/bin/isaacd")))
     r = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
     assert r.returncode == 0 and r.stderr == "", r.stderr
-    # and systemd 257 (inside the rootfs, where /bin/true stands in for the isaacd binary)
-    p = chroot_tools / UNIT_NAME
-    p.write_text(render_supervisor_unit(bin_path="/bin/true"))
+    p = chroot_tools / name
+    p.write_text(render(bin_path="/bin/true"))
     r = subprocess.run(["chroot", str(ROOTFS), "systemd-analyze", "verify", "/" + str(p.relative_to(ROOTFS))],
                        capture_output=True, text=True, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
     assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+@pytest.mark.systemd
+def test_supervisor_unit_verifies_clean(tmp_path, chroot_tools):
+    _verify_isaacd_unit(UNIT_NAME, render_supervisor_unit, tmp_path, chroot_tools)
 
 
 def _quadlet_complaints(stderr: str) -> list[str]:
@@ -414,15 +419,7 @@ def test_install_units_agent_installs_the_node_unit_only(tmp_path, capsys):
 
 @pytest.mark.systemd
 def test_agent_unit_verifies_clean(tmp_path, chroot_tools):
-    unit = tmp_path / AGENT_UNIT_NAME
-    unit.write_text(render_agent_unit(bin_path=str(REPO / ".venv/bin/isaacd")))
-    r = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
-    assert r.returncode == 0 and r.stderr == "", r.stderr
-    p = chroot_tools / AGENT_UNIT_NAME
-    p.write_text(render_agent_unit(bin_path="/bin/true"))
-    r = subprocess.run(["chroot", str(ROOTFS), "systemd-analyze", "verify", "/" + str(p.relative_to(ROOTFS))],
-                       capture_output=True, text=True, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
-    assert r.returncode == 0 and r.stderr == "", r.stderr
+    _verify_isaacd_unit(AGENT_UNIT_NAME, render_agent_unit, tmp_path, chroot_tools)
 
 
 def test_supervisor_unit_contents():
