@@ -278,6 +278,7 @@ class JobRunner:
         attempt = Attempt(number=number, started_at=self.clock.wall(), reason=intent.reason,
                           resume_from=resume.as_json() if resume else None, runtime=self.runtime.name,
                           shim_events=str(shim_events) if program.shim else None, token=token)
+        first_started_at = self.history.attempts[0].started_at if self.history.attempts else attempt.started_at
         exp = wf.experiment_dir(self.cfg)
         run_dirs_before = {p.name for p in exp.iterdir()} if exp.is_dir() else set()
         args = launch.trainer_args(self.cfg, resume, seed, resolved)
@@ -289,7 +290,8 @@ class JobRunner:
 
                 hand_to_container_user(self.cfg, [shim_events.parent])  # Isaac Lab 3 images run as uid 1000
         spec = LaunchSpec(job=self.cfg, argv=program.argv(args), trainer_args=args,
-                          env=launch.trainer_env(self.cfg, shim_events if program.shim else None, token),
+                          env=launch.trainer_env(self.cfg, shim_events if program.shim else None, token,
+                                                 wandb_run=launch.wandb_run_id(self.cfg, first_started_at)),
                           cwd=launch.workdir(self.cfg, self.state_dir),
                           log_path=self.state_dir / "logs" / f"{self.cfg.name}.log", attempt=number, token=token)
         self.history.attempts.append(attempt)
@@ -334,7 +336,8 @@ class JobRunner:
         """Give the attempt's command line to the ready spare; its handle, or None to start cold."""
         go = {"argv": program.go_argv(args), "cwd": str(spec.cwd), "plain": program.plain_spare,
               "env": {k: spec.env[k] for k in (launch.SHIM_EVENTS_ENV, "ISAACD_SNAPSHOT_EVERY",
-                                              "ISAACD_SNAPSHOT_MIN_SECONDS", "ISAACD_SNAPSHOT_BUDGET")
+                                              "ISAACD_SNAPSHOT_MIN_SECONDS", "ISAACD_SNAPSHOT_BUDGET",
+                                              *launch.WANDB_ENV)
                       if k in spec.env}}
         taken = self.spares.take(go)
         if taken is None:

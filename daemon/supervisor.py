@@ -28,6 +28,7 @@ from .logs import log
 from .runner import JobRunner
 from .runtimes.base import Runtime, make_runtime
 from .store import StateStore
+from .workflows.installed import forget as forget_installed_isaaclab
 
 
 class AlreadyRunning(RuntimeError):
@@ -266,6 +267,7 @@ class Supervisor:
             for r in self.runners.values():
                 self.store.append_event(r.cfg.name, "config_rejected", error=str(exc))
             return {"ok": False, "error": str(exc)}
+        forget_installed_isaaclab()  # a reload is when a venv's upgraded Isaac Lab is read again
         with self.lock:
             changes = self._apply(new)
         self.config_reloads += 1

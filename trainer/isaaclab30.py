@@ -126,7 +126,7 @@ def run(argv: list[str]) -> None:
     cleanup = contextlib.ExitStack()
     with cleanup:
         agent_cfg = upstream.update_rsl_rl_cfg_v3(
-            agent_cfg, runtime.agent_device(agent_cfg, sim_device),
+            agent_cfg,
             seed=args_cli.seed, checkpoint=args_cli.checkpoint, experiment_name=args_cli.experiment_name,
             run_name=args_cli.run_name, logger=args_cli.logger, log_project_name=args_cli.log_project_name,
         )
@@ -134,6 +134,8 @@ def run(argv: list[str]) -> None:
             agent_cfg["max_iterations"] = args_cli.max_iterations
         rank = int(os.getenv("RANK", "0")) if args_cli.distributed else None
         if rank is not None:
+            # the only place 3.0.0 moves the policy: otherwise it stays on agent.device (config default cuda:0)
+            agent_cfg["device"] = sim_device
             agent_cfg["seed"] += rank
         env_seed = agent_cfg["seed"]
 

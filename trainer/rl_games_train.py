@@ -169,7 +169,8 @@ def _make_runner(args_cli, env_cfg: dict, agent_cfg: dict, sim_device: str, env_
     exit_after = None if (args_cli.fault_once and resume_path) else args_cli.fault_exit_after
     wrapped = minilib.GymLikeEnv(env, pre_step=minilib.step_pacer(args_cli.step_delay, exit_after, horizon))
     agent_cfg["params"]["config"]["num_actors"] = env.num_envs
-    runner = minilib.RlGamesRunner(wrapped, sim_device)
+    # rl_games' agent runs on config["device"] (the yaml's cuda:0 unless overridden), not on --device
+    runner = minilib.RlGamesRunner(wrapped, agent_cfg["params"]["config"]["device"])
     runner.load(agent_cfg)
     runner.reset()
     return env, runner
@@ -253,7 +254,6 @@ def run_v3(argv: list[str]) -> None:
         sim_device = f"cuda:{int(os.getenv('LOCAL_RANK', '0'))}"
     params = agent_cfg["params"]
     config = params["config"]
-    config["device"] = config["device_name"] = sim_device  # cli_args_rl_games.update_rl_games_cfg
     if args_cli.seed is not None:
         params["seed"] = random.randint(0, 10000) if args_cli.seed == -1 else args_cli.seed
     if args_cli.max_iterations is not None:
@@ -261,6 +261,9 @@ def run_v3(argv: list[str]) -> None:
     rank = int(os.getenv("RANK", "0")) if args_cli.distributed else None
     if rank is not None:
         params["seed"] += rank
+        # train_rl_games.run (isaaclab 3.0.0): only a distributed run moves the agent to the simulation device;
+        # otherwise it stays on the agent yaml's `device: 'cuda:0'` unless agent.params.config.device=... says
+        config["device"] = config["device_name"] = sim_device
         config["multi_gpu"] = True
     env_seed = params["seed"]
 

@@ -90,11 +90,6 @@ def dump_params(log_dir: str, env_cfg: dict, agent_cfg: dict, *, pickles: bool) 
                 pickle.dump(cfg, f)
 
 
-def agent_device(agent_cfg: dict, sim_device: str) -> str:
-    """The built-in tasks leave ``agent.device`` unset (None): the agent follows the simulation device."""
-    return agent_cfg.get("device") or sim_device
-
-
 class FaultInjection:
     """isaacd's fault flags, run from the env's ``pre_step_hook`` (before every environment step).
 

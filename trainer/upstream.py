@@ -119,10 +119,10 @@ def add_rsl_rl_args_v3(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def update_rsl_rl_cfg_v3(agent_cfg: dict, device: str, *, seed=None, checkpoint=None, experiment_name=None,
+def update_rsl_rl_cfg_v3(agent_cfg: dict, *, seed=None, checkpoint=None, experiment_name=None,
                          run_name=None, logger=None, log_project_name=None) -> dict:
-    """``cli_args_rsl_rl.update_rsl_rl_cfg`` (062dd2ad): note ``load_checkpoint`` becomes the ``--checkpoint`` text."""
-    agent_cfg["device"] = device
+    """``cli_args_rsl_rl.update_rsl_rl_cfg`` (isaaclab 3.0.0): ``load_checkpoint`` becomes the ``--checkpoint`` text.
+    It leaves ``device`` alone: ``--device`` moves only the simulation."""
     if seed is not None:
         agent_cfg["seed"] = random.randint(0, 10000) if seed == -1 else seed
     if checkpoint is not None:

@@ -152,6 +152,10 @@ class RlGames(Workflow):
         args += [f"agent.params.config.name={job.experiment_name}",
                  f"++agent.params.config.full_experiment_name={run}",
                  f"agent.params.config.save_frequency={job.save_interval}"]
+        if job.ranks == 1:
+            # rl_games' agent runs on params.config.device (the task yamls say 'cuda:0'); --device moves only the
+            # simulation, and only --distributed sets the agent's (3.0.0 train_rl_games.run; 2.x likewise)
+            args += [f"agent.params.config.device={job.device}", f"agent.params.config.device_name={job.device}"]
         if resume is not None:
             args += ["--checkpoint", str(resume.path)]
         return args + list(job.extra_args)
