@@ -240,18 +240,32 @@ def test_stop_while_isaac_lab_boots_ends_at_once_with_nothing_to_resume(tmp_path
         assert not (d.is_file() and d.suffix == ".pt"), d
 
 
-def test_one_wandb_run_across_a_jobs_attempts(tmp_path, supervisor_factory):
-    """`agent.logger=wandb` (real wandb, offline): every attempt logs to the job's one run, not one run each."""
+UV = BIN / "uv"
+
+
+def test_uv_launcher_and_one_wandb_run_across_a_jobs_attempts(tmp_path, supervisor_factory):
+    """A `uv run ... python` launcher (uv runs Python as its child) with `agent.logger=wandb` (real wandb, offline):
+    kill -9, stop and start all work through uv, and every attempt logs to the job's one W&B run."""
     wb = tmp_path / "wandb"
+    launcher = [str(UV), "run", "--no-project", "--python", str(PY), "python"]
     sp = supervisor_factory(write_config(tmp_path, il3_job(
-        "wb", max_iterations=12, spare=False, extra_args=["agent.logger=wandb"],
+        "wb", max_iterations=14, launcher=launcher, extra_args=["agent.logger=wandb"],
         environment={"ISAACSIM_ASSET_ROOT": str(ASSET_ROOT), "WANDB_MODE": "offline", "WANDB_DIR": str(wb),
                      "WANDB_SILENT": "true"})))
-    kill_at_resume_point(sp, "wb", 3)
+    assert wait_for(lambda: started(sp, "wb"), 30, what="started")[0]["argv"][:6] == launcher
+    first, _ = kill_at_resume_point(sp, "wb", 3)  # uv's pid: the supervisor reaps its Python child with it
+    wait_for(lambda: len(started(sp, "wb")) == 2, 60, what="restart")
+    assert started(sp, "wb")[-1]["resume_from"]["iteration"] == first
+    wait_for(lambda: (x := sp.job("wb"))["state"] == "running" and (x["iteration"] or 0) >= first + 2, BOOT,
+             what="training again")
+    sp.cli("stop", "wb")  # SIGINT to the process group: uv and its Python; the shim saves once
+    wait_for(lambda: sp.job("wb")["state"] == "stopped", 90, what="stopped")
+    assert events(sp, "wb", "exited")[-1]["code"] == 0 and events(sp, "wb", "trainer_saved_on_stop")
+    sp.cli("start", "wb")
     j = wait_for(lambda: (x := sp.job("wb"))["state"] in ("completed", "failed") and x, 600, what="completed")
     assert j["state"] == "completed", j["state_reason"]
     runs = sorted((wb / "wandb").glob("offline-run-*"))
-    assert len(runs) == 2, runs  # one offline run dir per attempt...
+    assert len(runs) == 3, runs  # one offline run dir per attempt...
     ids = {r.name.split("-", 3)[3] for r in runs}  # offline-run-<YYYYmmdd_HHMMSS>-<run id>
     assert len(ids) == 1, ids  # ...all carrying the job's one run id
     (run_id,) = ids
@@ -274,12 +288,15 @@ def test_bad_input_names_the_key(tmp_path):
     assert f'jobs[1] (name = "noassets").environment.ISAACSIM_ASSET_ROOT: {tmp_path / "missing"} is not a directory' in err
     assert 'jobs[2] (name = "future").isaaclab_version: Isaac Lab 4.0' in err
     assert "Traceback" not in err
-    # the generation of a pip install is read from the launcher's own isaaclab distribution
+    # the generation of a pip install is read from the launcher's own isaaclab distribution, through uv too
     (tmp_path / "ok").mkdir()
-    ok = write_config(tmp_path / "ok", il3_job("fine"))
+    ok = write_config(tmp_path / "ok", il3_job("fine") + il3_job("viauv", launcher=[
+        str(UV), "run", "--no-project", "--python", str(PY), "python"]))
     res = subprocess.run([str(BIN / "isaacd"), "check-config", str(ok)], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     doc = subprocess.run([str(BIN / "isaacd"), "doctor", "--config", str(ok), "--json"], capture_output=True,
                          text=True, timeout=120)
     check = next(c for c in json.loads(doc.stdout)["checks"] if c["name"] == "workflow:fine")
     assert check["status"] == "pass" and f"isaaclab installed in {PY}" in check["detail"], check
+    check = next(c for c in json.loads(doc.stdout)["checks"] if c["name"] == "workflow:viauv")
+    assert check["status"] == "pass" and "Isaac Lab 3.0 rsl_rl" in check["detail"], check

@@ -40,7 +40,7 @@ def resolve(job: JobConfig) -> Resolved:
     in_container = job.in_container
     if library == "rsl_rl":
         flavour = None
-        if job.workflow == "rsl_rl" and not in_container and gen.major < 3:
+        if job.workflow == "rsl_rl" and not in_container and gen.major < 3 and not pip_installed(job):
             # an extension project's own cli_args.py (next to its train.py) decides, whatever Isaac Lab says
             script = train_script(job, library, gen, in_container=False)
             flavour = resume_flavour(Path(script).with_name("cli_args.py"))
