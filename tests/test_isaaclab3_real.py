@@ -100,11 +100,11 @@ def steps(run_dir: Path) -> list[int]:
     return sorted(out)
 
 
-def kill_at_resume_point(sp, job: str, at_least: int, spare: bool = False) -> tuple[int, float]:  # noqa: ANN001
+def kill_at_resume_point(sp, job: str, at_least: int, spare: bool = False) -> tuple[int, float, str]:  # noqa: ANN001
     """kill -9 the trainer once it has done `at_least` iterations (and, with `spare`, a warm spare is ready).
 
     Frozen first (SIGSTOP), so the newest complete checkpoint or snapshot cannot move between the look and the
-    kill. Returns (that resume point's iteration, the kill's time)."""
+    kill. Returns (that resume point's iteration, the kill's time, the killed attempt's run dir)."""
     def ready():  # noqa: ANN202
         x = sp.job(job)
         return (x["state"] == "running" and (x["iteration"] or 0) >= at_least
@@ -116,7 +116,14 @@ def kill_at_resume_point(sp, job: str, at_least: int, spare: bool = False) -> tu
     os.kill(j["pid"], signal.SIGKILL)
     t = time.time()
     assert points, "no checkpoint or snapshot before the kill"
-    return max(c.iteration for c in points), t
+    return max(c.iteration for c in points), t, j["run_dir"]
+
+
+def training_again(sp, job: str, old_run: str, resume_point: int) -> dict:  # noqa: ANN001
+    """The next attempt logged its first iteration: rsl_rl re-runs the loaded iteration, so that is step
+    `resume_point` in a new run dir."""
+    return wait_for(lambda: (x := sp.job(job))["run_dir"] not in (None, old_run) and x["iteration"] is not None
+                    and x["iteration"] >= resume_point and x, BOOT, interval=0.05, what="training again")
 
 
 def started(sp, job: str) -> list[dict]:  # noqa: ANN001
@@ -139,15 +146,15 @@ def test_pip_installed_rsl_rl_two_kills_stop_start_completed_exactly(tmp_path, s
     assert argv[4:7] == ["train", "--rl_library", "rsl_rl"] and "agent.device=cpu" in argv
 
     # kill -9 with a warm spare ready: it takes over from the newest resume point
-    first, t_kill = kill_at_resume_point(sp, "cp", 3, spare=True)
+    first, t_kill, old_run = kill_at_resume_point(sp, "cp", 3, spare=True)
     j = wait_for(lambda: len(started(sp, "cp")) == 2 and (x := sp.job("cp"))["pid"] and x, 60, interval=0.05,
                  what="restart")
     warm = started(sp, "cp")[-1]
     assert warm["warm_spare"] is True and warm["resume_from"]["iteration"] == first
-    wait_for(lambda: (sp.job("cp")["iteration"] or -1) >= first + 1, BOOT, interval=0.05, what="training again")
+    training_again(sp, "cp", old_run, first)
     print(f"real Isaac Lab 3.0, CPU, 16 envs: kill -9 -> training again with the warm spare: {time.time() - t_kill:.1f} s")
 
-    second, _ = kill_at_resume_point(sp, "cp", first + 3)
+    second, _, _ = kill_at_resume_point(sp, "cp", first + 3)
     wait_for(lambda: len(started(sp, "cp")) == 3, 60, what="second restart")
     assert started(sp, "cp")[-1]["resume_from"]["iteration"] == second
 
@@ -189,7 +196,7 @@ def test_checkout_form_cold_resume_completes(tmp_path, supervisor_factory):
     argv = wait_for(lambda: started(sp, "co"), 30, what="started")[0]["argv"]
     assert argv[:2] == [str(lab / "isaaclab.sh"), "-p"] and argv[3] == str(lab / "scripts/reinforcement_learning/train.py")
     assert "VERSION" in started(sp, "co")[0]["contract"]
-    first, _ = kill_at_resume_point(sp, "co", 3)
+    first, _, _ = kill_at_resume_point(sp, "co", 3)
     j = wait_for(lambda: (x := sp.job("co"))["state"] in ("completed", "failed") and x, 600, what="completed")
     assert j["state"] == "completed", j["state_reason"]
     runs = started(sp, "co")
@@ -253,7 +260,7 @@ def test_uv_launcher_and_one_wandb_run_across_a_jobs_attempts(tmp_path, supervis
         environment={"ISAACSIM_ASSET_ROOT": str(ASSET_ROOT), "WANDB_MODE": "offline", "WANDB_DIR": str(wb),
                      "WANDB_SILENT": "true"})))
     assert wait_for(lambda: started(sp, "wb"), 30, what="started")[0]["argv"][:6] == launcher
-    first, _ = kill_at_resume_point(sp, "wb", 3)  # uv's pid: the supervisor reaps its Python child with it
+    first, _, _ = kill_at_resume_point(sp, "wb", 3)  # uv's pid: the supervisor reaps its Python child with it
     wait_for(lambda: len(started(sp, "wb")) == 2, 60, what="restart")
     assert started(sp, "wb")[-1]["resume_from"]["iteration"] == first
     wait_for(lambda: (x := sp.job("wb"))["state"] == "running" and (x["iteration"] or 0) >= first + 2, BOOT,

@@ -181,3 +181,23 @@ def test_resume_argv_of_the_pip_form_names_the_absolute_checkpoint(tmp_path):
     ck = Checkpoint(tmp_path / "logs/rsl_rl/j/2026-12-04_00-00-00_j/model_40.pt", 40, mtime=0.0, size=1)
     args = r.workflow.args(r.job, ck, 1)
     assert args[args.index("--checkpoint") + 1] == str(ck.path) and args[args.index("--max_iterations") + 1] == "60"
+
+
+def test_a_wrappers_forwarded_signal_is_one_stop_request_and_another_signal_still_exits_at_once(tmp_path):
+    """`uv run ... python` forwards the SIGINT its process group already got: the shim sees it twice (measured
+    with uv 0.13). The same signal again within 1 s is the same request; a different one exits at once."""
+    script = tmp_path / "probe.py"
+    script.write_text(
+        "import importlib.util, os, signal, sys, time\n"
+        f"spec = importlib.util.spec_from_file_location('isaacd_shim', {str(SHIM)!r})\n"
+        "shim = importlib.util.module_from_spec(spec); spec.loader.exec_module(shim)\n"
+        "shim._Progress.iterations = 1  # training has begun: a stop waits for the next boundary\n"
+        "shim.install_signal_handlers()\n"
+        "os.kill(os.getpid(), signal.SIGINT); os.kill(os.getpid(), signal.SIGINT)\n"
+        "time.sleep(0.05)\n"
+        "print('still running, stop requested by', signal.Signals(shim._Stop.signum).name, flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGTERM); time.sleep(5)\n")
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "ISAACD_SHIM_SAVE_ON_STOP": "1"})
+    assert "still running, stop requested by SIGINT" in res.stdout, res.stderr
+    assert res.returncode == 128 + 15

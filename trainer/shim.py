@@ -28,7 +28,9 @@ runs the script exactly like ``<python> SCRIPT.py args`` / ``<python> -m MODULE 
   iteration boundary (iteration N updated, logged and periodically saved; nothing of N+1 run yet, not even an
   observation-normaliser update) ``model_<N>.pt`` is saved through the runner's own ``save`` into its run dir
   (unless rsl_rl just saved exactly that), ``stopped`` is reported and ``learn()`` returns normally, so the
-  script's own cleanup runs and the process exits 0. A second signal exits at once with status 128+signum. With torch.distributed initialised
+  script's own cleanup runs and the process exits 0. A second signal exits at once with status 128+signum,
+  except the same signal again within 1 s: a wrapper such as ``uv run`` forwards the signal its process group
+  already delivered, and that is still the first request. With torch.distributed initialised
   the ranks agree on the stop (all_reduce MAX of the flag at every boundary). The handler is installed again
   when ``learn()`` starts, since Isaac Sim may replace handlers while it boots.
 * The TensorBoard writer is flushed at every iteration boundary (rsl_rl's writer flushes only every 10 s).
@@ -165,6 +167,13 @@ emit = _Events.emit
 # ----------------------------------------------------------------------------------------------- signals
 class _Stop:
     signum: int | None = None
+    at: float = 0.0  # time.monotonic() of the first signal
+
+
+# A wrapper between isaacd and Python (`uv run ... python`) forwards the signal the process group already got, so
+# the same signal arrives twice within milliseconds (uv 0.13 forwards SIGINT and SIGTERM: measured). That is one
+# request, not an operator insisting.
+_DUPLICATE_WINDOW_S = 1.0
 
 
 class _Progress:
@@ -190,8 +199,10 @@ def _exit_before_first_iteration(name: str) -> None:
 
 def _on_signal(signum: int, frame) -> None:
     if _Stop.signum is not None:
+        if signum == _Stop.signum and time.monotonic() - _Stop.at < _DUPLICATE_WINDOW_S:
+            return
         os._exit(128 + signum)
-    _Stop.signum = signum
+    _Stop.signum, _Stop.at = signum, time.monotonic()
     name = signal.Signals(signum).name
     emit("stop_requested", signal=name)
     if _Progress.iterations == 0:
