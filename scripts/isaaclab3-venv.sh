@@ -24,7 +24,9 @@ REST=(hydra-core omegaconf gymnasium tensordict gitpython prettytable trimesh ne
       psutil lazy_loader einops matplotlib pillow h5py onnx onnxscript toml rich
       # the skrl and rl_games backends (isaaclab's extra "skrl" asks skrl>=2.1.0; rl-games has no extra in 3.0.0's
       # METADATA) and Weights & Biases (extra "wandb": wandb>=0.13.11), for the one-W&B-run-per-job test
-      skrl==2.1.1 rl-games==1.6.5 wandb==0.31.0)
+      skrl==2.1.1 rl-games==1.6.5 wandb==0.31.0
+      # isaaclab_rl/rl_games/rl_games.py: `import gym.spaces` ("rl-games still expects OpenAI Gym spaces")
+      gym==0.26.2)
 STAMP=$VENV/.isaacd-isaaclab3-stamp
 want=$( { cat "$0"; "$PY" -VV; } | sha256sum | cut -d' ' -f1)
 if [ -x "$VENV/bin/python" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$want" ]; then
