@@ -211,8 +211,11 @@ def test_skrl_and_rl_games_two_kills_then_completed(tmp_path, supervisor_factory
     """The same contract through Isaac Lab's other backends (no shim there: checkpoints at the save interval)."""
     total = 12
     # the task's own agent configs (isaaclab_tasks/core/cartpole/agents): skrl's rollouts (32) said to isaacd, which
-    # counts skrl's timesteps in them; rl_games' minibatch_size (16384) cut to one 16-env x 32-step batch
-    extra = {"skrl": ["agent.agent.rollouts=32"], "rl_games": ["agent.params.config.minibatch_size=512"]}[library]
+    # counts skrl's timesteps in them; rl_games' minibatch_size (16384) cut to one 16-env x 32-step batch, and its
+    # torch.compile of the actor (rl_games 1.6.5 torch_runner.py, on by default) off: tens of seconds per launch on
+    # a 2-core CPU, and nothing isaacd relies on
+    extra = {"skrl": ["agent.agent.rollouts=32"],
+             "rl_games": ["agent.params.config.minibatch_size=512", "agent.params.config.torch_compile=False"]}[library]
     sp = supervisor_factory(write_config(tmp_path, il3_job("lib", library, max_iterations=total, save_interval=2,
                                                            spare=False, extra_args=extra)))
     wait_for(lambda: started(sp, "lib"), 30, what="started")
