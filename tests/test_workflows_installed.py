@@ -201,3 +201,20 @@ def test_a_wrappers_forwarded_signal_is_one_stop_request_and_another_signal_stil
                          env={**os.environ, "ISAACD_SHIM_SAVE_ON_STOP": "1"})
     assert "still running, stop requested by SIGINT" in res.stdout, res.stderr
     assert res.returncode == 128 + 15
+
+
+@pytest.mark.parametrize("library,keys", [("rsl_rl", ["agent.device"]),
+                                          ("rl_games", ["agent.params.config.device", "agent.params.config.device_name"])])
+def test_in_a_container_the_policys_device_is_renumbered_with_the_simulations(library, keys):
+    """CDI shows the job's GPU 2 as cuda:0 inside: `agent.device=cuda:2` there would name a GPU that is not
+    there (the same rewrite as --device). The kit-less 3.x image's venv Python gives the pip form."""
+    from isaacd.runtimes.quadlet import container_command
+
+    j = job(f'workflow = "{library}"\nruntime = "podman"\ndevice = "cuda:2"\ngpus = [2]\n'
+            'launcher = ["/opt/isaaclab-venv/bin/python"]\n[jobs.container]\nimage = "nvcr.io/nvidia/isaac-lab:3.0.0"\n')
+    r = resolve(j)
+    cmd = container_command(j, r.workflow.args(j, None, 1))
+    head = ["/opt/isaaclab-venv/bin/python"] + (["/opt/isaacd/isaacd_shim.py"] if library == "rsl_rl" else [])
+    assert cmd[:len(head) + 3] == [*head, "-m", "isaaclab", "train"]
+    assert cmd[cmd.index("--device") + 1] == "cuda:0"
+    assert [f"{k}=cuda:0" for k in keys] == [a for a in cmd if a.split("=")[0] in keys]

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ..config import JobConfig
 from ..signals.checkpoints import RSL_RL_LAYOUT, Checkpoint
-from .base import Generation, Workflow, regex_literal
+from .base import RSL_RL_DEVICE_KEYS, Generation, Workflow, regex_literal
 
 TIMESTAMP_RE = r"\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}"
 
@@ -71,7 +71,7 @@ class RslRl(Workflow):
             # --device moves only the simulation: the policy stays on RslRlBaseRunnerCfg.device ("cuda:0") unless
             # --distributed (3.0.0 train_rsl_rl._run; 2.x train.py @011c373c). A cpu job would fail ("Torch not
             # compiled with CUDA enabled"), a cuda:1 job would train its policy on another job's GPU 0.
-            args.append(f"agent.device={job.device}")
+            args += [f"{key}={job.device}" for key in RSL_RL_DEVICE_KEYS]
         if self.resume_flag == "bool" and not self.unified:
             # <= 2.0's update_rsl_rl_cfg never applies --experiment_name (cli_args.py @fe626787): say it to Hydra too
             args.append(f"agent.experiment_name={job.experiment_name}")
