@@ -52,6 +52,48 @@ def seed_everything(seed: int | None) -> None:
     torch.manual_seed(seed)
 
 
+def configure_seed(seed: int | None, torch_deterministic: bool = False) -> int:
+    """``isaaclab/utils/seed.py:configure_seed`` (isaaclab 3.0.0) without warp; the 3.x backends call it with
+    ``torch_deterministic=True`` after building the runner when ``--deterministic`` is given."""
+    if seed is None or seed == -1:
+        seed = 42 if torch_deterministic else random.randint(0, 10000)
+    random.seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed)
+    except ImportError:
+        pass
+    torch.manual_seed(seed)
+    os.environ["PYTHONHASHSEED"] = str(seed)
+    torch.cuda.manual_seed(seed)
+    torch.cuda.manual_seed_all(seed)
+    if torch_deterministic:
+        os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.deterministic = True
+        torch.use_deterministic_algorithms(True)
+    else:
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cudnn.deterministic = False
+    return seed
+
+
+def distributed_sim_device() -> str:
+    """The simulation device of a ``--distributed`` 3.x run (``sim_launcher._resolve_distributed_device``,
+    isaaclab 3.0.0): ``cuda:<LOCAL_RANK + JAX_LOCAL_RANK>`` if visible, else ``cuda:0``."""
+    from isaacd_trainer.upstream import distributed_sim_device as _device
+
+    return _device(torch.cuda.device_count())
+
+
+def check_frontend(frontend: str) -> None:
+    """``common.py:create_isaaclab_env`` (isaaclab 3.0.0) builds ``--frontend warp`` envs with isaaclab_experimental's
+    ``WarpFrontend``; the built-in tasks have no Warp runtime, so that is an error here, never a silent torch run."""
+    if frontend != "torch":
+        raise ValueError(f"--frontend {frontend!r} is not built in: the built-in tasks run on the torch frontend only.")
+
+
 def make_env(task_name: str, env_cfg: dict, num_envs: int | None, device: str, seed: int | None) -> Any:
     """``gym.make(task, cfg=env_cfg)`` + ``RslRlVecEnvWrapper``: the built-in env already is an rsl_rl ``VecEnv``."""
     task = get_task(task_name)
