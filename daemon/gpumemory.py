@@ -101,7 +101,7 @@ def _gpu_clause(d: Mapping[str, Any], job: str, proc_root: str) -> str:
     head = f"GPU {d.get('index')} ({d.get('model') or 'unknown model'})"
     if used is None:
         return f"{head}: memory in use not reported"
-    head += f" has {_gib(used)}" + (f" of {_gib(total)}" if total else "") + " in use"
+    head += f" has {used / GiB:.1f} of {_gib(total)} in use" if total else f" has {_gib(used)} in use"
     by_job: dict[str, int] = {}
     others: list[tuple[int, str]] = []
     for p in d.get("processes") or ():

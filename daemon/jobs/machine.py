@@ -235,7 +235,7 @@ def _startup_oom_failure(in_use: int, times: int, oom: CudaOom, ctx: Context) ->
                 "training with>")
     elif in_use != ctx.num_envs:
         fix += " or min_num_envs"
-    return (f"CUDA out of memory at start-up, {_count(times)} with {at} ({oom.kind}: {said}); {gpu}. "
+    return (f"CUDA out of memory at start-up, {_count(times)} with {at} ({said}); {gpu}. "
             f"Fix: {fix}; then `isaacd start {ctx.job}`")
 
 
