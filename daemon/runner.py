@@ -44,7 +44,7 @@ CHECKPOINT_SCAN_INTERVAL = 2.0
 PIDS_SCAN_INTERVAL = 2.0
 CRASH_AT_ENV = "ISAACD_TEST_CRASH_AT"  # the crash test's seam: SIGKILL ourselves at one effect boundary
 WARN_EVENTS = {"failed", "checkpoint_rejected", "config_rejected", "resume_mismatch", "start_failed",
-               "tensorboard_damaged", "state_save_failed", "stop_timeout"}
+               "tensorboard_damaged", "state_save_failed", "stop_timeout", "cuda_oom", "num_envs_stepped_down"}
 
 
 def crash_point(label: str) -> None:

@@ -46,6 +46,14 @@ def test_note_names_the_gpu_its_memory_and_who_holds_it():
     assert {p["pid"]: p["job"] for p in facts["processes"]} == {4242: None, os.getpid(): "cp"}
 
 
+def test_the_jobs_warm_spare_is_the_jobs_memory_not_a_neighbours():
+    script = {"gpus": 1, "events": [{"t": 0, "gpu": 0, "processes": [{"pid": 4242, "used_bytes": 1 * GiB}]}]}
+    sampler, history = sampled(script, [0])
+    row = jobs_row() | {"spare": {"state": "ready", "pid": 4242}}
+    note = oom_note("cp", gpu_status(sampler.snapshot(), [row]), history, T0)
+    assert note.gpu.endswith(": 1.0 GiB by this job") and "not an isaacd job" not in note.gpu
+
+
 def test_a_neighbour_in_our_pid_namespace_is_named():
     script = {"gpus": 1, "events": [{"t": 0, "gpu": 0, "processes": [{"pid": "self", "used_bytes": 5 * GiB}]}]}
     sampler, history = sampled(script, [0])
