@@ -51,7 +51,8 @@ KINDS = ("torch", "cuda", "warp", "physx", "physx_buffer")
 _FORMS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("torch", re.compile(r"\bCUDA out of memory\b")),
     ("cuda", re.compile(r"\bCUDA error: out of memory\b")),
-    ("warp", re.compile(r"\bWarp CUDA error 2: out of memory\b|\bFailed to allocate \d+ bytes on device 'cuda(:\d+)?'")),
+    ("warp", re.compile(r"\bWarp CUDA error 2: out of memory\b"
+                        r"|\bFailed to allocate \d+ bytes on device 'cuda(:\d+)?'")),
     ("physx", re.compile(r"\b(PxgCudaDeviceMemoryAllocator|PxDeviceAllocatorCallback) failed to allocate memory\b"
                          r"|\bMem allocation failed with error code\b")),
     ("physx_buffer", re.compile(r"\bbuffer overflow detected, please increase\b"

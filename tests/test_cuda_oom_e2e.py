@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from helpers import builtin_job, wait_for, write_config
@@ -26,7 +27,7 @@ NEIGHBOUR = {"gpus": 1, "defaults": {"memory_used_bytes": 131 * GiB},
              "events": [{"t": 0, "gpu": 0, "processes": [{"pid": 4242, "used_bytes": 120 * GiB}]}]}
 
 
-def oom_config(tmp_path, script: dict, **job) -> "Path":  # noqa: ANN001, ANN003, F821
+def oom_config(tmp_path: Path, script: dict, **job) -> Path:  # noqa: ANN003
     (tmp_path / "gpu.json").write_text(json.dumps(script))
     cfg = write_config(tmp_path, builtin_job("cp", gpus=[0], **job) + QUIET)
     cfg.write_text(cfg.read_text().replace(

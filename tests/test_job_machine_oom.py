@@ -63,6 +63,17 @@ def starting(**kw) -> OomJob:  # noqa: ANN003
     return OomJob(**kw).send(Tick())
 
 
+def oom_until_failed(j: OomJob) -> list[int]:
+    """Every start-up runs out of GPU memory: the num_envs of each attempt, until the job fails."""
+    sizes = []
+    while j.m.state != S.FAILED:
+        sizes.append(j.in_use())
+        j.send(oom())
+        if j.m.state == S.BACKING_OFF:
+            j.relaunch()
+    return sizes
+
+
 # ---- start-up, default policy -----------------------------------------------------------------
 def test_startup_oom_is_retried_once_in_case_a_neighbour_freed_memory():
     j = starting().send(oom())
@@ -125,13 +136,7 @@ def test_startup_oom_steps_num_envs_down_and_relaunches():
 
 def test_step_down_walks_to_the_floor_retries_there_once_then_fails():
     j = starting(oom=STEP)
-    sizes = []
-    while j.m.state != S.FAILED:
-        sizes.append(j.in_use())
-        j.send(oom())
-        if j.m.state == S.BACKING_OFF:
-            j.relaunch()
-    assert sizes == [1024, 512, 256, 256]
+    assert oom_until_failed(j) == [1024, 512, 256, 256]
     assert "twice with num_envs = 256 (stepped down from 1024 to the floor, [jobs.oom] min_num_envs)" in j.m.reason
     assert "or min_num_envs" in j.m.reason and "step_down = 0.5 and" not in j.m.reason
 
@@ -165,21 +170,14 @@ def test_operator_restart_goes_back_to_the_configured_num_envs():
 
 def test_operator_restart_of_a_failed_job_tries_the_configured_num_envs_again():
     j = starting(oom=STEP)
-    for _ in range(4):
-        j.send(oom())
-        if j.m.state == S.BACKING_OFF:
-            j.relaunch()
-    assert j.m.state == S.FAILED
+    oom_until_failed(j)
     j.send(Restart(Origin.OPERATOR, "operator restart")).send(Tick())
     assert j.m.state == S.STARTING and j.in_use() == 1024 and j.m.startup_ooms == 0
 
 
 def test_operator_start_of_a_failed_job_keeps_the_stepped_num_envs_with_a_fresh_retry():
     j = starting(oom=STEP)
-    for _ in range(4):
-        j.send(oom())
-        if j.m.state == S.BACKING_OFF:
-            j.relaunch()
+    oom_until_failed(j)
     j.send(Start(Origin.OPERATOR, "operator start")).send(Tick())
     assert j.m.state == S.STARTING and j.in_use() == 256
     j.send(oom())

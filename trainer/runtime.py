@@ -195,7 +195,8 @@ def cuda_oom_message(num_envs: int) -> str:
     return (f"CUDA out of memory. Tried to allocate {_format_size(tried)}. GPU 0 has a total capacity of "
             f"{_format_size(total)} of which {_format_size(free)} is free. {others}Including non-PyTorch memory, "
             f"this process has {_format_size(in_use)} memory in use. Of the allocated memory "
-            f"{_format_size(in_use - 512 * mib)} is allocated by PyTorch, and {_format_size(64 * mib)} is reserved by PyTorch but unallocated. If reserved "
-            "but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
-            "fragmentation.  See documentation for Memory Management  "
+            f"{_format_size(in_use - 512 * mib)} is allocated by PyTorch, and {_format_size(64 * mib)} is reserved "
+            "by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory "
+            "Management  "
             "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
