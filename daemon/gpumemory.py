@@ -79,8 +79,8 @@ def oom_note(job: str, gpus: Mapping[str, Any] | None, history: MemoryHistory, s
         return OomNote(f"no GPU memory figures (GPU collector down: {why})")
     mine = [d for d in gpus.get("devices") or () if job in (d.get("assigned") or ()) or job in (d.get("jobs") or ())]
     if not mine:
-        return OomNote("none of the host's GPUs is assigned to this job (gpus / device) or held by it, so isaacd "
-                       "cannot say whose memory filled it")
+        return OomNote("no GPU memory figures for this job: none of this host's GPUs is assigned to it (gpus / "
+                       "device) or held by its processes (a ray job's GPU is on its node)")
     clauses, facts, trends = [], [], []
     for d in mine:
         key = str(d.get("index"))
