@@ -99,3 +99,34 @@ def test_another_failure_in_the_output_is_a_plain_crash(tmp_path):
     rt.die("ValueError: not an out-of-memory\n")
     tick(r, clock)
     assert asked == [] and events(r, "cuda_oom") == [] and r.snapshot()["restarts_by_reason"] == {"exit_code": 1}
+
+
+def test_a_spares_attempt_is_not_blamed_for_the_dead_trainers_oom(tmp_path):
+    """A spare starts behind a training trainer, so its log offset predates that trainer's death; its own attempt
+    is read from the takeover on."""
+    import os
+
+    from isaacd.joblogs import exit_with_log_tail
+    from isaacd.spare import SpareKeeper, _Spare
+    from isaacd.workflows.sidechannel import ShimEvents
+
+    cfg = parse_config(JOB, "t.toml", tmp_path).jobs[0]
+    log = tmp_path / "cp.log"
+    log.write_text("spare: preloading\n")
+    handle = Handle("process", "cp", {"pid": 1, "log_path": str(log), "log_offset": 0})
+    fifo = tmp_path / "control.fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # the spare, listening
+    keeper = SpareKeeper(cfg, FakeRuntime(), tmp_path, lambda *a, **k: None)
+    keeper.spare = _Spare(handle, "tok", fifo, ShimEvents(tmp_path / "ev.jsonl"), 0.0, ready=True)
+    keeper.runtime.poll = lambda h: None  # alive
+    with open(log, "a") as fh:
+        fh.write(f"Traceback (most recent call last):\n{OOM}\n")  # the trainer it stands behind dies
+    taken = keeper.take({"argv": []})
+    os.close(reader)
+    assert taken is not None
+    with open(log, "a") as fh:
+        fh.write("ValueError: the spare's own attempt failed otherwise\n")
+    st = exit_with_log_tail(ExitStatus(code=1), taken[0])
+    assert st.reason_class == "exit_code" and st.describe().endswith("ValueError: the spare's own attempt failed "
+                                                                      "otherwise")
