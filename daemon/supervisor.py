@@ -66,6 +66,7 @@ class Supervisor:
         # called each tick with the monotonic time; returns (job, command) pairs for the state machines
         self.tick_hooks: list[Callable[[float], list[tuple[str, Command]] | None]] = []
         self.gpu_check: Callable[[Any], str | None] | None = None  # set by app.build_supervisor, before start()
+        self.gpu_memory: Callable[[str, float | None], Any] | None = None  # likewise: a job's GPUs at a CUDA OOM
         # parts of the snapshot others own, asked for at publish time: per job (the watchdogs' states) and
         # host-wide (the GPUs, which need the jobs' rows); each returns keys to add, never mutates
         self.job_status_hooks: list[Callable[[str], dict[str, Any]]] = []
@@ -98,6 +99,7 @@ class Supervisor:
         runner = JobRunner(job_cfg, self.runtime(job_cfg.runtime), self.store, self.config.supervisor.state_dir,
                            self.clock)
         runner.gpu_check = self.gpu_check
+        runner.gpu_memory = self.gpu_memory
         return runner
 
     def start(self) -> None:

@@ -118,7 +118,8 @@ def test_help_is_fast_and_imports_no_torch():
     for flag in ("--task", "--num_envs", "--seed", "--max_iterations", "--device", "--headless", "--experiment_name",
                  "--run_name", "--resume", "--load_run", "--checkpoint", "--logger", "--distributed",
                  "--fault_inf_reward_after", "--fault_hang_after", "--fault_exit_after", "--fault_once",
-                 "--fault_reward_scale_after", "--step_delay"):
+                 "--fault_reward_scale_after", "--fault_cuda_oom_above_envs", "--fault_cuda_oom_after_iterations",
+                 "--step_delay"):
         assert flag in r.stdout
     # isaacd's old conveniences are gone (Isaac Lab has none of them)
     for gone in ("--log_root", "--save_interval", "--learning_rate", "--num_steps_per_env", "ISAACD_RUN_DIR"):
