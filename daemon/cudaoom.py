@@ -15,6 +15,12 @@ CUDA runtime (``kind = "cuda"``)
     Allocations outside the caching allocator (the CUDA context itself, cuBLAS handles) fail through
     ``C10_CUDA_CHECK``: c10/cuda/CUDAException.cpp ``c10_cuda_check_implementation`` (commit 0e4c6cd6) raises
     ``torch.AcceleratorError: CUDA error: out of memory`` (``cudaGetErrorString(cudaErrorMemoryAllocation)``).
+    The CUDA math libraries' handles fail the same way with their own status names, through aten's
+    ``TORCH_CUDABLAS_CHECK`` (aten/src/ATen/cuda/Exceptions.h: "CUDA error: " + ``_cublasGetErrorEnum`` + " when
+    calling `...`"). **Seen on the H200** (bench/cuda_oom_h200.py, torch 2.11, a neighbour holding all but 2 GiB):
+    the first matmul of the policy died with ``RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling
+    `cublasCreate(handle)``` before torch's allocator ever said "out of memory"; cuDNN, cuSOLVER and cuSPARSE
+    name the same failure ``*_STATUS_ALLOC_FAILED``, cuFFT ``CUFFT_ALLOC_FAILED``.
 Warp (``kind = "warp"``)
     NVIDIA/warp v1.16.0 (86ec8b78): ``wp_alloc_device_default`` does ``check_cuda(cudaMalloc(...))``, whose
     ``check_cuda_result`` (warp/native/cuda_util.cpp) prints "Warp CUDA error 2: out of memory (in function
@@ -50,7 +56,8 @@ KINDS = ("torch", "cuda", "warp", "physx", "physx_buffer")
 # (kind, pattern), most specific first; all are searched in every line
 _FORMS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("torch", re.compile(r"\bCUDA out of memory\b")),
-    ("cuda", re.compile(r"\bCUDA error: out of memory\b")),
+    ("cuda", re.compile(r"\bCUDA error: out of memory\b"
+                        r"|\b(CUBLAS|CUBLASLT|CUDNN|CUSOLVER|CUSPARSE)_STATUS_ALLOC_FAILED\b|\bCUFFT_ALLOC_FAILED\b")),
     ("warp", re.compile(r"\bWarp CUDA error 2: out of memory\b"
                         r"|\bFailed to allocate \d+ bytes on device 'cuda(:\d+)?'")),
     ("physx", re.compile(r"\b(PxgCudaDeviceMemoryAllocator|PxDeviceAllocatorCallback) failed to allocate memory\b"

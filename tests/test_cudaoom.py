@@ -27,6 +27,10 @@ HYDRA_TAIL = ["", "Set the environment variable HYDRA_FULL_ERROR=1 for a complet
     ("RuntimeError: CUDA out of memory. Tried to allocate 36.00 MiB (GPU 0; 7.93 GiB total capacity; ...)", "torch"),
     ("  what():  CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 79.15 GiB", "torch"),
     ("torch.AcceleratorError: CUDA error: out of memory", "cuda"),
+    # seen on the H200 (bench/results/issue23-h200-cuda-oom-before.txt): a nearly full GPU failed cuBLAS's handle
+    # before torch's allocator said "out of memory"; isaacd read it as a plain crash and looped with backoff
+    ("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", "cuda"),
+    ("RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED", "cuda"),
     ("Warp CUDA error 2: out of memory (in function wp_alloc_device_default, /builds/warp/native/warp.cu:781)",
      "warp"),
     ("RuntimeError: Failed to allocate 4294967296 bytes on device 'cuda:0'", "warp"),
@@ -48,6 +52,7 @@ def test_each_upstream_form_is_recognised(line, kind):  # noqa: ANN001
     "RuntimeError: [enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory",
     "OSError: [Errno 28] No space left on device",
     "ValueError: rewards are not finite",
+    "RuntimeError: CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling `cublasGemmEx(handle, ...)`",
 ])
 def test_other_failures_are_not_cuda_oom(line):  # noqa: ANN001
     assert find_cuda_oom(["Traceback (most recent call last):", line, *HYDRA_TAIL]) is None
