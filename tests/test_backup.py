@@ -1,0 +1,222 @@
+"""Checkpoints in object storage through fsspec's file:// (issue 22): the whole path without a server.
+
+Real files, real fsspec, the real uploader and restore code; the checkpoints are torch-shaped zips
+(backup_fakes.fake_checkpoint) so the deep validation of the resume choice runs on them as on real ones.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from backup_fakes import fake_checkpoint
+
+from isaacd.backup.config import BackupConfig
+from isaacd.backup.keeper import Fetching, JobBackup
+from isaacd.backup.manifest import Manifest
+from isaacd.backup.notes import Notes
+from isaacd.backup.objects import ObjectStore
+from isaacd.backup.restore import restore_newest
+from isaacd.backup.uploader import Run, Uploader, sha256_of
+from isaacd.config import ConfigError, parse_config
+from isaacd.signals.checkpoints import RSL_RL_LAYOUT
+from isaacd.workflows.validate import RSL_RL_4, VALIDATOR
+
+
+def validator(c):  # noqa: ANN001, ANN201 - the resume choice's deep check, for the built-in trainer
+    return VALIDATOR.problem(c, RSL_RL_4, "rsl_rl")
+
+
+def make(tmp_path: Path, **over) -> tuple[Uploader, Notes, Path]:  # noqa: ANN003
+    bucket = tmp_path / "bucket"
+    cfg = BackupConfig(url=f"file://{bucket}", **over)
+    notes = Notes()
+    return Uploader(ObjectStore(cfg, "cp"), cfg, RSL_RL_LAYOUT, notes, validator), notes, bucket / "cp"
+
+
+def manifest_of(prefix: Path) -> dict:
+    return json.loads((prefix / "manifest.json").read_text())
+
+
+def events(notes: Notes) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for name, fields in notes.take():
+        out.setdefault(name, []).append(fields)
+    return out
+
+
+def test_complete_checkpoints_are_copied_with_a_manifest_and_a_half_written_one_is_not(tmp_path):
+    run = tmp_path / "logs" / "rsl_rl" / "cp" / "2026-01-01_00-00-00_cp"
+    fake_checkpoint(run / "model_0.pt", 0)
+    fake_checkpoint(run / "model_2.pt", 2, pad=5000)
+    data = fake_checkpoint(run / "model_4.pt", 4, pad=5000).read_bytes()
+    (run / "model_4.pt").write_bytes(data[: len(data) // 2])  # torch.save killed mid-write
+    up, notes, prefix = make(tmp_path, keep=0)
+    up.set_runs([Run(run)])
+    up.one_pass()
+
+    doc = manifest_of(prefix)
+    got = {e["file"]: e for e in doc["checkpoints"]}
+    assert set(got) == {"model_0.pt", "model_2.pt"}
+    for name, e in got.items():
+        obj = prefix / run.name / name
+        assert obj.read_bytes() == (run / name).read_bytes()
+        assert e["sha256"] == sha256_of(run / name) and e["size"] == obj.stat().st_size
+        assert e["run"] == run.name and e["iteration"] == int(name[6:-3]) and e["time"] > 0
+    assert not list(prefix.rglob("*isaacd-upload*")), "a temporary upload name was left in the bucket"
+    st = up.status()
+    assert st["last_upload"]["iteration"] == 2 and st["error"] is None and st["uploads_total"] == 2
+    assert st["lag_iterations"] == 0 and st["bytes_total"] == sum(e["size"] for e in got.values())
+
+    fake_checkpoint(run / "model_4.pt", 4, pad=5000)  # the save completes
+    up.one_pass()
+    assert {e["iteration"] for e in manifest_of(prefix)["checkpoints"]} == {0, 2, 4}
+    assert not events(notes)  # nothing went wrong: nothing for the journal
+
+
+def test_keep_prunes_old_objects_and_snapshots_are_rate_limited(tmp_path):
+    run = tmp_path / "run"
+    for i in (0, 2, 4):
+        fake_checkpoint(run / f"model_{i}.pt", i)
+    for i in (5, 6):
+        fake_checkpoint(run / f"isaacd_snapshot_{i}.pt", i)
+    up, _, prefix = make(tmp_path, keep=2, snapshot_min_seconds=3600.0)
+    up.set_runs([Run(run)])
+    up.one_pass()
+    # the newest two: model_4 and the newest snapshot; model_0/model_2 never uploaded (they would be pruned)
+    assert [e["file"] for e in manifest_of(prefix)["checkpoints"]] == ["isaacd_snapshot_6.pt", "model_4.pt"]
+    assert not (prefix / run.name / "isaacd_snapshot_5.pt").exists()
+
+    fake_checkpoint(run / "isaacd_snapshot_7.pt", 7)  # within snapshot_min_seconds of the last snapshot upload
+    up.one_pass()
+    assert "isaacd_snapshot_7.pt" not in {e["file"] for e in manifest_of(prefix)["checkpoints"]}
+    assert up.status()["lag_iterations"] == 1  # newest local 7, newest in the bucket 6
+    fake_checkpoint(run / "model_8.pt", 8)  # a trainer checkpoint is never rate-limited
+    up.one_pass()
+    files = [e["file"] for e in manifest_of(prefix)["checkpoints"]]
+    assert files == ["model_8.pt", "isaacd_snapshot_6.pt"]
+    assert not (prefix / run.name / "model_4.pt").exists(), "keep = 2: the third-newest object is deleted"
+
+
+def test_a_checkpoint_the_trainer_could_not_load_is_not_copied(tmp_path):
+    run = tmp_path / "run"
+    fake_checkpoint(run / "model_3.pt", 7)  # its iter says 7: not the checkpoint its name promises
+    up, notes, prefix = make(tmp_path)
+    up.set_runs([Run(run)])
+    up.one_pass()
+    assert not (prefix / run.name / "model_3.pt").exists()
+    skipped = events(notes)["backup_skipped"]
+    assert skipped[0]["iteration"] == 3 and "its iter is 7" in skipped[0]["problem"]
+
+
+def test_a_resume_from_an_older_checkpoint_drops_the_abandoned_timeline_from_the_bucket(tmp_path):
+    old, new = tmp_path / "2026-01-01_00-00-00_cp", tmp_path / "2026-01-02_00-00-00_cp"
+    for i in (2, 4, 6):
+        fake_checkpoint(old / f"model_{i}.pt", i)
+    up, _, prefix = make(tmp_path)
+    up.set_runs([Run(old)])
+    up.one_pass()
+    # rolled back to 2: the new run writes 3, 4; the old run's 4 and 6 are off the timeline now
+    fake_checkpoint(new / "model_3.pt", 3)
+    fake_checkpoint(new / "model_4.pt", 4)
+    up.set_runs([Run(new, 2), Run(old, 0, 2)])
+    up.one_pass()
+    keys = [(e["run"], e["iteration"]) for e in manifest_of(prefix)["checkpoints"]]
+    assert keys == [(new.name, 4), (new.name, 3), (old.name, 2)]
+    assert not (prefix / old.name / "model_6.pt").exists() and not (prefix / old.name / "model_4.pt").exists()
+
+
+def test_an_unwritable_target_is_retried_with_backoff_and_catches_up(tmp_path):
+    run = tmp_path / "run"
+    fake_checkpoint(run / "model_1.pt", 1)
+    (tmp_path / "bucket").write_text("not a directory")  # the target refuses every write
+    up, notes, prefix = make(tmp_path)
+    up.set_runs([Run(run)])
+    up.one_pass()
+    up.one_pass()
+    st = up.status()
+    assert st["error"] and str(tmp_path / "bucket") in st["error"] and st["failures_total"] == 2
+    assert st["retry_at"] is not None and st["last_upload"] is None
+    failed = events(notes)["backup_failed"]
+    assert len(failed) == 1, "the same error is said once, not at every retry"
+
+    (tmp_path / "bucket").unlink()  # the store is back
+    fake_checkpoint(run / "model_2.pt", 2)
+    up.one_pass()
+    st = up.status()
+    assert st["error"] is None and st["retry_at"] is None and st["last_upload"]["iteration"] == 2
+    assert {e["iteration"] for e in manifest_of(prefix)["checkpoints"]} == {1, 2}
+    assert events(notes)["backup_recovered"][0]["last_iteration"] == 2
+
+
+def test_restore_verifies_sha256_and_falls_back_to_the_previous_object(tmp_path):
+    run = tmp_path / "logs" / "2026-01-01_00-00-00_cp"
+    for i in (2, 4):
+        fake_checkpoint(run / f"model_{i}.pt", i, pad=2000)
+    up, notes, prefix = make(tmp_path)
+    up.set_runs([Run(run)])
+    up.one_pass()
+    obj = prefix / run.name / "model_4.pt"
+    data = bytearray(obj.read_bytes())
+    data[len(data) // 2] ^= 0x01  # one flipped bit in the bucket
+    obj.write_bytes(bytes(data))
+
+    dest = tmp_path / "elsewhere"  # the disk is lost: another experiment dir
+    manifest = Manifest.from_bytes("cp", (prefix / "manifest.json").read_bytes())
+    got = restore_newest(up.store, manifest, dest, None, notes, validator)
+    assert got is not None and got.checkpoint.iteration == 2 and got.downloaded
+    assert got.checkpoint.path == dest / run.name / "model_2.pt"
+    assert got.checkpoint.path.read_bytes() == (run / "model_2.pt").read_bytes()
+    rejected = events(notes)["backup_object_rejected"]
+    assert rejected[0]["iteration"] == 4 and "sha256 mismatch" in rejected[0]["problem"]
+    assert not (dest / run.name / "model_4.pt").exists() and not list(dest.rglob(".*isaacd-restore*"))
+    # a rollback bound: nothing at or below 1
+    assert restore_newest(up.store, manifest, dest, 1, notes, validator) is None
+
+
+def test_the_keeper_fetches_off_the_callers_thread(tmp_path):
+    run = tmp_path / "run-a"
+    fake_checkpoint(run / "model_6.pt", 6)
+    cfg = BackupConfig(url=f"file://{tmp_path / 'bucket'}")
+    first = JobBackup(cfg, "cp", RSL_RL_LAYOUT, validator)
+    first.set_runs([Run(run)])  # its thread uploads
+    first.close(drain_seconds=30)  # ...and makes one last pass before it ends
+    assert first.uploader.status()["last_upload"]["iteration"] == 6
+
+    keeper = JobBackup(cfg, "cp", RSL_RL_LAYOUT, validator)
+    exp = tmp_path / "new-disk"
+    answer = keeper.restore(None, exp)
+    assert isinstance(answer, Fetching)  # the launch waits; the caller is not blocked
+    keeper._fetch.thread.join(30)
+    got = keeper.restore(None, exp)
+    assert got is not None and not isinstance(got, Fetching) and got.iteration == 6
+    assert got.path == exp / "run-a" / "model_6.pt"
+    restored = [f for n, f in keeper.take_notes() if n == "backup_restored"]
+    assert restored and restored[0]["iteration"] == 6 and restored[0]["downloaded"] is True
+    assert keeper.restore(None, exp) == got  # asked again (the attempt saved nothing newer): no new fetch
+
+
+@pytest.mark.parametrize("backup, message", [
+    ('url = "s3://AKIAEXAMPLE:hunter2secret@bucket/p"', "must not carry credentials"),
+    ('url = "s3://bucket/p?secret_key=hunter2secret"', "must not carry credentials"),
+    ('url = "ftp://host/p"', "not a supported backup URL"),
+    ('url = "file://relative/dir"', "needs an absolute path"),
+    ('url = "file:///mnt/b"\nendpoint_url = "http://127.0.0.1:9000"', "endpoint_url is for S3-compatible"),
+    ('url = "s3://bucket/p"\nkeep = -1', "greater than or equal to 0"),
+])
+def test_bad_backup_config_names_file_key_and_fix_without_echoing_a_secret(tmp_path, backup, message):
+    with pytest.raises(ConfigError) as exc:
+        parse_config(f'[[jobs]]\nname = "cp"\n[jobs.backup]\n{backup}\n', "/etc/isaacd.toml", tmp_path)
+    text = str(exc.value)
+    assert text.startswith('/etc/isaacd.toml: jobs[0] (name = "cp").backup') and message in text, text
+    assert "hunter2" not in text
+
+
+def test_a_good_backup_config_is_per_job(tmp_path):
+    cfg = parse_config('[[jobs]]\nname = "cp"\n[jobs.backup]\nurl = "s3://bucket/isaacd/"\n'
+                       'endpoint_url = "http://127.0.0.1:9000"\nkeep = 3\n[[jobs]]\nname = "other"\n', "t", tmp_path)
+    b = cfg.jobs[0].backup
+    assert b is not None and b.url == "s3://bucket/isaacd" and b.keep == 3 and b.snapshot_min_seconds == 60.0
+    assert cfg.jobs[1].backup is None
+    assert "key" not in BackupConfig.model_fields and "secret" not in BackupConfig.model_fields
