@@ -57,6 +57,8 @@ class ObjectStore:
             proto = self.cfg.protocol
             opts: dict[str, Any] = {}
             if proto == "s3":
+                # its own client: s3fs caches one per argument set, and credentials are read when it connects
+                opts["skip_instance_cache"] = True
                 opts["config_kwargs"] = dict(S3_CLIENT_CONFIG)
                 if self.cfg.endpoint_url:
                     opts["client_kwargs"] = {"endpoint_url": self.cfg.endpoint_url}
