@@ -310,8 +310,11 @@ class JobRunner:
                 from .runtimes.quadlet import hand_to_container_user
 
                 hand_to_container_user(self.cfg, [shim_events.parent])  # Isaac Lab 3 images run as uid 1000
-        spec = LaunchSpec(job=self.cfg, argv=program.argv(args), trainer_args=args,
-                          env=launch.trainer_env(self.cfg, shim_events if program.shim else None, token),
+        env = launch.trainer_env(self.cfg, shim_events if program.shim else None, token)
+        keeper = self._backup_keeper() if self.cfg.runtime == "ray" else None
+        if keeper is not None:  # a node without the shared log_root fetches and uploads itself (backup/remote.py)
+            env.update(keeper.node_env(wf, resume))
+        spec = LaunchSpec(job=self.cfg, argv=program.argv(args), trainer_args=args, env=env,
                           cwd=launch.workdir(self.cfg, self.state_dir),
                           log_path=self.state_dir / "logs" / f"{self.cfg.name}.log", attempt=number, token=token)
         self.history.attempts.append(attempt)

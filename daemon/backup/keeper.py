@@ -20,6 +20,7 @@ from .config import BackupConfig
 from .manifest import MANIFEST_KEY, Manifest, ManifestError
 from .notes import Notes
 from .objects import BackupError, ObjectStore
+from .remote import node_env
 from .restore import Restored, Validator, restore_newest
 from .uploader import Run, Uploader
 
@@ -136,6 +137,15 @@ class JobBackup:
         elif manifest.entries:
             self.notes.add("backup_restore_none", url=self.store.url,
                            detail="no checkpoint in the bucket verified: starting from scratch")
+
+    def node_env(self, workflow: Any, resume: Checkpoint | None) -> dict[str, str]:
+        """For a Ray attempt: the target, and the bucket checkpoint it resumes from (if it does), so a node
+        without the shared log_root can fetch it and upload what the run writes (backup/remote.py)."""
+        last = self._last_restored
+        restore = (last.entry, last.checkpoint.path) if last is not None and resume is not None and \
+            resume.path == last.checkpoint.path else None
+        return node_env(self.cfg, self.store.job, workflow.library, getattr(workflow, "rollouts", None),
+                        resume.iteration if resume is not None else 0, restore)
 
     # ---- the read side -------------------------------------------------------------------------
     def take_notes(self) -> list[tuple[str, dict[str, Any]]]:

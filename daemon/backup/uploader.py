@@ -37,6 +37,7 @@ from .objects import BackupError, ObjectStore
 SCAN_INTERVAL = 2.0  # s between passes when nothing kicks the uploader
 BACKOFF_INITIAL = 2.0  # s before the first retry after a failed pass
 BACKOFF_MAX = 300.0
+MANIFEST_REREAD = 30.0  # s; see one_pass
 MAX_RUNS = 4  # the newest run dirs of the timeline looked at (older ones were uploaded or are superseded)
 HASH_CHUNK = 4 * 2**20
 
@@ -78,6 +79,7 @@ class Uploader:
         self._thread: threading.Thread | None = None
         self._rejected: set[tuple[str, int, int]] = set()
         self._last_snapshot_mono = float("-inf")
+        self._manifest_read_mono = float("-inf")
         self._failed_passes = 0
         # what `isaacd status` and /metrics show; written by the thread, read (as values) by status()
         self.error: str | None = None
@@ -112,6 +114,10 @@ class Uploader:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(drain_seconds)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
 
     def status(self) -> dict[str, Any]:
         m = self.manifest
@@ -148,8 +154,12 @@ class Uploader:
 
     def _one_pass(self) -> None:
         try:
-            if self.manifest is None:
+            if self.manifest is None or (self.newest_local is None and
+                                         time.monotonic() - self._manifest_read_mono >= MANIFEST_REREAD):
+                # nothing here to upload (a Ray job whose node uploads without the shared log_root): the bucket's
+                # manifest is what status shows, so read it again now and then
                 self.manifest = self._load_manifest()
+                self._manifest_read_mono = time.monotonic()
             for ckpt, run in self._candidates(self.manifest):
                 self._upload(ckpt, run, self.manifest)
         except BackupError as exc:
