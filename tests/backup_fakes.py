@@ -21,13 +21,16 @@ ACCESS_KEY, SECRET_KEY = "isaacd-test-key", "isaacd-test-secret-do-not-log"
 
 def fake_checkpoint(path: Path, iteration: int, pad: int = 0, extra: dict[str, Any] | None = None) -> Path:
     """An rsl_rl 4.x/5.x-shaped checkpoint: {"actor_state_dict", "critic_state_dict", "iter"} pickled into
-    `archive/data.pkl` of a zip, as torch.save writes it (no tensors: the deep check reads only the keys)."""
+    `archive/data.pkl` of a zip, as torch.save writes it, and `pad` random bytes as a storage record beside it
+    (the weights' place in a real one; nothing references it, so the deep check reads only the keys)."""
     state = {"actor_state_dict": {}, "critic_state_dict": {}, "optimizer_state_dict": {}, "iter": iteration,
-             "infos": {"pad": "x" * pad}, **(extra or {})}
+             **(extra or {})}
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
         zf.writestr("archive/data.pkl", pickle.dumps(state, protocol=2))
         zf.writestr("archive/version", "3\n")
+        if pad:
+            zf.writestr("archive/data/0", os.urandom(pad))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(buf.getvalue())
     return path
