@@ -220,3 +220,35 @@ def test_a_good_backup_config_is_per_job(tmp_path):
     assert b is not None and b.url == "s3://bucket/isaacd" and b.keep == 3 and b.snapshot_min_seconds == 60.0
     assert cfg.jobs[1].backup is None
     assert "key" not in BackupConfig.model_fields and "secret" not in BackupConfig.model_fields
+
+
+def test_status_and_metrics_show_the_last_upload_the_lag_and_the_error():
+    """What an operator reads: the status line and the /metrics series (from a status row as the runner makes)."""
+    import time
+
+    from metrics_fakes import fake_job, fake_status
+    from prometheus_client import generate_latest
+
+    from isaacd.metrics import build_registry
+    from isaacd.render import format_status
+
+    now = time.time()
+    job = fake_job("anymal", now=now)
+    text = format_status({**fake_status([job]), "gpus": None}, now=now)
+    assert "anymal backup s3://bucket/isaacd/anymal: last upload iteration 90 (6m ago), lag 10 iterations" in text
+    assert "backup ERROR since 60s ago: upload to ...: refused; retry in 30s" in text, text
+
+    def samples(status: dict) -> dict[str, float]:
+        text = generate_latest(build_registry(lambda: status, None, process_metrics=False)).decode()
+        return {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
+                if line.startswith("isaacd_backup_")}
+
+    got = samples(fake_status([job]))
+    assert got == {'isaacd_backup_last_success_timestamp_seconds{job="anymal"}': pytest.approx(now - 400.0),
+                   'isaacd_backup_last_iteration{job="anymal"}': 90.0,
+                   'isaacd_backup_lag_iterations{job="anymal"}': 10.0,
+                   'isaacd_backup_bytes_total{job="anymal"}': 123456.0,
+                   'isaacd_backup_failures_total{job="anymal"}': 4.0}
+    no_backup = {**job, "backup": None}
+    assert "backup" not in format_status({**fake_status([no_backup]), "gpus": None}, now=now)
+    assert samples(fake_status([no_backup])) == {}
