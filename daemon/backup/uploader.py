@@ -255,6 +255,8 @@ class Uploader:
     # ---- one upload --------------------------------------------------------------------------
     def _upload(self, c: Checkpoint, run: Run, manifest: Manifest) -> None:
         problem = self.validator(c) if self.validator is not None else None
+        if problem is not None and not c.path.exists():
+            return  # the shim pruned an old snapshot meanwhile: nothing wrong with it
         if problem is not None:
             self._rejected.add(self._rejected_key(c))
             self.notes.add("backup_skipped", path=str(c.path), iteration=c.iteration, problem=problem,

@@ -101,7 +101,9 @@ class TrainerActor:
     def launch(self, argv: list[str], env: dict[str, str], cwd: str, log_root: str, marker: str,
                nonce: str, work_dir: str, container: str | None = None, owner: str = "") -> dict[str, Any]:
         """Check the shared storage, start the trainer. Returns {"ok": True, pid, ...} or {"ok": False,
-        "error": ..., "kind": storage|workdir|spawn|gpu}.
+        "error": ..., "kind": storage|workdir|spawn|gpu|backup}. A job with a backup target (ISAACD_BACKUP in
+        `env`) on a node without the shared log_root fetches its checkpoint from the bucket first (kind "backup"
+        if that fails) and uploads the run's checkpoints from here (backup/remote.py).
 
         `container`: argv is `podman run --rm --name <container> ...`. A container of that name left on this node
         (an earlier attempt whose actor died) goes first, never two of a job; the GPUs Ray gave this actor are
