@@ -53,8 +53,9 @@ DEVICE = "cpu"  # --device
 
 
 def job_argv(num_envs: int, iterations: int) -> list[str]:
+    # --device is the simulation's only: the policy's is agent.device (default cuda:0), as in upstream Isaac Lab
     return ["-m", "isaacd_trainer", "--task", "Isaacd-Cartpole-v0", "--device", DEVICE, "--num_envs", str(num_envs),
-            "--max_iterations", str(iterations), "--seed", "1"]
+            "--max_iterations", str(iterations), "--seed", "1", f"agent.device={DEVICE}"]
 
 
 def tb_iteration_seconds(run_dir: Path) -> list[float]:

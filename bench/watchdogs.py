@@ -140,6 +140,7 @@ def record_healthy_run(iterations: int, workdir: Path, device: str = "cpu", num_
     # Isaac Lab's contract: runs go to ./logs/rsl_rl/<experiment>/ of the working directory
     subprocess.run([*cmd, "--task", "Isaacd-Cartpole-v0", "--num_envs", str(num_envs), "agent.num_steps_per_env=8",
                     "--max_iterations", str(iterations), f"agent.save_interval={iterations}", "--device", device,
+                    f"agent.device={device}",  # --device is the simulation's only, as upstream
                     "--experiment_name", "bench", "--run_name", "healthy", "--seed", "7"],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, cwd=workdir)
     run_dir = next((workdir / "logs" / "rsl_rl" / "bench").iterdir())

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from .config import Config
+from .gpumemory import MemoryHistory, oom_note
 from .supervisor import Supervisor
 from .volumes import volumes
 from .watchdogs.engine import WatchdogEngine
@@ -88,6 +89,11 @@ def build_supervisor(cfg: Config, config_path: str | None) -> Supervisor:
     sampler.gpus_optional = not any(j.device.startswith("cuda") or j.gpus for j in cfg.jobs)
     sup.extensions.append(_SamplerExtension(sampler))
     sup.gpu_check = lambda job: missing_gpus(sampler, job)
+    # a CUDA out-of-memory exit quotes who holds the job's GPUs (the published GPU status: NVML's processes,
+    # attributed to jobs) and what their memory did during the attempt (the history of the sampler's snapshots)
+    memory = MemoryHistory()
+    sup.tick_hooks.append(lambda now: memory.observe(sampler.snapshot()))
+    sup.gpu_memory = lambda job, since: oom_note(job, sup.status().get("gpus"), memory, since)
     sup.status_hooks.append(lambda jobs: {"gpus": gpu_status(sampler.snapshot(), jobs)})
     sup.extensions.append(WatchdogEngine(sup, SamplerFeed(sampler)))
     if cfg.metrics.enabled:

@@ -117,6 +117,35 @@ class RestartPolicy(_Model):
         return self
 
 
+class OomPolicy(_Model):
+    """[jobs.oom]: what a CUDA out-of-memory exit before the first iteration (start-up) does.
+
+    Default: retried once (a neighbour may have freed the GPU), then the job fails saying why. With step_down the
+    job is relaunched from its checkpoint with num_envs x step_down, down to min_num_envs. An out-of-memory after
+    training ran is restarted like any crash either way."""
+
+    step_down: float | None = None
+    min_num_envs: Annotated[int, Field(gt=0)] | None = None
+
+    @field_validator("step_down")
+    @classmethod
+    def _fraction(cls, v: float | None) -> float | None:
+        if v is not None and not 0 < v < 1:
+            raise ValueError(f"must be between 0 and 1, the factor num_envs is multiplied by at each step "
+                             f"(0.5 halves it); got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _both(self) -> "OomPolicy":
+        if self.step_down is not None and self.min_num_envs is None:
+            raise ValueError("step_down needs min_num_envs, the fewest environments worth training with "
+                             "(e.g. min_num_envs = 256)")
+        if self.min_num_envs is not None and self.step_down is None:
+            raise ValueError("min_num_envs is the floor of step_down; add step_down (e.g. step_down = 0.5) or "
+                             "remove min_num_envs")
+        return self
+
+
 class ContainerConfig(_Model):
     """Used by the podman and systemd runtimes."""
 
@@ -263,6 +292,7 @@ class JobConfig(_Model):
     # ~1 s iterations get one every iteration; a toy at 0.1 s/iteration one every few. 0: no budget.
     snapshot_budget: Annotated[float, Field(ge=0, le=1)] = 0.01
     restart: RestartPolicy = RestartPolicy()
+    oom: OomPolicy = OomPolicy()  # CUDA out of memory at start-up: retry once, or step num_envs down
     container: ContainerConfig = ContainerConfig()
     ray: RayJobConfig = RayJobConfig()  # runtime = "ray": resources and node choice
     backup: BackupConfig | None = None  # [jobs.backup]: complete checkpoints copied to object storage (issue 22)
@@ -339,6 +369,17 @@ class JobConfig(_Model):
         processes on their node, where log_root and the venv are at the same paths as here, unless
         [jobs.ray] container is set."""
         return self.runtime in ("podman", "systemd") or (self.runtime == "ray" and self.ray.container)
+
+    @model_validator(mode="after")
+    def _oom_floor(self) -> "JobConfig":
+        floor = self.oom.min_num_envs
+        if floor is not None and floor > self.num_envs:
+            raise ValueError(f"oom.min_num_envs = {floor} is above num_envs = {self.num_envs}: the floor of the "
+                             "step-down must be at most the configured count; lower min_num_envs")
+        if self.oom.step_down is not None and any(a.split("=", 1)[0] == "--num_envs" for a in self.extra_args):
+            raise ValueError("extra_args sets --num_envs, which would override the count [jobs.oom] step_down "
+                             "launches with; set the job's num_envs key instead")
+        return self
 
     @model_validator(mode="after")
     def _ray_gpus(self) -> "JobConfig":

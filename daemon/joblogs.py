@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Config
+from .cudaoom import CudaOomLine, find_cuda_oom
 from .messages import no_such_job
 from .runtimes.base import ExitStatus, Handle
 
@@ -58,6 +60,10 @@ def show_logs(cfg: Config, job: str, follow: bool = False, lines: int = 50) -> i
 # ---- why a trainer exited, in its own words -----------------------------------------------------
 TAIL_BYTES = 8192  # read this much of the end of the attempt's output
 TAIL_LINES = 8  # quoted in the exit event
+# searched for a CUDA out-of-memory: Hydra's "Set the environment variable HYDRA_FULL_ERROR=1 ..." and Kit's
+# shutdown lines can follow the exception by more than TAIL_LINES
+OOM_SCAN_BYTES = 65536
+OOM_SCAN_LINES = 400
 KEY_LINE_CHARS = 240  # quoted in the status reason
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -73,16 +79,25 @@ class ExitWithOutput(ExitStatus):
 
     output_tail: tuple[str, ...] = ()
     key_line: str = ""
+    cuda_oom: CudaOomLine | None = None  # the output says the GPU ran out of memory
 
     def describe(self) -> str:
         base = super().describe()
         return f"{base}: {self.key_line}" if self.key_line else base
 
+    @property
+    def reason_class(self) -> str:
+        return "cuda_oom" if self.cuda_oom is not None else super().reason_class
+
     def as_json(self) -> dict[str, Any]:
-        return {**super().as_json(), "output_tail": list(self.output_tail)}
+        out = {**super().as_json(), "output_tail": list(self.output_tail)}
+        if self.cuda_oom is not None:
+            out["cuda_oom"] = {"kind": self.cuda_oom.kind, "line": self.cuda_oom.line}
+        return out
 
 
-def read_output_tail(path: Path, offset: int = 0, max_bytes: int = TAIL_BYTES) -> list[str]:
+def read_output_tail(path: Path, offset: int = 0, max_bytes: int = TAIL_BYTES,
+                     max_lines: int = TAIL_LINES) -> list[str]:
     """The last lines the trainer wrote at or after `offset` (its attempt's start), oldest first."""
     try:
         with open(path, "rb") as fh:
@@ -96,29 +111,46 @@ def read_output_tail(path: Path, offset: int = 0, max_bytes: int = TAIL_BYTES) -
              .split("\n")]
     if start > offset and lines:
         lines = lines[1:]  # the first line was cut by the window
-    return [ln for ln in lines if ln.strip()][-TAIL_LINES:]
+    return [ln for ln in lines if ln.strip()][-max_lines:]
 
 
 def key_line(lines: list[str]) -> str:
     """The line that most likely says why: the last exception/error-looking line, else the last line."""
     pick = next((ln for ln in reversed(lines) if _KEY.match(ln)), lines[-1] if lines else "")
-    pick = pick.strip()
-    return pick if len(pick) <= KEY_LINE_CHARS else pick[:KEY_LINE_CHARS - 1] + "…"
+    return _shorten(pick)
+
+
+def _shorten(line: str) -> str:
+    line = line.strip()
+    return line if len(line) <= KEY_LINE_CHARS else line[:KEY_LINE_CHARS - 1] + "…"
+
+
+def _failed_by_itself(status: ExitStatus) -> bool:
+    """A non-zero exit code, or abort(): a C++ exception nobody caught ("terminate called after throwing an instance
+    of 'c10::OutOfMemoryError'") ends in SIGABRT. Other signals, OOM kills and stops come from outside: their cause
+    is not in the trainer's output."""
+    if status.oom_killed or status.external_stop:
+        return False
+    if status.signal is not None:
+        return status.signal == signal.SIGABRT
+    return status.code not in (None, 0)
 
 
 def exit_with_log_tail(status: ExitStatus, handle: Handle | None) -> ExitStatus:
-    """For a trainer that failed on its own (non-zero exit code), the same status quoting its last output.
-    Signals, OOM kills and stops are left alone: their cause is not in the trainer's output."""
-    if handle is None or status.code in (None, 0) or status.signal is not None or status.oom_killed \
-            or status.external_stop:
+    """For a trainer that failed on its own, the same status quoting its last output (and recognising a CUDA
+    out-of-memory in it)."""
+    if handle is None or not _failed_by_itself(status):
         return status
     log_path = handle.state.get("log_path")
     if not log_path:
         return status  # container runtimes keep output in the journal / podman logs
     offset = handle.state.get("log_offset")
-    lines = read_output_tail(Path(log_path), offset if isinstance(offset, int) else 0)
+    scanned = read_output_tail(Path(log_path), offset if isinstance(offset, int) else 0, OOM_SCAN_BYTES,
+                               OOM_SCAN_LINES)
+    lines = scanned[-TAIL_LINES:]
     if not lines:
         return status
+    oom = find_cuda_oom(scanned)
     return ExitWithOutput(code=status.code, signal=status.signal, oom_killed=status.oom_killed,
                           external_stop=status.external_stop, detail=status.detail, output_tail=tuple(lines),
-                          key_line=key_line(lines))
+                          key_line=_shorten(oom.line) if oom else key_line(lines), cuda_oom=oom)

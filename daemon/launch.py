@@ -75,12 +75,29 @@ def host_path(job: JobConfig, reported: str) -> Path:
 LAUNCH_TOKEN_ENV = "ISAACD_LAUNCH_TOKEN"  # saved before the spawn: how a new supervisor finds an unsaved trainer
 
 
-def trainer_env(job: JobConfig, shim_events: Path | None = None, token: str | None = None) -> dict[str, str]:
+WANDB_ENV = ("WANDB_RUN_ID", "WANDB_RESUME")
+
+
+def wandb_run_id(job: JobConfig, first_started_at: float) -> str:
+    """One Weights & Biases run per job: the same id for every attempt (W&B ids: letters, digits, '-', '_').
+
+    Tied to the job's first attempt, so a job trained again from scratch (history and runs moved away) gets a
+    new run. Isaac Lab 3.0 keeps an existing WANDB_RUN_ID (isaaclab_rl/utils/wandb.py announce_new_run) and rsl_rl's
+    WandbLogWriter calls wandb.init(), which reads WANDB_RUN_ID and WANDB_RESUME."""
+    return f"{job.name.replace('.', '-')}-{int(first_started_at):x}"
+
+
+def trainer_env(job: JobConfig, shim_events: Path | None = None, token: str | None = None,
+                wandb_run: str | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in TRAINER_ENV_DROP and k not in (SHIM_EVENTS_ENV, LAUNCH_TOKEN_ENV)}
     if job.ranks > 1 and isinstance(job.gpus, list) and job.gpus:
         # rank r uses cuda:r (rsl_rl requires cuda:<LOCAL_RANK>): map those onto the job's own GPUs
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job.gpus)
+    if wandb_run is not None:
+        # resume=allow: the first attempt creates the run, every later one continues it (a job's own
+        # environment may still name another run)
+        env.update({"WANDB_RUN_ID": wandb_run, "WANDB_RESUME": "allow"})
     env.update(job.environment)
     env.setdefault("PYTHONUNBUFFERED", "1")
     if shim_events is not None:

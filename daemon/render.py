@@ -82,7 +82,7 @@ def format_status(st: dict[str, Any], now: float | None = None,
              f"config {sup['config_path']}"]
     if sup.get("last_config_error"):
         lines.append(f"  ! last reload rejected (old config still in force): {sup['last_config_error']}")
-    header = ["JOB", "STATE", "RUNTIME", "PID", "ITERS", "REWARD", "FPS", "CHECKPOINT", "RESTARTS", "UPTIME"]
+    header = ["JOB", "STATE", "RUNTIME", "PID", "ITERS", "ENVS", "REWARD", "FPS", "CHECKPOINT", "RESTARTS", "UPTIME"]
     rows = []
     notes = []
     for j in st["jobs"]:
@@ -91,7 +91,7 @@ def format_status(st: dict[str, Any], now: float | None = None,
         ck_s = f"{ck['iteration']} ({age(ck['time'], now)} ago)" if ck else "-"
         where = f"{j['runtime']}@{j['node']}" if j.get("node") else j["runtime"]  # ray: the node it runs on
         rows.append([j["name"], j["state"], where, str(j["pid"] or "-"),
-                     f"{'-' if done is None else done}/{j['max_iterations']}",
+                     f"{'-' if done is None else done}/{j['max_iterations']}", envs_cell(j),
                      _num(j["mean_reward"]), _num(j["fps"], "{:.0f}"), ck_s, str(j["restarts"]),
                      age(j.get("started_at"), now)])
         if j.get("state_reason") and j["state"] in ("failed", "stopped", "backing-off", "stopping"):
@@ -100,6 +100,9 @@ def format_status(st: dict[str, Any], now: float | None = None,
                       resume_story(j, events.get(j["name"], []))):
             if story:
                 notes.append(f"  {j['name']}: {story}")
+        envs = envs_note(j)
+        if envs:
+            notes.append(envs)
         notes += _watchdog_notes(j, now)
         spare = _spare_note(j)
         if spare:
@@ -118,6 +121,22 @@ def format_status(st: dict[str, Any], now: float | None = None,
         lines.append("")
         lines.append(format_gpus(gpus))
     return "\n".join(lines)
+
+
+def envs_cell(j: dict[str, Any]) -> str:
+    """num_envs in use, and the configured count when a step-down made them differ ("-" from an older supervisor)."""
+    used, configured = j.get("num_envs"), j.get("num_envs_configured")
+    if used is None:
+        return "-"
+    return str(used) if used == configured or configured is None else f"{used} of {configured}"
+
+
+def envs_note(j: dict[str, Any]) -> str | None:
+    used, configured = j.get("num_envs"), j.get("num_envs_configured")
+    if used is None or configured is None or used == configured:
+        return None
+    return (f"  {j['name']}: num_envs {used} in use of {configured} configured, stepped down after CUDA out of "
+            f"memory at start-up; `isaacd restart {j['name']}` tries {configured} again")
 
 
 def _spare_note(j: dict[str, Any]) -> str | None:

@@ -23,11 +23,13 @@ from .backup import Run as BackupRun
 from .clock import Clock, SystemClock
 from .config import JobConfig
 from .gpu.assign import status_gpus
+from .gpumemory import OomNote
 from .jobs import machine
 from .jobs.effects import Effect, Event, Forget, Kill, Launch, Persist, Signal
-from .jobs.messages import Exited, LaunchRefused, Message, Progressed, Start, Stop, Tick
+from .jobs.messages import CudaOom, Exited, LaunchRefused, Message, Progressed, Start, Stop, Tick
+from .jobs.policy import num_envs_in_use
 from .jobs.model import JobModel, JobState, LaunchIntent, Origin
-from .joblogs import exit_with_log_tail
+from .joblogs import ExitWithOutput, exit_with_log_tail
 from .logs import log
 from .rebuild import load_history
 from .runtimes.base import ExitStatus, Handle, LaunchSpec, Runtime
@@ -44,7 +46,7 @@ CHECKPOINT_SCAN_INTERVAL = 2.0
 PIDS_SCAN_INTERVAL = 2.0
 CRASH_AT_ENV = "ISAACD_TEST_CRASH_AT"  # the crash test's seam: SIGKILL ourselves at one effect boundary
 WARN_EVENTS = {"failed", "checkpoint_rejected", "config_rejected", "resume_mismatch", "start_failed",
-               "tensorboard_damaged", "state_save_failed", "stop_timeout"}
+               "tensorboard_damaged", "state_save_failed", "stop_timeout", "cuda_oom", "num_envs_stepped_down"}
 
 
 def crash_point(label: str) -> None:
@@ -104,6 +106,8 @@ class JobRunner:
         self.cleanups: list[Handle] = []  # ended trainers whose runtime resources are still being released
         self.spares = SpareKeeper(cfg, runtime, state_dir, self.event)
         self.gpu_check: Callable[[JobConfig], str | None] | None = None  # set by the supervisor
+        # the job's GPUs at a CUDA out-of-memory (name, attempt start) -> note; set by the supervisor
+        self.gpu_memory: Callable[[str, float | None], OomNote] | None = None
         self.resolved: Resolved | None = None
         self.persist_error: str | None = None  # the last failed save, until a save succeeds
         self._dirty = False
@@ -197,7 +201,8 @@ class JobRunner:
 
     # ---- messages in, effects out ----------------------------------------------------------
     def handle_message(self, msg: Message) -> str | None:
-        ctx = machine.Context(self.cfg.name, self.clock.monotonic(), self.cfg.restart, self.cfg.stop_timeout)
+        ctx = machine.Context(self.cfg.name, self.clock.monotonic(), self.cfg.restart, self.cfg.stop_timeout,
+                              self.cfg.num_envs, self.cfg.oom)
         decision = machine.decide(self.model, msg, ctx)
         old = self.model.state
         self.model = decision.model
@@ -300,9 +305,13 @@ class JobRunner:
         attempt = Attempt(number=number, started_at=self.clock.wall(), reason=intent.reason,
                           resume_from=resume.as_json() if resume else None, runtime=self.runtime.name,
                           shim_events=str(shim_events) if program.shim else None, token=token)
+        first_started_at = self.history.attempts[0].started_at if self.history.attempts else attempt.started_at
         exp = wf.experiment_dir(self.cfg)
         run_dirs_before = {p.name for p in exp.iterdir()} if exp.is_dir() else set()
-        args = launch.trainer_args(self.cfg, resume, seed, resolved)
+        num_envs = self.num_envs()
+        # a step-down after a CUDA out-of-memory at start-up (jobs/machine.py) reaches the trainer as --num_envs
+        job = self.cfg if num_envs == self.cfg.num_envs else self.cfg.model_copy(update={"num_envs": num_envs})
+        args = launch.trainer_args(job, resume, seed, resolved)
         if program.shim:
             shim_events.parent.mkdir(parents=True, exist_ok=True)
             shim_events.unlink(missing_ok=True)  # a number reused after history loss must not replay old news
@@ -310,7 +319,8 @@ class JobRunner:
                 from .runtimes.quadlet import hand_to_container_user
 
                 hand_to_container_user(self.cfg, [shim_events.parent])  # Isaac Lab 3 images run as uid 1000
-        env = launch.trainer_env(self.cfg, shim_events if program.shim else None, token)
+        env = launch.trainer_env(self.cfg, shim_events if program.shim else None, token,
+                                 wandb_run=launch.wandb_run_id(self.cfg, first_started_at))
         keeper = self._backup_keeper() if self.cfg.runtime == "ray" else None
         if keeper is not None:  # a node without the shared log_root fetches and uploads itself (backup/remote.py)
             env.update(keeper.node_env(wf, resume))
@@ -347,8 +357,13 @@ class JobRunner:
         self._persist()
         self.event("started", attempt=number, reason=intent.reason, pid=handle.pid, resume_from=attempt.resume_from,
                    seed=seed if seed is not None else self.cfg.seed, contract=wf.contract, argv=spec.argv,
-                   warm_spare=warm)
+                   warm_spare=warm, num_envs=num_envs)
         return None
+
+    def num_envs(self) -> int:
+        """The num_envs the next launch uses: the configured one, or less after a step-down."""
+        m = self.model
+        return num_envs_in_use(m.num_envs, m.num_envs_of, self.cfg.num_envs)
 
     def _never_started(self, attempt: Attempt, why: str) -> None:
         """Close an attempt no trainer ever ran for (so it is no open attempt to adopt)."""
@@ -359,7 +374,8 @@ class JobRunner:
         """Give the attempt's command line to the ready spare; its handle, or None to start cold."""
         go = {"argv": program.go_argv(args), "cwd": str(spec.cwd), "plain": program.plain_spare,
               "env": {k: spec.env[k] for k in (launch.SHIM_EVENTS_ENV, "ISAACD_SNAPSHOT_EVERY",
-                                              "ISAACD_SNAPSHOT_MIN_SECONDS", "ISAACD_SNAPSHOT_BUDGET")
+                                              "ISAACD_SNAPSHOT_MIN_SECONDS", "ISAACD_SNAPSHOT_BUDGET",
+                                              *launch.WANDB_ENV)
                       if k in spec.env}}
         taken = self.spares.take(go)
         if taken is None:
@@ -554,7 +570,17 @@ class JobRunner:
         reached_max = status.success and self._reached_max()
         finished = self._finished_early(attempt) if status.success and not reached_max else None
         return Exited(status.describe(), status.reason_class, status.success, status.external_stop,
-                      reached_max=reached_max, ran_seconds=ran, moved_forward=moved, finished_early=finished)
+                      reached_max=reached_max, ran_seconds=ran, moved_forward=moved, finished_early=finished,
+                      cuda_oom=self._cuda_oom(attempt, status))
+
+    def _cuda_oom(self, attempt: Attempt, status: ExitStatus) -> CudaOom | None:
+        """What the trainer's output said about GPU memory, and what the GPU sampler saw, as facts for the machine."""
+        if not isinstance(status, ExitWithOutput) or status.cuda_oom is None:
+            return None
+        found = status.cuda_oom
+        note = self.gpu_memory(self.cfg.name, attempt.started_at) if self.gpu_memory else None
+        return CudaOom(found.kind, found.line, found.fix(), gpu=note.gpu if note else None,
+                       trend=note.trend if note else None, facts=note.facts if note else {})
 
     def _finished_early(self, attempt: Attempt) -> str | None:
         """Called after _reached_max, which polled the tail to the end: the trainer's own stop rule, if it hit one."""
@@ -726,6 +752,9 @@ class JobRunner:
             "last_progress_time": self.last_progress_wall,
             "checkpoint": ckpt.as_json() if ckpt else None,
             "restarts": m.restarts,
+            "num_envs": self.num_envs(),  # in use: less than configured after a step-down (CUDA out of memory)
+            "num_envs_configured": self.cfg.num_envs,
+            "cuda_ooms": dict(m.cuda_ooms),
             "last_restart_reason": m.last_restart_reason,
             "restarts_by_reason": dict(m.restarts_by_reason),
             "rollbacks": m.rollbacks,

@@ -169,6 +169,14 @@ class SpareKeeper:
         os.close(fd)
         self.spare = None
         sp.control.unlink(missing_ok=True)
+        # the attempt's output starts here: what the dead trainer wrote after the spare started is not the
+        # attempt's (its exit reason and a CUDA out-of-memory are read from this offset on, joblogs.py)
+        log_path = sp.handle.state.get("log_path")
+        if log_path:
+            try:
+                sp.handle.state["log_offset"] = os.path.getsize(log_path)
+            except OSError:
+                pass
         return sp.handle, sp.token
 
     def kill(self, why: str) -> None:

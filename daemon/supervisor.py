@@ -28,6 +28,7 @@ from .logs import log
 from .runner import JobRunner
 from .runtimes.base import Runtime, make_runtime
 from .store import StateStore
+from .workflows.installed import forget as forget_installed_isaaclab
 
 
 class AlreadyRunning(RuntimeError):
@@ -65,6 +66,7 @@ class Supervisor:
         # called each tick with the monotonic time; returns (job, command) pairs for the state machines
         self.tick_hooks: list[Callable[[float], list[tuple[str, Command]] | None]] = []
         self.gpu_check: Callable[[Any], str | None] | None = None  # set by app.build_supervisor, before start()
+        self.gpu_memory: Callable[[str, float | None], Any] | None = None  # likewise: a job's GPUs at a CUDA OOM
         # parts of the snapshot others own, asked for at publish time: per job (the watchdogs' states) and
         # host-wide (the GPUs, which need the jobs' rows); each returns keys to add, never mutates
         self.job_status_hooks: list[Callable[[str], dict[str, Any]]] = []
@@ -97,6 +99,7 @@ class Supervisor:
         runner = JobRunner(job_cfg, self.runtime(job_cfg.runtime), self.store, self.config.supervisor.state_dir,
                            self.clock)
         runner.gpu_check = self.gpu_check
+        runner.gpu_memory = self.gpu_memory
         return runner
 
     def start(self) -> None:
@@ -266,6 +269,7 @@ class Supervisor:
             for r in self.runners.values():
                 self.store.append_event(r.cfg.name, "config_rejected", error=str(exc))
             return {"ok": False, "error": str(exc)}
+        forget_installed_isaaclab()  # a reload is when a venv's upgraded Isaac Lab is read again
         with self.lock:
             changes = self._apply(new)
         self.config_reloads += 1

@@ -23,6 +23,7 @@ def fake_job(name: str, *, pids: list[int] | None = None, state: str = "running"
         "checkpoint": {"iteration": 100, "path": f"/var/lib/isaacd/{name}/model_100.pt", "time": now - 300.0},
         "restarts": 3, "last_restart_reason": "exit_code",
         "restarts_by_reason": {"exit_code": 2, "signal": 1, "oom": 0, "watchdog": 0, "operator": 0},
+        "num_envs": 2048, "num_envs_configured": 4096, "cuda_ooms": {"startup": 1},
         "gpus": [0] if gpus is None else gpus,
         "watchdogs": {"no_progress": {"state": "ok", "since": now - 600.0},
                       "duty_cycle": {"state": "warmup", "since": now - 30.0}},

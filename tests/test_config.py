@@ -47,6 +47,17 @@ BAD = [
      'jobs[0] (name = "a").watchdogs.gpu_temperature', "log, power-cap, stop"),
     ('[[jobs]]\nname = "a"\n[jobs.watchdogs.gpu_temperature]\nresume_celsius = 90.0\n',
      'jobs[0] (name = "a").watchdogs.gpu_temperature', "resume_celsius < threshold_celsius"),
+    ('[[jobs]]\nname = "a"\n[jobs.oom]\nstepdown = 0.5\n', 'jobs[0] (name = "a").oom.stepdown',
+     "allowed keys here: min_num_envs, step_down"),
+    ('[[jobs]]\nname = "a"\n[jobs.oom]\nstep_down = 2.0\nmin_num_envs = 64\n', 'jobs[0] (name = "a").oom.step_down',
+     "must be between 0 and 1"),
+    ('[[jobs]]\nname = "a"\n[jobs.oom]\nstep_down = 0.5\n', 'jobs[0] (name = "a").oom',
+     "step_down needs min_num_envs"),
+    ('[[jobs]]\nname = "a"\n[jobs.oom]\nmin_num_envs = 64\n', 'jobs[0] (name = "a").oom', "add step_down"),
+    ('[[jobs]]\nname = "a"\nnum_envs = 256\n[jobs.oom]\nstep_down = 0.5\nmin_num_envs = 512\n', 'jobs[0] (name = "a")',
+     "oom.min_num_envs = 512 is above num_envs = 256"),
+    ('[[jobs]]\nname = "a"\nextra_args = ["--num_envs", "64"]\n[jobs.oom]\nstep_down = 0.5\nmin_num_envs = 8\n',
+     'jobs[0] (name = "a")', "set the job's num_envs key instead"),
     ('[[jobs]]\nname = "a"\n[[jobs]]\nname = "a"\n', "", 'duplicate job name "a"'),
     ('[[jobs]\nname = "a"\n', "", "not valid TOML"),
 ]
@@ -72,6 +83,13 @@ def test_check_config_cli_prints_every_problem_and_exits_2(tmp_path):
     assert res.returncode == 2
     assert f"{path}: supervisor.bogus: unknown key" in res.stderr
     assert f'{path}: jobs[0] (name = "a").num_envs: Input should be greater than 0' in res.stderr
+
+
+def test_oom_step_down_parses():
+    cfg = parse_config('[[jobs]]\nname = "a"\nnum_envs = 1024\n[jobs.oom]\nstep_down = 0.5\nmin_num_envs = 256\n',
+                       "host.toml", Path("/"))
+    assert (cfg.jobs[0].oom.step_down, cfg.jobs[0].oom.min_num_envs) == (0.5, 256)
+    assert parse_config(GOOD_JOB, "host.toml", Path("/")).jobs[0].oom.step_down is None  # off by default
 
 
 def test_shipped_example_config_is_valid():

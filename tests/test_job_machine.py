@@ -43,9 +43,12 @@ class Job:
         self.effects: list = []
         self.reply: str | None = None
 
+    def context(self) -> machine.Context:
+        return machine.Context("job", self.now, self.policy, stop_timeout=10.0)
+
     def send(self, msg):  # noqa: ANN001, ANN201
         old = self.m.state
-        d = machine.decide(self.m, msg, machine.Context("job", self.now, self.policy, stop_timeout=10.0))
+        d = machine.decide(self.m, msg, self.context())
         self.m, self.effects, self.reply = d.model, list(d.effects), d.reply
         if d.model.state != old:
             SEEN.add((old, d.model.state))

@@ -97,6 +97,11 @@ def test_job_and_gpu_values():
     assert one(smp, "isaacd_job_scalar", job="anymal", tag="Perf/collection time") == pytest.approx(0.41)
     assert one(smp, "isaacd_job_restarts_total", job="anymal", reason="exit_code") == 2
     assert one(smp, "isaacd_job_restarts_total", job="anymal", reason="oom") == 0
+    assert one(smp, "isaacd_job_restarts_total", job="anymal", reason="cuda_oom") == 0  # from 0: increase() sees it
+    assert one(smp, "isaacd_job_cuda_ooms_total", job="anymal", phase="startup") == 1
+    assert one(smp, "isaacd_job_cuda_ooms_total", job="anymal", phase="training") == 0
+    assert (one(smp, "isaacd_job_num_envs", job="anymal"), one(smp, "isaacd_job_num_envs_configured", job="anymal")) \
+        == (2048, 4096)  # stepped down after a CUDA out-of-memory at start-up
     assert one(smp, "isaacd_watchdog_trips_total", job="anymal", watchdog="no_progress", action="restart") == 1
     assert one(smp, "isaacd_watchdog_state", job="anymal", watchdog="duty_cycle", state="warmup") == 1
     assert one(smp, "isaacd_job_gpu_assigned", job="anymal", gpu="1") == 1, "uuid resolved to the GPU key"

@@ -50,7 +50,7 @@ SHIPPED_CONFIG = ROOT / "etc" / "prometheus" / "prometheus.yml"
 FAST = ["agent.num_steps_per_env=8"]
 # One torch thread per trainer: two trainers share a 2-core CI runner with Prometheus and two supervisors.
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-RESTART_REASONS = {"exit_code", "signal", "oom", "watchdog", "operator", "lost"}
+RESTART_REASONS = {"exit_code", "signal", "oom", "cuda_oom", "watchdog", "operator", "lost"}
 
 def gpu_script(foreign_pid: int) -> dict:
     """2 scripted H200s under load; GPU 1 hot, in HW thermal slowdown, with a failing field and XIDs.

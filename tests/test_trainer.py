@@ -26,8 +26,10 @@ V23 = [PY, "-m", "isaacd_trainer"]
 V20 = [PY, "-m", "isaacd_trainer.isaaclab20"]
 V30 = [PY, "-m", "isaacd_trainer.isaaclab30", "--rl_library", "rsl_rl"]
 TASK = "Isaacd-Cartpole-v0"
-# small and quick: one iteration is 16 envs x 8 steps
-QUICK = ["--task", TASK, "--device", "cpu", "--num_envs", "16", "agent.num_steps_per_env=8"]
+# small and quick: one iteration is 16 envs x 8 steps. --device sets only the simulation's device; the policy stays
+# on the agent config's (cuda:0) unless agent.device=... is given, as upstream (this torch has no CUDA)
+QUICK_SIM = ["--task", TASK, "--device", "cpu", "--num_envs", "16", "agent.num_steps_per_env=8"]
+QUICK = QUICK_SIM + ["agent.device=cpu"]
 
 
 def trainer_env() -> dict[str, str]:
@@ -116,7 +118,8 @@ def test_help_is_fast_and_imports_no_torch():
     for flag in ("--task", "--num_envs", "--seed", "--max_iterations", "--device", "--headless", "--experiment_name",
                  "--run_name", "--resume", "--load_run", "--checkpoint", "--logger", "--distributed",
                  "--fault_inf_reward_after", "--fault_hang_after", "--fault_exit_after", "--fault_once",
-                 "--fault_reward_scale_after", "--step_delay"):
+                 "--fault_reward_scale_after", "--fault_cuda_oom_above_envs", "--fault_cuda_oom_after_iterations",
+                 "--step_delay"):
         assert flag in r.stdout
     # isaacd's old conveniences are gone (Isaac Lab has none of them)
     for gone in ("--log_root", "--save_interval", "--learning_rate", "--num_steps_per_env", "ISAACD_RUN_DIR"):
@@ -140,9 +143,10 @@ def test_parsers_follow_each_generation():
     with pytest.raises(SystemExit) as e:
         p20.parse_known_args(["--resume"])
     assert e.value.code == 2
-    # 3.x: no --resume, no --load_run (left over, for Hydra to reject)
+    # 3.x: no --resume, no --load_run (left over, for Hydra to reject). 3.0.0's rsl_rl parser has
+    # --[no-]resume_optimizer_state, and argparse takes a bare --resume as its abbreviation (seen on the real one)
     a, rest = p30().parse_known_args(["--task", TASK, "--resume", "--load_run", "x", "--checkpoint", "latest"])
-    assert rest == ["--resume", "--load_run", "x"] and a.checkpoint == "latest"
+    assert rest == ["--load_run", "x"] and a.checkpoint == "latest" and a.resume_optimizer_state is True
     # isaacd's fault flags are parsed in their own group and never reach Hydra
     a, rest = p21.parse_known_args(["--fault_exit_after", "3:17", "--step_delay", "0.5", "agent.seed=1"])
     assert a.fault_exit_after == (3, 17) and a.step_delay == 0.5 and rest == ["agent.seed=1"]
@@ -307,15 +311,29 @@ def test_fault_flags_still_work(tmp_path, procs):
 
 
 # ------------------------------------------------------------------------------------------------ 3.x
+@pytest.mark.timeout(120)
+def test_v30_device_sets_only_the_sim_the_policy_needs_agent_device(tmp_path):
+    # upstream 3.0.0 (train_rsl_rl.py::_run): --device goes to the env only, the runner takes agent_cfg.device
+    # (RslRlBaseRunnerCfg default "cuda:0"): on a CPU-only torch the policy's .to("cuda:0") fails
+    r = run(V30 + QUICK_SIM + ["--max_iterations", "1"], tmp_path)
+    assert r.returncode != 0
+    assert "Torch not compiled with CUDA enabled" in r.stderr, r.stderr[-3000:]
+    assert all(checkpoints(d) == [] for d in run_dirs(tmp_path))
+    r = run(V30 + QUICK_SIM + ["--max_iterations", "1", "agent.device=cpu"], tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert iteration_steps(run_dirs(tmp_path)[-1]) == [0] and checkpoints(run_dirs(tmp_path)[-1]) == [0]
+
+
 @pytest.mark.timeout(240)
 def test_v30_checkpoint_contract(tmp_path, procs):
     r = run(V30 + QUICK + ["--max_iterations", "4", "agent.save_interval=2"], tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     (first,) = run_dirs(tmp_path)
     assert checkpoints(first) == [0, 2, 3] and (first / "run.json").is_file()
-    # --resume / --load_run no longer exist: they reach Hydra's parser (exit 2), nothing trains
+    # --load_run no longer exists: it reaches Hydra's parser (exit 2), nothing trains (a bare --resume is taken
+    # as --resume_optimizer_state, as by the real 3.0.0)
     r = run(V30 + QUICK + ["--resume", "--load_run", first.name], tmp_path)
-    assert r.returncode == 2 and "unrecognized arguments: --resume" in r.stderr
+    assert r.returncode == 2 and "unrecognized arguments: --load_run" in r.stderr
     # --checkpoint latest: the newest manifested run's last checkpoint; vanilla numbering from there
     time.sleep(1.0)  # run dirs are named by the second
     r = run(V30 + QUICK + ["--max_iterations", "2", "--checkpoint", "latest"], tmp_path)

@@ -233,6 +233,7 @@ def test_3x_checkpoint_resolution_and_hydra_like_upstream(tmp_path):
     assert other.returncode == 0, other.stderr[-2000:]
     sib_run = next(p for p in r.workflow.experiment_dir(r.job).iterdir() if p.name.endswith("_jx"))
     base = ["--task", "Isaacd-Cartpole-v0", "--num_envs", "8", "--max_iterations", "3", "--device", "cpu",
+            "agent.params.config.device=cpu", "agent.params.config.device_name=cpu",  # the policy's, as upstream
             "agent.params.config.name=j", f"agent.params.config.horizon_length={H}"]
     latest = _launch(r, None, tmp_path, args=base + ["--checkpoint", "latest",
                                                      "agent.params.config.full_experiment_name=plain"])

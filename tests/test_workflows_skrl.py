@@ -197,7 +197,8 @@ def test_a_relative_checkpoint_resolves_against_the_working_directory_and_a_miss
 def test_rl_games_full_experiment_name_needs_plus_plus_like_real_hydra(tmp_path):
     """Isaac Lab's rl_games configs have no full_experiment_name: Hydra refuses a plain override (exit 1)."""
     base = [sys.executable, "-m", "isaacd_trainer.rl_games_train", "--task", "Isaacd-Cartpole-v0", "--num_envs",
-            "8", "--max_iterations", "1", "--device", "cpu"]
+            "8", "--max_iterations", "1", "--device", "cpu",
+            "agent.params.config.device=cpu", "agent.params.config.device_name=cpu"]  # the policy's, as upstream
     plain = subprocess.run(base + ["agent.params.config.full_experiment_name=r"], cwd=tmp_path, capture_output=True,
                            text=True, timeout=240)
     assert plain.returncode == 1 and "Could not override 'agent.params.config.full_experiment_name'" in plain.stderr

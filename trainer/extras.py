@@ -66,6 +66,13 @@ def add_isaacd_args(parser: argparse.ArgumentParser) -> None:
                    help="At iteration K exit immediately with status CODE (os._exit, no checkpoint).")
     f.add_argument("--fault_reward_scale_after", type=_scale_spec, default=None, metavar="K:SCALE",
                    help="From iteration K on every reward is multiplied by SCALE (the value loss spikes ~SCALE^2).")
+    f.add_argument("--fault_cuda_oom_above_envs", type=_non_negative_int, default=None, metavar="N",
+                   help="A GPU that fits N environments: with num_envs > N the start-up (before the first iteration) "
+                        "raises torch.OutOfMemoryError with torch's own message, uncaught (exit 1). Also in resumed "
+                        "runs, whatever --fault_once says.")
+    f.add_argument("--fault_cuda_oom_after_iterations", type=_non_negative_int, default=None, metavar="K",
+                   help="Once this process has run K iterations (counted from its own first one, so a resumed run "
+                        "gets K more), the next environment step raises torch.OutOfMemoryError, uncaught (exit 1).")
     f.add_argument("--fault_once", action="store_true", default=False,
                    help="Inject the faults above only in a fresh run, not when this launch resumes a checkpoint.")
     f.add_argument("--step_delay", type=_non_negative_float, default=0.0, metavar="SECONDS",

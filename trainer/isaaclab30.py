@@ -3,23 +3,33 @@
 ``python -m isaacd_trainer.isaaclab30 --rl_library rsl_rl --task ... [--checkpoint latest|best|FILE|RUN_DIR]``
 (``--rl_library skrl``: ``skrl_train.run_v3``; ``--rl_library rl_games``: ``rl_games_train.run_v3``)
 (console script ``isaacd-train-isaaclab30``) stands for ``isaaclab train --rl_library rsl_rl ...`` /
-``scripts/reinforcement_learning/train.py --rl_library rsl_rl ...``. It follows the newest stored upstream code,
-isaac-sim/IsaacLab commit 062dd2adc443ad16832094830a9180a483c11016:
+``scripts/reinforcement_learning/train.py --rl_library rsl_rl ...``. First written from isaac-sim/IsaacLab commit
+062dd2adc443ad16832094830a9180a483c11016; every point below was checked against the released **isaaclab 3.0.0**
+wheel (``isaaclab_rl/entrypoints/...``), which is the code of record where the two differ:
 
-* ``source/isaaclab_rl/isaaclab_rl/entrypoints/dispatch.py`` (``run_cli``): ``--rl_library`` picks the backend;
-  missing -> selector help and exit 2 (0 with ``-h``).
-* ``entrypoints/backends/cli_args_rsl_rl.py``: **no ``--resume`` and no ``--load_run``**; ``--checkpoint`` alone.
-* ``entrypoints/backends/train_rsl_rl.py`` (``_resolve_checkpoint``): ``--checkpoint latest|best`` -> newest run
-  with a ``run.json`` manifest (same library, task, agent) that has a ``model_*.pt``, its naturally last checkpoint;
-  an existing directory -> ``get_checkpoint_path(dirname, basename, agent_cfg.load_checkpoint)``; anything else ->
-  ``retrieve_file_path`` (an existing file, relative to the working directory or absolute; else
-  FileNotFoundError, exit 1); none -> fresh start. The run dir and its ``run.json`` are written *before* the
-  checkpoint is resolved (rank 0 only; other ranks use ``<run dir>/rank_<r>``).
-* ``hydra.py`` (commit 00b36b759c7f9a257f2750430bed99de09f01190): ``env.*``/``agent.*`` ``key=value`` are set
-  directly, any other leftover token goes to Hydra, which rejects it (exit 1; a leftover ``--flag``: exit 2).
-* ``runner.learn(max_iterations, init_at_random_ep_len=agent_cfg.init_at_random_ep_len)`` inside
-  ``contextlib.suppress(KeyboardInterrupt)``: Ctrl-C ends training *without saving* and the process exits 0.
-  SIGTERM keeps its default action (killed). Vanilla rsl_rl numbering, as in 2.x.
+* ``dispatch.py`` (``run_cli``): argv goes through ``fuse_kit_args``; ``--rl_library`` (rl_games, rlinf, rsl_rl,
+  sb3, skrl, torchrl; only three are built in) picks the backend; missing -> the task's ``default_agent`` (the
+  built-in tasks declare none) -> selector help and exit 2 (0 with ``-h``). Success: exit 0.
+* ``backends/train_rsl_rl.py`` (``_parse_args``): ``common.add_common_train_args`` (incl. ``--run_timestamp``,
+  ``--capture_env_sensors*``), ``--external_callback`` (run before parsing; its return value filters the Hydra
+  arguments), ``--[no-]resume_optimizer_state``, ``cli_args_rsl_rl`` (**no ``--resume``, no ``--load_run``**; a
+  bare ``--resume`` is argparse's abbreviation of ``--resume_optimizer_state``, accepted: a fresh run) and
+  the Kit launcher's flags (**no ``--headless``/``--enable_cameras``**; ``--device`` default ``cuda:0``);
+  ``setup_preset_cli``: ``-h`` anywhere -> help, exit 0; otherwise ``parse_known_args``, leftovers to Hydra.
+* ``isaaclab_tasks/utils/hydra.py`` (``register_task``): ``--agent`` names the agent config (unknown: ValueError,
+  exit 1); ``env.*``/``agent.*`` ``key=value`` are set directly, ``presets=``/``physics=``/``renderer=`` are preset
+  selectors, any other leftover goes to Hydra, which rejects it (exit 1; a leftover ``--flag``: exit 2).
+* ``train_rsl_rl._run``: ``update_rsl_rl_cfg`` (``--seed -1`` -> random; ``load_checkpoint`` = the
+  ``--checkpoint`` text), ``validate_distributed_device``, ``--max_iterations`` -> ``max_iterations`` (rsl_rl runs
+  that many *more*), rank seed offset, run dir ``logs/rsl_rl/<experiment>/<--run_timestamp or now>[_<run_name>]``
+  and its ``run.json`` written (rank 0 only; other ranks use ``<run dir>/rank_<r>``) *before* ``_resolve_checkpoint``:
+  ``latest|best`` -> newest compatible manifested run's naturally last ``model_*.pt`` (none: ValueError); an
+  existing directory -> ``get_checkpoint_path(dirname, basename, agent_cfg.load_checkpoint)`` (3.0.0 version;
+  the regex is the directory text itself, so in practice ValueError); anything else -> ``retrieve_file_path``
+  (missing: FileNotFoundError, exit 1). ``params/`` is dumped after the runner loaded the checkpoint.
+* ``runner.learn(max_iterations, init_at_random_ep_len=...)`` inside ``contextlib.suppress(KeyboardInterrupt)``:
+  Ctrl-C ends training *without saving* and the process exits 0 (checked against a real 3.0.0 run). SIGTERM keeps
+  its default action (killed, -15; also checked). Vanilla rsl_rl numbering, as in 2.x.
 """
 
 from __future__ import annotations
@@ -36,7 +46,7 @@ from isaacd_trainer import upstream
 from isaacd_trainer.extras import add_isaacd_args
 from isaacd_trainer.tasks import TASKS
 
-BACKENDS = ("rl_games", "rlinf", "rsl_rl", "sb3", "skrl")
+BACKENDS = ("rl_games", "rlinf", "rsl_rl", "sb3", "skrl", "torchrl")  # dispatch._BACKEND_MODULES["train"]
 
 
 def _print_selector_help(action: str) -> None:
@@ -49,42 +59,36 @@ def _print_selector_help(action: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """``train_rsl_rl._parse_args``: common train args, ``--external_callback``, rsl_rl args, launcher args."""
+    """``train_rsl_rl._parse_args`` (isaaclab 3.0.0): common train args, ``--external_callback``,
+    ``--resume_optimizer_state``, rsl_rl args, launcher args (+ isaacd's own fault flags)."""
     parser = argparse.ArgumentParser(prog="isaacd-train-isaaclab30 --rl_library rsl_rl",
                                      description="Train an RL agent with RSL-RL.",
                                      epilog=f"Built-in tasks: {', '.join(sorted(TASKS))}.")
-    parser.add_argument("--video", action="store_true", default=False, help="Record videos during training.")
-    parser.add_argument("--video_length", type=int, default=None, help="Length of each recorded video clip.")
-    parser.add_argument("--video_interval", type=int, default=None, help="Interval between video clips.")
-    parser.add_argument("--num_envs", type=int, default=None, help="Number of environments to simulate.")
-    parser.add_argument("--task", type=str, default=None, help="Name of the task.")
-    parser.add_argument("--frontend", type=str, choices=["torch", "warp"], default="torch",
-                        help="Runtime that constructs the environment (only torch here).")
-    parser.add_argument("--agent", type=str, default="rsl_rl_cfg_entry_point",
-                        help="Name of the RL agent configuration entry point.")
-    parser.add_argument("--seed", type=int, default=None, help="Seed used for the environment.")
-    parser.add_argument("--distributed", action="store_true", default=False,
-                        help="Run training with multiple GPUs or nodes.")
-    parser.add_argument("--max_iterations", type=int, default=None, help="RL Policy training iterations.")
-    parser.add_argument("--export_io_descriptors", action="store_true", default=False,
-                        help="Deprecated: export IO descriptors (removed in Isaac Lab 3.2).")
-    parser.add_argument("--ray-proc-id", "-rid", type=int, default=None,
-                        help="Automatically configured by Ray integration, otherwise None.")
+    upstream.add_common_train_args_v3(parser, agent_default="rsl_rl_cfg_entry_point",
+                                      agent_help="Name of the RL agent configuration entry point.")
     parser.add_argument("--external_callback", default=None,
-                        help="Fully qualified path to an externally defined callback (not supported here).")
+                        help="Fully qualified path to an externally defined callback.")
+    parser.add_argument("--resume_optimizer_state", action=argparse.BooleanOptionalAction, default=True,
+                        help="Restore the policy optimizer; disable to keep a fresh optimizer and configured "
+                             "learning rate.")
     upstream.add_rsl_rl_args_v3(parser)
-    upstream.add_app_launcher_args(parser)
-    g = parser.add_argument_group("launcher (3.x)")
-    g.add_argument("--run_timestamp", type=str, default=None,
-                   help="Run folder timestamp shared by all ranks (default: now, %%Y-%%m-%%d_%%H-%%M-%%S).")
-    g.add_argument("--deterministic", action="store_true", default=False, help="Request deterministic execution.")
-    g.add_argument("--viz", type=str, default=None, help="Visualizer (ignored: no renderer).")
+    upstream.add_launcher_args_v3(parser)
     add_isaacd_args(parser)
     return parser
 
 
+def _checkpoint_load_cfg(resume_optimizer_state: bool, *, runner_class: str) -> dict[str, bool] | None:
+    """``cli_args_rsl_rl.checkpoint_load_cfg`` (isaaclab 3.0.0)."""
+    if resume_optimizer_state:
+        return None
+    if runner_class == "DistillationRunner":
+        return {"student": True, "teacher": True, "optimizer": False, "iteration": True}
+    return {"actor": True, "critic": True, "optimizer": False, "iteration": True, "rnd": True}
+
+
 def _resolve_checkpoint(args_cli: argparse.Namespace, agent_cfg: dict, log_root_path: str) -> str | None:
-    """``train_rsl_rl._resolve_checkpoint`` (062dd2ad), without the Weights & Biases branch."""
+    """``train_rsl_rl._resolve_checkpoint`` (062dd2ad; the same in isaaclab 3.0.0), without the Weights & Biases
+    branch (such a URL is looked up as a file here and fails)."""
     if args_cli.checkpoint in upstream.CHECKPOINT_SELECTORS:
         return upstream.resolve_checkpoint_selector(
             log_root_path,
@@ -95,7 +99,8 @@ def _resolve_checkpoint(args_cli: argparse.Namespace, agent_cfg: dict, log_root_
             metadata={"agent": args_cli.agent},
         )
     if args_cli.checkpoint and os.path.isdir(args_cli.checkpoint):
-        return upstream.get_checkpoint_path(
+        # isaaclab 3.0.0 parse_cfg.get_checkpoint_path: natural sort, missing dir -> ValueError (not the 2.x one)
+        return upstream.get_checkpoint_path_v3(
             os.path.dirname(args_cli.checkpoint), os.path.basename(args_cli.checkpoint), agent_cfg["load_checkpoint"]
         )
     if args_cli.checkpoint:
@@ -107,33 +112,35 @@ def _resolve_checkpoint(args_cli: argparse.Namespace, agent_cfg: dict, log_root_
 
 def run(argv: list[str]) -> None:
     parser = build_parser()
-    args_cli, remaining_args = parser.parse_known_args(argv)
+    # train_rsl_rl._parse_args (isaaclab 3.0.0): the callback runs first, -h anywhere wins, leftovers go to Hydra
+    remaining_args_env_registration = upstream.register_external_tasks(argv)
+    args_cli, remaining_args = upstream.parse_v3(parser, argv)
     upstream_argv0 = sys.argv[0]
-    sys.argv = [upstream_argv0] + remaining_args  # set_hydra_args
+    sys.argv = [upstream_argv0] + upstream.list_intersection(remaining_args, remaining_args_env_registration)
 
     from isaacd_trainer import runtime  # torch, rsl_rl
 
-    env_cfg, agent_cfg = upstream.resolve_task_config_v3(args_cli.task, runtime.load_cfgs)
+    env_cfg, agent_cfg = upstream.resolve_task_config_v3(args_cli.task, args_cli.agent)
 
-    sim_device = runtime.default_device(args_cli.device)
-    if args_cli.distributed:
-        if args_cli.device is not None and "cpu" in args_cli.device:
-            raise ValueError(
-                "Distributed training is not supported when using CPU device. "
-                "Please use GPU device (e.g., --device cuda) for distributed training."
-            )
-        sim_device = f"cuda:{int(os.getenv('LOCAL_RANK', '0'))}"
     cleanup = contextlib.ExitStack()
     with cleanup:
         agent_cfg = upstream.update_rsl_rl_cfg_v3(
-            agent_cfg, runtime.agent_device(agent_cfg, sim_device),
+            agent_cfg,
             seed=args_cli.seed, checkpoint=args_cli.checkpoint, experiment_name=args_cli.experiment_name,
             run_name=args_cli.run_name, logger=args_cli.logger, log_project_name=args_cli.log_project_name,
         )
+        if args_cli.seed is not None:
+            args_cli.seed = agent_cfg["seed"]
+        upstream.validate_distributed_device(args_cli)  # after the launch in 3.0.0: still before any run dir
+        # apply_env_overrides / _resolve_distributed_device (isaaclab 3.0.0)
+        sim_device = runtime.distributed_sim_device() if args_cli.distributed else runtime.default_device(
+            args_cli.device)
         if args_cli.max_iterations is not None:
             agent_cfg["max_iterations"] = args_cli.max_iterations
         rank = int(os.getenv("RANK", "0")) if args_cli.distributed else None
         if rank is not None:
+            # the only place 3.0.0 moves the policy: otherwise it stays on agent.device (config default cuda:0)
+            agent_cfg["device"] = sim_device
             agent_cfg["seed"] += rank
         env_seed = agent_cfg["seed"]
 
@@ -151,15 +158,23 @@ def run(argv: list[str]) -> None:
 
         resume_path = _resolve_checkpoint(args_cli, agent_cfg, log_root_path)
 
+        runtime.check_frontend(args_cli.frontend)
         env = runtime.make_env(args_cli.task, env_cfg, args_cli.num_envs, sim_device, env_seed)
         cleanup.callback(env.close)
 
         start_time = time.time()
         runner = runtime.make_runner(env, agent_cfg, log_dir=log_dir, device=agent_cfg["device"])
+        if args_cli.deterministic:
+            # train_rsl_rl._run (isaaclab 3.0.0): after the runner is built, before the checkpoint is loaded
+            runtime.configure_seed(env_seed, torch_deterministic=True)
         runtime.FaultInjection(args_cli, env, runner, agent_cfg["num_steps_per_env"], resumed=resume_path is not None)
         if resume_path is not None:
             print(f"[INFO] Loading model checkpoint from: {resume_path}")
-            runner.load(resume_path, map_location=agent_cfg["device"])
+            runner.load(
+                resume_path,
+                load_cfg=_checkpoint_load_cfg(args_cli.resume_optimizer_state, runner_class=agent_cfg["class_name"]),
+                map_location=agent_cfg["device"],
+            )
         runtime.dump_params(rank_dir, dict(env_cfg, num_envs=args_cli.num_envs, seed=env_seed, device=sim_device),
                             agent_cfg, pickles=False)
 
@@ -176,8 +191,8 @@ def run(argv: list[str]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``dispatch.run_cli("train", argv)``."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """``dispatch.run_cli("train", argv)`` (isaaclab 3.0.0)."""
+    argv = upstream.fuse_kit_args(list(sys.argv[1:] if argv is None else argv))  # dispatch._normalize_argv
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--rl_library", choices=sorted(BACKENDS))
     selected, backend_argv = parser.parse_known_args(argv)

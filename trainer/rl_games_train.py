@@ -1,7 +1,9 @@
 """Isaac Lab 2.x ``scripts/reinforcement_learning/rl_games/train.py`` on the built-in cart-pole:
 ``python -m isaacd_trainer.rl_games_train``.
 
-Follows upstream (isaac-sim/IsaacLab @011c373c) step by step (``run_v3``: the 3.x backend, see its docstring):
+Follows upstream (isaac-sim/IsaacLab @011c373c) step by step (``run_v3``: the 3.x backend, written from 062dd2ad
+and checked against isaaclab 3.0.0, see its docstring; there ``agent.*`` leaves are set without Hydra, so a plain
+``agent.params.config.full_experiment_name=X`` works too):
 
 1. argparse: its flags + the AppLauncher's, ``parse_known_args()``; leftovers are Hydra overrides parsed by real
    hydra-core. The agent config has no ``full_experiment_name`` key (like every Isaac Lab rl_games yaml), so a
@@ -160,8 +162,11 @@ def _env_params(task: str, env_cfg: dict, num_envs: int | None, seed: int, devic
     return dict(env_cfg, num_envs=n, scene={"num_envs": n}, seed=seed, device=device)
 
 
-def _make_runner(args_cli, env_cfg: dict, agent_cfg: dict, sim_device: str, env_seed: int, resume_path):  # noqa: ANN001
-    """The env, ``RlGamesVecEnvWrapper`` (+ isaacd's pacing/fault hook), ``num_actors``, ``Runner``, load, reset."""
+def _make_runner(args_cli, env_cfg: dict, agent_cfg: dict, sim_device: str, env_seed: int, resume_path,  # noqa: ANN001
+                 *, deterministic: bool = False):
+    """The env, ``RlGamesVecEnvWrapper`` (+ isaacd's pacing/fault hook), ``num_actors``, ``Runner``, load, reset.
+    ``deterministic`` (3.x ``--deterministic``): ``configure_seed(seed, torch_deterministic=True)`` after
+    ``Runner()``, before ``runner.load`` (train_rl_games.run, isaaclab 3.0.0)."""
     from isaacd_trainer import minilib, runtime
 
     env = runtime.make_env(args_cli.task, env_cfg, args_cli.num_envs, sim_device, env_seed)
@@ -169,7 +174,10 @@ def _make_runner(args_cli, env_cfg: dict, agent_cfg: dict, sim_device: str, env_
     exit_after = None if (args_cli.fault_once and resume_path) else args_cli.fault_exit_after
     wrapped = minilib.GymLikeEnv(env, pre_step=minilib.step_pacer(args_cli.step_delay, exit_after, horizon))
     agent_cfg["params"]["config"]["num_actors"] = env.num_envs
-    runner = minilib.RlGamesRunner(wrapped, sim_device)
+    # rl_games' agent runs on config["device"] (the yaml's cuda:0 unless overridden), not on --device
+    runner = minilib.RlGamesRunner(wrapped, agent_cfg["params"]["config"]["device"])
+    if deterministic:
+        runtime.configure_seed(env_seed, torch_deterministic=True)
     runner.load(agent_cfg)
     runner.reset()
     return env, runner
@@ -179,33 +187,14 @@ def _make_runner(args_cli, env_cfg: dict, agent_cfg: dict, sim_device: str, env_
 
 
 def build_parser_v3() -> argparse.ArgumentParser:
-    """``train_rl_games._parse_args``: common train args (``--agent`` default ``rl_games_cfg_entry_point``),
-    ``--checkpoint`` (a file, or latest/best), ``--sigma``, wandb flags, launcher args."""
+    """``train_rl_games._parse_args`` (isaaclab 3.0.0): common train args (``--agent`` default
+    ``rl_games_cfg_entry_point``), ``--checkpoint`` (a file, or latest/best), ``--sigma``, wandb flags, launcher
+    args (no ``--headless``; ``--device`` default ``cuda:0``) (+ isaacd's own fault flags)."""
     parser = argparse.ArgumentParser(prog="isaacd-train-isaaclab30 --rl_library rl_games",
                                      description="Train an RL agent with RL-Games.",
                                      epilog=f"Built-in tasks: {', '.join(sorted(TASKS))}.")
-    parser.add_argument("--video", action="store_true", default=False, help="Record videos during training.")
-    parser.add_argument("--video_length", type=int, default=None, help="Length of each recorded video clip.")
-    parser.add_argument("--video_interval", type=int, default=None, help="Interval between video clips.")
-    parser.add_argument("--num_envs", type=int, default=None, help="Number of environments to simulate.")
-    parser.add_argument("--task", type=str, default=None, help="Name of the task.")
-    parser.add_argument("--frontend", type=str, choices=["torch", "warp"], default="torch",
-                        help="Runtime that constructs the environment (only torch here).")
-    parser.add_argument("--agent", type=str, default="rl_games_cfg_entry_point",
-                        help="Name of the RL agent configuration entry point.")
-    parser.add_argument("--seed", type=int, default=None, help="Seed used for the environment.")
-    parser.add_argument("--distributed", action="store_true", default=False,
-                        help="Run training with multiple GPUs or nodes.")
-    parser.add_argument("--max_iterations", type=int, default=None, help="RL Policy training iterations.")
-    parser.add_argument("--export_io_descriptors", action="store_true", default=False,
-                        help="Deprecated: export IO descriptors (removed in Isaac Lab 3.2).")
-    parser.add_argument("--ray-proc-id", "-rid", type=int, default=None,
-                        help="Automatically configured by Ray integration, otherwise None.")
-    parser.add_argument("--capture_env_sensors", type=int, default=0, help="Sensor views to capture (none here).")
-    parser.add_argument("--capture_env_sensors_length", type=int, default=200, help="Captured window length.")
-    parser.add_argument("--capture_env_sensors_interval", type=int, default=2000, help="Capture interval.")
-    parser.add_argument("--capture_env_sensors_format", choices=["tensorboard", "file"], default="tensorboard",
-                        help="Format of captured sensor frames.")
+    upstream.add_common_train_args_v3(parser, agent_default="rl_games_cfg_entry_point",
+                                      agent_help="Name of the RL agent configuration entry point.")
     parser.add_argument("--checkpoint", type=str, default=None, help="Checkpoint path, or latest/best.")
     parser.add_argument("--sigma", type=str, default=None, help="The policy's initial standard deviation.")
     parser.add_argument("--wandb-project-name", type=str, default=None, help="Weights and Biases project name.")
@@ -213,18 +202,14 @@ def build_parser_v3() -> argparse.ArgumentParser:
     parser.add_argument("--wandb-name", type=str, default=None, help="Weights and Biases run name.")
     parser.add_argument("--track", type=_strtobool, default=False, nargs="?", const=True,
                         help="Track this experiment with Weights and Biases (not supported here).")
-    upstream.add_app_launcher_args(parser)
-    g = parser.add_argument_group("launcher (3.x)")
-    g.add_argument("--run_timestamp", type=str, default=None,
-                   help="Run folder timestamp shared by all ranks (default: now, %%Y-%%m-%%d_%%H-%%M-%%S).")
-    g.add_argument("--deterministic", action="store_true", default=False, help="Request deterministic execution.")
-    g.add_argument("--viz", type=str, default=None, help="Visualizer (ignored: no renderer).")
+    upstream.add_launcher_args_v3(parser)
     add_isaacd_args(parser)
     return parser
 
 
 def _resolve_checkpoint_v3(args_cli: argparse.Namespace, agent_cfg: dict, log_root_path: str) -> str | None:
-    """``train_rl_games._resolve_checkpoint`` (062dd2ad): latest/best by manifest, else ``retrieve_file_path``."""
+    """``train_rl_games._resolve_checkpoint`` (062dd2ad; the same in isaaclab 3.0.0): latest/best by manifest (the
+    best: ``nn/<name>.pth`` if there), else ``retrieve_file_path``."""
     if args_cli.checkpoint is None:
         return None
     if args_cli.checkpoint in upstream.CHECKPOINT_SELECTORS:
@@ -237,30 +222,37 @@ def _resolve_checkpoint_v3(args_cli: argparse.Namespace, agent_cfg: dict, log_ro
 
 
 def run_v3(argv: list[str]) -> None:
-    """``train_rl_games.run`` (isaac-sim/IsaacLab 062dd2ad; bd315106 has the same contract points)."""
+    """``train_rl_games.run`` (first from isaac-sim/IsaacLab 062dd2ad), checked point by point against the released
+    **isaaclab 3.0.0** wheel: ``_parse_args`` (common train args, ``-h`` anywhere -> exit 0, leftovers to Hydra);
+    ``--agent`` names the agent config; ``validate_distributed_device``; ``--seed -1`` -> random; ``--max_iterations``
+    -> ``max_epochs`` (a total); ``--distributed``: seed + RANK, agent on the simulation device, ``multi_gpu``;
+    ``--checkpoint latest|best|<file>`` resolved *before* the run dir exists (missing file: FileNotFoundError, exit
+    1); run dir ``logs/rl_games/<config.name>/<config.get("full_experiment_name", --run_timestamp or now)>`` with
+    ``run.json`` (rank 0) and ``params/``; ``--track`` needs ``--wandb-entity``; ``runner.run`` inside
+    ``contextlib.suppress(KeyboardInterrupt)`` (Ctrl-C: exit 0, nothing saved)."""
     parser = build_parser_v3()
-    args_cli, hydra_args = parser.parse_known_args(argv)
+    args_cli, hydra_args = upstream.parse_v3(parser, argv)  # setup_preset_cli: -h anywhere -> help, exit 0
     sys.argv = [sys.argv[0]] + hydra_args  # set_hydra_args
-    env_cfg, agent_cfg = upstream.resolve_task_config_v3(args_cli.task, load_cfgs)
+    env_cfg, agent_cfg = upstream.resolve_task_config_v3(args_cli.task, args_cli.agent)
 
     from isaacd_trainer import runtime
 
-    sim_device = runtime.default_device(args_cli.device)
-    if args_cli.distributed:
-        if args_cli.device is not None and "cpu" in args_cli.device:
-            raise ValueError("Distributed training is not supported when using CPU device. "
-                             "Please use GPU device (e.g., --device cuda) for distributed training.")
-        sim_device = f"cuda:{int(os.getenv('LOCAL_RANK', '0'))}"
+    upstream.validate_distributed_device(args_cli)
+    # apply_env_overrides / _resolve_distributed_device (isaaclab 3.0.0)
+    sim_device = runtime.distributed_sim_device() if args_cli.distributed else runtime.default_device(args_cli.device)
     params = agent_cfg["params"]
     config = params["config"]
-    config["device"] = config["device_name"] = sim_device  # cli_args_rl_games.update_rl_games_cfg
+    args_cli.seed = upstream.resolve_seed(args_cli.seed)
     if args_cli.seed is not None:
-        params["seed"] = random.randint(0, 10000) if args_cli.seed == -1 else args_cli.seed
+        params["seed"] = args_cli.seed
     if args_cli.max_iterations is not None:
         config["max_epochs"] = args_cli.max_iterations
     rank = int(os.getenv("RANK", "0")) if args_cli.distributed else None
     if rank is not None:
         params["seed"] += rank
+        # train_rl_games.run (isaaclab 3.0.0): only a distributed run moves the agent to the simulation device;
+        # otherwise it stays on the agent yaml's `device: 'cuda:0'` unless agent.params.config.device=... says
+        config["device"] = config["device_name"] = sim_device
         config["multi_gpu"] = True
     env_seed = params["seed"]
 
@@ -284,13 +276,20 @@ def run_v3(argv: list[str]) -> None:
                         agent_cfg, pickles=False)
     print(f"Exact experiment name requested from command line: {log_dir}")
 
+    runtime.check_frontend(args_cli.frontend)
     start_time = time.time()
-    env, runner = _make_runner(args_cli, env_cfg, agent_cfg, sim_device, env_seed, resume_path)
-    train_sigma = float(args_cli.sigma) if args_cli.sigma is not None else None
-    run_args = {"train": True, "play": False, "sigma": train_sigma}
-    if resume_path is not None:
-        run_args["checkpoint"] = resume_path
+    env, runner = _make_runner(args_cli, env_cfg, agent_cfg, sim_device, env_seed, resume_path,
+                               deterministic=args_cli.deterministic)
     try:
+        if args_cli.track and rank in (None, 0):
+            # train_rl_games.run (isaaclab 3.0.0): tracking needs an entity; then wandb.init (no network here)
+            if args_cli.wandb_entity is None:
+                raise ValueError("Weights and Biases entity must be specified for tracking.")
+            raise RuntimeError("--track (Weights and Biases) is not supported by the built-in trainer.")
+        train_sigma = float(args_cli.sigma) if args_cli.sigma is not None else None
+        run_args = {"train": True, "play": False, "sigma": train_sigma}
+        if resume_path is not None:
+            run_args["checkpoint"] = resume_path
         with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: training ends without a save, exit 0
             runner.run(run_args)
             print(f"Training time: {round(time.time() - start_time, 2)} seconds")

@@ -52,6 +52,48 @@ def seed_everything(seed: int | None) -> None:
     torch.manual_seed(seed)
 
 
+def configure_seed(seed: int | None, torch_deterministic: bool = False) -> int:
+    """``isaaclab/utils/seed.py:configure_seed`` (isaaclab 3.0.0) without warp; the 3.x backends call it with
+    ``torch_deterministic=True`` after building the runner when ``--deterministic`` is given."""
+    if seed is None or seed == -1:
+        seed = 42 if torch_deterministic else random.randint(0, 10000)
+    random.seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed)
+    except ImportError:
+        pass
+    torch.manual_seed(seed)
+    os.environ["PYTHONHASHSEED"] = str(seed)
+    torch.cuda.manual_seed(seed)
+    torch.cuda.manual_seed_all(seed)
+    if torch_deterministic:
+        os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.deterministic = True
+        torch.use_deterministic_algorithms(True)
+    else:
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cudnn.deterministic = False
+    return seed
+
+
+def distributed_sim_device() -> str:
+    """The simulation device of a ``--distributed`` 3.x run (``sim_launcher._resolve_distributed_device``,
+    isaaclab 3.0.0): ``cuda:<LOCAL_RANK + JAX_LOCAL_RANK>`` if visible, else ``cuda:0``."""
+    from isaacd_trainer.upstream import distributed_sim_device as _device
+
+    return _device(torch.cuda.device_count())
+
+
+def check_frontend(frontend: str) -> None:
+    """``common.py:create_isaaclab_env`` (isaaclab 3.0.0) builds ``--frontend warp`` envs with isaaclab_experimental's
+    ``WarpFrontend``; the built-in tasks have no Warp runtime, so that is an error here, never a silent torch run."""
+    if frontend != "torch":
+        raise ValueError(f"--frontend {frontend!r} is not built in: the built-in tasks run on the torch frontend only.")
+
+
 def make_env(task_name: str, env_cfg: dict, num_envs: int | None, device: str, seed: int | None) -> Any:
     """``gym.make(task, cfg=env_cfg)`` + ``RslRlVecEnvWrapper``: the built-in env already is an rsl_rl ``VecEnv``."""
     task = get_task(task_name)
@@ -90,11 +132,6 @@ def dump_params(log_dir: str, env_cfg: dict, agent_cfg: dict, *, pickles: bool) 
                 pickle.dump(cfg, f)
 
 
-def agent_device(agent_cfg: dict, sim_device: str) -> str:
-    """The built-in tasks leave ``agent.device`` unset (None): the agent follows the simulation device."""
-    return agent_cfg.get("device") or sim_device
-
-
 class FaultInjection:
     """isaacd's fault flags, run from the env's ``pre_step_hook`` (before every environment step).
 
@@ -108,6 +145,12 @@ class FaultInjection:
         self.hang_after = args.fault_hang_after if inject else None
         self.exit_after = args.fault_exit_after if inject else None
         self.reward_scale_after = args.fault_reward_scale_after if inject else None
+        self.oom_after = args.fault_cuda_oom_after_iterations if inject else None
+        fits = args.fault_cuda_oom_above_envs
+        if fits is not None and env.num_envs > fits:  # the start-up's allocations do not fit: before iteration 0
+            print(f"isaacd-train: FAULT INJECTION: CUDA out of memory at start-up ({env.num_envs} environments, "
+                  f"the GPU fits {fits})", file=sys.stderr, flush=True)
+            raise torch.OutOfMemoryError(cuda_oom_message(env.num_envs))
         self.step_delay = args.step_delay
         self.env = env
         self.runner = runner
@@ -115,7 +158,7 @@ class FaultInjection:
         self.steps = 0
         self.start: int | None = None
         if any(x is not None for x in (self.inf_reward_after, self.hang_after, self.exit_after,
-                                       self.reward_scale_after)) or self.step_delay > 0:
+                                       self.reward_scale_after, self.oom_after)) or self.step_delay > 0:
             env.pre_step_hook = self.before_step
 
     def _flush(self) -> None:
@@ -131,8 +174,14 @@ class FaultInjection:
     def before_step(self) -> None:
         if self.start is None:
             self.start = int(self.runner.current_learning_iteration)
-        it = self.start + self.steps // self.num_steps_per_env
+        ran = self.steps // self.num_steps_per_env  # iterations this process has run
+        it = self.start + ran
         self.steps += 1
+        if self.oom_after is not None and ran >= self.oom_after:
+            self._flush()
+            print(f"isaacd-train: FAULT INJECTION: CUDA out of memory at iteration {it}, after {ran} iterations",
+                  file=sys.stderr, flush=True)
+            raise torch.OutOfMemoryError(cuda_oom_message(getattr(self.env, "num_envs", 1)))
         if self.exit_after is not None and it >= self.exit_after[0]:
             self._flush()
             print(f"isaacd-train: FAULT INJECTION: exiting with status {self.exit_after[1]} at iteration {it}",
@@ -158,3 +207,33 @@ class FaultInjection:
             self.env.reward_scale = self.reward_scale_after[1]
         if self.step_delay > 0.0:
             time.sleep(self.step_delay)
+
+
+def _format_size(size: int) -> str:
+    """The CUDA caching allocator's ``format_size``: two decimals, binary units, "bytes" up to 1024."""
+    if size <= 1024:
+        return f"{size} bytes"
+    if size <= 1048576:
+        return f"{size / 1024.0:.2f} KiB"
+    if size <= 1073741824:
+        return f"{size / 1048576.0:.2f} MiB"
+    return f"{size / 1073741824.0:.2f} GiB"
+
+
+def cuda_oom_message(num_envs: int) -> str:
+    """The text torch's caching allocator raises torch.OutOfMemoryError with (pytorch/pytorch
+    c10/cuda/CUDACachingAllocator.cpp, DeviceCachingAllocator::malloc, commit 001074d2), on a full 80 GB GPU whose
+    environments take 150 MiB each; a CPU build of torch has no CUDA allocator to raise it."""
+    mib, gib = 1048576, 1073741824
+    total, free, tried = 80 * gib, 18 * mib, 2 * num_envs * mib
+    in_use = min(num_envs * 150 * mib, total - free)
+    neighbour = total - free - in_use  # another process on the GPU holds the rest (NVML, reportProcessMemoryInfo)
+    others = f"Process 4242 has {_format_size(neighbour)} memory in use. " if neighbour > 0 else ""
+    return (f"CUDA out of memory. Tried to allocate {_format_size(tried)}. GPU 0 has a total capacity of "
+            f"{_format_size(total)} of which {_format_size(free)} is free. {others}Including non-PyTorch memory, "
+            f"this process has {_format_size(in_use)} memory in use. Of the allocated memory "
+            f"{_format_size(in_use - 512 * mib)} is allocated by PyTorch, and {_format_size(64 * mib)} is reserved "
+            "by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory "
+            "Management  "
+            "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")

@@ -20,12 +20,17 @@ runs the script exactly like ``<python> SCRIPT.py args`` / ``<python> -m MODULE 
   ``start_iteration``, ``num_learning_iterations``, ``runner_class``, ``rsl_rl_version``), ``checkpoint_saved``
   (``path``, ``iteration``), ``stop_requested`` (``signal``), ``stopped`` (``iteration``, ``checkpoint``),
   ``learn_finished`` (``iteration``).
+* Stop before the first iteration (unless ``ISAACD_SHIM_SAVE_ON_STOP=0``): a SIGINT/SIGTERM before this process
+  has completed any iteration (the script still booting, or the first iteration running) reports ``stopped``
+  (``iteration`` None, ``checkpoint`` None, ``before_first_iteration`` true) and exits 0 at once: there is
+  nothing worth saving, and no checkpoint of this run exists for a resume to pick.
 * Save on stop (unless ``ISAACD_SHIM_SAVE_ON_STOP=0``): the first SIGINT/SIGTERM only sets a flag. At the next
   iteration boundary (iteration N updated, logged and periodically saved; nothing of N+1 run yet, not even an
   observation-normaliser update) ``model_<N>.pt`` is saved through the runner's own ``save`` into its run dir
   (unless rsl_rl just saved exactly that), ``stopped`` is reported and ``learn()`` returns normally, so the
-  script's own cleanup runs and the process exits 0. A stop before ``learn()`` makes it return at once (no
-  training, no save). A second signal exits at once with status 128+signum. With torch.distributed initialised
+  script's own cleanup runs and the process exits 0. A second signal exits at once with status 128+signum,
+  except the same signal again within 1 s: a wrapper such as ``uv run`` forwards the signal its process group
+  already delivered, and that is still the first request. With torch.distributed initialised
   the ranks agree on the stop (all_reduce MAX of the flag at every boundary). The handler is installed again
   when ``learn()`` starts, since Isaac Sim may replace handlers while it boots.
 * The TensorBoard writer is flushed at every iteration boundary (rsl_rl's writer flushes only every 10 s).
@@ -162,14 +167,46 @@ emit = _Events.emit
 # ----------------------------------------------------------------------------------------------- signals
 class _Stop:
     signum: int | None = None
+    at: float = 0.0  # time.monotonic() of the first signal
+
+
+# A wrapper between isaacd and Python (`uv run ... python`) forwards the signal the process group already got, so
+# the same signal arrives twice within milliseconds (uv 0.13 forwards SIGINT and SIGTERM: measured). That is one
+# request, not an operator insisting.
+_DUPLICATE_WINDOW_S = 1.0
+
+
+class _Progress:
+    """Iterations this process has completed, over all its learn() calls (a stop before the first has nothing
+    to save)."""
+
+    iterations = 0
+
+
+def _exit_before_first_iteration(name: str) -> None:
+    """A stop while the script still boots (Isaac Lab: imports, the scene, the runner; tens of seconds) ends the
+    process now, exit 0: waiting for the first boundary would run the whole boot and then save an iteration-0
+    checkpoint nobody needs. Nothing of this run holds a checkpoint, so nothing can resume from it."""
+    emit("stopped", iteration=None, checkpoint=None, before_first_iteration=True)
+    try:
+        os.write(2, f"[isaacd-shim] {name} before the first iteration: nothing to save, exiting now\n".encode())
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+    except (OSError, ValueError, RuntimeError):
+        pass
+    os._exit(0)
 
 
 def _on_signal(signum: int, frame) -> None:
     if _Stop.signum is not None:
+        if signum == _Stop.signum and time.monotonic() - _Stop.at < _DUPLICATE_WINDOW_S:
+            return
         os._exit(128 + signum)
-    _Stop.signum = signum
+    _Stop.signum, _Stop.at = signum, time.monotonic()
     name = signal.Signals(signum).name
     emit("stop_requested", signal=name)
+    if _Progress.iterations == 0:
+        _exit_before_first_iteration(name)
     try:
         os.write(2, f"[isaacd-shim] {name}: saving a checkpoint at the next iteration boundary, then stopping "
                     f"(again to exit at once)\n".encode())
@@ -538,6 +575,7 @@ def _wrap_learn(orig):
         def update(*a, **kw):
             out = orig_update(*a, **kw)
             st.updates += 1
+            _Progress.iterations += 1
             st.boundary_pending = True
             if st.updates == 1:
                 emit("first_iteration", iteration=st.start)

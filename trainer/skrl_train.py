@@ -15,10 +15,18 @@
    counts timesteps from 0 (see ``minilib.SkrlAgent``). No signal handling; nothing saved at the end beyond the
    periodic ``checkpoints/agent_<timestep>.pt``.
 
-3.x follows ``isaaclab_rl/entrypoints/backends/train_skrl.py`` (@07f4b680) and ``cli_args_skrl.py`` (@c5c51f0c):
-``--checkpoint latest|best|<file>`` (selectors over ``run.json`` manifests), ``--algorithm`` defaults to the agent
-config's class, a ``run.json`` manifest, and after ``runner.run()`` -- inside ``contextlib.suppress(
-KeyboardInterrupt)``, so not after a Ctrl-C, which exits 0 -- a final ``agent_<timesteps>.pt``.
+3.x follows ``isaaclab_rl/entrypoints/backends/train_skrl.py`` (@07f4b680) and ``cli_args_skrl.py`` (@c5c51f0c),
+checked point by point against the released **isaaclab 3.0.0** wheel (and skrl 2.1.1): ``common.add_common_train_args``
+(``--agent`` default None, ``--run_timestamp``) + ``--checkpoint`` + skrl args + the Kit launcher's flags (no
+``--headless``); ``-h`` anywhere -> help, exit 0; the agent config is ``--agent``, else ``skrl_cfg_entry_point``
+(``skrl_<algorithm>_cfg_entry_point`` for another ``--algorithm``), and ``--algorithm`` must match its
+``agent.class``; ``--max_iterations N`` (if non-zero) -> ``timesteps = N * rollouts``; ``--seed -1`` -> random;
+``--distributed``: CPU device refused, seed + RANK; run dir ``<--run_timestamp or now>_<algorithm>_<ml_framework>
+[_<experiment_name>]`` with a ``run.json`` (rank 0; other ranks dump ``params/`` to ``rank_<r>``) and ``params/``
+dumped *before* ``--checkpoint latest|best|<file>`` is resolved (a missing file: FileNotFoundError, exit 1); then,
+after ``runner.run()`` -- inside ``contextlib.suppress(KeyboardInterrupt)``, so not after a Ctrl-C, which exits 0 --
+rank 0 writes a final ``checkpoints/agent_<timesteps>.pt`` (checked against a real 3.0.0 run: ``agent_6 .. agent_60``
+every ``timesteps / 10`` and ``agent_64`` for 2 x 32 timesteps).
 
 Only ``--ml_framework torch`` and the PPO agent exist here (others: the error upstream gives for a missing agent
 entry point, or a clear one).
@@ -101,30 +109,37 @@ def _check_supported(ml_framework: str, algorithm: str) -> None:
 
 
 def _train(args_cli: argparse.Namespace, env_cfg: dict, agent_cfg: dict, log_dir: str, resume_path: str | None,
-           *, final_checkpoint: bool) -> None:
+           *, final_checkpoint: bool | None, sim_device: str | None = None) -> None:
+    """``final_checkpoint`` None: 2.x (no suppress, nothing at the end); True/False: 3.x, with/without the final save."""
     from isaacd_trainer import minilib, runtime
 
-    sim_device = runtime.default_device(args_cli.device)
+    sim_device = sim_device or runtime.default_device(args_cli.device)
     env = runtime.make_env(args_cli.task, env_cfg, args_cli.num_envs, sim_device, agent_cfg["seed"])
     pacer = minilib.step_pacer(args_cli.step_delay, args_cli.fault_exit_after, int(agent_cfg["agent"]["rollouts"]))
     if args_cli.fault_once and resume_path is not None:
         pacer = minilib.step_pacer(args_cli.step_delay, None, 1)
     wrapped = minilib.GymLikeEnv(env, pre_step=pacer)
     runner = minilib.SkrlRunner(wrapped, agent_cfg, sim_device)
+    if final_checkpoint is not None and args_cli.deterministic:
+        # train_skrl._run (isaaclab 3.0.0): after Runner(), before the checkpoint is loaded
+        runtime.configure_seed(agent_cfg["seed"], torch_deterministic=True)
     if resume_path:
         print(f"[INFO] Loading model checkpoint from: {resume_path}")
         runner.agent.load(resume_path)
-    if not final_checkpoint:
+    if final_checkpoint is None:
         runner.run()
         env.close()
         return
-    with contextlib.suppress(KeyboardInterrupt):
-        runner.run()
-        total_timesteps = agent_cfg["trainer"]["timesteps"]
-        os.makedirs(os.path.join(log_dir, "checkpoints"), exist_ok=True)
-        runner.agent.write_checkpoint(total_timesteps, total_timesteps)
-        print(f"[INFO] Saved final agent checkpoint to: {log_dir}/checkpoints")
-    env.close()
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            runner.run()
+            if final_checkpoint:  # train_skrl._run (isaaclab 3.0.0): `if rank in (None, 0)`
+                total_timesteps = agent_cfg["trainer"]["timesteps"]
+                os.makedirs(os.path.join(log_dir, "checkpoints"), exist_ok=True)
+                runner.agent.write_checkpoint(total_timesteps, total_timesteps)
+                print(f"[INFO] Saved final agent checkpoint to: {log_dir}/checkpoints")
+    finally:
+        env.close()  # cleanup.callback(close_env)
 
 
 def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
@@ -161,7 +176,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         runtime.dump_params(log_dir, dict(env_cfg, num_envs=args_cli.num_envs, seed=agent_cfg["seed"],
                                           device=sim_device), agent_cfg, pickles=True)
         resume_path = upstream.retrieve_file_path(args_cli.checkpoint) if args_cli.checkpoint else None
-        _train(args_cli, env_cfg, agent_cfg, log_dir, resume_path, final_checkpoint=False)
+        _train(args_cli, env_cfg, agent_cfg, log_dir, resume_path, final_checkpoint=None)
 
     train()
     return 0
@@ -171,67 +186,90 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 
 
 def build_parser_v3() -> argparse.ArgumentParser:
-    """``train_skrl._parse_args``: common train args (agent default None), ``--checkpoint``, skrl args, launcher."""
+    """``train_skrl._parse_args`` (isaaclab 3.0.0): common train args (agent default None), ``--checkpoint``, skrl
+    args (``cli_args_skrl.add_skrl_args``), launcher args (+ isaacd's own fault flags)."""
     parser = argparse.ArgumentParser(prog="isaacd-train-isaaclab30 --rl_library skrl",
                                      description="Train an RL agent with skrl.")
-    parser.add_argument("--video", action="store_true", default=False, help="Record videos during training.")
-    parser.add_argument("--video_length", type=int, default=None, help="Length of each recorded video clip.")
-    parser.add_argument("--video_interval", type=int, default=None, help="Interval between video clips.")
-    parser.add_argument("--num_envs", type=int, default=None, help="Number of environments to simulate.")
-    parser.add_argument("--task", type=str, default=None, help="Name of the task.")
-    parser.add_argument("--frontend", type=str, choices=["torch", "warp"], default="torch",
-                        help="Runtime that constructs the environment (only torch here).")
-    parser.add_argument("--agent", type=str, default=None,
-                        help="Agent configuration entry point (default: the task's canonical SKRL configuration).")
-    parser.add_argument("--seed", type=int, default=None, help="Seed used for the environment.")
-    parser.add_argument("--distributed", action="store_true", default=False,
-                        help="Run training with multiple GPUs or nodes.")
-    parser.add_argument("--max_iterations", type=int, default=None, help="RL Policy training iterations.")
+    upstream.add_common_train_args_v3(
+        parser, agent_default=None,
+        agent_help="Agent configuration entry point (default: the task's canonical SKRL configuration).")
     parser.add_argument("--checkpoint", type=str, default=None, help="Checkpoint path, or latest/best.")
     g = parser.add_argument_group("skrl", description="Arguments for skrl agent.")
     g.add_argument("--ml_framework", type=str, default="torch", choices=["torch", "jax"],
                    help="The ML framework used for training the skrl agent.")
     g.add_argument("--algorithm", type=str, default=None, choices=["AMP", "PPO", "IPPO", "MAPPO"],
                    help="Optional algorithm selector; with --agent, the resolved agent.class must match.")
-    upstream.add_app_launcher_args(parser)
-    g = parser.add_argument_group("launcher (3.x)")
-    g.add_argument("--deterministic", action="store_true", default=False, help="Request deterministic execution.")
+    upstream.add_launcher_args_v3(parser)
     add_isaacd_args(parser)
     return parser
 
 
+def resolve_skrl_agent_cfg_entry_point(agent: str | None, algorithm: str | None) -> str:
+    """``isaaclab_rl/skrl.py:resolve_skrl_agent_cfg_entry_point`` (isaaclab 3.0.0)."""
+    if agent is not None:
+        return agent
+    if algorithm is None or algorithm.lower() == "ppo":
+        return "skrl_cfg_entry_point"
+    return f"skrl_{algorithm.lower()}_cfg_entry_point"
+
+
+def resolve_skrl_algorithm(agent_cfg: dict, requested_algorithm: str | None = None) -> str:
+    """``isaaclab_rl/skrl.py:resolve_skrl_algorithm`` (isaaclab 3.0.0): ``agent.class`` lowercased; an explicit
+    ``--algorithm`` that does not match it is a ValueError."""
+    agent = agent_cfg.get("agent") if isinstance(agent_cfg, dict) else None
+    agent_class = agent.get("class") if isinstance(agent, dict) else None
+    if not isinstance(agent_class, str) or not agent_class.strip():
+        raise ValueError("The resolved SKRL configuration must define a non-empty 'agent.class' string.")
+    algorithm = agent_class.lower()
+    if requested_algorithm is not None and requested_algorithm.lower() != algorithm:
+        raise ValueError(
+            f"Requested SKRL algorithm {requested_algorithm!r} does not match the resolved agent.class {agent_class!r}."
+        )
+    return algorithm
+
+
 def run_v3(argv: list[str]) -> None:
+    """``train_skrl.run`` / ``_run`` (isaaclab 3.0.0)."""
     parser = build_parser_v3()
-    args_cli, remaining = parser.parse_known_args(argv)
+    args_cli, remaining = upstream.parse_v3(parser, argv)  # setup_preset_cli: -h anywhere -> help, exit 0
     sys.argv = [sys.argv[0]] + remaining  # set_hydra_args
-    entry_point = args_cli.agent or ("skrl_cfg_entry_point" if args_cli.algorithm in (None, "PPO")
-                                     else f"skrl_{args_cli.algorithm.lower()}_cfg_entry_point")
-    env_cfg, agent_cfg = upstream.resolve_task_config_v3(args_cli.task, load_cfgs)
-    algorithm = (args_cli.algorithm or agent_cfg["agent"]["class"]).lower()  # resolve_skrl_algorithm
+    entry_point = resolve_skrl_agent_cfg_entry_point(args_cli.agent, args_cli.algorithm)
+    env_cfg, agent_cfg = upstream.resolve_task_config_v3(args_cli.task, entry_point)
+    algorithm = resolve_skrl_algorithm(agent_cfg, args_cli.algorithm)
     _check_supported(args_cli.ml_framework, algorithm)
+
+    from isaacd_trainer import runtime
+
+    upstream.validate_distributed_device(args_cli)
+    # apply_env_overrides / _resolve_distributed_device (isaaclab 3.0.0)
+    sim_device = runtime.distributed_sim_device() if args_cli.distributed else runtime.default_device(args_cli.device)
     if args_cli.max_iterations:
         agent_cfg["trainer"]["timesteps"] = args_cli.max_iterations * agent_cfg["agent"]["rollouts"]
     agent_cfg["trainer"]["close_environment_at_exit"] = False
-    if args_cli.seed == -1:
-        args_cli.seed = random.randint(0, 10000)
+    args_cli.seed = upstream.resolve_seed(args_cli.seed)
     if args_cli.seed is not None:
         agent_cfg["seed"] = args_cli.seed
+    rank_env = "JAX_RANK" if args_cli.ml_framework == "jax" else "RANK"
+    rank = int(os.getenv(rank_env, "0")) if args_cli.distributed else None
+    if rank is not None:
+        agent_cfg["seed"] += rank
     experiment_cfg = agent_cfg["agent"]["experiment"]
     log_root_path = os.path.abspath(os.path.join("logs", "skrl", experiment_cfg["directory"]))
     print(f"[INFO] Logging experiment in directory: {log_root_path}")
-    run_name = datetime.now().strftime("%Y-%m-%d_%H-%M-%S") + f"_{algorithm}_{args_cli.ml_framework}"
+    run_name = (args_cli.run_timestamp or datetime.now().strftime("%Y-%m-%d_%H-%M-%S")) + \
+        f"_{algorithm}_{args_cli.ml_framework}"
     print(f"Exact experiment name requested from command line: {run_name}")
     if experiment_cfg["experiment_name"]:
         run_name += f"_{experiment_cfg['experiment_name']}"
     experiment_cfg["directory"] = log_root_path
     experiment_cfg["experiment_name"] = run_name
     log_dir = os.path.join(log_root_path, run_name)
+    rank_dir = log_dir if rank in (None, 0) else os.path.join(log_dir, f"rank_{rank}")
     metadata = {"agent": entry_point, "algorithm": algorithm, "ml_framework": args_cli.ml_framework}
-    upstream.write_run_manifest(log_dir, library="skrl", task=args_cli.task, metadata=metadata)
+    if rank in (None, 0):  # all ranks share the run folder, so its manifest is written once
+        upstream.write_run_manifest(log_dir, library="skrl", task=args_cli.task, metadata=metadata)
 
-    from isaacd_trainer import runtime
-
-    runtime.dump_params(log_dir, dict(env_cfg, num_envs=args_cli.num_envs, seed=agent_cfg["seed"]), agent_cfg,
+    runtime.dump_params(rank_dir, dict(env_cfg, num_envs=args_cli.num_envs, seed=agent_cfg["seed"]), agent_cfg,
                         pickles=False)
     if args_cli.checkpoint in upstream.CHECKPOINT_SELECTORS:
         resume_path = upstream.resolve_checkpoint_selector(
@@ -239,7 +277,9 @@ def run_v3(argv: list[str]) -> None:
             other_dirs=["checkpoints"], metadata=metadata)
     else:
         resume_path = upstream.retrieve_file_path(args_cli.checkpoint) if args_cli.checkpoint else None
-    _train(args_cli, env_cfg, agent_cfg, log_dir, resume_path, final_checkpoint=True)
+    runtime.check_frontend(args_cli.frontend)
+    _train(args_cli, env_cfg, agent_cfg, log_dir, resume_path, final_checkpoint=rank in (None, 0),
+           sim_device=sim_device)
 
 
 if __name__ == "__main__":

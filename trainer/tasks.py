@@ -51,7 +51,10 @@ def _cartpole_agent_cfg() -> dict:
     return {
         "class_name": "OnPolicyRunner",
         "seed": 42,
-        "device": None,  # None: follow the simulation device (--device)
+        # RslRlBaseRunnerCfg.device defaults to "cuda:0" (isaaclab_rl/rsl_rl/rl_cfg.py, isaaclab 3.0.0 wheel), and
+        # no Isaac Lab train script (2.x @011c373c, 3.0.0's train_rsl_rl._run) applies --device to it unless
+        # --distributed: the policy stays on cuda:0 whatever --device says, until `agent.device=...` is passed.
+        "device": "cuda:0",
         "num_steps_per_env": 32,
         "max_iterations": 150,
         "save_interval": 50,

@@ -78,7 +78,8 @@ def main(flavour: str = "2.1", argv: Sequence[str] | None = None, prog: str | No
         # set the environment seed; sim device from AppLauncher's --device
         env_seed = agent_cfg["seed"]
         sim_device = runtime.default_device(args_cli.device)
-        agent_cfg["device"] = runtime.agent_device(agent_cfg, sim_device)
+        # agent_cfg["device"] is the config's (cuda:0) or Hydra's agent.device=...: upstream never applies --device
+        # to it outside --distributed (scripts/reinforcement_learning/rsl_rl/train.py @011c373c)
         # multi-gpu training configuration
         if args_cli.distributed:
             local_rank = int(os.getenv("LOCAL_RANK", "0"))

@@ -14,11 +14,18 @@ from dataclasses import dataclass, field, replace
 
 from . import policy as P
 from .effects import Effect, Event, Forget, Kill, Launch, Persist, Signal
-from .messages import (Exited, LaunchRefused, Message, Progressed, Restart, Start, Stop, Tick, WatchdogTrip)
+from .messages import (CudaOom, Exited, LaunchRefused, Message, Progressed, Restart, Start, Stop, Tick,
+                       WatchdogTrip)
 from .model import JobModel, JobState, LaunchIntent, Origin, StopIntent, Then, bump, check_transition
 
 S = JobState
 THERMAL_WATCHDOG = "gpu_temperature"
+
+
+@dataclass(frozen=True)
+class NoStepDown:
+    step_down: float | None = None
+    min_num_envs: int | None = None
 
 
 @dataclass(frozen=True)
@@ -27,6 +34,8 @@ class Context:
     now: float  # monotonic seconds
     restart: P.RestartLimits
     stop_timeout: float
+    num_envs: int = 0  # the configured num_envs
+    oom: P.OomLimits = NoStepDown()  # [jobs.oom]
 
 
 @dataclass(frozen=True)
@@ -127,7 +136,7 @@ def _tick(m: JobModel, ctx: Context, out: _Out) -> JobModel:
 def _progressed(m: JobModel, msg: Progressed, ctx: Context, out: _Out) -> JobModel:
     if m.state != S.STARTING:
         return m
-    new = _to(m, S.RUNNING, f"training at iteration {msg.iteration}", ctx, out)
+    new = _to(m, S.RUNNING, f"training at iteration {msg.iteration}", ctx, out, startup_ooms=0)
     out.add(Persist())
     return new
 
@@ -166,8 +175,72 @@ def _exited(m: JobModel, msg: Exited, ctx: Context, out: _Out) -> JobModel:
         return _rest(m, S.COMPLETED, msg.finished_early, True, ctx, out)
     if msg.external_stop:
         return _rest(m, S.STOPPED, f"operator stop outside isaacd ({msg.description})", True, ctx, out)
+    if msg.cuda_oom is not None:
+        return _cuda_oom(m, msg, msg.cuda_oom, ctx, out)
     reason = msg.description if not msg.success else "exited with code 0 before max_iterations"
+    m = m.with_(startup_ooms=0, training_ooms=0)  # any other end breaks a run of out-of-memory exits
     return _schedule_restart(m, reason, msg.reason_class, msg.ran_seconds, msg.moved_forward, ctx, out)
+
+
+def _cuda_oom(m: JobModel, msg: Exited, oom: CudaOom, ctx: Context, out: _Out) -> JobModel:
+    """Out of GPU memory. Before the attempt's first iteration (start-up) the same launch fails the same way:
+    step num_envs down when the job allows it, else retry once and fail with one line that says why. After
+    training ran (fragmentation, a growing buffer) it is restarted like any crash, from the newest checkpoint."""
+    startup = m.state == S.STARTING and not msg.moved_forward
+    phase = "startup" if startup else "training"
+    in_use = P.num_envs_in_use(m.num_envs, m.num_envs_of, ctx.num_envs)
+    m = m.with_(cuda_ooms=bump(m.cuda_ooms, phase))
+    out.add(Event("cuda_oom", {"phase": phase, "kind": oom.kind, "line": oom.line, "num_envs": in_use,
+                               "configured_num_envs": ctx.num_envs, "gpu": oom.gpu, "trend": oom.trend,
+                               **oom.facts}))
+    if not startup:
+        times = m.training_ooms + 1
+        m = m.with_(training_ooms=times, startup_ooms=0)
+        again = ""
+        if times > 1:  # a pattern, not a fluke: say what the GPU's memory did meanwhile
+            again = f", {times} times in a row; {oom.trend or 'no GPU memory samples to show the trend'}"
+        reason = f"CUDA out of memory after training ran, num_envs = {in_use}{again}: {msg.description}"
+        return _schedule_restart(m, reason, "cuda_oom", msg.ran_seconds, msg.moved_forward, ctx, out)
+    smaller = P.next_num_envs(in_use, ctx.oom)
+    if smaller is not None:
+        out.add(Event("num_envs_stepped_down", {
+            "from": in_use, "to": smaller, "configured": ctx.num_envs, "floor": ctx.oom.min_num_envs,
+            "detail": "CUDA out of memory at start-up; relaunching from the newest checkpoint with fewer environments "
+                      "(`isaacd restart` goes back to the configured num_envs)"}))
+        m = m.with_(num_envs=smaller, num_envs_of=ctx.num_envs, startup_ooms=0, training_ooms=0)
+        reason = f"CUDA out of memory at start-up with num_envs = {in_use}; stepping down to {smaller}"
+        # bounded by the floor, so not a crash loop: max_restarts must not end the walk down before it
+        return _schedule_restart(m, reason, "cuda_oom", msg.ran_seconds, msg.moved_forward, ctx, out,
+                                 crash_loop=False)
+    times = m.startup_ooms + 1
+    m = m.with_(startup_ooms=times, training_ooms=0)
+    if times <= P.STARTUP_OOM_RETRIES:
+        reason = (f"CUDA out of memory at start-up with num_envs = {in_use}; trying once more in case other "
+                  f"processes have freed GPU memory")
+        return _schedule_restart(m, reason, "cuda_oom", msg.ran_seconds, msg.moved_forward, ctx, out)
+    return _rest(m, S.FAILED, _startup_oom_failure(in_use, times, oom, ctx), True, ctx, out)
+
+
+def _startup_oom_failure(in_use: int, times: int, oom: CudaOom, ctx: Context) -> str:
+    """The one line a job that cannot start for want of GPU memory fails with: GPU, who holds its memory, num_envs,
+    the fix."""
+    said = oom.line if len(oom.line) <= 100 else oom.line[:99] + "…"
+    at = f"num_envs = {in_use}"
+    if in_use != ctx.num_envs:
+        at += f" (stepped down from {ctx.num_envs} to the floor, [jobs.oom] min_num_envs)"
+    gpu = oom.gpu or "GPU memory use not known (no GPU samples)"
+    fix = oom.fix
+    if ctx.oom.step_down is None and oom.kind != "physx_buffer":
+        fix += (", or let isaacd step it down: [jobs.oom] step_down = 0.5 and min_num_envs = <the fewest worth "
+                "training with>")
+    elif in_use != ctx.num_envs:
+        fix += " or min_num_envs"
+    return (f"CUDA out of memory at start-up, {_count(times)} with {at} ({said}); {gpu}. "
+            f"Fix: {fix}; then `isaacd start {ctx.job}`")
+
+
+def _count(n: int) -> str:
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")
 
 
 def _schedule_restart(m: JobModel, reason: str, reason_class: str, ran_seconds: float, moved_forward: bool,
@@ -201,7 +274,7 @@ def _start(m: JobModel, cmd: Start, ctx: Context, out: _Out) -> tuple[JobModel, 
     if cmd.origin == Origin.THERMAL:  # the watchdog's own restart, after its park: counted like one
         m = _count_restart(m, cmd.reason, "watchdog", ctx, in_window=True)
     new = _to(m, S.PENDING, cmd.reason, ctx, out, launch=LaunchIntent(cmd.reason, cmd.origin), final=False,
-              parked_by=None, quick_failures=0)
+              parked_by=None, quick_failures=0, startup_ooms=0, training_ooms=0)
     out.add(Persist())
     return new, "starting"
 
@@ -229,7 +302,20 @@ def _stop(m: JobModel, cmd: Stop, ctx: Context, out: _Out) -> tuple[JobModel, st
     return m, f"not running ({m.state.value})"
 
 
+def _configured_num_envs(m: JobModel, ctx: Context, out: _Out) -> JobModel:
+    """An operator's restart tries the configured num_envs again (the GPU may have room for it now)."""
+    in_use = P.num_envs_in_use(m.num_envs, m.num_envs_of, ctx.num_envs)
+    new = m.with_(num_envs=None, num_envs_of=None, startup_ooms=0, training_ooms=0)
+    if in_use != ctx.num_envs:
+        out.add(Event("num_envs_restored", {"from": in_use, "to": ctx.num_envs,
+                                            "detail": "operator restart: back to the configured num_envs"}),
+                Persist())
+    return new
+
+
 def _restart(m: JobModel, cmd: Restart, ctx: Context, out: _Out) -> tuple[JobModel, str]:
+    if cmd.origin == Origin.OPERATOR:
+        m = _configured_num_envs(m, ctx, out)
     if m.state in (S.STARTING, S.RUNNING):
         intent = StopIntent(cmd.reason, cmd.origin, Then.RESTART, ctx.now + ctx.stop_timeout,
                             before_iteration=cmd.before_iteration, new_seed=cmd.new_seed)

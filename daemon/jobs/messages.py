@@ -6,7 +6,7 @@ Commands carry their origin, so "who asked" is data, not a string prefix to pars
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .model import Origin
@@ -80,17 +80,30 @@ class LaunchRefused:
 
 
 @dataclass(frozen=True)
+class CudaOom:
+    """The trainer's output says it ran out of GPU memory (daemon/cudaoom.py), with what the GPU sampler saw."""
+
+    kind: str  # torch | cuda | warp | physx | physx_buffer
+    line: str  # the trainer's own words
+    fix: str  # what the operator can do, in a clause
+    gpu: str | None = None  # "GPU 0 (NVIDIA H200): 131.2 of 139.8 GiB in use: ...", None when no GPU data
+    trend: str | None = None  # "GPU 0: 20.1 GiB at the start, peak 139.0 GiB, 138.7 GiB at the end over 312 s"
+    facts: dict[str, Any] = field(default_factory=dict)  # the same, structured, for the event
+
+
+@dataclass(frozen=True)
 class Exited:
     """The trainer ended. Facts the runner gathered; what they mean is the machine's business."""
 
     description: str  # "killed by signal 9 (SIGKILL)", "exited with code 1: OSError: ..."
-    reason_class: str  # exit_code | signal | oom | operator | lost
+    reason_class: str  # exit_code | signal | oom | cuda_oom | operator | lost
     success: bool  # exit 0, no signal, not OOM-killed
     external_stop: bool = False  # stopped outside isaacd (systemctl stop of the unit)
     reached_max: bool = False  # the job's max_iterations are done
     finished_early: str | None = None  # exit 0 short of them by the trainer's own stop rule (rl_games score_to_win)
     ran_seconds: float = 0.0
     moved_forward: bool = False  # it left a newer checkpoint than it started from
+    cuda_oom: CudaOom | None = None  # set with reason_class "cuda_oom"
 
 
 Observation = Tick | Progressed | LaunchRefused | Exited

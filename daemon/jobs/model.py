@@ -121,6 +121,13 @@ class JobModel:
     last_restart_reason: str | None = None
     rollbacks: int = 0
     watchdog_trips: tuple[tuple[str, int], ...] = ()  # ("watchdog/action", count)
+    # CUDA out of memory (issue 23). num_envs: the stepped-down count launches use (None: the configured one);
+    # num_envs_of: the configured count it was stepped down from, so a config that changes num_envs voids it
+    num_envs: int | None = None
+    num_envs_of: int | None = None
+    startup_ooms: int = 0  # consecutive attempts that ran out of GPU memory before their first iteration
+    training_ooms: int = 0  # consecutive attempts that ran out of GPU memory after training ran
+    cuda_ooms: tuple[tuple[str, int], ...] = ()  # ("startup" | "training", count): every one, for metrics
 
     def with_(self, **changes: Any) -> "JobModel":
         return replace(self, **changes)
@@ -136,6 +143,7 @@ class JobModel:
         d["restart_times"] = list(self.restart_times)
         d["restarts_by_reason"] = dict(self.restarts_by_reason)
         d["watchdog_trips"] = dict(self.watchdog_trips)
+        d["cuda_ooms"] = dict(self.cuda_ooms)
         return d
 
     @classmethod
@@ -166,6 +174,11 @@ class JobModel:
             last_restart_reason=d.get("last_restart_reason"),
             rollbacks=int(d.get("rollbacks", 0)),
             watchdog_trips=tuple(sorted((str(k), int(v)) for k, v in (d.get("watchdog_trips") or {}).items())),
+            num_envs=None if d.get("num_envs") is None else int(d["num_envs"]),
+            num_envs_of=None if d.get("num_envs_of") is None else int(d["num_envs_of"]),
+            startup_ooms=int(d.get("startup_ooms", 0)),
+            training_ooms=int(d.get("training_ooms", 0)),
+            cuda_ooms=tuple(sorted((str(k), int(v)) for k, v in (d.get("cuda_ooms") or {}).items())),
         )
 
 

@@ -45,3 +45,32 @@ def restart_limit_reached(restart_times: tuple[float, ...], now: float, policy: 
 
 def rollback_allowed(rollbacks_done: int, max_rollbacks: int) -> bool:
     return rollbacks_done < max_rollbacks
+
+
+# ---- CUDA out of memory (issue 23) -------------------------------------------------------------
+# A start-up that ran out of GPU memory is tried once more at the same num_envs (a neighbour may have freed its
+# memory since); a second one at that size would fail the same way again, minutes of start-up apiece.
+STARTUP_OOM_RETRIES = 1
+
+
+class OomLimits(Protocol):
+    """The fields of config.OomPolicy the decisions read."""
+
+    step_down: float | None
+    min_num_envs: int | None
+
+
+def num_envs_in_use(stepped: int | None, stepped_from: int | None, configured: int) -> int:
+    """The num_envs a launch uses: the stepped-down count, while the configured one is still the count it was
+    stepped down from (a config that changes num_envs starts over from the new value)."""
+    if stepped is None or stepped_from != configured:
+        return configured
+    return stepped
+
+
+def next_num_envs(current: int, limits: OomLimits) -> int | None:
+    """After a start-up OOM at `current` envs: the smaller count to try, or None (step-down off, or at the floor)."""
+    if limits.step_down is None:
+        return None
+    smaller = max(limits.min_num_envs or 1, int(current * limits.step_down))
+    return smaller if smaller < current else None

@@ -3,7 +3,7 @@
 NVML reports host PIDs.  A process belongs to a job when
 
 1. its PID is in the job's ``pids`` (runtime = "process": the supervisor lists the trainer's whole
-   process tree), or
+   process tree) or is the job's warm spare (``spare.pid``), or
 2. the job has a ``cgroup`` (container runtimes: the container's / unit's cgroup path, e.g.
    ``/system.slice/isaacd-anymal.service`` or ``libpod-<id>.scope``) and ``/proc/<pid>/cgroup``
    contains that string.
@@ -39,6 +39,10 @@ def attribute_pids(pids: Iterable[int], jobs: Iterable[Mapping[str, Any]], proc_
         pid = job.get("pid")
         if isinstance(pid, int) and not isinstance(pid, bool):
             by_pid.setdefault(pid, name)
+        spare = job.get("spare")  # the job's warm spare holds a CUDA context of its own: the job's memory too
+        spare_pid = spare.get("pid") if isinstance(spare, Mapping) else None
+        if isinstance(spare_pid, int) and not isinstance(spare_pid, bool):
+            by_pid.setdefault(spare_pid, name)
         cg = job.get("cgroup")
         if isinstance(cg, str) and cg.strip("/"):
             cgroup_jobs.append((cg, name))

@@ -28,7 +28,8 @@ log = structlog.get_logger("isaacd.metrics")
 
 JOB_STATES = ("pending", "starting", "running", "backing-off", "stopping", "stopped", "completed", "failed")
 WATCHDOG_STATES = ("ok", "pending", "tripped", "cooldown", "warmup", "disabled")
-RESTART_REASONS = ("exit_code", "signal", "oom", "watchdog", "operator", "lost")
+RESTART_REASONS = ("exit_code", "signal", "oom", "cuda_oom", "watchdog", "operator", "lost")
+OOM_PHASES = ("startup", "training")
 
 StatusProvider = Callable[[], Mapping[str, Any]]
 VolumesProvider = Callable[[], list[Any]]  # -> [volumes.Volume]
@@ -214,6 +215,12 @@ class IsaacdCollector(Collector):
             reasons["other"] = reasons.get("other", 0.0) + total - sum(reasons.values())
         for r, n in sorted(reasons.items()):
             f.add("isaacd_job_restarts_total", [name, r], n)
+        ooms = job.get("cuda_ooms")
+        if isinstance(ooms, Mapping):  # both phases from 0, so increase() sees the first one
+            for phase in OOM_PHASES:
+                f.add("isaacd_job_cuda_ooms_total", [name, phase], _num(ooms.get(phase, 0)))
+        f.add("isaacd_job_num_envs", [name], _num(job.get("num_envs")))
+        f.add("isaacd_job_num_envs_configured", [name], _num(job.get("num_envs_configured")))
         spare = job.get("spare")
         if isinstance(spare, Mapping) and spare.get("state") in ("ready", "starting"):
             f.add("isaacd_job_spare_ready", [name], 1 if spare.get("state") == "ready" else 0)

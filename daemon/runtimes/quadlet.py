@@ -265,14 +265,20 @@ def hand_to_container_user(job: JobConfig, dirs: list[Path]) -> None:
 def container_command(job: JobConfig, trainer_args: list[str]) -> list[str]:
     """The container's command: launcher (+ torchrun) + shim + train script + flags, as the job's workflow says.
 
-    Inside the container CDI numbers the job's GPUs from 0, so `--device` is rewritten to match.
+    Inside the container CDI numbers the job's GPUs from 0, so `--device` is rewritten to match, and so are
+    isaacd's own `agent.device=`-style overrides (the policy's device; a user's own values are left alone).
     """
     from ..workflows import resolve  # late: workflows import config, which this module's users load first
+    from ..workflows.base import AGENT_DEVICE_KEYS
 
+    inner = container_device_arg(job)
+    ours = {f"{key}={job.device}" for key in AGENT_DEVICE_KEYS}
     args = list(trainer_args)
-    for i, a in enumerate(args[:-1]):
-        if a == "--device":
-            args[i + 1] = container_device_arg(job)
+    for i, a in enumerate(args):
+        if a == "--device" and i + 1 < len(args):
+            args[i + 1] = inner
+        elif a in ours:
+            args[i] = f"{a.split('=', 1)[0]}={inner}"
     prog = resolve(job).program(in_container=True)
     return prog.argv(args)
 

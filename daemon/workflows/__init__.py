@@ -14,7 +14,8 @@ from pathlib import Path
 from ..config import JobConfig
 from .base import Generation, Workflow, WorkflowError, regex_literal
 from .detect import detect_generation, resume_flavour
-from .launcher import Program, build_program, train_script
+from .installed import installed_isaaclab
+from .launcher import Program, build_program, pip_installed, train_script
 from .rl_games import RlGames
 from .rsl_rl import RslRl
 from .skrl import Skrl
@@ -39,7 +40,7 @@ def resolve(job: JobConfig) -> Resolved:
     in_container = job.in_container
     if library == "rsl_rl":
         flavour = None
-        if job.workflow == "rsl_rl" and not in_container and gen.major < 3:
+        if job.workflow == "rsl_rl" and not in_container and gen.major < 3 and not pip_installed(job):
             # an extension project's own cli_args.py (next to its train.py) decides, whatever Isaac Lab says
             script = train_script(job, library, gen, in_container=False)
             flavour = resume_flavour(Path(script).with_name("cli_args.py"))
@@ -53,9 +54,33 @@ def resolve(job: JobConfig) -> Resolved:
     else:
         raise WorkflowError("workflow", f'workflow = "{job.workflow}" is not supported: use "rsl_rl", '
                                         '"rl_games", "skrl" or "builtin"')
+    if pip_installed(job) and not in_container:
+        installed_isaaclab(job.launcher or [])  # also when isaaclab_version names the generation: the module must be there
+    if not in_container:
+        _check_asset_root(job)
     resolved = Resolved(job, wf, gen)
     resolved.program(in_container=in_container)  # raises for a missing script or launcher
     return resolved
+
+
+# Isaac Lab reads robots and ground planes from this directory instead of NVIDIA's asset server
+# (isaaclab 3.0.0 isaaclab/utils/assets.py _resolve_asset_root: ISAACLAB_NUCLEUS_DIR = $ISAACSIM_ASSET_ROOT/Isaac/
+# IsaacLab); offline hosts depend on it.
+ASSET_ROOT_ENV = "ISAACSIM_ASSET_ROOT"
+
+
+def _check_asset_root(job: JobConfig) -> None:
+    root = job.environment.get(ASSET_ROOT_ENV)
+    if root is None or root.startswith(("http://", "https://", "omniverse://")):
+        return
+    if not Path(root).is_absolute():
+        raise WorkflowError(f"environment.{ASSET_ROOT_ENV}", f"{root!r} is relative; give the absolute path of the "
+                                                             "local asset root (the trainer runs in isaacd's work dir)")
+    if not Path(root).is_dir():
+        raise WorkflowError(f"environment.{ASSET_ROOT_ENV}", f"{root} is not a directory: Isaac Lab would fail to "
+                                                             "load its USD assets after booting; point it at your "
+                                                             "local asset root (the folder holding Isaac/IsaacLab/...) "
+                                                             "or remove it to use NVIDIA's asset server")
 
 
 def config_issues(cfg) -> list:  # noqa: ANN001 - Config -> list[ConfigIssue]; typed loosely to keep imports light

@@ -40,6 +40,13 @@ def regex_literal(text: str) -> str:
     return "^" + text.replace(".", "[.]") + "$"
 
 
+# The Hydra overrides that put a library's policy on the job's device (Isaac Lab's --device moves only the
+# simulation): rsl_rl's runner cfg, rl_games' params.config. A container renumbers them with --device.
+RSL_RL_DEVICE_KEYS = ("agent.device",)
+RL_GAMES_DEVICE_KEYS = ("agent.params.config.device", "agent.params.config.device_name")
+AGENT_DEVICE_KEYS = RSL_RL_DEVICE_KEYS + RL_GAMES_DEVICE_KEYS
+
+
 @dataclass(frozen=True)
 class Generation:
     """An Isaac Lab release line, and how isaacd learned it (said in errors and status)."""

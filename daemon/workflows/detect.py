@@ -1,7 +1,8 @@
 """Which Isaac Lab generation a job drives, and which `--resume` flavour its cli_args.py declares.
 
 Order: the explicit `isaaclab_version` key; the install's `VERSION` file (process runtime); the
-unified 3.x entry point's presence; the image tag (`isaac-lab:2.3.2`, container runtimes). A job
+unified 3.x entry point's presence; the `isaaclab` distribution installed in the launcher's Python
+(pip / uv installs, no checkout: `installed.py`); the image tag (`isaac-lab:2.3.2`, container runtimes). A job
 isaacd cannot place is a clear error naming the key, never a guess: a wrong guess means a Hydra
 error after Isaac Sim booted, on every restart.
 """
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from ..config import JobConfig
 from .base import Generation, WorkflowError
+from .installed import installed_isaaclab
 
 CONTAINER_ISAACLAB_DIR = Path("/workspace/isaaclab")  # NVIDIA's isaac-lab images
 _VERSION_RE = re.compile(r"^\s*(\d+)\.(\d+)")
@@ -54,9 +56,14 @@ def detect_generation(job: JobConfig) -> Generation:
 
 def _from_install(job: JobConfig) -> Generation:
     root = job.isaaclab_dir
+    if root is None and job.launcher:
+        # pip / uv: the package installed in the job's Python is the install
+        launcher = " ".join(job.launcher)
+        return parse_version(installed_isaaclab(job.launcher), f"isaaclab installed in {launcher}")
     if root is None:
-        raise WorkflowError("isaaclab_dir", f'workflow = "{job.workflow}" with the process runtime needs isaaclab_dir '
-                                            '= "/path/to/IsaacLab" (the checkout with isaaclab.sh)')
+        raise WorkflowError("isaaclab_dir", f'workflow = "{job.workflow}" with the process runtime needs either '
+                                            'launcher = ["/path/to/venv/bin/python"] (Isaac Lab 3.x installed with '
+                                            'pip or uv) or isaaclab_dir = "/path/to/IsaacLab" (a checkout)')
     if not root.is_dir():
         raise WorkflowError("isaaclab_dir", f"{root} is not a directory (the Isaac Lab checkout with isaaclab.sh)")
     version_file = root / "VERSION"

@@ -4,6 +4,8 @@ Upstream Isaac Lab runs `isaaclab.sh -p <script> <flags>`; isaacd runs
 `isaaclab.sh -p <shim.py> <script> <flags>` so that the unmodified script runs in the same process
 with rsl_rl's runner hooked (trainer/isaacd_trainer/shim.py). The built-in trainer goes through
 the same shim (`python shim.py -m isaacd_trainer ...`), so every end-to-end test exercises it.
+Isaac Lab 3.x installed with pip or uv (no checkout) runs as `<python> <shim.py> -m isaaclab train
+--rl_library <lib> <flags>`: the shim runs the module exactly as `python -m` would.
 """
 
 from __future__ import annotations
@@ -31,6 +33,20 @@ _UPSTREAM_SCRIPTS = {
     ("skrl", 2): "scripts/reinforcement_learning/skrl/train.py",
 }
 UNIFIED_SCRIPT = "scripts/reinforcement_learning/train.py"  # 3.x: one entry point, --rl_library
+# 3.x installed as a package (pip / uv, no checkout): `python -m isaaclab train` is the console script `isaaclab
+# train` (isaaclab-3.0.0.dist-info/entry_points.txt: isaaclab = isaaclab.__main__:main; isaaclab/cli/__init__.py
+# cli() dispatches sys.argv[1] == "train" to isaaclab_rl.entrypoints.run_train_cli(sys.argv[2:])).
+PACKAGE_ENTRY = ("-m", "isaaclab", "train")
+
+
+def pip_installed(job: JobConfig) -> bool:
+    """Isaac Lab lives in the launcher's Python as a package: the job names that Python and no checkout or script.
+
+    Containers count too (NVIDIA's kit-less 3.x image has its venv at /opt/isaaclab-venv, on PATH, beside the
+    checkout at /workspace/isaaclab); there the generation comes from the image tag or isaaclab_version.
+    """
+    return (job.workflow != "builtin" and not job.command and bool(job.launcher) and job.isaaclab_dir is None
+            and job.train_script is None)
 
 
 def shim_source() -> Path:
@@ -106,6 +122,13 @@ def build_program(job: JobConfig, library: str, gen: Generation, *, in_container
         py = python or ("python" if in_container else sys.executable)
         launcher = list(job.launcher) if job.launcher else [py]  # e.g. a venv's python inside a rootfs container
         target = ["-m", builtin_module(gen)] + (["--rl_library", library] if gen.major >= 3 else [])
+    elif pip_installed(job):
+        if gen.major < 3:
+            raise WorkflowError("isaaclab_dir", f"Isaac Lab {gen.label} ({gen.source}) has no `python -m isaaclab "
+                                                "train` entry point (it came with 3.0): set isaaclab_dir to the "
+                                                "checkout, or train_script to your train.py")
+        launcher = list(job.launcher or [])
+        target = [*PACKAGE_ENTRY, "--rl_library", library]
     else:
         launcher = list(job.launcher) if job.launcher else [_default_launcher(job, in_container)]
         if not job.launcher:
@@ -117,7 +140,7 @@ def build_program(job: JobConfig, library: str, gen: Generation, *, in_container
         # takes the others down and isaacd restarts the whole job from rank 0's checkpoint.
         torchrun = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={job.ranks}"]
         if not shim and target[0] == "-m":
-            target = ["--module", target[1]]  # torchrun's own flag for "the script is a module"
+            target = ["--module", *target[1:]]  # torchrun's own flag for "the script is a module"
         return Program(launcher + torchrun + shim + target, ["--distributed"], shim=bool(shim))
     if shim:
         return Program(launcher + shim + target, [], shim=True, spare_head=launcher + shim, target=tuple(target))

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from ..config import JobConfig
 from ..signals.checkpoints import Checkpoint, CheckpointLayout
-from .base import Generation, Workflow, WorkflowError
+from .base import RL_GAMES_DEVICE_KEYS, Generation, Workflow, WorkflowError
 from .params import override_int, yaml_float, yaml_int
 from .rsl_rl import TIMESTAMP_RE
 
@@ -152,6 +152,10 @@ class RlGames(Workflow):
         args += [f"agent.params.config.name={job.experiment_name}",
                  f"++agent.params.config.full_experiment_name={run}",
                  f"agent.params.config.save_frequency={job.save_interval}"]
+        if job.ranks == 1:
+            # rl_games' agent runs on params.config.device (the task yamls say 'cuda:0'); --device moves only the
+            # simulation, and only --distributed sets the agent's (3.0.0 train_rl_games.run; 2.x likewise)
+            args += [f"{key}={job.device}" for key in RL_GAMES_DEVICE_KEYS]
         if resume is not None:
             args += ["--checkpoint", str(resume.path)]
         return args + list(job.extra_args)

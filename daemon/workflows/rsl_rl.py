@@ -15,6 +15,9 @@ What the upstream code says (read for this module; see docs/workflows.md for the
   062dd2ad): the unified entry point takes `--rl_library rsl_rl`; there is no `--resume` and no
   `--load_run`; `--checkpoint latest|best|<dir>|<file>`, where an existing file path is loaded as is.
   isaacd passes the absolute file it chose, which no sibling run can shadow.
+- The policy's device is `agent.device` (RslRlBaseRunnerCfg default "cuda:0"); `--device` sets only the
+  simulation's, and only `--distributed` moves the agent (3.0.0 `train_rsl_rl._run`, 2.x `train.py`
+  @011c373c). So isaacd passes `agent.device=<the job's device>` for single-rank jobs.
 - rsl_rl's `OnPolicyRunner.learn` starts at `current_learning_iteration`, which `load` sets to
   the checkpoint's `iter`: after loading model_N.pt iteration N runs again, and
   `--max_iterations M` means M *more*, ending with model_{N+M-1}. So a resume asks for
@@ -28,7 +31,7 @@ from pathlib import Path
 
 from ..config import JobConfig
 from ..signals.checkpoints import RSL_RL_LAYOUT, Checkpoint
-from .base import Generation, Workflow, regex_literal
+from .base import RSL_RL_DEVICE_KEYS, Generation, Workflow, regex_literal
 
 TIMESTAMP_RE = r"\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}"
 
@@ -64,6 +67,11 @@ class RslRl(Workflow):
         if self.generation.major < 3:
             args.append("--headless")  # 3.x is headless by default and deprecates the flag
         args.append(f"agent.save_interval={job.save_interval}")  # a Hydra override, as upstream documents
+        if job.ranks == 1:
+            # --device moves only the simulation: the policy stays on RslRlBaseRunnerCfg.device ("cuda:0") unless
+            # --distributed (3.0.0 train_rsl_rl._run; 2.x train.py @011c373c). A cpu job would fail ("Torch not
+            # compiled with CUDA enabled"), a cuda:1 job would train its policy on another job's GPU 0.
+            args += [f"{key}={job.device}" for key in RSL_RL_DEVICE_KEYS]
         if self.resume_flag == "bool" and not self.unified:
             # <= 2.0's update_rsl_rl_cfg never applies --experiment_name (cli_args.py @fe626787): say it to Hydra too
             args.append(f"agent.experiment_name={job.experiment_name}")

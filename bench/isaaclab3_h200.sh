@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# The real Isaac Lab 3.0 (pip form) under isaacd on the H200, device = "cuda:0": bench/isaaclab3_recovery.py in the
+# process runtime, then in Podman with CDI (nvidia.com/gpu=0, image "/:O"). Issue 19, item 4.
+#
+# The H200 has no network and takes at most 64 MiB per call (working tree + carry), so the wheels travel in four
+# parts (../shared/tools/device-wheels.sh ../shared/reference/isaaclab3-h200-wheels.txt .il3whl, where .il3whl
+# holds isaacd's own deps: pydantic, pydantic_core, annotated-types, typing-inspection, typing_extensions,
+# structlog, prometheus_client, nvidia-ml-py, podman, requests, urllib3, idna, charset-normalizer, certifi) and
+# Podman as Debian 12 .debs (.il3deb, the list in bench/gpu_container/README.md). /tmp on the H200 keeps what
+# earlier calls left while the machine stays warm. Five calls, back to back, same kind (nvidia-h200), each
+# timeout_s = 600 (this script keeps to BUDGET = 540 s per call):
+#
+#   1. run carry=[".dw1"]    command: bash bench/isaaclab3_h200.sh stash
+#   2. run carry=[".dw2"]    command: bash bench/isaaclab3_h200.sh stash
+#   3. run carry=[".dw3"]    command: bash bench/isaaclab3_h200.sh stash
+#   4. run carry=[".dw4"]    command: bash bench/isaaclab3_h200.sh process   (installs into /tmp/site; process bench)
+#   5. run carry=[".il3deb"] command: bash bench/isaaclab3_h200.sh podman    (Podman + CDI; podman bench)
+#
+# If a call after the first reports warm: false, the machine is new and /tmp is empty: start again from call 1.
+# Each call writes $OUT/log (everything, timestamped); calls 4 and 5 also $OUT/isaaclab3-h200-<runtime>.json
+# (the bench's results, rewritten after every phase), .txt (its table) and -state.tar.gz (the supervisor's journal,
+# logs and shim events). `bash bench/isaaclab3_h200.sh all` with every part carried does 4 and 5 in one call
+# (only if one call could carry everything: it cannot here).
+set -uo pipefail
+MODE=${1:-process}
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-/tmp/isaaclab3-h200-out}; mkdir -p "$OUT"
+exec > >(tee -a "$OUT/log") 2>&1
+TEE=$!
+trap 'exec 1>&- 2>&-; wait "$TEE" 2>/dev/null' EXIT   # $OUT/log complete before the call returns
+T0=$(date +%s); BUDGET=${BUDGET:-540}
+PARTS=${PARTS:-4}                  # how many .dwN parts device-wheels.sh made (it printed "in 4 parts")
+NUM_ENVS=${NUM_ENVS:-1024}; MAX_IT=${MAX_IT:-160}; KILLS=${KILLS:-2}; SAVE=${SAVE:-25}
+DW=/tmp/dw; SITE=/tmp/site; ST=/tmp/il3h200; W=/var/tmp/il3h200
+mkdir -p "$DW" "$ST" "$W"
+log() { printf '\n=== [%s +%ss] %s\n' "$(date +%T)" "$(( $(date +%s) - T0 ))" "$*"; }
+left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
+export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
+PY=$(command -v python3)
+
+log "isaaclab3_h200.sh $MODE in $REPO ($(git -C "$REPO" log -1 --format='%h %s' 2>/dev/null | cut -c1-80)); OUT=$OUT"
+uname -r; nproc; free -g | head -2; df -h /tmp /var/tmp 2>/dev/null | tail -2
+nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.used --format=csv,noheader 2>&1 | head -2
+echo "python3: $PY ($($PY -V 2>&1)); /tmp on $(findmnt -T /tmp -no TARGET,FSTYPE); repo on $(findmnt -T "$REPO" -no TARGET,FSTYPE)"
+
+stash() {
+  local n=0 d
+  for d in "$REPO"/.dw[0-9]*; do
+    [ -d "$d" ] || continue
+    cp -n "$d"/* "$DW"/ && n=$((n + 1)) && echo "stashed $(ls "$d") from $(basename "$d")"
+  done
+  if [ -d "$REPO/.il3deb" ]; then
+    mkdir -p "$ST/deb" && cp -n "$REPO"/.il3deb/*.deb "$ST/deb/" && echo "stashed $(ls "$ST/deb" | wc -l) .debs"
+  fi
+  echo "in $DW now: $(ls "$DW" 2>/dev/null | grep -c '^part') of $PARTS parts ($(du -sh "$DW" | cut -f1)); debs: $(ls "$ST/deb" 2>/dev/null | wc -l)"
+}
+
+install() {
+  if [ -f "$ST/installed" ]; then echo "already installed into $SITE ($(cat "$ST/installed"))"; return 0; fi
+  local have; have=$(ls "$DW" 2>/dev/null | grep -c '^part')
+  if [ "$have" -lt "$PARTS" ]; then
+    echo "FATAL: $have of $PARTS wheel parts in $DW: a new machine (warm: false)? Start again from call 1."; return 1
+  fi
+  log "unpacking and installing the wheels into $SITE"
+  mkdir -p "$DW/whl" && cat "$DW"/part* | tar -x -C "$DW/whl" || { echo "FATAL: the wheel parts do not make a tar"; return 1; }
+  echo "$(ls "$DW"/whl/*.whl | wc -l) wheels"
+  $PY -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$DW"/whl/*.whl 2>&1 | grep -v -i warning | tail -5
+  log "isaacd from this checkout into $SITE"
+  $PY -m pip install -q --no-index --no-deps --no-build-isolation --target "$SITE" "$REPO" 2>&1 | tail -5
+  if ! $PY -c 'import isaacd, isaacd_trainer, isaacd.workflows' 2>/dev/null; then
+    echo "pip could not install the checkout (no setuptools?): linking its packages instead"
+    rm -rf "$SITE/isaacd" "$SITE/isaacd_trainer"
+    ln -s "$REPO/daemon" "$SITE/isaacd"; ln -s "$REPO/trainer" "$SITE/isaacd_trainer"
+  fi
+  # what `pip install` does by default (device-wheels' --no-compile saved the time here): bytecode, in parallel
+  log "bytecode for $SITE (as pip install would write it)"
+  timeout 120 $PY -m compileall -q -j 0 "$SITE" >/dev/null 2>&1; echo "compileall rc $?"
+  $PY - <<'PYEOF' || echo "WARNING: an import failed (above); going on, the bench will say what breaks"
+import importlib, importlib.metadata as m
+for mod in ("isaacd", "isaacd_trainer", "isaaclab", "isaaclab_rl", "isaaclab_tasks", "rsl_rl", "warp", "newton",
+            "mujoco", "pxr", "hydra", "pydantic", "structlog", "prometheus_client", "pynvml", "podman", "tensorboard",
+            "torch"):
+    importlib.import_module(mod)
+import torch, isaacd
+print("imports ok; isaaclab", m.version("isaaclab"), "torch", torch.__version__, "cuda", torch.cuda.is_available(),
+      torch.cuda.get_device_name(0) if torch.cuda.is_available() else "-", "isaacd at", isaacd.__file__)
+PYEOF
+  date +%FT%T > "$ST/installed"
+}
+
+bench() {  # $1 runtime, then extra args
+  local rt=$1; shift
+  local budget; budget=$(( $(left) - 25 ))
+  if [ "$budget" -lt 120 ]; then echo "SKIP $rt: only $budget s left in this call"; return 1; fi
+  log "bench/isaaclab3_recovery.py --runtime $rt --device cuda:0 --num-envs $NUM_ENVS --max-iterations $MAX_IT --kills $KILLS (deadline $budget s)"
+  $PY "$REPO/bench/isaaclab3_recovery.py" --python "$PY" --device cuda:0 --runtime "$rt" --num-envs "$NUM_ENVS" \
+    --max-iterations "$MAX_IT" --save-interval "$SAVE" --kills "$KILLS" --asset-root "$REPO/tests/isaaclab3/asset_root" \
+    --workdir "$W" --deadline "$budget" --out "$OUT/isaaclab3-h200-$rt.json" "$@" 2>&1 | tee "$OUT/isaaclab3-h200-$rt.txt"
+  local rc=${PIPESTATUS[0]}
+  log "$rt bench rc $rc"
+  local last; last=$(ls -dt "$W"/isaacd-il3-"$rt"-* 2>/dev/null | head -1)
+  if [ -n "$last" ]; then  # the supervisor's journal, logs, shim events and config; no checkpoints
+    tar -C "$last" --exclude='*.pt' --exclude='events.out.tfevents.*' -czf "$OUT/isaaclab3-h200-$rt-state.tar.gz" . 2>/dev/null
+    ls -la "$OUT/isaaclab3-h200-$rt-state.tar.gz"
+  fi
+  nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
+  return "$rc"
+}
+
+podman_up() {
+  if command -v podman >/dev/null && podman info >/dev/null 2>&1 && [ -f /etc/cdi/nvidia.yaml ]; then
+    echo "podman already set up: $(podman --version)"; return 0
+  fi
+  [ -d "$ST/deb" ] || { echo "FATAL: no .debs in $ST/deb: carry .il3deb"; return 1; }
+  log "Podman from Debian 12 packages + the CDI spec (bench/gpu_container/setup-podman.sh)"
+  bash "$REPO/bench/gpu_container/setup-podman.sh" "$ST/deb" || { echo "FATAL: podman setup failed"; return 1; }
+  cp /etc/cdi/nvidia.yaml "$OUT/nvidia.yaml" 2>/dev/null
+  log "the GPU in a container (--device nvidia.com/gpu=0, --rootfs /:O)"
+  local vols=() p
+  for p in "$SITE" "$REPO"; do [ "$(findmnt -T "$p" -no TARGET)" != / ] && vols+=(-v "$p:$p:ro"); done
+  (cd /tmp && timeout 120 podman run --rm "${vols[@]}" -e PYTHONPATH="$SITE" --device nvidia.com/gpu=0 --rootfs /:O \
+     "$PY" -c 'import torch, warp; print("in the container: torch.cuda", torch.cuda.is_available(), torch.cuda.device_count(), torch.cuda.get_device_name(0)); warp.init()' 2>&1 | tail -4)
+}
+
+case "$MODE" in
+  stash)
+    stash ;;
+  process)
+    stash; install || exit 1
+    bench process ;;
+  podman)
+    stash; install || exit 1
+    podman_up || exit 1
+    bench podman --gpus 0 ;;
+  all)
+    stash; install || exit 1
+    bench process
+    podman_up && bench podman --gpus 0 ;;
+  *) echo "usage: $0 stash|process|podman|all"; exit 2 ;;
+esac
+rc=$?
+log "done ($MODE) rc $rc; $OUT: $(ls "$OUT" | tr '\n' ' ')"
+exit $rc
