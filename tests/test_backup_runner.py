@@ -4,12 +4,16 @@ supervisor goes on), a local checkpoint wins over the bucket, a stop while the f
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
+
+import pytest
 
 from backup_fakes import fake_checkpoint
 from job_fakes import FakeClock, FakeRuntime
 
+from isaacd.backup import keeper as keeper_module
 from isaacd.backup.config import BackupConfig
 from isaacd.backup.keeper import JobBackup
 from isaacd.backup.uploader import Run
@@ -21,6 +25,21 @@ from isaacd.signals.checkpoints import RSL_RL_LAYOUT
 from isaacd.store import StateStore
 
 RUN = "2026-01-01_00-00-00_cp"
+
+
+@pytest.fixture
+def slow_store(monkeypatch):
+    """The bucket answers when the test says so (a store across a slow link): set() lets the fetch finish."""
+    gate = threading.Event()
+    real = keeper_module.restore_newest
+
+    def gated(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        assert gate.wait(30), "the test never let the fetch finish"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(keeper_module, "restore_newest", gated)
+    yield gate
+    gate.set()
 
 
 def setup(tmp_path: Path) -> tuple[JobRunner, FakeClock, FakeRuntime]:
@@ -48,12 +67,14 @@ def names(r: JobRunner) -> list[str]:
     return [e["event"] for e in r.store.events("cp")]
 
 
-def test_a_launch_without_a_checkpoint_on_disk_waits_for_the_buckets_then_resumes_from_it(tmp_path):
+def test_a_launch_without_a_checkpoint_on_disk_waits_for_the_buckets_then_resumes_from_it(tmp_path, slow_store):
     r, clock, rt = setup(tmp_path)
-    tick(r, clock)
-    snap = r.snapshot()
-    assert snap["state"] == "starting" and not rt.live(), "nothing starts before the checkpoint is here"
-    assert "waiting: fetching the newest checkpoint from file://" in snap["state_reason"]
+    for _ in range(3):  # ticks go on (each returns at once) while the fetch is under way
+        tick(r, clock)
+        snap = r.snapshot()
+        assert snap["state"] == "starting" and not rt.live(), "nothing starts before the checkpoint is here"
+        assert "waiting: fetching the newest checkpoint from file://" in snap["state_reason"]
+    slow_store.set()
     deadline = time.monotonic() + 30
     while not rt.live() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -80,12 +101,13 @@ def test_a_checkpoint_on_disk_wins_over_the_bucket(tmp_path):
     assert not (tmp_path / "logs" / "rsl_rl" / "cp" / RUN).exists()
 
 
-def test_a_stop_while_the_checkpoint_is_fetched_starts_nothing(tmp_path):
+def test_a_stop_while_the_checkpoint_is_fetched_starts_nothing(tmp_path, slow_store):
     r, clock, rt = setup(tmp_path)
     tick(r, clock)
     assert r.snapshot()["state"] == "starting" and r.launch_waits
     r.handle_message(Stop(Origin.OPERATOR, "operator stop"))
     tick(r, clock)
+    slow_store.set()
     for _ in range(20):
         time.sleep(0.05)
         tick(r, clock)
