@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import launch
-from .backup import Fetching, JobBackup
-from .backup import Run as BackupRun
+from .backup.keeper import Fetching, JobBackup
+from .backup.uploader import Run as BackupRun
 from .clock import Clock, SystemClock
 from .config import JobConfig
 from .gpu.assign import status_gpus
