@@ -56,7 +56,7 @@ class SeaweedS3:
         self.root = root
         self.data = root / "data"
         self.ports = {k: free_port() for k in ("master", "volume", "filer", "s3", "master_grpc", "volume_grpc",
-                                                "filer_grpc", "s3_grpc")}
+                                                "filer_grpc", "s3_grpc", "s3_iceberg", "s3_lance")}
         self.endpoint = f"http://127.0.0.1:{self.ports['s3']}"
         self.proc: subprocess.Popen[bytes] | None = None
         (root / "s3.json").parent.mkdir(parents=True, exist_ok=True)
@@ -74,6 +74,8 @@ class SeaweedS3:
                 f"-master.port={p['master']}", f"-master.port.grpc={p['master_grpc']}", f"-volume.port={p['volume']}",
                 f"-volume.port.grpc={p['volume_grpc']}", "-filer", f"-filer.port={p['filer']}",
                 f"-filer.port.grpc={p['filer_grpc']}", "-s3", f"-s3.port={p['s3']}", f"-s3.port.grpc={p['s3_grpc']}",
+                # its Iceberg and Lance listeners default to fixed ports (8181, ...): two servers would collide
+                f"-s3.port.iceberg={p['s3_iceberg']}", f"-s3.port.lance={p['s3_lance']}",
                 f"-s3.config={self.root / 's3.json'}", "-master.volumeSizeLimitMB=256", "-volume.max=0",
                 "-metricsPort=0"]
         self.proc = subprocess.Popen(args, stdout=open(self.root / "weed.log", "ab"), stderr=subprocess.STDOUT,

