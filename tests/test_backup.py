@@ -264,3 +264,27 @@ def test_an_s3_target_without_s3fs_is_refused_with_the_package_to_install(tmp_pa
     assert str(exc.value) == ('/etc/isaacd.toml: jobs[0] (name = "cp").backup.url: s3:// needs the s3fs package, '
                               "which is not installed in isaacd's environment: install s3fs (pip install "
                               "'isaacd[s3]')")
+
+
+def test_rl_games_and_skrl_layouts_keep_their_paths_and_the_jobs_count(tmp_path):
+    """rl_games' nn/last_*_ep_N_*.pth and skrl's checkpoints/agent_<timestep>.pt (timesteps restart per run: the
+    job's count is the run's resume point + timestep // rollouts) go up and come back where the trainer wants them."""
+    from isaacd.backup.remote import layout_for
+
+    notes = Notes()
+    for library, rel, offset, want in (("rl_games", "nn/last_cp_ep_12_rew_1.5.pth", 0, 12),
+                                       ("skrl", "checkpoints/agent_160.pt", 30, 30 + 160 // 16)):
+        run = tmp_path / library / "2026-01-01_00-00-00_cp"
+        fake_checkpoint(run / rel, 0)
+        cfg = BackupConfig(url=f"file://{tmp_path / 'bucket' / library}")
+        up = Uploader(ObjectStore(cfg, "cp"), cfg, layout_for(library, 16), notes,
+                      lambda c, lib=library: VALIDATOR.problem(c, None, lib))
+        up.set_runs([Run(run, offset)])
+        up.one_pass()
+        (entry,) = manifest_of(tmp_path / "bucket" / library / "cp")["checkpoints"]
+        assert (entry["file"], entry["iteration"]) == (rel, want), entry
+        manifest = Manifest.from_bytes("cp", up.store.read_bytes("manifest.json"))
+        got = restore_newest(up.store, manifest, tmp_path / "new-disk" / library, None, notes)
+        assert got is not None and got.checkpoint.iteration == want
+        assert got.checkpoint.path == tmp_path / "new-disk" / library / run.name / rel
+    assert not notes.take()
