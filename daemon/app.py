@@ -55,6 +55,23 @@ class _MetricsExtension:
             self.server.close()
 
 
+class _BackupDrain:
+    """Stopped first at shutdown, after the trainers saved: their last checkpoints go to the backup targets."""
+
+    DRAIN_SECONDS = 30.0
+
+    def __init__(self, sup: Supervisor):
+        self.sup = sup
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        from .backup.keeper import close_all
+
+        close_all([r.backup for r in self.sup.runners.values() if r.backup is not None], self.DRAIN_SECONDS)
+
+
 def missing_gpus(sampler: Any, job: Any) -> str | None:
     """Why a job's GPUs are not on this host, or None (see isaacd.gpu.assign.missing_gpus)."""
     from .gpu.assign import missing_gpus as _missing
@@ -81,4 +98,5 @@ def build_supervisor(cfg: Config, config_path: str | None) -> Supervisor:
     sup.extensions.append(WatchdogEngine(sup, SamplerFeed(sampler)))
     if cfg.metrics.enabled:
         sup.extensions.append(_MetricsExtension(sup, sampler))
+    sup.extensions.append(_BackupDrain(sup))  # last in, first stopped
     return sup

@@ -21,6 +21,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from .backup.config import BackupConfig
 from .watchdogs.config import WatchdogsConfig
 
 JOB_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
@@ -294,6 +295,7 @@ class JobConfig(_Model):
     oom: OomPolicy = OomPolicy()  # CUDA out of memory at start-up: retry once, or step num_envs down
     container: ContainerConfig = ContainerConfig()
     ray: RayJobConfig = RayJobConfig()  # runtime = "ray": resources and node choice
+    backup: BackupConfig | None = None  # [jobs.backup]: complete checkpoints copied to object storage (issue 22)
     watchdogs: WatchdogsConfig = WatchdogsConfig()
 
     @field_validator("name")

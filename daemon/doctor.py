@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from .backup.doctor import check_backup
 from .config import Config, JobConfig
 from .runtimes.quadlet import (
     GENERATOR_PATHS,
@@ -514,7 +515,7 @@ def check_workflows(cfg: Config) -> list[Check]:
 
 CHECKS: list[Callable[[Config], Check | list[Check]]] = [
     check_driver, check_nvml, check_cdi, check_podman, check_quadlet, check_systemd, check_memlock,
-    check_images, check_shm, check_disk, check_ports, check_listeners, check_workflows,
+    check_images, check_shm, check_disk, check_ports, check_listeners, check_workflows, check_backup,
 ]
 
 

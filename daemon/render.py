@@ -6,6 +6,8 @@ import os
 import time
 from typing import Any
 
+from .backup.render import backup_note
+
 
 def age(ts: float | None, now: float) -> str:
     if ts is None:
@@ -105,6 +107,9 @@ def format_status(st: dict[str, Any], now: float | None = None,
         spare = _spare_note(j)
         if spare:
             notes.append(spare)
+        backup = backup_note(j, now)
+        if backup:
+            notes.append(backup)
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, *rows]:
         lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import launch
+from .backup.keeper import Fetching, JobBackup
+from .backup.uploader import Run as BackupRun
 from .clock import Clock, SystemClock
 from .config import JobConfig
 from .gpu.assign import status_gpus
@@ -31,7 +33,7 @@ from .joblogs import ExitWithOutput, exit_with_log_tail
 from .logs import log
 from .rebuild import load_history
 from .runtimes.base import ExitStatus, Handle, LaunchSpec, Runtime
-from .signals.checkpoints import Checkpoint, Lineage, choose_resume, sweep_snapshot_temps
+from .signals.checkpoints import Checkpoint, Lineage, Validator, choose_resume, sweep_snapshot_temps, timeline
 from .spare import SpareKeeper
 from .signals.tensorboard import ScalarPoint, TensorBoardTail, finite_or_none
 from .store import Attempt, JobHistory, StateStore
@@ -115,6 +117,8 @@ class JobRunner:
         self.scalars: dict[str, float] = {}
         self.last_progress_mono: float | None = None
         self.last_progress_wall: float | None = None
+        self.backup: JobBackup | None = None  # [jobs.backup]: uploads and the bucket fetch (daemon/backup/)
+        self.launch_waits: str | None = None  # a launch waiting for the bucket's checkpoint: why
         try:
             self.resolved = resolve(cfg)
         except WorkflowError:
@@ -238,15 +242,24 @@ class JobRunner:
         """Newest complete checkpoint on the job's timeline; `deep` also asks whether its trainer can load it."""
         if self.resolved is None:
             return None
-        wf = self.resolved.workflow
-        validator = None
-        if deep:
-            expected = expected_rsl_rl_format(self.history.trainer_rsl_rl_version, self.resolved.generation.major,
+        return choose_resume(self._lineage(), before_iteration, rejected, self.resolved.workflow.layout,
+                             self._validator() if deep else None)
+
+    def _lineage(self) -> list[Lineage]:
+        return [Lineage(Path(a.run_dir) if a.run_dir else None,
+                        a.resume_from["iteration"] if a.resume_from else None) for a in self.history.attempts]
+
+    def _validator(self) -> Validator | None:
+        """Whether this job's trainer can load a checkpoint (the deep check of the resume choice and the backup)."""
+        if self.resolved is None:
+            return None
+        resolved = self.resolved
+
+        def problem(c: Checkpoint) -> str | None:
+            expected = expected_rsl_rl_format(self.history.trainer_rsl_rl_version, resolved.generation.major,
                                               self.cfg.workflow == "builtin")
-            validator = lambda c: VALIDATOR.problem(c, expected, wf.library)  # noqa: E731
-        lineage = [Lineage(Path(a.run_dir) if a.run_dir else None,
-                           a.resume_from["iteration"] if a.resume_from else None) for a in self.history.attempts]
-        return choose_resume(lineage, before_iteration, rejected, wf.layout, validator)
+            return VALIDATOR.problem(c, expected, resolved.workflow.library)
+        return problem
 
     def _launch(self, intent: LaunchIntent) -> LaunchRefused | None:
         """Plan attempt N and start it: the token is saved before the spawn, the handle right after."""
@@ -260,7 +273,7 @@ class JobRunner:
         wf = resolved.workflow
         rejected: list[tuple[Checkpoint, str]] = []
         resume = self.newest_checkpoint(deep=True, before_iteration=intent.before_iteration, rejected=rejected)
-        for ckpt, why in rejected:
+        for ckpt, why in rejected if self.launch_waits is None else ():  # said once, not at every retry
             self.event("checkpoint_rejected", path=str(ckpt.path), iteration=ckpt.iteration, problem=why)
         if resume is None and any(why.startswith("incompatible") for _, why in rejected):
             # starting from scratch would silently throw the run away: stop and say why
@@ -268,6 +281,15 @@ class JobRunner:
             return LaunchRefused(f"no checkpoint this trainer can load: {newest[0].path.name} is {newest[1]}. "
                                  "Run the job with the trainer that wrote it (image / isaaclab_dir), or move "
                                  "its run dirs away and `isaacd start` to train from scratch", settle="failed")
+        if resume is None and self.cfg.backup is not None:  # no usable checkpoint on disk: the bucket's newest
+            keeper = self._backup_keeper()
+            bound = None if intent.before_iteration is None else intent.before_iteration - 1
+            fetched = keeper.restore(bound, wf.experiment_dir(self.cfg)) if keeper is not None else None
+            if isinstance(fetched, Fetching):
+                self.launch_waits = fetched.reason  # the tick launches once it is here; the supervisor goes on
+                return None
+            resume = fetched
+        self.launch_waits = None
         if intent.before_iteration is not None and resume is None:
             self.event("rollback_without_checkpoint", before_iteration=intent.before_iteration,
                        detail="no complete checkpoint before the trouble; starting from scratch")
@@ -297,9 +319,12 @@ class JobRunner:
                 from .runtimes.quadlet import hand_to_container_user
 
                 hand_to_container_user(self.cfg, [shim_events.parent])  # Isaac Lab 3 images run as uid 1000
-        spec = LaunchSpec(job=self.cfg, argv=program.argv(args), trainer_args=args,
-                          env=launch.trainer_env(self.cfg, shim_events if program.shim else None, token,
-                                                 wandb_run=launch.wandb_run_id(self.cfg, first_started_at)),
+        env = launch.trainer_env(self.cfg, shim_events if program.shim else None, token,
+                                 wandb_run=launch.wandb_run_id(self.cfg, first_started_at))
+        keeper = self._backup_keeper() if self.cfg.runtime == "ray" else None
+        if keeper is not None:  # a node without the shared log_root fetches and uploads itself (backup/remote.py)
+            env.update(keeper.node_env(wf, resume))
+        spec = LaunchSpec(job=self.cfg, argv=program.argv(args), trainer_args=args, env=env,
                           cwd=launch.workdir(self.cfg, self.state_dir),
                           log_path=self.state_dir / "logs" / f"{self.cfg.name}.log", attempt=number, token=token)
         self.history.attempts.append(attempt)
@@ -452,9 +477,46 @@ class JobRunner:
         if self._dirty:
             self._persist()
         self.cleanups = [h for h in self.cleanups if not self._cleanup(h)]
+        if self.cfg.backup is not None or self.backup is not None:
+            self._backup_tick(now - self._checkpoint_scanned_at >= CHECKPOINT_SCAN_INTERVAL)
         if now - self._checkpoint_scanned_at >= CHECKPOINT_SCAN_INTERVAL:
             self._checkpoint_scanned_at = now
             self._checkpoint = self.newest_checkpoint()
+
+    # ---- backup (daemon/backup/: the network I/O runs on its threads) ---------------------------
+    def _backup_keeper(self) -> JobBackup | None:
+        """The keeper for the job's current [jobs.backup]; a reload that changed or removed it replaces it."""
+        want = self.cfg.backup
+        if self.backup is not None and self.backup.cfg != want:
+            self.backup.close()
+            self.backup = None
+        if want is not None and self.backup is None and self.resolved is not None:
+            self.backup = JobBackup(want, self.cfg.name, self.resolved.workflow.layout, self._validator())
+        return self.backup
+
+    def _backup_tick(self, scan: bool) -> None:
+        keeper = self._backup_keeper()
+        if keeper is None:
+            return
+        for name, fields in keeper.take_notes():
+            self.event(name, **fields)
+        if self.launch_waits is not None:
+            self._launch_when_fetched()
+        if scan:  # the timeline's run dirs, for the uploader thread to look at
+            keeper.set_runs([BackupRun(path, offset, bound) for path, offset, bound in timeline(self._lineage())])
+
+    def _launch_when_fetched(self) -> None:
+        """A launch waits for the bucket's checkpoint: ask again (returns at once); a stop meanwhile ends the wait."""
+        if self.state == JobState.STARTING and self.live.handle is None:
+            refused = self._launch(self.model.launch)
+            if refused is not None:
+                self.launch_waits = None
+                self.handle_message(refused)
+            return
+        self.launch_waits = None
+        if self.state == JobState.STOPPING:
+            self.handle_message(Exited("not started: stopped while its checkpoint was fetched from the backup "
+                                       "target", "operator", success=False))
 
     def _cleanup(self, handle: Handle) -> bool:
         """True once the runtime has released what the trainer's start created (polled: never blocks)."""
@@ -538,6 +600,8 @@ class JobRunner:
             if kind == "checkpoint_saved" and ev.get("path"):
                 VALIDATOR.prewarm(launch.host_path(self.cfg, str(ev["path"])))  # deep validation off the tick
                 self._checkpoint_scanned_at = float("-inf")  # status shows it at the next scan, not in 2 s
+                if self.backup is not None:
+                    self.backup.kick()
             elif kind == "checkpoint_loaded":
                 wanted = attempt.resume_from["path"] if attempt.resume_from else None
                 got = str(launch.host_path(self.cfg, str(ev.get("path"))))
@@ -706,4 +770,7 @@ class JobRunner:
             "watchdogs": {},
             "watchdog_trips": [{"watchdog": k.split("/")[0], "action": k.split("/")[1], "count": v}
                                for k, v in m.watchdog_trips],
+            "backup": self.backup.status() if self.backup is not None else None,
+            **({"state_reason": f"{m.reason}; waiting: {self.launch_waits}", "waiting": self.launch_waits}
+               if self.launch_waits is not None else {}),
         }

@@ -27,7 +27,7 @@ rm -f "$STAMP"
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/pip install -q --disable-pip-version-check "torch==$TORCH" 2>&1 | grep -v "^WARNING: Location" || true
 fi
-.venv/bin/pip install -q --disable-pip-version-check -e '.[trainer,podman,test]' 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/pip install -q --disable-pip-version-check -e '.[trainer,podman,s3,test]' 2>&1 | grep -v "^WARNING: Location" || true
 # ~40 s more on a first install (39.5 s measured, 2 cores, wheels from the local index), nothing on a re-run
 if ! .venv/bin/python -c "import ray" 2>/dev/null; then
   .venv/bin/pip install -q --disable-pip-version-check "ray[default]==$RAY" 2>&1 | grep -v "^WARNING: Location" || true

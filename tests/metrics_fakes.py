@@ -31,6 +31,10 @@ def fake_job(name: str, *, pids: list[int] | None = None, state: str = "running"
         "run_dir": f"/var/lib/isaacd/{name}/logs", "started_at": now - 900.0,
         "spare": {"state": "ready", "pid": 4242, "rss_bytes": 812_000_000, "preload_seconds": 6.1,
                   "cuda_memory_bytes": 520_000_000},
+        "backup": {"url": f"s3://bucket/isaacd/{name}", "last_upload": {"iteration": 90, "time": now - 400.0,
+                   "key": "run/model_90.pt", "size": 1000}, "lag_iterations": 10, "error": "upload to ...: refused",
+                   "error_since": now - 60.0, "retry_at": now + 30.0, "failures_total": 4, "bytes_total": 123456,
+                   "uploads_total": 9, "restoring": None},
     }
 
 

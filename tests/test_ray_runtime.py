@@ -409,3 +409,68 @@ def test_a_containerised_job_runs_in_podman_on_its_node(cluster, tmp_path, super
     finally:
         _leave_the_cluster_free(sup, name)
         subprocess.run(["podman", "rm", "-f", "-t", "0", f"isaaclab-job-{name}"], capture_output=True)
+
+
+def _start_node_without(cluster: Cluster, name: str, hidden: Path) -> None:
+    """A worker whose view of `hidden` is its own empty tmpfs: `ray start` in a private mount namespace (its raylet
+    and every actor and trainer it starts stay there). For the supervisor's files at that path, it is a node
+    without the shared volume, exactly as on a real cluster."""
+    d = cluster.dirs[name] = cluster.root / name
+    d.mkdir(parents=True, exist_ok=True)
+    hidden.mkdir(parents=True, exist_ok=True)
+    script = (f'mount -t tmpfs tmpfs "{hidden}" && exec "{BIN / "ray"}" start --address {cluster.address} '
+              f'--temp-dir "{d}" --labels isaacd/node={name} --num-cpus 1 --num-gpus 0 --disable-usage-stats')
+    p = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", script], env=cluster.env,
+                         stdout=open(d / "start.log", "wb"), stderr=subprocess.STDOUT)
+    if p.wait(120) != 0:
+        text = (d / "start.log").read_text()
+        if "mount" in text or "unshare" in text:
+            pytest.skip(f"cannot make a private mount namespace here (needs root): {text.strip()[-300:]}")
+        raise AssertionError(text[-3000:])
+
+
+def test_a_node_without_the_shared_log_root_trains_and_resumes_from_the_bucket(cluster, tmp_path, supervisor_factory):
+    """Issue 22: with [jobs.backup] a job runs on a node that does not see its log_root (no storage marker there):
+    the node uploads the run's checkpoints to the bucket, and after a kill -9 the next attempt on that node resumes
+    from the bucket's newest checkpoint, which the supervisor verified and the node fetched."""
+    import json as _json
+
+    cluster.ensure_workers()
+    logs, bucket = tmp_path / "logs", tmp_path / "bucket"
+    _start_node_without(cluster, "w3", logs)
+    job = builtin_job("bk", runtime="ray", num_envs=32, max_iterations=100000, save_interval=2, stop_timeout=5.0,
+                      extra_args=["agent.num_steps_per_env=8"], ray={"num_gpus": 0, "num_cpus": 1, "nodes": ["w3"]},
+                      restart={"backoff_initial": 0.2, "backoff_max": 1.0}, backup={"url": f"file://{bucket}"})
+    sup = supervisor_factory(write_config(tmp_path, job, extra=f'\n[ray]\naddress = "{cluster.address}"\n'))
+
+    def manifest() -> list[dict]:
+        try:
+            return _json.loads((bucket / "bk" / "manifest.json").read_text())["checkpoints"]
+        except (OSError, ValueError):
+            return []
+
+    try:
+        wait_for(lambda: sup.job("bk")["node"] == "w3" and any(e["iteration"] >= 4 for e in manifest()), 120,
+                 what="checkpoints uploaded from the node")
+        assert not list(logs.rglob("model_*.pt")), "the supervisor's log_root got no checkpoint: not shared"
+        first = sup.job("bk")
+        assert first["restarts"] == 0 and first["state"] in ("starting", "running"), first
+        os.kill(first["pid"], signal.SIGKILL)  # the trainer, on the node, by pid
+        again = wait_for(lambda: (j := sup.job("bk"))["restarts"] == 1 and j["pid"] not in (None, first["pid"])
+                         and j, 60, what="the attempt after kill -9")
+        assert again["node"] == "w3"
+        events = sup.events("bk")
+        restored = [e for e in events if e["event"] == "backup_restored"]
+        started = [e for e in events if e["event"] == "started"]
+        assert restored and started[-1]["resume_from"]["iteration"] == restored[-1]["iteration"] >= 4, events
+        resumed = restored[-1]["iteration"]
+        # the node fetched it and trains on from it: a newer checkpoint of a new run reaches the bucket
+        wait_for(lambda: any(e["iteration"] > resumed and e["run"] != restored[-1]["key"].split("/")[0]
+                             for e in manifest()), 120, what="the resumed run's checkpoints in the bucket")
+    finally:
+        _leave_the_cluster_free(sup, "bk")
+        for pid in _procs_under(str(cluster.dirs["w3"])):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -73,6 +73,16 @@ METRICS: tuple[MetricDef, ...] = (
     _g("isaacd_job_spare_memory_bytes", ("job",), "Resident memory of the job's warm spare trainer (host RAM)."),
     _g("isaacd_job_spare_gpu_memory_bytes", ("job",),
        "GPU memory the warm spare holds (its CUDA context), as the spare measured it."),
+    # ---- backup ([jobs.backup], daemon/backup/): present for jobs with a backup target
+    _g("isaacd_backup_last_success_timestamp_seconds", ("job",),
+       "Unix time the newest checkpoint in the job's backup target was uploaded (from its manifest)."),
+    _g("isaacd_backup_last_iteration", ("job",), "Iteration of the newest checkpoint in the job's backup target."),
+    _g("isaacd_backup_lag_iterations", ("job",),
+       "Iterations between the newest complete local checkpoint and the newest one in the backup target."),
+    _c("isaacd_backup_bytes_total", ("job",), "Bytes of checkpoints uploaded to the backup target since isaacd started."),
+    _c("isaacd_backup_failures_total", ("job",),
+       "Failed upload passes (store unreachable, write refused, no credentials) since isaacd started; each is "
+       "retried with backoff."),
     _g("isaacd_job_gpu_assigned", ("job", "gpu"), "1 for each GPU the job is configured to use (gpu = GPU key or UUID)."),
     _g("isaacd_watchdog_state", ("job", "watchdog", "state"),
        "1 for the watchdog's current state, 0 for the others (ok, pending, tripped, warmup, disabled)."),

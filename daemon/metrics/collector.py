@@ -228,6 +228,15 @@ class IsaacdCollector(Collector):
             f.add("isaacd_job_spare_gpu_memory_bytes", [name], _num(spare.get("cuda_memory_bytes")))
         elif isinstance(spare, Mapping):
             f.add("isaacd_job_spare_ready", [name], 0)
+        backup = job.get("backup")
+        if isinstance(backup, Mapping):  # a job with a backup target ([jobs.backup])
+            last = backup.get("last_upload")
+            if isinstance(last, Mapping):
+                f.add("isaacd_backup_last_success_timestamp_seconds", [name], _num(last.get("time")))
+                f.add("isaacd_backup_last_iteration", [name], _num(last.get("iteration")))
+            f.add("isaacd_backup_lag_iterations", [name], _num(backup.get("lag_iterations")))
+            f.add("isaacd_backup_bytes_total", [name], _num(backup.get("bytes_total")))
+            f.add("isaacd_backup_failures_total", [name], _num(backup.get("failures_total")))
         for key in assigned_keys(job.get("gpus"), snap):  # "all" -> every GPU; refs -> GPU keys
             f.add("isaacd_job_gpu_assigned", [name, key], 1)
         wds = job.get("watchdogs")

@@ -17,7 +17,9 @@ are the same as for the other runtimes. What this runtime adds:
   the newest complete checkpoint in the shared log_root and this runtime places the next attempt elsewhere.
 - **Shared storage check.** Before each placement the supervisor writes a marker with a fresh value into
   the job's log_root; the actor reads it on its node before starting the trainer. Missing or different: the
-  attempt fails with the reason and the node is cordoned ("log_root not shared").
+  attempt fails with the reason and the node is cordoned ("log_root not shared") - unless the job has a backup
+  target ([jobs.backup]): then the bucket stands in for the shared log_root on that node (the actor fetches the
+  checkpoint the supervisor chose from the bucket and uploads the run's checkpoints itself: backup/remote.py).
 - **Output and side channel.** The trainer's output and the shim's events are written on the node and
   relayed by `status` calls into the head's log file and shim file, so `isaacd logs`, exit reasons quoting
   the output, and the runner's shim reading work unchanged.

@@ -2,7 +2,9 @@
 starts the trainer as a child process there and answers the supervisor's questions about it.
 
 Stdlib only (plus `ray` for the node's identity): it is imported by the Ray worker process on the node,
-from the same venv path as on the head. Every method returns at once; the supervisor calls `status` about
+from the same venv path as on the head. A job with a backup target on a node without the shared log_root also
+imports isaacd.backup (fsspec): the bucket stands in for the shared storage there (backup/remote.py).
+Every method returns at once; the supervisor calls `status` about
 every tick and relays the trainer's output and the shim's side channel to the head's files.
 
 The trainer dies with the actor: it is started with PR_SET_PDEATHSIG = SIGKILL, so a raylet that dies
@@ -25,6 +27,8 @@ from typing import Any
 from .proctree import process_tree  # stdlib only, like this module
 
 HEALTH_FILE_ENV = "ISAACD_AGENT_HEALTH_FILE"
+# [jobs.backup] for a node without the shared log_root (the names of backup/remote.py, which is imported only then)
+BACKUP_ENV, RESTORE_ENV = "ISAACD_BACKUP", "ISAACD_BACKUP_RESTORE"
 
 
 def node_health_file(configured: str | Path | None) -> Path:
@@ -79,6 +83,7 @@ class TrainerActor:
         self.started_at = time.time()
         self.container: str | None = None  # `podman run --name` of a containerised trainer ([jobs.ray] container)
         self.fenced: str | None = None  # why this actor stopped its trainer itself (another attempt owns the job)
+        self.backup: Any = None  # backup.remote.NodeBackup: uploads from this node when it lacks the shared log_root
         self.gpu_ids: list[str] = []
         self.node_id = ""
         try:
@@ -96,7 +101,9 @@ class TrainerActor:
     def launch(self, argv: list[str], env: dict[str, str], cwd: str, log_root: str, marker: str,
                nonce: str, work_dir: str, container: str | None = None, owner: str = "") -> dict[str, Any]:
         """Check the shared storage, start the trainer. Returns {"ok": True, pid, ...} or {"ok": False,
-        "error": ..., "kind": storage|workdir|spawn|gpu}.
+        "error": ..., "kind": storage|workdir|spawn|gpu|backup}. A job with a backup target (ISAACD_BACKUP in
+        `env`) on a node without the shared log_root fetches its checkpoint from the bucket first (kind "backup"
+        if that fails) and uploads the run's checkpoints from here (backup/remote.py).
 
         `container`: argv is `podman run --rm --name <container> ...`. A container of that name left on this node
         (an earlier attempt whose actor died) goes first, never two of a job; the GPUs Ray gave this actor are
@@ -106,8 +113,16 @@ class TrainerActor:
         """
         base = {"node_id": self.node_id, "hostname": os.uname().nodename, "gpu_ids": self.gpu_ids}
         problem = self._storage_problem(log_root, marker, nonce)
-        if problem is not None:
+        if problem is not None and not env.get(BACKUP_ENV):
             return {**base, "ok": False, "kind": "storage", "error": problem}
+        if problem is not None:  # no shared log_root here, but a backup target stands in for it
+            from ..backup.remote import NodeBackup
+
+            self.backup = NodeBackup(env)
+            fetch_problem = self.backup.fetch()
+            if fetch_problem is not None:
+                return {**base, "ok": False, "kind": "backup", "error": fetch_problem}
+        env = {k: v for k, v in env.items() if k not in (BACKUP_ENV, RESTORE_ENV)}  # not the trainer's business
         bad = self.unhealthy_gpus()
         if bad:
             return {**base, "ok": False, "kind": "gpu", "error": f"GPU {', '.join(bad)} unhealthy on this node"}
@@ -144,7 +159,9 @@ class TrainerActor:
             return {**base, "ok": False, "kind": "spawn", "error": f"cannot start {argv[0]}: {exc.strerror or exc}"}
         if owner:
             threading.Thread(target=self._fence, args=(Path(owner),), name="isaacd-fence", daemon=True).start()
-        return {**base, "ok": True, "pid": self.proc.pid}
+        if self.backup is not None:
+            self.backup.start(self.shim_path)
+        return {**base, "ok": True, "pid": self.proc.pid, "backup_on_node": self.backup is not None}
 
     def _fence(self, owner: Path) -> None:
         """Stop the trainer once the job's owner file names another attempt. An unreadable file (the shared
@@ -197,6 +214,10 @@ class TrainerActor:
             st["code"], st["signal"] = (None, -rc) if rc < 0 else (rc, None)
             if self.container and 128 < rc <= 128 + 64:  # podman run: 128 + n for a container killed by signal n
                 st["code"], st["signal"] = None, rc - 128
+            if self.backup is not None and not self.backup.drained():
+                st["more"] = True  # the last checkpoints are still going to the bucket: the exit is reported after
+        if self.backup is not None:
+            st["backup"] = self.backup.status()
         return st
 
     def unhealthy_gpus(self) -> list[str]:

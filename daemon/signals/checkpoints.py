@@ -14,7 +14,7 @@ import threading
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 # rsl_rl's own `model_<iter>.pt`, and the launcher shim's per-iteration `isaacd_snapshot_<iter>.pt` (the same
 # format, written by the runner's own save(); the name stays clear of Isaac Lab's default `model_.*.pt`)
@@ -184,12 +184,20 @@ def choose_resume(lineage: list[Lineage], before_iteration: int | None = None,
     known-bad iteration (rollback). For a layout that numbers each run from 0 (skrl), a run's checkpoints
     count on from the iteration its attempt resumed from, so every Checkpoint here is in the job's count.
     """
+    for run_dir, offset, bound in timeline(lineage, before_iteration):
+        found = newest_complete(run_dir, bound, rejected, layout, validator, offset)
+        if found is not None:
+            return found
+    return None
+
+
+def timeline(lineage: list[Lineage], before_iteration: int | None = None) -> Iterator[tuple[Path, int, int | None]]:
+    """The run dirs on the current timeline, newest attempt first: (run_dir, offset, bound), where `offset` is
+    the iteration the attempt resumed from (0: fresh) and `bound` the newest iteration of that run still on the
+    timeline (None: all of them). See choose_resume; the backup uploader walks the same timeline."""
     bound = None if before_iteration is None else before_iteration - 1
     for step in reversed(lineage):
         if step.run_dir is not None:
-            found = newest_complete(step.run_dir, bound, rejected, layout, validator, step.resume_iteration or 0)
-            if found is not None:
-                return found
+            yield step.run_dir, step.resume_iteration or 0, bound
         if step.resume_iteration is not None:
             bound = step.resume_iteration if bound is None else min(bound, step.resume_iteration)
-    return None
