@@ -25,44 +25,11 @@ from pathlib import Path
 import pytest
 
 from helpers import builtin_job, wait_for, write_config
+from isaaclab3_helpers import ASSET_ROOT, BOOT, PY, events, run_dirs, started, steps
 
 from isaacd.signals.checkpoints import newest_complete
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
-
-REPO = Path(__file__).resolve().parents[1]
-PY = Path(os.environ.get("ISAACLAB3_VENV", REPO / ".venv-isaaclab3")) / "bin" / "python"
-ASSET_ROOT = REPO / "tests" / "isaaclab3" / "asset_root"
-BOOT = 240  # seconds a launch may take to its first iteration on a loaded 2-core machine (cold Warp cache)
-
-
-def events(sp, job: str, kind: str) -> list[dict]:  # noqa: ANN001
-    return [e for e in sp.events(job) if e["event"] == kind]
-
-
-def started(sp, job: str) -> list[dict]:  # noqa: ANN001
-    return events(sp, job, "started")
-
-
-def run_dirs(sp, job: str) -> list[Path]:  # noqa: ANN001
-    out: list[Path] = []
-    for e in events(sp, job, "run_dir"):
-        if Path(e["run_dir"]) not in out:
-            out.append(Path(e["run_dir"]))
-    return out
-
-
-def steps(run_dir: Path) -> list[int]:
-    """Every iteration step a run logged to TensorBoard (rsl_rl's `.../time` tags are stepped by seconds)."""
-    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
-
-    out: set[int] = set()
-    for f in sorted(run_dir.rglob("events.out.tfevents.*")):
-        for ev in EventFileLoader(str(f)).Load():
-            if any(not v.tag.endswith("/time") for v in ev.summary.value):
-                out.add(ev.step)
-    return sorted(out)
-
 
 def _problem() -> str | None:
     if os.geteuid() != 0:

@@ -23,15 +23,9 @@ from pathlib import Path
 import pytest
 
 from helpers import BIN, builtin_job, wait_for, write_config
+from isaaclab3_helpers import ASSET_ROOT, BOOT, PY, TASK, events, run_dirs, started, steps
 
 from isaacd.signals.checkpoints import newest_complete
-
-REPO = Path(__file__).resolve().parents[1]
-VENV = Path(os.environ.get("ISAACLAB3_VENV", REPO / ".venv-isaaclab3"))
-PY = VENV / "bin" / "python"
-ASSET_ROOT = REPO / "tests" / "isaaclab3" / "asset_root"
-TASK = "Isaac-Cartpole-Direct"
-BOOT = 240  # seconds a launch may take to reach its first iteration on a loaded 2-core machine (cold Warp cache)
 
 pytestmark = pytest.mark.slow
 
@@ -57,7 +51,7 @@ def il3_job(name: str, library: str = "rsl_rl", lab: Path | None = None, **over)
     fields.update(over)
     # the divergence watchdog off: this is about crashes and resumes, and a value-loss spike right after a
     # resume of a barely trained cart-pole would roll the run back (the watchdog has tests of its own)
-    return builtin_job(name, **fields) + f"\n[jobs.watchdogs.divergence]\nenabled = false\n"
+    return builtin_job(name, **fields) + "\n[jobs.watchdogs.divergence]\nenabled = false\n"
 
 
 def checkout(root: Path) -> Path:
@@ -74,30 +68,6 @@ def checkout(root: Path) -> Path:
     sh.write_text(f'#!/bin/sh\n# Isaac Lab\'s launcher: -p runs its python\n[ "$1" = "-p" ] && shift\nexec {PY} "$@"\n')
     sh.chmod(0o755)
     return root
-
-
-def events(sp, job: str, kind: str) -> list[dict]:  # noqa: ANN001
-    return [e for e in sp.events(job) if e["event"] == kind]
-
-
-def run_dirs(sp, job: str) -> list[Path]:  # noqa: ANN001
-    out: list[Path] = []
-    for e in events(sp, job, "run_dir"):
-        if Path(e["run_dir"]) not in out:
-            out.append(Path(e["run_dir"]))
-    return out
-
-
-def steps(run_dir: Path) -> list[int]:
-    """Every iteration step a run logged to TensorBoard (rsl_rl's `.../time` tags are stepped by seconds)."""
-    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
-
-    out: set[int] = set()
-    for f in sorted(run_dir.rglob("events.out.tfevents.*")):
-        for ev in EventFileLoader(str(f)).Load():
-            if any(not v.tag.endswith("/time") for v in ev.summary.value):
-                out.add(ev.step)
-    return sorted(out)
 
 
 def kill_at_resume_point(sp, job: str, at_least: int, spare: bool = False) -> tuple[int, float, str]:  # noqa: ANN001
@@ -124,10 +94,6 @@ def training_again(sp, job: str, old_run: str, resume_point: int) -> dict:  # no
     `resume_point` in a new run dir."""
     return wait_for(lambda: (x := sp.job(job))["run_dir"] not in (None, old_run) and x["iteration"] is not None
                     and x["iteration"] >= resume_point and x, BOOT, interval=0.05, what="training again")
-
-
-def started(sp, job: str) -> list[dict]:  # noqa: ANN001
-    return events(sp, job, "started")
 
 
 def assert_clean_log(tmp_path: Path, job: str) -> None:
