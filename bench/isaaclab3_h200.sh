@@ -3,7 +3,8 @@
 # process runtime, then in Podman with CDI (nvidia.com/gpu=0, image "/:O"). Issue 19, item 4.
 #
 # The H200 has no network and takes at most 64 MiB per call (working tree + carry), so the wheels travel in four
-# parts (../shared/tools/device-wheels.sh ../shared/reference/isaaclab3-h200-wheels.txt .il3whl, where .il3whl
+# parts (the workplace's device-wheels.sh, from its shared tools, run as `device-wheels.sh
+# bench/isaaclab3-h200-wheels.txt .il3whl`; the list is the one that worked on 2026-12-04, and .il3whl
 # holds isaacd's own deps: pydantic, pydantic_core, annotated-types, typing-inspection, typing_extensions,
 # structlog, prometheus_client, nvidia-ml-py, podman, requests, urllib3, idna, charset-normalizer, certifi) and
 # Podman as Debian 12 .debs (.il3deb, the list in bench/gpu_container/README.md). /tmp on the H200 keeps what

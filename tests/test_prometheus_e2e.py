@@ -338,8 +338,14 @@ def test_gpu_series_attribution_and_collector_state(stack):
     # a process of no isaacd job: exported with job="" - which Prometheus (honor_labels) stores as no job label
     foreign = prom.result(f'isaacd_gpu_process_memory_used_bytes{{instance="{a}",pid="{os.getpid()}"}}')
     assert [(s["metric"]["gpu"], s["metric"].get("job", ""), float(s["value"][1])) for s in foreign] == [("0", "", 1e9)]
+    # the job's warm spare is a child too, with a CUDA context of its own: the job's memory, not a neighbour's
+    spare = stack.sup_a.job("cp")["spare"].get("pid")
+    if spare:
+        assert str(spare) in {s["metric"]["pid"] for s in mem}
     by_job = prom.result(f'sum by (job) (isaacd_gpu_process_memory_used_bytes{{instance="{a}",job!=""}})')
-    assert [(s["metric"]["job"], float(s["value"][1])) for s in by_job] == [("cp", 4e9)]
+    # 2e9 on each of the two GPUs for every process of the job: the trainer, and its spare when one is up
+    assert [(s["metric"]["job"], float(s["value"][1])) for s in by_job] == [("cp", 2e9 * len(mem))]
+    assert len(mem) in (2, 4)
     joined = prom.result(f'isaacd_gpu_power_watts{{instance="{a}"}} * on(instance, gpu) group_right '
                          f'isaacd_gpu_job_info{{instance="{a}",job="cp"}}')
     assert {(s["metric"]["job"], s["metric"]["gpu"]) for s in joined} == {("cp", "0"), ("cp", "1")}
