@@ -351,6 +351,22 @@ def get_checkpoint_path(
     """
     if run_dir is None:
         run_dir = ".*"
+    run_path = _last_run(log_path, run_dir, other_dirs, sort_alpha, missing_log_path_is_value_error=False)
+
+    model_checkpoints = [f for f in os.listdir(run_path) if re.match(checkpoint, f)]
+    if len(model_checkpoints) == 0:
+        raise ValueError(f"No checkpoints in the directory: '{run_path}' match '{checkpoint}'.")
+    model_checkpoints.sort(key=lambda m: f"{m:0>15}")
+    checkpoint_file = model_checkpoints[-1]
+    return os.path.join(run_path, checkpoint_file)
+
+
+def _last_run(log_path: str, run_dir: str, other_dirs: list[str] | None, sort_alpha: bool,
+              missing_log_path_is_value_error: bool) -> str:
+    """The run-selection half both generations of ``get_checkpoint_path`` share: ``re.match`` on the run names,
+    alphabetical (or by mtime), the last wins. A missing ``log_path`` raises FileNotFoundError in 2.x and the
+    "No runs present" ValueError in 3.0.0."""
+    caught = (IndexError, FileNotFoundError) if missing_log_path_is_value_error else (IndexError,)
     try:
         runs = [
             os.path.join(log_path, run) for run in os.scandir(log_path) if run.is_dir() and re.match(run_dir, run.name)
@@ -359,19 +375,9 @@ def get_checkpoint_path(
             runs.sort()
         else:
             runs = sorted(runs, key=os.path.getmtime)
-        if other_dirs is not None:
-            run_path = os.path.join(runs[-1], *other_dirs)
-        else:
-            run_path = runs[-1]
-    except IndexError:
+        return os.path.join(runs[-1], *other_dirs) if other_dirs is not None else runs[-1]
+    except caught:
         raise ValueError(f"No runs present in the directory: '{log_path}' match: '{run_dir}'.")
-
-    model_checkpoints = [f for f in os.listdir(run_path) if re.match(checkpoint, f)]
-    if len(model_checkpoints) == 0:
-        raise ValueError(f"No checkpoints in the directory: '{run_path}' match '{checkpoint}'.")
-    model_checkpoints.sort(key=lambda m: f"{m:0>15}")
-    checkpoint_file = model_checkpoints[-1]
-    return os.path.join(run_path, checkpoint_file)
 
 
 def retrieve_file_path(path: str) -> str:
@@ -391,20 +397,7 @@ def get_checkpoint_path_v3(
     """``isaaclab_tasks/utils/parse_cfg.py:get_checkpoint_path`` of isaaclab 3.0.0 (differs from the 2.x one above):
     a missing ``log_path`` is a ValueError too (not FileNotFoundError), an optional preferred pattern, and the
     checkpoints are sorted *naturally* (``model_10`` after ``model_9`` whatever the prefix length)."""
-    try:
-        runs = [
-            os.path.join(log_path, run) for run in os.scandir(log_path) if run.is_dir() and re.match(run_dir, run.name)
-        ]
-        if sort_alpha:
-            runs.sort()
-        else:
-            runs = sorted(runs, key=os.path.getmtime)
-        if other_dirs is not None:
-            run_path = os.path.join(runs[-1], *other_dirs)
-        else:
-            run_path = runs[-1]
-    except (IndexError, FileNotFoundError):
-        raise ValueError(f"No runs present in the directory: '{log_path}' match: '{run_dir}'.")
+    run_path = _last_run(log_path, run_dir, other_dirs, sort_alpha, missing_log_path_is_value_error=True)
     model_checkpoints = []
     if preferred_checkpoint is not None:
         model_checkpoints = [f for f in os.listdir(run_path) if re.match(preferred_checkpoint, f)]
