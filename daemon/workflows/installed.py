@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import subprocess
 from dataclasses import dataclass
-from functools import lru_cache
 
 from .base import WorkflowError
 
-DISTRIBUTION = "isaaclab"
 PROBE_TIMEOUT_S = 60.0  # `uv run` may resolve the project first
 _PROBE = ("import importlib.metadata as m\n"
           "try:\n    print('isaaclab=' + m.version('isaaclab'))\n"
@@ -28,8 +26,20 @@ class Probe:
     error: str | None = None  # the launcher could not be run at all
 
 
-@lru_cache(maxsize=64)
+# launcher -> what its Python said; a launcher that could not be run is not kept (it may be fixed by next time)
+_answers: dict[tuple[str, ...], Probe] = {}
+
+
 def _probe(launcher: tuple[str, ...]) -> Probe:
+    if launcher not in _answers:
+        probe = _run_probe(launcher)
+        if probe.error is not None:
+            return probe
+        _answers[launcher] = probe
+    return _answers[launcher]
+
+
+def _run_probe(launcher: tuple[str, ...]) -> Probe:
     try:
         out = subprocess.run([*launcher, "-c", _PROBE], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
                              stdin=subprocess.DEVNULL)
@@ -53,7 +63,6 @@ def installed_isaaclab(launcher: list[str]) -> str:
     shown = " ".join(launcher)
     probe = _probe(tuple(launcher))
     if probe.error is not None:
-        _probe.cache_clear()  # a launcher that failed to run is asked again next time (it may be fixed by then)
         raise WorkflowError("launcher", f"cannot run {shown!r} to read its Isaac Lab version: {probe.error}; launcher "
                                         "must start the Python that has isaaclab installed, e.g. "
                                         '["/opt/isaaclab/.venv/bin/python"]')
@@ -66,4 +75,4 @@ def installed_isaaclab(launcher: list[str]) -> str:
 
 def forget() -> None:
     """Ask every launcher again on next use (after a reload: a venv may have been upgraded)."""
-    _probe.cache_clear()
+    _answers.clear()
