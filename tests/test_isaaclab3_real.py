@@ -175,7 +175,9 @@ def test_checkout_form_cold_resume_completes(tmp_path, supervisor_factory):
 @pytest.mark.parametrize("library", ["skrl", "rl_games"])
 def test_skrl_and_rl_games_two_kills_then_completed(tmp_path, supervisor_factory, library):
     """The same contract through Isaac Lab's other backends (no shim there: checkpoints at the save interval)."""
-    total = 12
+    # room after the second kill: rl_games does an iteration in well under a second here, and a kill that came
+    # after the last checkpoint would find the job completed instead of restarting it
+    total = 40
     # the task's own agent configs (isaaclab_tasks/core/cartpole/agents): skrl's rollouts (32) said to isaacd, which
     # counts skrl's timesteps in them; rl_games' minibatch_size (16384) cut to one 16-env x 32-step batch, and its
     # torch.compile of the actor (rl_games 1.6.5 torch_runner.py, on by default) off: tens of seconds per launch on
@@ -188,8 +190,12 @@ def test_skrl_and_rl_games_two_kills_then_completed(tmp_path, supervisor_factory
     argv = started(sp, "lib")[0]["argv"]
     assert argv[1:5] == ["-m", "isaaclab", "train", "--rl_library"] and argv[5] == library
     for n in (1, 2):
-        j = wait_for(lambda: (x := sp.job("lib"))["state"] == "running" and x["checkpoint"]
-                     and x["checkpoint"]["iteration"] >= 2 * n and x, BOOT, interval=0.2, what=f"checkpoint {2 * n}")
+        # a checkpoint of attempt n itself (after its resume point), not one an earlier attempt left behind
+        floor = (started(sp, "lib")[-1]["resume_from"] or {"iteration": 0})["iteration"]
+        j = wait_for(lambda: (x := sp.job("lib"))["state"] == "running" and x["attempt"] == n and x["checkpoint"]
+                     and x["checkpoint"]["iteration"] > floor and x, BOOT, interval=0.2,
+                     what=f"a checkpoint of attempt {n}")
+        assert j["checkpoint"]["iteration"] < total, "the test kills too late: raise total"
         os.kill(j["pid"], signal.SIGKILL)
         wait_for(lambda: len(started(sp, "lib")) == n + 1, 60, what=f"restart {n}")
         assert started(sp, "lib")[-1]["resume_from"] is not None
