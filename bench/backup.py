@@ -39,7 +39,7 @@ from isaacd.backup.notes import Notes  # noqa: E402
 from isaacd.backup.objects import ObjectStore  # noqa: E402
 from isaacd.backup.restore import restore_newest  # noqa: E402
 from isaacd.backup.uploader import Run, Uploader  # noqa: E402
-from isaacd.signals.checkpoints import RSL_RL_LAYOUT  # noqa: E402
+from isaacd.observations.checkpoints import RSL_RL_LAYOUT  # noqa: E402
 from isaacd.workflows.validate import RSL_RL_4, VALIDATOR  # noqa: E402
 
 

@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from helpers import SupervisorProc, builtin_job, wait_for, write_config  # noqa: E402
 
 from isaacd.control import request  # noqa: E402
-from isaacd.signals.tensorboard import TensorBoardTail  # noqa: E402
+from isaacd.observations.tensorboard import TensorBoardTail  # noqa: E402
 
 JOB = "soak"
 

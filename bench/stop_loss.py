@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from helpers import SupervisorProc, builtin_job, wait_for, write_config  # noqa: E402
 
-from isaacd.signals.checkpoints import newest_complete  # noqa: E402
-from isaacd.signals.tensorboard import TensorBoardTail  # noqa: E402
+from isaacd.observations.checkpoints import newest_complete  # noqa: E402
+from isaacd.observations.tensorboard import TensorBoardTail  # noqa: E402
 
 FAST = ["agent.num_steps_per_env=8"]
 

@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from isaacd.signals.tensorboard import ScalarPoint, TensorBoardTail
+from isaacd.observations.tensorboard import ScalarPoint, TensorBoardTail
 from isaacd.watchdogs import config as wc
 from isaacd.watchdogs.base import GpuReading, JobView, XidEvent
 from isaacd.watchdogs.engine import WATCHDOG_CLASSES

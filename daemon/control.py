@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .logs import log
-from .messages import no_such_job
+from .wording import no_such_job
 
 if TYPE_CHECKING:
     from .supervisor import Supervisor

@@ -16,7 +16,7 @@ from typing import Any
 
 from .config import Config
 from .cudaoom import CudaOomLine, find_cuda_oom
-from .messages import no_such_job
+from .wording import no_such_job
 from .runtimes.base import ExitStatus, Handle
 
 

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from .config import JobConfig
-from .signals.checkpoints import Checkpoint
+from .observations.checkpoints import Checkpoint
 from .workflows import Resolved, resolve
 from .workflows.detect import isaaclab_dir
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from .config import JobConfig
 from .logs import log
-from .signals.checkpoints import RSL_RL_LAYOUT, CheckpointLayout, Lineage, choose_resume
+from .observations.checkpoints import RSL_RL_LAYOUT, CheckpointLayout, Lineage, choose_resume
 from .store import Attempt, HistoryCorrupt, JobHistory, StateStore
 
 # operator/watchdog stops are remembered; a supervisor shutdown is not (the next supervisor resumes)

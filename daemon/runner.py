@@ -33,13 +33,13 @@ from .joblogs import ExitWithOutput, exit_with_log_tail
 from .logs import log
 from .rebuild import load_history
 from .runtimes.base import ExitStatus, Handle, LaunchSpec, Runtime
-from .signals.checkpoints import Checkpoint, Lineage, Validator, choose_resume, sweep_snapshot_temps, timeline
+from .observations.checkpoints import Checkpoint, Lineage, Validator, choose_resume, sweep_snapshot_temps, timeline
 from .spare import SpareKeeper
-from .signals.tensorboard import ScalarPoint, TensorBoardTail, finite_or_none
+from .observations.tensorboard import ScalarPoint, TensorBoardTail, finite_or_none
 from .store import Attempt, JobHistory, StateStore
 from .workflows import Resolved, WorkflowError, resolve
 from .workflows.launcher import Program
-from .workflows.sidechannel import ShimEvents
+from .observations.shim_events import ShimEvents
 from .workflows.validate import VALIDATOR, expected_rsl_rl_format
 
 CHECKPOINT_SCAN_INTERVAL = 2.0

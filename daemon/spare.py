@@ -29,7 +29,7 @@ from .jobs.model import JobState
 from .logs import log
 from .runtimes.base import Handle, LaunchSpec, Runtime
 from .workflows.launcher import Program
-from .workflows.sidechannel import ShimEvents
+from .observations.shim_events import ShimEvents
 
 SPARE_CONTROL_ENV = "ISAACD_SPARE_CONTROL"
 RETRY_MIN, RETRY_MAX = 5.0, 300.0  # a spare that keeps dying is retried less and less often

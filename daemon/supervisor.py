@@ -271,13 +271,13 @@ class Supervisor:
             return {"ok": False, "error": str(exc)}
         forget_installed_isaaclab()  # a reload is when a venv's upgraded Isaac Lab is read again
         with self.lock:
-            changes = self._apply(new)
+            changes = self._apply_config(new)
         self.config_reloads += 1
         self.last_config_error = None
         log.info("config_reloaded", path=self.config_path, **changes)
         return {"ok": True, **changes}
 
-    def _apply(self, new: Config) -> dict[str, Any]:
+    def _apply_config(self, new: Config) -> dict[str, Any]:
         old = self.config
         ignored = [k for k in ("state_dir", "control_socket", "socket_mode")
                    if getattr(old.supervisor, k) != getattr(new.supervisor, k)]

@@ -20,7 +20,7 @@ from isaacd.backup.objects import ObjectStore
 from isaacd.backup.restore import restore_newest
 from isaacd.backup.uploader import Run, Uploader, sha256_of
 from isaacd.config import ConfigError, parse_config
-from isaacd.signals.checkpoints import RSL_RL_LAYOUT
+from isaacd.observations.checkpoints import RSL_RL_LAYOUT
 from isaacd.workflows.validate import RSL_RL_4, VALIDATOR
 
 

@@ -20,7 +20,7 @@ from isaacd.backup.config import BackupConfig
 from isaacd.backup.keeper import Fetching, JobBackup
 from isaacd.backup.uploader import Run, sha256_of
 from isaacd.runtimes.ray_actor import TrainerActor
-from isaacd.signals.checkpoints import RSL_RL_LAYOUT
+from isaacd.observations.checkpoints import RSL_RL_LAYOUT
 from isaacd.workflows.rsl_rl import RslRl
 from isaacd.workflows.base import Generation
 

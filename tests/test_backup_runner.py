@@ -21,7 +21,7 @@ from isaacd.config import parse_config
 from isaacd.jobs.messages import Stop
 from isaacd.jobs.model import Origin
 from isaacd.runner import JobRunner
-from isaacd.signals.checkpoints import RSL_RL_LAYOUT
+from isaacd.observations.checkpoints import RSL_RL_LAYOUT
 from isaacd.store import StateStore
 
 RUN = "2026-01-01_00-00-00_cp"

@@ -20,7 +20,7 @@ from isaacd.backup.objects import ObjectStore
 from isaacd.backup.restore import restore_newest
 from isaacd.backup.uploader import Run, Uploader
 from isaacd.config import parse_config
-from isaacd.signals.checkpoints import RSL_RL_LAYOUT
+from isaacd.observations.checkpoints import RSL_RL_LAYOUT
 
 pytest.importorskip("s3fs", reason="s3fs is not installed (scripts/install.sh installs it)")
 if weed_binary() is None:

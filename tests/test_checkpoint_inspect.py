@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from isaacd.signals.checkpoint_inspect import RSL_RL_2, RSL_RL_4, InspectError, inspect_checkpoint
-from isaacd.signals.checkpoints import Checkpoint
+from isaacd.observations.checkpoint_inspect import RSL_RL_2, RSL_RL_4, InspectError, inspect_checkpoint
+from isaacd.observations.checkpoints import Checkpoint
 from isaacd.workflows.validate import CheckpointValidator, expected_rsl_rl_format
 
 

@@ -349,7 +349,7 @@ def test_event_reader_waits_at_a_torn_tail_and_reads_past_a_hole(tmp_path):
     from tensorboard.compat.proto import event_pb2, summary_pb2
     from tensorboard.summary.writer.record_writer import RecordWriter
 
-    from isaacd.signals.tensorboard import TensorBoardTail
+    from isaacd.observations.tensorboard import TensorBoardTail
 
     path = tmp_path / "events.out.tfevents.1.host"
 

@@ -12,7 +12,7 @@ import pytest
 
 from helpers import builtin_job, wait_for, write_config
 
-from isaacd.signals.tensorboard import TensorBoardTail
+from isaacd.observations.tensorboard import TensorBoardTail
 
 pytestmark = pytest.mark.slow
 

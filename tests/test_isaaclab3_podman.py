@@ -27,7 +27,7 @@ import pytest
 from helpers import builtin_job, wait_for, write_config
 from isaaclab3_helpers import ASSET_ROOT, BOOT, PY, events, run_dirs, started, steps
 
-from isaacd.signals.checkpoints import newest_complete
+from isaacd.observations.checkpoints import newest_complete
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 

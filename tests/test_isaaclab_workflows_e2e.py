@@ -22,7 +22,7 @@ import pytest
 import torch
 from helpers import BIN, builtin_job, wait_for, write_config
 
-from isaacd.signals.checkpoints import list_checkpoints, newest_complete
+from isaacd.observations.checkpoints import list_checkpoints, newest_complete
 
 pytestmark = pytest.mark.slow
 

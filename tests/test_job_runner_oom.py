@@ -108,7 +108,7 @@ def test_a_spares_attempt_is_not_blamed_for_the_dead_trainers_oom(tmp_path):
 
     from isaacd.joblogs import exit_with_log_tail
     from isaacd.spare import SpareKeeper, _Spare
-    from isaacd.workflows.sidechannel import ShimEvents
+    from isaacd.observations.shim_events import ShimEvents
 
     cfg = parse_config(JOB, "t.toml", tmp_path).jobs[0]
     log = tmp_path / "cp.log"

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from isaacd.config import parse_config
-from isaacd.runtimes.base import LaunchSpec, RuntimeError_
+from isaacd.runtimes.base import LaunchSpec, RuntimeFailure
 from isaacd.runtimes.quadlet import (
     FIELDS,
     ContainerSpec,
@@ -110,7 +110,7 @@ def test_cdi_device_names_from_gpus():
     assert cdi_devices(job_from('[[jobs]]\nname = "a"\ndevice = "cuda"\n')) == ["nvidia.com/gpu=0"]
     assert cdi_devices(job_from('[[jobs]]\nname = "a"\ngpus = "all"\n')) == ["nvidia.com/gpu=all"]
     unchecked = job_from('[[jobs]]\nname = "a"\n').model_copy(update={"gpus": ["-0"]})  # config refuses it too
-    with pytest.raises(RuntimeError_, match="cannot start with '-'"):
+    with pytest.raises(RuntimeFailure, match="cannot start with '-'"):
         cdi_devices(unchecked)
 
 
@@ -197,9 +197,9 @@ def test_ports_are_loopback_only():
     assert parse_port("localhost:8080:80/udp", "j") == "127.0.0.1:8080:80/udp"
     assert parse_port("[::1]:7000:7000", "j") == "[::1]:7000:7000"
     for bad in ("0.0.0.0:8888:8888", "10.0.0.5:80:80", "[::]:80:80"):
-        with pytest.raises(RuntimeError_, match="127.0.0.1 only"):
+        with pytest.raises(RuntimeFailure, match="127.0.0.1 only"):
             parse_port(bad, "j")
-    with pytest.raises(RuntimeError_):
+    with pytest.raises(RuntimeFailure):
         parse_port("a:b:c:d", "j")
     cs = spec_for(job_from(JOBS["rsl_rl_gpus"]))
     assert cs.ports == ["127.0.0.1:6006:6006", "127.0.0.1:8888:8888", "127.0.0.1:9000:9000/udp", "[::1]:7000:7000"]

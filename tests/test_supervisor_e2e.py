@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from helpers import builtin_job, wait_for, write_config
 
-from isaacd.signals.checkpoints import list_checkpoints, newest_complete
-from isaacd.signals.tensorboard import TensorBoardTail
+from isaacd.observations.checkpoints import list_checkpoints, newest_complete
+from isaacd.observations.tensorboard import TensorBoardTail
 
 pytestmark = pytest.mark.slow
 

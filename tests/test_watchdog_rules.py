@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from isaacd.signals.tensorboard import ScalarPoint
+from isaacd.observations.tensorboard import ScalarPoint
 from isaacd.watchdogs import config as wc
 from isaacd.watchdogs.base import JobView
 from isaacd.watchdogs.divergence import DivergenceWatchdog

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from isaacd.config import parse_config
-from isaacd.signals.checkpoints import Checkpoint
+from isaacd.observations.checkpoints import Checkpoint
 from isaacd.workflows import WorkflowError, config_issues, regex_literal, resolve
 from isaacd.workflows.detect import resume_flavour
-from isaacd.workflows.sidechannel import ShimEvents
+from isaacd.observations.shim_events import ShimEvents
 
 CLI_ARGS_23 = '''
     arg_group.add_argument("--resume", action="store_true", default=False, help="Whether to resume from a checkpoint.")

@@ -16,7 +16,7 @@ import pytest
 
 from isaacd import launch
 from isaacd.config import parse_config
-from isaacd.signals.checkpoints import Checkpoint
+from isaacd.observations.checkpoints import Checkpoint
 from isaacd.workflows import WorkflowError, config_issues, resolve
 from isaacd.workflows.installed import forget
 

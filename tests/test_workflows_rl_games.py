@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from isaacd.config import parse_config
-from isaacd.signals.checkpoints import Checkpoint, Lineage, choose_resume
-from isaacd.signals.tensorboard import TensorBoardTail
+from isaacd.observations.checkpoints import Checkpoint, Lineage, choose_resume
+from isaacd.observations.tensorboard import TensorBoardTail
 from isaacd.workflows import WorkflowError, resolve
 from isaacd.workflows.params import yaml_int
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from isaacd.config import parse_config
-from isaacd.signals.checkpoints import Checkpoint, Lineage, choose_resume, list_checkpoints
+from isaacd.observations.checkpoints import Checkpoint, Lineage, choose_resume, list_checkpoints
 from isaacd.workflows import WorkflowError, resolve
 from isaacd.workflows.skrl import checkpoint_every, run_rollouts
 

@@ -18,7 +18,7 @@ import pytest
 from helpers import builtin_job, wait_for, write_config
 
 from isaacd.config import parse_config
-from isaacd.signals.checkpoints import newest_complete
+from isaacd.observations.checkpoints import newest_complete
 from isaacd.workflows import resolve
 
 pytestmark = pytest.mark.slow

@@ -28,7 +28,7 @@ from isaacd.config import load_config
 from isaacd.metrics.attribution import attribute_pids
 from isaacd.runtimes.base import LaunchSpec
 from isaacd.runtimes.quadlet import ContainerSpec, podman_binary, render_service, sd_split, unit_name
-from isaacd.signals.checkpoints import list_checkpoints, newest_complete
+from isaacd.observations.checkpoints import list_checkpoints, newest_complete
 from isaacd.workflows import resolve
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..signals.checkpoints import Checkpoint, CheckpointLayout
+from ..observations.checkpoints import Checkpoint, CheckpointLayout
 from .config import BackupConfig
 from .manifest import MANIFEST_KEY, Manifest, ManifestError
 from .notes import Notes

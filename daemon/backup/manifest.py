@@ -12,7 +12,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..signals.checkpoints import SNAPSHOT_PREFIX
+from ..observations.checkpoints import SNAPSHOT_PREFIX
 
 MANIFEST_KEY = "manifest.json"
 FORMAT = 1

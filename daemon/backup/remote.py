@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..signals.checkpoints import RSL_RL_LAYOUT, CheckpointLayout
+from ..observations.checkpoints import RSL_RL_LAYOUT, CheckpointLayout
 from .config import BackupConfig
 from .manifest import Entry
 from .notes import Notes
@@ -102,7 +102,7 @@ class NodeBackup:
 
     def start(self, shim_path: Path) -> None:
         """Upload the run's checkpoints while the trainer runs (the run dir as the shim reports it here)."""
-        from ..workflows.sidechannel import ShimEvents
+        from ..observations.shim_events import ShimEvents
 
         self._shim = ShimEvents(shim_path)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
-from ..signals.checkpoints import Checkpoint
+from ..observations.checkpoints import Checkpoint
 from .manifest import Entry, Manifest
 from .notes import Notes
 from .objects import ObjectStore

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..logs import log
-from ..signals.checkpoints import SNAPSHOT_PREFIX, Checkpoint, CheckpointLayout, checkpoint_problem, list_checkpoints
+from ..observations.checkpoints import SNAPSHOT_PREFIX, Checkpoint, CheckpointLayout, checkpoint_problem, list_checkpoints
 from .config import BackupConfig
 from .manifest import MANIFEST_KEY, Entry, Manifest, ManifestError
 from .notes import Notes

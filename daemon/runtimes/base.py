@@ -9,7 +9,7 @@ lock, so none of them may wait for anything slow):
   Exceptions: `adopt` and `find`, called once per job at recovery (supervisor start, before the
   first tick), may make a few bounded synchronous calls (each under a timeout) to answer.
 - `start(spec) -> Handle` launches *asynchronously* for the container runtimes: it checks what can
-  be checked at once (binaries present, the spec renders; errors raise `RuntimeError_`, a failed
+  be checked at once (binaries present, the spec renders; errors raise `RuntimeFailure`, a failed
   attempt), queues the launch and returns a Handle at once. Anything that goes wrong later
   (image missing, a stale unit of the job that will not stop) shows up as an `ExitStatus` from
   `poll` with `start_failed=True`. The process runtime forks directly (a fork+exec, ~ms).
@@ -129,7 +129,7 @@ class Handle:
         return self.state.get("pid")
 
 
-class RuntimeError_(Exception):
+class RuntimeFailure(RuntimeError):
     """Launching or controlling a trainer failed; the message says why and what to do."""
 
 
@@ -140,7 +140,7 @@ class Runtime(Protocol):
 
     def start(self, spec: LaunchSpec) -> Handle:
         """Launch one attempt; returns at once (the launch may still be in flight: see `poll`).
-        Raises RuntimeError_ for what can be known without waiting (no podman, no systemd, a bad spec)."""
+        Raises RuntimeFailure for what can be known without waiting (no podman, no systemd, a bad spec)."""
 
     def poll(self, handle: Handle) -> ExitStatus | None:
         """None while the trainer starts or runs; its exit status once it has ended. Never waits."""

@@ -34,7 +34,7 @@ from typing import Any
 
 from ..config import Config, JobConfig
 from ..logs import log
-from .base import ExitStatus, Handle, LaunchSpec, RuntimeError_
+from .base import ExitStatus, Handle, LaunchSpec, RuntimeFailure
 from .process import process_tree
 from .worker import Slot, SlottedRuntime, Worker
 from .quadlet import (
@@ -60,7 +60,7 @@ def _import_podman() -> Any:
     try:
         import podman  # noqa: PLC0415
     except ImportError:
-        raise RuntimeError_("runtime = \"podman\" needs podman-py: pip install 'isaacd[podman]'") from None
+        raise RuntimeFailure("runtime = \"podman\" needs podman-py: pip install 'isaacd[podman]'") from None
     return podman
 
 
@@ -92,7 +92,7 @@ class PodmanRuntime(SlottedRuntime):
             deadline = time.monotonic() + 20
             while not self._ping(c):
                 if time.monotonic() > deadline:
-                    raise RuntimeError_(f"the Podman API at {self.url} does not answer; start it with "
+                    raise RuntimeFailure(f"the Podman API at {self.url} does not answer; start it with "
                                         "`systemctl enable --now podman.socket` (or `podman system service --time=0`)")
                 time.sleep(0.1)
         self._client = c
@@ -109,7 +109,7 @@ class PodmanRuntime(SlottedRuntime):
         sock = self.socket_path
         podman = podman_binary()
         if sock is None or podman is None:
-            raise RuntimeError_(f"no Podman API at {self.url} and {'no podman binary' if podman is None else 'not a unix socket'}"
+            raise RuntimeFailure(f"no Podman API at {self.url} and {'no podman binary' if podman is None else 'not a unix socket'}"
                                 " to start one")
         sock.parent.mkdir(parents=True, exist_ok=True)
         argv = [podman, "system", "service", "--time=0", self.url]
@@ -198,7 +198,7 @@ class PodmanRuntime(SlottedRuntime):
             resp = client.api.post("/containers/create", data=json.dumps(body),
                                    headers={"content-type": "application/json"})
             if resp.status_code >= 400:
-                raise RuntimeError_(f"podman create {name}: {_api_error(resp)}")
+                raise RuntimeFailure(f"podman create {name}: {_api_error(resp)}")
             cid = resp.json()["Id"]
             resp = client.api.post(f"/containers/{cid}/start")
             if resp.status_code >= 400:
@@ -207,7 +207,7 @@ class PodmanRuntime(SlottedRuntime):
                     client.api.delete(f"/containers/{cid}", params={"force": True, "v": True})
                 except Exception:  # noqa: BLE001
                     pass
-                raise RuntimeError_(f"podman start {name}: {err}")
+                raise RuntimeFailure(f"podman start {name}: {err}")
             attrs = self._attrs(cid) or {}
             st["id"], st["pid"] = cid, attrs.get("State", {}).get("Pid") or None
             log.info("container_started", job=job, container=name, id=cid[:12], attempt=st.get("attempt"),
@@ -237,7 +237,7 @@ class PodmanRuntime(SlottedRuntime):
                         detail="a container of this job was running but not adopted; stopping it first")
             self._api_kill(job, old.id, _signal.SIGINT)
         elif now - since > STALE_STOP_MAX + 10:
-            raise RuntimeError_(f"container {name} of an earlier attempt would not stop (SIGKILL {10} s ago)")
+            raise RuntimeFailure(f"container {name} of an earlier attempt would not stop (SIGKILL {10} s ago)")
         elif now - since > STALE_STOP_MAX and not slot.cache.get("stale_killed"):
             slot.cache["stale_killed"] = True
             self._api_kill(job, old.id, _signal.SIGKILL)
@@ -357,7 +357,7 @@ class PodmanRuntime(SlottedRuntime):
             return self.find(job, token)
         try:
             attrs = self._attrs(state["id"])
-        except RuntimeError_ as exc:
+        except RuntimeFailure as exc:
             log.warning("podman_adopt_failed", job=job.name, error=str(exc))
             return None
         if attrs is None or _token_label(attrs.get("Config", {}).get("Labels") or {}) != token:
@@ -376,7 +376,7 @@ class PodmanRuntime(SlottedRuntime):
                 found = client.containers.list(all=True, filters={"label": f"{label}={token}"})
                 if found:
                     break
-        except RuntimeError_ as exc:
+        except RuntimeFailure as exc:
             log.warning("podman_find_failed", job=job.name, error=str(exc))
             return None
         if not found:

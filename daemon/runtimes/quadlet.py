@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..config import JobConfig
-from .base import LaunchSpec, RuntimeError_
+from .base import LaunchSpec, RuntimeFailure
 
 UNIT_PREFIX = "isaaclab-job-"
 
@@ -141,7 +141,7 @@ def cdi_devices(job: JobConfig) -> list[str]:
     try:
         return _cdi(job)
     except ValueError as exc:
-        raise RuntimeError_(str(exc)) from None
+        raise RuntimeFailure(str(exc)) from None
 
 
 def container_device_arg(job: JobConfig) -> str:
@@ -164,7 +164,7 @@ def parse_port(spec: str, job: str) -> str:
     if "/" in s:
         s, p = s.rsplit("/", 1)
         if p not in ("tcp", "udp", "sctp"):
-            raise RuntimeError_(f"job {job}: container.ports {spec!r}: protocol must be tcp, udp or sctp")
+            raise RuntimeFailure(f"job {job}: container.ports {spec!r}: protocol must be tcp, udp or sctp")
         proto = "/" + p
     ip = "127.0.0.1"
     if s.startswith("["):  # [::1]:8080:80
@@ -180,18 +180,18 @@ def parse_port(spec: str, job: str) -> str:
     elif len(parts) == 2:
         host, cont = parts
     else:
-        raise RuntimeError_(f"job {job}: container.ports {spec!r}: use \"PORT\", \"HOSTPORT:PORT\" or "
+        raise RuntimeFailure(f"job {job}: container.ports {spec!r}: use \"PORT\", \"HOSTPORT:PORT\" or "
                             "\"127.0.0.1:HOSTPORT:PORT\"")
     for p in (host, cont):
         if not re.fullmatch(r"\d{1,5}(-\d{1,5})?", p):
-            raise RuntimeError_(f"job {job}: container.ports {spec!r}: {p!r} is not a port (or range)")
+            raise RuntimeFailure(f"job {job}: container.ports {spec!r}: {p!r} is not a port (or range)")
     if ip not in LOOPBACK_NAMES:
         try:
             loop = ipaddress.ip_address(ip).is_loopback
         except ValueError:
             loop = False
         if not loop:
-            raise RuntimeError_(f"job {job}: container.ports {spec!r}: isaacd publishes ports on 127.0.0.1 only "
+            raise RuntimeFailure(f"job {job}: container.ports {spec!r}: isaacd publishes ports on 127.0.0.1 only "
                                 "(a port on 0.0.0.0 is open to the world); use an SSH tunnel to reach it")
     if ip == "localhost":
         ip = "127.0.0.1"
@@ -202,7 +202,7 @@ def parse_port(spec: str, job: str) -> str:
 def parse_volume(spec: str, job: str) -> tuple[str, str, str]:
     parts = spec.split(":")
     if len(parts) < 2 or len(parts) > 3 or not parts[0] or not parts[1].startswith("/"):
-        raise RuntimeError_(f"job {job}: container.volumes {spec!r}: use \"/host/path:/container/path[:ro]\"")
+        raise RuntimeFailure(f"job {job}: container.volumes {spec!r}: use \"/host/path:/container/path[:ro]\"")
     return parts[0], parts[1], parts[2] if len(parts) == 3 else ""
 
 
@@ -511,7 +511,7 @@ def _portmapping(p: str) -> dict[str, Any]:
 def parse_size(s: str) -> int:
     m = re.fullmatch(r"\s*(\d+)\s*([bkmg]?)b?\s*", s.lower())
     if not m:
-        raise RuntimeError_(f"shm_size {s!r}: use a size such as \"8g\" or \"512m\"")
+        raise RuntimeFailure(f"shm_size {s!r}: use a size such as \"8g\" or \"512m\"")
     return int(m.group(1)) * 1024 ** "bkmg".index(m.group(2) or "b")
 
 
@@ -668,11 +668,11 @@ def run_cmd(argv: list[str], timeout: float = 60, check: bool = True) -> subproc
         r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=clean_env(),
                            stdin=subprocess.DEVNULL)
     except FileNotFoundError:
-        raise RuntimeError_(f"{argv[0]}: not found") from None
+        raise RuntimeFailure(f"{argv[0]}: not found") from None
     except subprocess.TimeoutExpired:
-        raise RuntimeError_(f"`{' '.join(argv)}` did not finish within {timeout:g} s") from None
+        raise RuntimeFailure(f"`{' '.join(argv)}` did not finish within {timeout:g} s") from None
     if check and r.returncode != 0:
-        raise RuntimeError_(f"`{' '.join(argv)}` failed (exit {r.returncode}): {(r.stderr or r.stdout).strip()[-800:]}")
+        raise RuntimeFailure(f"`{' '.join(argv)}` failed (exit {r.returncode}): {(r.stderr or r.stdout).strip()[-800:]}")
     return r
 
 

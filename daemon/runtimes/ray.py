@@ -44,7 +44,7 @@ from typing import Any
 
 from ..config import Config, JobConfig, RayConfig
 from ..logs import log
-from .base import ExitStatus, Handle, LaunchSpec, RuntimeError_
+from .base import ExitStatus, Handle, LaunchSpec, RuntimeFailure
 from .worker import Slot, Worker
 
 SHIM_EVENTS_ENV = "ISAACD_SHIM_EVENTS"
@@ -475,7 +475,7 @@ class RayRuntime:
     def start(self, spec: LaunchSpec) -> Handle:
         why = ray_available()
         if why is not None:
-            raise RuntimeError_(f'runtime = "ray" needs the ray package in isaacd\'s venv ({why}): '
+            raise RuntimeFailure(f'runtime = "ray" needs the ray package in isaacd\'s venv ({why}): '
                                 "pip install 'ray[default]' (the same version as the cluster's)")
         from .. import launch
 

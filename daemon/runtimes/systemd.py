@@ -36,7 +36,7 @@ from typing import Any
 
 from ..config import Config, JobConfig
 from ..logs import log
-from .base import ExitStatus, Handle, LaunchSpec, RuntimeError_
+from .base import ExitStatus, Handle, LaunchSpec, RuntimeFailure
 from .worker import Slot, SlottedRuntime, Worker
 from .quadlet import (
     ContainerSpec,
@@ -130,9 +130,9 @@ class SystemdRuntime(SlottedRuntime):
         unit from there. A unit of the job still running unclaimed is stopped first, across ticks."""
         job = spec.job
         if not self.podman:
-            raise RuntimeError_("podman not found: install it (apt-get install podman) or use runtime = \"process\"")
+            raise RuntimeFailure("podman not found: install it (apt-get install podman) or use runtime = \"process\"")
         if not Path("/run/systemd/system").exists():
-            raise RuntimeError_("systemd is not PID 1 here: runtime = \"systemd\" needs it; "
+            raise RuntimeFailure("systemd is not PID 1 here: runtime = \"systemd\" needs it; "
                                 "use runtime = \"podman\" (Podman API) or \"process\"")
         state_dir = self.config.supervisor.state_dir if self.config else Path("/var/lib/isaacd")
         attempt = attempt_number(spec, state_dir)
@@ -173,7 +173,7 @@ class SystemdRuntime(SlottedRuntime):
             self._ctl("daemon-reload", timeout=120)
             props = self.show(unit)
             if props["LoadState"] != "loaded":
-                raise RuntimeError_(self._why_not_loaded(unit, path, props["LoadState"]))
+                raise RuntimeFailure(self._why_not_loaded(unit, path, props["LoadState"]))
             self._ctl("reset-failed", unit, check=False)
             st["prev_invocation"] = props["InvocationID"]
             st["started_at"] = time.time()  # START_GRACE and the journal are counted from here
@@ -211,7 +211,7 @@ class SystemdRuntime(SlottedRuntime):
                         detail="a unit of this job was running but not adopted; stopping it first")
             self._ctl("stop", "--no-block", unit)
         elif now - since > grace + 10:
-            raise RuntimeError_(f"{unit} of an earlier attempt would not stop ({active} for {now - since:.0f} s)")
+            raise RuntimeFailure(f"{unit} of an earlier attempt would not stop ({active} for {now - since:.0f} s)")
         elif now - since > grace and not slot.cache.get("stale_killed"):
             slot.cache["stale_killed"] = True
             self._ctl("kill", "-s", "SIGKILL", unit, check=False)
@@ -296,7 +296,7 @@ class SystemdRuntime(SlottedRuntime):
             out = run_cmd(["journalctl", "-b", "-o", "json", "--no-pager", "-q", "_PID=1", f"UNIT={unit}",
                            f"INVOCATION_ID={invocation}", f"MESSAGE_ID={MSG_STOPPING}", f"MESSAGE_ID={MSG_STOPPED}"],
                           check=False, timeout=20).stdout
-        except RuntimeError_:
+        except RuntimeFailure:
             return False
         return '"JOB_TYPE":"stop"' in out.replace(" ", "")
 
@@ -310,7 +310,7 @@ class SystemdRuntime(SlottedRuntime):
             argv.append(f"--since=@{max(int(since) - 1, 0)}")
         try:
             out = run_cmd(argv, check=False, timeout=20).stdout
-        except RuntimeError_:
+        except RuntimeFailure:
             return None
         by_inv: dict[str, dict[str, Any]] = {}
         order: list[str] = []
@@ -375,7 +375,7 @@ class SystemdRuntime(SlottedRuntime):
     def _system_stopping(self) -> bool:
         try:
             out = self._ctl("is-system-running", check=False, timeout=10).strip()
-        except RuntimeError_:
+        except RuntimeFailure:
             return False
         return out == "stopping"
 
@@ -387,7 +387,7 @@ class SystemdRuntime(SlottedRuntime):
             r = run_cmd([self.podman, "events", "--stream=false", "--since", str(since), "--until", "0s",
                          "--filter", f"container={st['container']}", "--filter", "event=oom",
                          "--format", "{{.Status}}"], check=False, timeout=10)
-        except RuntimeError_:
+        except RuntimeFailure:
             return False
         return "oom" in r.stdout
 
@@ -418,7 +418,7 @@ class SystemdRuntime(SlottedRuntime):
         name = _signal.Signals(sig).name.removeprefix("SIG")
         try:
             run_cmd([self.podman or "podman", "kill", "--signal", name, st["container"]], timeout=30)
-        except RuntimeError_ as exc:
+        except RuntimeFailure as exc:
             log.warning("podman_kill_failed", unit=st["unit"], error=str(exc), detail="using systemctl kill")
             self._ctl("kill", "-s", f"SIG{name}", st["unit"], check=False)
 
@@ -462,7 +462,7 @@ class SystemdRuntime(SlottedRuntime):
         try:
             written = path.stat().st_mtime
             p = self.show(unit)
-        except (OSError, RuntimeError_):
+        except (OSError, RuntimeFailure):
             return None
         # the unit's activation on the monotonic clock vs the file's mtime on the wall clock
         mono_written = (written - time.time() + time.monotonic()) * 1e6

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..signals.tensorboard import ScalarPoint
+from ..observations.tensorboard import ScalarPoint
 from .config import WatchdogCommon
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import JobConfig
-from ..signals.checkpoints import Checkpoint, CheckpointLayout
+from ..observations.checkpoints import Checkpoint, CheckpointLayout
 
 
 class WorkflowError(Exception):

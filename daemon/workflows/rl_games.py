@@ -33,7 +33,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ..config import JobConfig
-from ..signals.checkpoints import Checkpoint, CheckpointLayout
+from ..observations.checkpoints import Checkpoint, CheckpointLayout
 from .base import RL_GAMES_DEVICE_KEYS, Generation, Workflow, WorkflowError
 from .params import override_int, yaml_float, yaml_int
 from .rsl_rl import TIMESTAMP_RE

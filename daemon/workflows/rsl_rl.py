@@ -30,7 +30,7 @@ import re
 from pathlib import Path
 
 from ..config import JobConfig
-from ..signals.checkpoints import RSL_RL_LAYOUT, Checkpoint
+from ..observations.checkpoints import RSL_RL_LAYOUT, Checkpoint
 from .base import RSL_RL_DEVICE_KEYS, Generation, Workflow, regex_literal
 
 TIMESTAMP_RE = r"\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}"

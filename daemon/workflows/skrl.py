@@ -35,7 +35,7 @@ import re
 from pathlib import Path
 
 from ..config import JobConfig
-from ..signals.checkpoints import Checkpoint, CheckpointLayout
+from ..observations.checkpoints import Checkpoint, CheckpointLayout
 from .base import Generation, Workflow, WorkflowError
 from .params import override_int, yaml_int
 from .rsl_rl import TIMESTAMP_RE

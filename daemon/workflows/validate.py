@@ -16,8 +16,8 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from ..signals.checkpoint_inspect import RSL_RL_2, RSL_RL_4, CheckpointInfo, InspectError, inspect_checkpoint
-from ..signals.checkpoints import Checkpoint
+from ..observations.checkpoint_inspect import RSL_RL_2, RSL_RL_4, CheckpointInfo, InspectError, inspect_checkpoint
+from ..observations.checkpoints import Checkpoint
 
 def expected_rsl_rl_format(rsl_rl_version: str | None, generation_major: int, builtin: bool) -> str | None:
     """The key layout this job's trainer writes and loads; None when not known yet (accept either)."""
