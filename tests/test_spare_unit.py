@@ -110,10 +110,29 @@ def test_a_spare_that_dies_is_replaced_after_a_growing_wait(world):
     assert len(kernel.spawns) == 2
 
 
-def test_a_spare_is_killed_when_the_job_comes_to_rest(world):
+def test_a_spare_is_killed_when_the_job_comes_to_rest_and_leaves_no_fifo(world):
     pid = _ready_spare(world)
     world["keeper"].tick(JobState.STOPPED, PROGRAM, 30.0)
     assert world["kernel"].group_signals == [(pid, signal.SIGKILL)] and world["keeper"].spare is None
+    assert world["said"][-1] == ("spare_stopped", {"pid": pid, "reason": "the job is stopped"})
+    assert not list((world["state"] / "spare" / "p").glob("*.fifo"))
+    assert world["keeper"].status()["state"] == "none"
+
+
+def test_without_the_launcher_shim_there_is_no_spare_and_status_says_why(world):
+    no_shim = Program(prefix=["python3", "train.py"], suffix=[], shim=False)
+    world["keeper"].tick(JobState.RUNNING, no_shim, 10.0)
+    assert world["kernel"].spawns == []
+    assert world["keeper"].status() == {"state": "off",
+                                        "reason": "the launcher shim is off (shim = false), or a raw command"}
+
+
+def test_a_spare_left_by_the_previous_supervisor_is_killed(world):
+    kernel: FakeOs = world["kernel"]
+    leftover = kernel.add(1, env={"ISAACD_LAUNCH_TOKEN": "tok-spare"})
+    world["keeper"].kill_leftover("tok-spare")
+    assert kernel.group_signals == [(leftover.pid, signal.SIGKILL)] and leftover.pid not in kernel.procs
+    assert world["said"][-1] == ("spare_stopped", {"pid": leftover.pid, "reason": "left by the previous supervisor"})
 
 
 def test_status_shows_the_spares_memory_from_proc(world):
