@@ -17,6 +17,7 @@ from isaacd.config import parse_config
 from isaacd.jobs.model import JobState
 from isaacd.runtimes.process import ProcessRuntime
 from isaacd.spare import RETRY_MIN, SPARE_CONTROL_ENV, SpareKeeper
+from isaacd.workflows import resolve
 from isaacd.workflows.launcher import Program
 
 from os_fakes import FakeOs
@@ -119,8 +120,12 @@ def test_a_spare_is_killed_when_the_job_comes_to_rest_and_leaves_no_fifo(world):
     assert world["keeper"].status()["state"] == "none"
 
 
-def test_without_the_launcher_shim_there_is_no_spare_and_status_says_why(world):
-    no_shim = Program(prefix=["python3", "train.py"], suffix=[], shim=False)
+def test_without_the_launcher_shim_there_is_no_spare_and_status_says_why(world, tmp_path):
+    # the program the runner builds for a builtin job with `shim = false` (test_instant_recovery's e2e case)
+    cfg = parse_config(f'[[jobs]]\nname = "p"\nlog_root = "{tmp_path}/logs"\nshim = false\n', "t.toml",
+                       tmp_path).jobs[0]
+    no_shim = resolve(cfg).program(in_container=False)
+    assert no_shim.spare_head is None
     world["keeper"].tick(JobState.RUNNING, no_shim, 10.0)
     assert world["kernel"].spawns == []
     assert world["keeper"].status() == {"state": "off",
