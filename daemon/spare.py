@@ -27,6 +27,7 @@ from . import launch
 from .config import JobConfig
 from .jobs.model import JobState
 from .logs import log
+from .oscalls import HOST_OS, OsCalls, ProcFs
 from .runtimes.base import Handle, LaunchSpec, Runtime
 from .workflows.launcher import Program
 from .observations.shim_events import ShimEvents
@@ -66,8 +67,10 @@ class _Spare:
 class SpareKeeper:
     """Keeps at most one spare for one job: starts it, watches it, hands it over, kills it."""
 
-    def __init__(self, cfg: JobConfig, runtime: Runtime, state_dir: Path, event: Callable[..., None]):
+    def __init__(self, cfg: JobConfig, runtime: Runtime, state_dir: Path, event: Callable[..., None],
+                 oscalls: OsCalls = HOST_OS):
         self.cfg, self.runtime, self.state_dir, self._event = cfg, runtime, state_dir, event
+        self.oscalls = oscalls
         self.spare: _Spare | None = None
         self.retry_at = 0.0
         self._retry_delay = RETRY_MIN
@@ -114,7 +117,7 @@ class SpareKeeper:
         control = base / f"control-{token}.fifo"
         events = base / f"events-{token}.jsonl"
         try:
-            os.mkfifo(control, 0o600)
+            self.oscalls.mkfifo(control, 0o600)
         except OSError as exc:
             self.log.warning("spare_not_started", error=str(exc))
             self.retry_at = now + RETRY_MAX
@@ -152,21 +155,21 @@ class SpareKeeper:
             return None
         line = (json.dumps(go) + "\n").encode()
         try:
-            fd = os.open(sp.control, os.O_WRONLY | os.O_NONBLOCK)
+            fd = self.oscalls.open_fd(sp.control, os.O_WRONLY | os.O_NONBLOCK)
         except OSError as exc:  # ENXIO: nobody reads the FIFO any more (the spare is going away)
             self.log.warning("spare_handover_failed", error=str(exc))
             self.kill("handover failed")
             return None
         try:
-            written = os.write(fd, line)  # one write below PIPE_BUF-sized chunks is not guaranteed: check
+            written = self.oscalls.write_fd(fd, line)  # one write below PIPE_BUF-sized chunks is not guaranteed: check
             while written < len(line):
-                written += os.write(fd, line[written:])
+                written += self.oscalls.write_fd(fd, line[written:])
         except OSError as exc:
             self.log.warning("spare_handover_failed", error=str(exc))
-            os.close(fd)
+            self.oscalls.close_fd(fd)
             self.kill("handover failed")
             return None
-        os.close(fd)
+        self.oscalls.close_fd(fd)
         self.spare = None
         sp.control.unlink(missing_ok=True)
         # the attempt's output starts here: what the dead trainer wrote after the spare started is not the
@@ -174,7 +177,7 @@ class SpareKeeper:
         log_path = sp.handle.state.get("log_path")
         if log_path:
             try:
-                sp.handle.state["log_offset"] = os.path.getsize(log_path)
+                sp.handle.state["log_offset"] = self.oscalls.file_size(log_path)
             except OSError:
                 pass
         return sp.handle, sp.token
@@ -218,18 +221,18 @@ class SpareKeeper:
         sp = self.spare
         if sp is None:
             return {"state": "off" if self.off_reason else "none", "reason": self.off_reason}
-        rss = _rss_bytes(sp.handle.pid)
+        rss = _rss_bytes(sp.handle.pid, self.oscalls)
         return {"state": "ready" if sp.ready else "starting", "pid": sp.handle.pid,
                 "rss_bytes": rss if rss is not None else sp.facts.get("rss_bytes"),
                 "preload_seconds": sp.facts.get("preload_seconds"),
                 "cuda_memory_bytes": sp.facts.get("cuda_memory_bytes")}
 
 
-def _rss_bytes(pid: int | None) -> int | None:
+def _rss_bytes(pid: int | None, procfs: ProcFs = HOST_OS) -> int | None:
     if pid is None:
         return None
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        for line in procfs.read_proc(pid, "status").decode(errors="replace").splitlines():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):

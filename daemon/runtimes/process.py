@@ -9,41 +9,33 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-from pathlib import Path
 from typing import Any
 
 from ..config import JobConfig
+from ..oscalls import HOST_OS, Child, OsCalls, ProcFs
 from .base import ExitStatus, Handle, LaunchSpec
-from .proctree import process_tree
+from .proctree import process_tree, read_stat
 
 TOKEN_ENV = "ISAACD_LAUNCH_TOKEN"  # set in the trainer's environment: `find` reads it back from /proc
 
 
-def _proc_start_time(pid: int) -> int | None:
+def _proc_start_time(pid: int, procfs: ProcFs = HOST_OS) -> int | None:
     """Kernel start time of a pid (clock ticks since boot): guards adoption against PID reuse."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # comm may contain spaces and parentheses; fields after the last ')' are fixed
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return int(fields[19])
+    stat = read_stat(procfs, pid)
+    return None if stat is None else stat.start_time
 
 
-def _is_zombie(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat[stat.rindex(")") + 2] == "Z"
+def _is_zombie(pid: int, procfs: ProcFs = HOST_OS) -> bool:
+    stat = read_stat(procfs, pid)
+    return stat is None or stat.state == "Z"
 
 
 class ProcessRuntime:
     name = "process"
 
-    def __init__(self) -> None:
-        self._children: dict[int, subprocess.Popen[bytes]] = {}
+    def __init__(self, oscalls: OsCalls = HOST_OS) -> None:
+        self.oscalls = oscalls
+        self._children: dict[int, Child] = {}
 
     def start(self, spec: LaunchSpec) -> Handle:
         """fork+exec of the trainer (a few ms); nothing waits for it."""
@@ -53,12 +45,9 @@ class ProcessRuntime:
             env[TOKEN_ENV] = spec.token
         with open(spec.log_path, "ab", buffering=0) as log:
             log_offset = log.seek(0, os.SEEK_END)  # where this attempt's output starts (exit reasons quote it)
-            proc = subprocess.Popen(
-                spec.argv, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
-            )
+            proc = self.oscalls.spawn(spec.argv, cwd=spec.cwd, env=env, stdout=log, new_session=True)
         self._children[proc.pid] = proc
-        state = {"pid": proc.pid, "pgid": proc.pid, "start_time": _proc_start_time(proc.pid),
+        state = {"pid": proc.pid, "pgid": proc.pid, "start_time": _proc_start_time(proc.pid, self.oscalls),
                  "log_path": str(spec.log_path), "log_offset": log_offset}
         if spec.token:
             state["token"] = spec.token
@@ -75,20 +64,20 @@ class ProcessRuntime:
             self._reap_group(handle)
             return ExitStatus(signal=-rc) if rc < 0 else ExitStatus(code=rc)
         # Adopted: not our child, so no exit status; watch the pid (and its start time) instead.
-        if _proc_start_time(pid) == handle.state.get("start_time") and not _is_zombie(pid):
+        if self._same_process(pid, handle.state.get("start_time")):
             return None
         return ExitStatus(detail="ended while the supervisor was not running; exit status unknown")
 
     def _reap_group(self, handle: Handle) -> None:
         # Helpers the trainer spawned may outlive it; they belong to the attempt, not the host.
         try:
-            os.killpg(handle.state["pgid"], signal.SIGKILL)
+            self.oscalls.killpg(handle.state["pgid"], signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
 
     def signal(self, handle: Handle, sig: int) -> None:
         try:
-            os.killpg(handle.state["pgid"], sig)
+            self.oscalls.killpg(handle.state["pgid"], sig)
         except ProcessLookupError:
             pass
 
@@ -97,11 +86,11 @@ class ProcessRuntime:
 
     def pids(self, handle: Handle) -> list[int]:
         pid = handle.state["pid"]
-        return process_tree(pid) if Path(f"/proc/{pid}").exists() else []
+        return process_tree(pid, self.oscalls) if self.oscalls.proc_exists(pid) else []
 
     def adopt(self, job: JobConfig, state: dict[str, Any]) -> Handle | None:
         pid = state.get("pid")
-        if not pid or _proc_start_time(pid) != state.get("start_time") or _is_zombie(pid):
+        if not pid or not self._same_process(pid, state.get("start_time")):
             return self.find(job, state.get("token", "")) if state.get("token") and not pid else None
         return Handle("process", job.name, dict(state))
 
@@ -112,26 +101,28 @@ class ProcessRuntime:
         if not token:
             return None
         needle = f"{TOKEN_ENV}={token}".encode()
-        uid = os.getuid()
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            pid = int(entry.name)
+        uid = self.oscalls.getuid()
+        for pid in self.oscalls.list_pids():
             try:
-                if entry.stat().st_uid != uid:
+                if self.oscalls.proc_owner(pid) != uid:
                     continue
-                with open(f"/proc/{pid}/environ", "rb") as fh:
-                    if needle not in fh.read().split(b"\0"):
-                        continue
-                if os.getsid(pid) != pid or os.getpgid(pid) != pid or _is_zombie(pid):
+                if needle not in self.oscalls.read_proc(pid, "environ").split(b"\0"):
+                    continue
+                if self.oscalls.getsid(pid) != pid or self.oscalls.getpgid(pid) != pid \
+                        or _is_zombie(pid, self.oscalls):
                     continue
             except (OSError, ProcessLookupError):
                 continue
-            start_time = _proc_start_time(pid)
+            start_time = _proc_start_time(pid, self.oscalls)
             if start_time is None:
                 continue
             return Handle("process", job.name, {"pid": pid, "pgid": pid, "start_time": start_time, "token": token})
         return None
+
+    def _same_process(self, pid: int, start_time: int | None) -> bool:
+        """pid is still the live process that had `start_time` (not ended, not a zombie, not a reused pid)."""
+        stat = read_stat(self.oscalls, pid)
+        return stat is not None and stat.start_time == start_time and stat.state != "Z"
 
     def cleanup(self, handle: Handle) -> bool:
         return True  # start() holds nothing that outlives the trainer (the group was reaped by poll)

@@ -1,0 +1,125 @@
+"""The OS seam: every call the process runtime, the process-tree walk and the spare keeper make to the kernel.
+
+Modelled on supervisord's `options` object (supervisor/options.py `ServerOptions.fork`, `.kill`, `.setpgrp`,
+`.execve`, `.waitpid`), which its process code calls as `self.config.options.kill(pid, sig)` and its unit tests
+replace with a recording `DummyOptions` (supervisor/tests/base.py). Here the same split: each method below is
+one thin call with no decision in it; what to spawn, which group to signal, how to read a wait status and
+whether a pid is still ours is decided by the callers, so their unit tests run against a fake
+(tests/os_fakes.py) without a single process, and the e2e tests prove this thin layer on the real kernel.
+
+Stdlib only: the Ray actor imports runtimes/proctree.py (and so this module) on the node.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import BinaryIO, Mapping, Protocol, Sequence
+
+
+class Child(Protocol):
+    """A process we spawned (subprocess.Popen is one): its pid, and its exit once it has ended."""
+
+    pid: int
+
+    def poll(self) -> int | None:
+        """None while it runs; then its return code, reaped: the exit code, or -N for a death by signal N."""
+
+
+class ProcFs(Protocol):
+    """Reading /proc: what the process-tree walk needs (runtimes/proctree.py)."""
+
+    def list_pids(self) -> list[int]:
+        """Every pid /proc shows now."""
+
+    def read_proc(self, pid: int, name: str) -> bytes:
+        """/proc/<pid>/<name> (stat, environ, status, ...). Raises OSError once the pid is gone."""
+
+    def proc_exists(self, pid: int) -> bool:
+        """/proc/<pid> is there (a zombie is there too)."""
+
+    def proc_owner(self, pid: int) -> int:
+        """The uid owning /proc/<pid>. Raises OSError once the pid is gone."""
+
+
+class OsCalls(ProcFs, Protocol):
+    """Everything else the process runtime and the spare keeper ask the kernel for."""
+
+    def spawn(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], stdout: BinaryIO,
+              new_session: bool) -> Child:
+        """fork+exec: stdin from /dev/null, stdout and stderr both to `stdout`, no other descriptor inherited;
+        `new_session` makes the child a session and process-group leader (setsid). Raises OSError when the
+        program cannot be executed."""
+
+    def killpg(self, pgid: int, sig: int) -> None:
+        """Signal a whole process group. Raises ProcessLookupError when the group is empty."""
+
+    def getuid(self) -> int: ...
+
+    def getsid(self, pid: int) -> int: ...
+
+    def getpgid(self, pid: int) -> int: ...
+
+    def mkfifo(self, path: Path, mode: int) -> None: ...
+
+    def open_fd(self, path: Path, flags: int) -> int: ...
+
+    def write_fd(self, fd: int, data: bytes) -> int:
+        """Write what the kernel takes now; returns how many bytes that was."""
+
+    def close_fd(self, fd: int) -> None: ...
+
+    def file_size(self, path: str | Path) -> int: ...
+
+
+class HostOs:
+    """The real kernel. One call per method, no logic: the logic is in the callers, under unit test."""
+
+    def list_pids(self) -> list[int]:
+        return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()]
+
+    def read_proc(self, pid: int, name: str) -> bytes:
+        with open(f"/proc/{pid}/{name}", "rb") as fh:
+            return fh.read()
+
+    def proc_exists(self, pid: int) -> bool:
+        return Path(f"/proc/{pid}").exists()
+
+    def proc_owner(self, pid: int) -> int:
+        return os.stat(f"/proc/{pid}").st_uid
+
+    def spawn(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], stdout: BinaryIO,
+              new_session: bool) -> Child:
+        return subprocess.Popen(list(argv), cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=stdout,
+                                stderr=subprocess.STDOUT, start_new_session=new_session, close_fds=True)
+
+    def killpg(self, pgid: int, sig: int) -> None:
+        os.killpg(pgid, sig)
+
+    def getuid(self) -> int:
+        return os.getuid()
+
+    def getsid(self, pid: int) -> int:
+        return os.getsid(pid)
+
+    def getpgid(self, pid: int) -> int:
+        return os.getpgid(pid)
+
+    def mkfifo(self, path: Path, mode: int) -> None:
+        os.mkfifo(path, mode)
+
+    def open_fd(self, path: Path, flags: int) -> int:
+        return os.open(path, flags)
+
+    def write_fd(self, fd: int, data: bytes) -> int:
+        return os.write(fd, data)
+
+    def close_fd(self, fd: int) -> None:
+        os.close(fd)
+
+    def file_size(self, path: str | Path) -> int:
+        return os.path.getsize(path)
+
+
+HOST_OS: OsCalls = HostOs()  # the default everywhere; tests pass a fake at construction instead
