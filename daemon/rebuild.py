@@ -109,10 +109,10 @@ def rebuild(store: StateStore, cfg: JobConfig, state_dir: Path) -> tuple[JobHist
 
     live = _live_trainer(cfg, events, state_dir) if cfg.runtime == "process" else None
     if live is not None:
-        pid, handle, run_dir = live
+        pid, handle, live_run_dir = live
         history.attempts.append(Attempt(
             number=len(history.attempts) + 1, started_at=now, reason="rebuilt from disk: trainer still running",
-            run_dir=run_dir, runtime="process", handle=handle))
+            run_dir=live_run_dir, runtime="process", handle=handle))
     else:
         final = _final_state(events)
         if final is not None:

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Generic, TypeVar, cast, overload
 
-from .attempt.crashpoint import CRASH_AT_ENV, crash_point
-from .attempt.observer import AttemptObserver
+from .attempt.crashpoint import crash_point
+from .attempt.observer import AttemptObserver, LiveAttempt
 from .attempt.planner import GpuCheck, LaunchPlanner, WaitingForCheckpoint
-from .attempt.record import WARN_EVENTS, JobRecord
+from .attempt.record import JobRecord
 from .attempt.recovery import recovery_messages
 from .attempt.setting import JobSetting, lineage, validator
 from .attempt.starter import AttemptStarter
@@ -33,19 +33,19 @@ from .gpumemory import OomNote
 from .jobs import machine
 from .jobs.effects import Effect, Event, Forget, Kill, Launch, Persist, Signal
 from .jobs.messages import Exited, LaunchRefused, LaunchUnfinished, Message, Tick
-from .jobs.model import JobState, LaunchIntent
+from .jobs.model import JobModel, JobState, LaunchIntent
 from .jobs.policy import num_envs_in_use
 from .logs import log
-from .observations.checkpoints import timeline
+from .observations.checkpoints import Checkpoint, timeline
 from .observations.tensorboard import ScalarPoint, finite_or_none
 from .runtimes.base import Handle, Runtime
 from .spare import SpareKeeper
-from .store import StateStore
-from .workflows import WorkflowError
+from .store import JobHistory, StateStore
+from .workflows import Resolved, WorkflowError
 from .workflows.launcher import Program
 
-__all__ = ["CRASH_AT_ENV", "WARN_EVENTS", "JobRunner", "JobSignals", "crash_point"]
 CHECKPOINT_SCAN_INTERVAL = 2.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class JobSignals:
 
 
 
-class _Kept:
+class _Kept(Generic[T]):
     """A runner attribute that one of its parts keeps: read (and written) through, under the runner's old name."""
 
     def __init__(self, part: str, name: str | None = None) -> None:
@@ -77,28 +77,36 @@ class _Kept:
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = self.name or name
 
-    def __get__(self, runner: Any, owner: type | None = None) -> Any:
-        return self if runner is None else getattr(getattr(runner, self.part), self.name)
+    @overload
+    def __get__(self, runner: None, owner: type) -> "_Kept[T]": ...
+    @overload
+    def __get__(self, runner: object, owner: type | None = None) -> T: ...
 
-    def __set__(self, runner: Any, value: Any) -> None:
+    def __get__(self, runner: object, owner: type | None = None) -> "T | _Kept[T]":
+        return self if runner is None else cast(T, getattr(getattr(runner, self.part), self.name))
+
+    def __set__(self, runner: object, value: T) -> None:
         setattr(getattr(runner, self.part), self.name, value)
 
 
 class JobRunner:
-    cfg = _Kept("setting")  # a reload assigns it: every part sees the new config
-    resolved = _Kept("setting")
-    history = _Kept("record")
-    model = _Kept("record")
-    persist_error = _Kept("record")  # the last failed save, until a save succeeds
-    live = _Kept("observer")
-    iteration = _Kept("observer")
-    scalars = _Kept("observer")
-    last_progress_mono = _Kept("observer")
-    last_progress_wall = _Kept("observer")
-    _checkpoint = _Kept("observer", "checkpoint")
-    cleanups = _Kept("observer", "ended")  # ended trainers whose runtime resources are still being released
-    gpu_check = _Kept("planner")  # a GPU the job names that this host lacks: why it cannot start
-    gpu_memory = _Kept("observer")  # the job's GPUs at a CUDA out-of-memory (name, attempt start) -> note
+    cfg: _Kept[JobConfig] = _Kept("setting")  # a reload assigns it: every part sees the new config
+    resolved: _Kept[Resolved | None] = _Kept("setting")
+    history: _Kept[JobHistory] = _Kept("record")
+    model: _Kept[JobModel] = _Kept("record")
+    persist_error: _Kept[str | None] = _Kept("record")  # the last failed save, until a save succeeds
+    live: _Kept[LiveAttempt] = _Kept("observer")
+    iteration: _Kept[int | None] = _Kept("observer")
+    scalars: _Kept[dict[str, float]] = _Kept("observer")
+    last_progress_mono: _Kept[float | None] = _Kept("observer")
+    last_progress_wall: _Kept[float | None] = _Kept("observer")
+    _checkpoint: _Kept[Checkpoint | None] = _Kept("observer", "checkpoint")
+    # ended trainers whose runtime resources are still being released
+    cleanups: _Kept[list[Handle]] = _Kept("observer", "ended")
+    # a GPU the job names that this host lacks: why it cannot start
+    gpu_check: _Kept[GpuCheck | None] = _Kept("planner")
+    # the job's GPUs at a CUDA out-of-memory (name, attempt start) -> note
+    gpu_memory: _Kept[Callable[[str, float | None], OomNote] | None] = _Kept("observer")
 
     def __init__(self, cfg: JobConfig, runtime: Runtime, store: StateStore, state_dir: Path,
                  clock: Clock | None = None, *, gpu_check: GpuCheck | None = None,

@@ -1,7 +1,7 @@
 """The eyes on the current attempt: the runtime's poll, the TensorBoard tail and the shim's events, turned into
 messages for the machine (Progressed, Exited) and facts for the history (run dir, exit, checkpoint at exit).
 
-It acts on nothing: what an observation means is jobs/machine.py's business. Nothing here blocks (the runtimes
+It acts on no trainer: what an observation means is jobs/machine.py's business. Nothing here blocks (the runtimes
 answer at once, runtimes/base.py; the shim's file and the tail are read where they are)."""
 
 from __future__ import annotations

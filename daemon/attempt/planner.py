@@ -125,7 +125,7 @@ class LaunchPlanner:
                           run_dirs_before, spare_token)
 
 
-def started_event(plan: LaunchPlan, pid: int | None, cfg: JobConfig, contract: str, warm: bool) -> dict[str, Any]:
+def started_event(plan: LaunchPlan, pid: int | None, cfg: JobConfig, contract: str | None, warm: bool) -> dict[str, Any]:
     """The `started` event's fields."""
     a = plan.attempt
     return {"attempt": a.number, "reason": a.reason, "pid": pid, "resume_from": a.resume_from,
