@@ -23,7 +23,7 @@ from typing import Any
 from .config import JobConfig
 from .logs import log
 from .observations.checkpoints import RSL_RL_LAYOUT, CheckpointLayout, Lineage, choose_resume
-from .store import Attempt, HistoryCorrupt, JobHistory, StateStore
+from .store import Attempt, HistoryCorrupt, JobHistory, LegacyCounters, StateStore
 
 # operator/watchdog stops are remembered; a supervisor shutdown is not (the next supervisor resumes)
 _NOT_FINAL_REASONS = ("supervisor shutdown", "removed from config")
@@ -86,7 +86,10 @@ def own_run_dirs(cfg: JobConfig, events: list[dict[str, Any]]) -> list[Path]:
 def rebuild(store: StateStore, cfg: JobConfig, state_dir: Path) -> tuple[JobHistory, dict[str, Any]]:
     events = [e for e in store.events(cfg.name) if e.get("event") != "journal_damaged"]
     now = time.time()
-    history = JobHistory(name=cfg.name)
+    # the counters and resting state the journal shows, turned into the job's model by the runner (as an older
+    # document's are)
+    counters = LegacyCounters()
+    history = JobHistory(name=cfg.name, legacy=counters)
     resumed_from = _resume_points(events)
     for i, run_dir in enumerate(own_run_dirs(cfg, events), start=1):
         try:
@@ -99,27 +102,27 @@ def rebuild(store: StateStore, cfg: JobConfig, state_dir: Path) -> tuple[JobHist
             ended_at=now, exit={"code": None, "signal": None, "oom_killed": False, "external_stop": False,
                                 "detail": "history rebuilt from disk"}))
     restarts = [e for e in events if e["event"] == "started" and e.get("reason") not in ("initial", "operator start")]
-    history.restarts = len(restarts)
-    history.restart_times = [float(e["time"]) for e in restarts]
+    counters.restarts = len(restarts)
+    counters.restart_times = [float(e["time"]) for e in restarts]
     if restarts:
-        history.last_restart_reason = str(restarts[-1].get("reason"))
+        counters.last_restart_reason = str(restarts[-1].get("reason"))
 
     live = _live_trainer(cfg, events, state_dir) if cfg.runtime == "process" else None
     if live is not None:
-        pid, handle, run_dir = live
+        pid, handle, live_run_dir = live
         history.attempts.append(Attempt(
             number=len(history.attempts) + 1, started_at=now, reason="rebuilt from disk: trainer still running",
-            run_dir=run_dir, runtime="process", handle=handle))
+            run_dir=live_run_dir, runtime="process", handle=handle))
     else:
         final = _final_state(events)
         if final is not None:
-            history.final_state, history.final_reason = final
+            counters.final_state, counters.final_reason = final
     newest = choose_resume([Lineage(Path(a.run_dir) if a.run_dir else None,
                                     a.resume_from["iteration"] if a.resume_from else None)
                             for a in history.attempts], layout=_layout(cfg))
     facts = {"run_dirs": [a.run_dir for a in history.attempts if a.run_dir],
              "checkpoint": newest.iteration if newest else None,
-             "adopting_pid": live[0] if live else None, "final_state": history.final_state}
+             "adopting_pid": live[0] if live else None, "final_state": counters.final_state}
     return history, facts
 
 

@@ -16,7 +16,9 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field, fields
+import types
+import typing
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,16 +69,28 @@ class Attempt:
 
 
 @dataclass
-class JobHistory:
-    name: str
+class LegacyCounters:
+    """What a history written before the state machine (no `machine`) said about the job's decisions.
+
+    Read from such a document (or rebuilt from the journal, rebuild.py) and turned into the job's model once
+    (attempt/record.py); never saved: the model is the one place the counters and the resting state live."""
+
     restarts: int = 0
-    restart_times: list[float] = field(default_factory=list)
+    restart_times: list[float] = field(default_factory=list)  # wall-clock seconds
     restarts_by_reason: dict[str, int] = field(default_factory=dict)
     last_restart_reason: str | None = None
     rollbacks: int = 0
     watchdog_trips: dict[str, int] = field(default_factory=dict)  # "watchdog/action" -> count
     final_state: str | None = None  # stopped | completed | failed, when the job is not meant to run
     final_reason: str | None = None
+
+
+@dataclass
+class JobHistory:
+    """The facts of a job (its attempts, what its trainer reported) and, in `machine`, its decision state
+    (jobs/model.py JobModel.to_json: restarts, counters, resting state), the only copy of those."""
+
+    name: str
     trainer_rsl_rl_version: str | None = None  # as the shim last reported it: which checkpoints load
     last_iteration: int | None = None  # the last values seen, for status after a supervisor restart
     last_mean_reward: float | None = None
@@ -86,49 +100,62 @@ class JobHistory:
     machine: dict[str, Any] | None = None
     boot_id: str | None = None
     spare_token: str | None = None  # the warm spare's launch token: a new supervisor stops a leftover spare
+    # an older document's decision fields, until the runner turns them into a model (not saved)
+    legacy: LegacyCounters | None = field(default=None, compare=False)
 
     @property
     def current(self) -> Attempt | None:
         return self.attempts[-1] if self.attempts else None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        legacy = d.pop("legacy")
+        if self.machine is None and legacy is not None:  # not migrated yet (rebuild.py saves before the runner)
+            d.update(legacy)
+        return d
 
     @classmethod
     def from_json(cls, data: Any) -> "JobHistory":
         """Raises ValueError saying what is wrong. Keys this version does not know (written by a newer
-        isaacd) are ignored, so a downgrade keeps the history instead of throwing it away."""
+        isaacd) are ignored, so a downgrade keeps the history instead of throwing it away. A document
+        without `machine` keeps its older decision fields in `legacy`."""
         if not isinstance(data, dict):
             raise ValueError(f"expected a JSON object, found {type(data).__name__}")
         raw_attempts = data.get("attempts", [])
         if not isinstance(raw_attempts, list):
             raise ValueError("attempts: expected a list")
         attempts = [_build(Attempt, a, f"attempts[{i}]") for i, a in enumerate(raw_attempts)]
-        return _build(cls, {k: v for k, v in data.items() if k != "attempts"}, "", attempts=attempts)
+        legacy = None
+        if data.get("machine") is None:
+            legacy = _build(LegacyCounters, data, "")
+        own = {k: v for k, v in data.items() if k not in ("attempts", "legacy")}
+        return _build(cls, own, "", attempts=attempts, legacy=legacy)
 
 
-# JSON types each field may hold; None is allowed only where the default is None.
-_TYPES: dict[str, tuple[type, ...]] = {
-    "number": (int,), "started_at": (int, float), "reason": (str,), "resume_from": (dict,), "run_dir": (str,),
-    "runtime": (str,), "handle": (dict,), "ended_at": (int, float), "exit": (dict,), "checkpoint_at_exit": (int,),
-    "name": (str,), "restarts": (int,), "restart_times": (list,), "restarts_by_reason": (dict,),
-    "last_restart_reason": (str,), "rollbacks": (int,), "watchdog_trips": (dict,), "final_state": (str,),
-    "final_reason": (str,), "shim_events": (str,), "last_iteration": (int,), "trainer_rsl_rl_version": (str,),
-    "last_mean_reward": (int, float), "last_fps": (int, float), "token": (str,), "machine": (dict,),
-    "boot_id": (str,), "spare_token": (str,),
-}
-_NULLABLE = {"resume_from", "run_dir", "ended_at", "exit", "checkpoint_at_exit", "last_restart_reason",
-             "final_state", "final_reason", "shim_events", "last_iteration", "trainer_rsl_rl_version",
-             "last_mean_reward", "last_fps", "token", "machine", "boot_id", "spare_token"}
+def _json_types(cls: Any) -> dict[str, tuple[tuple[type, ...], bool]]:
+    """Field name -> (the JSON types it may hold, whether null is allowed), from the dataclass's own hints."""
+    out: dict[str, tuple[tuple[type, ...], bool]] = {}
+    for name, hint in typing.get_type_hints(cls).items():
+        args = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+        kinds: list[type] = []
+        for a in args:
+            base = typing.get_origin(a) or a
+            if base is float:
+                kinds += [int, float]
+            elif base is not type(None):
+                kinds.append(base)
+        out[name] = (tuple(kinds), type(None) in args)
+    return out
 
 
 def _build(cls: Any, data: Any, where: str, **extra: Any) -> Any:
     if not isinstance(data, dict):
         raise ValueError(f"{where or 'document'}: expected a JSON object, found {type(data).__name__}")
-    known = {f.name for f in fields(cls)}
-    kwargs = {k: v for k, v in data.items() if k in known}
+    hints = _json_types(cls)
+    kwargs = {k: v for k, v in data.items() if k in hints and k not in extra}
     for k, v in kwargs.items():
-        ok = (v is None and k in _NULLABLE) or (isinstance(v, _TYPES.get(k, (object,))) and not isinstance(v, bool))
+        kinds, nullable = hints[k]
+        ok = (v is None and nullable) or (isinstance(v, kinds) and not isinstance(v, bool))
         if not ok:
             raise ValueError(f"{where + '.' if where else ''}{k}: unexpected value {v!r:.60}")
     try:

@@ -1,6 +1,6 @@
 """Kill the real supervisor (SIGKILL, as a power cut) at each effect boundary and check what the next one does.
 
-The boundary is chosen with ISAACD_TEST_CRASH_AT (runner.crash_point): after an intent was saved and before
+The boundary is chosen with ISAACD_TEST_CRASH_AT (attempt/crashpoint.py): after an intent was saved and before
 the effect acted, after the effect and before its result was saved, after an exit was seen and before it
 was saved. Trainers here are real processes (a shell loop that exits 0 on SIGINT); the invariants are what
 an operator would notice: never two trainers for one job, never an orphan, an operator's stop honoured, a

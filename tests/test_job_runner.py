@@ -232,3 +232,24 @@ def test_state_dir_file_is_what_a_new_runner_reads(world):
     tick(r, world)
     doc = Path(world["dir"] / "jobs" / "cp.json").read_text()
     assert '"machine"' in doc and '"state": "starting"' in doc
+
+
+def test_gpu_check_and_gpu_memory_are_given_at_construction_or_set_later(world):
+    r = JobRunner(world["cfg"], world["rt"], StateStore(world["dir"]), world["dir"], world["clock"],
+                  gpu_check=lambda cfg: "GPU 3 is not on this host", gpu_memory=None)
+    r.recover()
+    tick(r, world)
+    assert r.state.value == "failed" and r.model.reason == "cannot start: GPU 3 is not on this host"
+    assert world["rt"].trainers == {}
+    r.gpu_check = None  # as the supervisor sets it today
+    assert r.planner.gpu_check is None and r.gpu_check is None
+    r.handle_message(Start(Origin.OPERATOR, "operator start"))
+    tick(r, world)
+    assert r.state.value == "starting" and len(world["rt"].live()) == 1
+
+
+def test_a_reload_reaches_every_part_of_the_runner(world):
+    r = runner(world)
+    new = world["cfg"].model_copy(update={"stop_timeout": 3.0})
+    r.cfg = new  # what supervisor.py does on a reload
+    assert r.setting.cfg is new and r.observer.setting.cfg is new and r.planner.setting.cfg is new

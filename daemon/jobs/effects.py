@@ -2,7 +2,7 @@
 
 Order is the crash-consistency contract: a decision that matters is `Persist`ed before the effect that
 acts on it (`Signal`, `Kill`, `Launch`), so a supervisor killed between the two finds the intent on disk
-and finishes it (recovery replays intents; replays are idempotent, see runner.recover).
+and finishes it (recovery replays intents; replays are idempotent, see attempt/recovery.py).
 """
 
 from __future__ import annotations

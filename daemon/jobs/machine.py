@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, replace
 
 from . import policy as P
 from .effects import Effect, Event, Forget, Kill, Launch, Persist, Signal
-from .messages import (CudaOom, Exited, LaunchRefused, Message, Progressed, Restart, Start, Stop, Tick,
-                       WatchdogTrip)
+from .messages import (Adopted, CudaOom, Exited, LaunchRefused, LaunchUnfinished, Message, Progressed, Restart,
+                       Start, Stop, Tick, WatchdogTrip)
 from .model import JobModel, JobState, LaunchIntent, Origin, StopIntent, Then, bump, check_transition
 
 S = JobState
@@ -73,6 +73,10 @@ def decide(m: JobModel, msg: Message, ctx: Context) -> Decision:
         new, reply = _restart(m, msg, ctx, out)
     elif isinstance(msg, WatchdogTrip):
         new, reply = _watchdog(m, msg, ctx, out)
+    elif isinstance(msg, Adopted):
+        new, reply = _adopted(m, out), None
+    elif isinstance(msg, LaunchUnfinished):
+        new, reply = _launch_unfinished(m, msg, out), None
     else:  # pragma: no cover - the type union is closed
         raise TypeError(f"not a job message: {msg!r}")
     return Decision(new, tuple(out.effects), reply)
@@ -364,3 +368,26 @@ def _watchdog(m: JobModel, trip: WatchdogTrip, ctx: Context, out: _Out) -> tuple
             return _stop(m, Stop(Origin.THERMAL, reason, final=False, park=True), ctx, out)
         return _stop(m, Stop(Origin.WATCHDOG, reason), ctx, out)
     return m, None  # log / power-cap: recorded, nothing more
+
+
+# ---- what a supervisor start found (attempt/recovery.py) ---------------------------------------
+def _adopted(m: JobModel, out: _Out) -> JobModel:
+    """A live trainer adopted: a stop the previous supervisor began is finished, on its saved deadline (the model
+    says whether it had come to SIGKILL; the runner skips a SIGINT the trainer already saw)."""
+    if m.state != S.STOPPING or m.stop is None:
+        return m
+    out.add(Kill() if m.stop.killed else Signal(int(_signal.SIGINT)))
+    out.add(Event("stop_resumed", {"reason": m.stop.reason, "then": m.stop.then.value,
+                                   "detail": "a stop in flight when the supervisor stopped; carried on"}))
+    return m
+
+
+def _launch_unfinished(m: JobModel, msg: LaunchUnfinished, out: _Out) -> JobModel:
+    """The launch the model decided never got a trainer: carry it out (the decision is on disk already)."""
+    if m.state != S.STARTING:
+        return m
+    if msg.replayed:
+        out.add(Event("launch_replayed", {"reason": m.launch.reason,
+                                          "detail": "the supervisor stopped during this launch; launching it again"}))
+    out.add(Launch(m.launch))
+    return m

@@ -107,4 +107,22 @@ class Exited:
 
 
 Observation = Tick | Progressed | LaunchRefused | Exited
-Message = Command | Observation
+
+
+# ---- what a supervisor start finds (attempt/recovery.py) -------------------------------------
+@dataclass(frozen=True)
+class Adopted:
+    """A supervisor start found the open attempt's trainer alive and now watches it. A stop that was in flight
+    is carried on: SIGINT again (unless the trainer said it saw it), or SIGKILL when it had come to that."""
+
+
+@dataclass(frozen=True)
+class LaunchUnfinished:
+    """The model says starting, yet no trainer runs for the launch: the supervisor stopped during it (`replayed`),
+    or it waited for the backup's checkpoint, which is here now. Launch it (again)."""
+
+    replayed: bool = True
+
+
+Recovered = Adopted | LaunchUnfinished
+Message = Command | Observation | Recovered

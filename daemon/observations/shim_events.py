@@ -5,6 +5,9 @@ the trainer's environment). The shim writes each line with one O_APPEND write, s
 whole lines except, at worst, a torn last one after a crash: that one is left for the next poll
 and skipped once a newer line follows it. Events are the shim's: shim_started, checkpoint_loaded,
 runner_started, checkpoint_saved, stop_requested, stopped, learn_finished.
+
+Their meaning is read here once: `poll` folds each event into the attempt's `report` (everything said so far)
+and into `news` (what arrived since `take_news`), so readers look at typed fields, never at event names.
 """
 
 from __future__ import annotations
@@ -25,9 +28,27 @@ class ShimReport:
     loaded_iteration: int | None = None
     checkpoints: list[tuple[int, str]] = field(default_factory=list)
     stop_signal: str | None = None
+    stop_requested: bool = False  # the trainer saw the stop (SIGINT): never signal it twice
     stopped_checkpoint: str | None = None
     finished: bool = False
     rsl_rl_version: str | None = None
+
+
+@dataclass(frozen=True)
+class TrainerStopped:
+    """The trainer stopped on request, having saved `checkpoint` (trainer's path) at `iteration`."""
+
+    iteration: int | None
+    checkpoint: str | None
+
+
+@dataclass
+class ShimNews:
+    """What the shim said since the last `take_news`, for the supervisor to act on once."""
+
+    saved: list[str] = field(default_factory=list)  # checkpoint paths as the trainer sees them
+    loaded: list[str] = field(default_factory=list)  # the checkpoint the trainer loaded (one per start)
+    stopped: list[TrainerStopped] = field(default_factory=list)
 
 
 class ShimEvents:
@@ -35,6 +56,7 @@ class ShimEvents:
         self.path = path
         self._offset = 0
         self.report = ShimReport()
+        self.news = ShimNews()
         self.bad_lines = 0
 
     def poll(self) -> list[dict[str, Any]]:
@@ -61,20 +83,29 @@ class ShimEvents:
                 out.append(ev)
         return out
 
+    def take_news(self) -> ShimNews:
+        """What arrived since the last call (after `poll`), handed over once."""
+        news, self.news = self.news, ShimNews()
+        return news
+
     def _fold(self, ev: dict[str, Any]) -> None:
-        r, kind = self.report, ev.get("event")
+        r, news, kind = self.report, self.news, ev.get("event")
         if kind == "runner_started":
             r.run_dir = ev.get("run_dir") or r.run_dir
             r.start_iteration = ev.get("start_iteration")
             r.rsl_rl_version = ev.get("rsl_rl_version") or r.rsl_rl_version
         elif kind == "checkpoint_loaded":
             r.loaded, r.loaded_iteration = ev.get("path"), ev.get("iteration")
+            news.loaded.append(str(ev.get("path")))
         elif kind == "checkpoint_saved" and ev.get("path"):
             r.checkpoints.append((int(ev.get("iteration") or 0), str(ev["path"])))
+            news.saved.append(str(ev["path"]))
         elif kind == "stop_requested":
-            r.stop_signal = ev.get("signal")
+            r.stop_signal, r.stop_requested = ev.get("signal"), True
         elif kind == "stopped":
             r.stopped_checkpoint = ev.get("checkpoint")
+            saved = ev.get("checkpoint")
+            news.stopped.append(TrainerStopped(ev.get("iteration"), str(saved) if saved else None))
         elif kind == "learn_finished":
             r.finished = True
         elif kind == "shim_started":

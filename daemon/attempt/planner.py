@@ -1,0 +1,133 @@
+"""Plans attempt N of a job: a value, never an act. `LaunchPlanner.plan` checks the GPUs, resolves the workflow,
+chooses the checkpoint (rejecting those the trainer cannot load, fetching the bucket's newest when the disk has
+none), and numbers, seeds and spells out the attempt. It answers with a `LaunchPlan` for the starter
+(starter.py), a `LaunchRefused` for the machine to decide on (jobs/machine.py settles the job, not this), or a
+`WaitingForCheckpoint` while the backup fetches one. It saves nothing and starts nothing."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from .. import launch
+from ..backup.keeper import Fetching, JobBackup
+from ..clock import Clock
+from ..config import JobConfig
+from ..jobs.messages import LaunchRefused
+from ..jobs.model import LaunchIntent
+from ..observations.checkpoints import Checkpoint
+from ..runtimes.base import LaunchSpec
+from ..store import Attempt, JobHistory
+from ..workflows import WorkflowError, resolve
+from ..workflows.launcher import Program
+from .setting import JobSetting, newest_checkpoint
+
+GpuCheck = Callable[[JobConfig], "str | None"]
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Attempt N, spelled out: what to save first (the attempt, with its token) and what to start."""
+
+    attempt: Attempt  # not yet in the history: the starter appends and saves it before the spawn
+    spec: LaunchSpec
+    program: Program
+    args: list[str]  # the trainer's own arguments (a spare is handed these)
+    seed: int | None
+    num_envs: int
+    shim_events: Path | None  # the attempt's side channel; None: the program runs without the shim
+    run_dirs_before: set[str]  # the experiment dir's entries before the launch (to find the new run dir)
+    spare_token: str | None  # the ready spare takes the attempt over under its own token
+
+
+@dataclass(frozen=True)
+class WaitingForCheckpoint:
+    """The backup is fetching the bucket's newest checkpoint; the launch is asked again when it is here."""
+
+    reason: str
+
+
+Planned = LaunchPlan | LaunchRefused | WaitingForCheckpoint
+
+
+class LaunchPlanner:
+    def __init__(self, setting: JobSetting, runtime_name: str, state_dir: Path, clock: Clock,
+                 event: Callable[..., None], spare_token: Callable[[Program], str | None],
+                 backup_keeper: Callable[[], JobBackup | None], gpu_check: GpuCheck | None = None):
+        self.setting, self.runtime_name, self.state_dir, self.clock = setting, runtime_name, state_dir, clock
+        self.event = event  # the job's journal
+        self.spare_token = spare_token  # the ready spare's token, when the job's spare may take this program
+        self.backup_keeper = backup_keeper
+        self.gpu_check = gpu_check
+
+    def plan(self, intent: LaunchIntent, history: JobHistory, num_envs: int, waited: bool = False) -> Planned:
+        """`waited`: this launch waited for the bucket before, and said its rejected checkpoints then."""
+        cfg = self.setting.cfg
+        problem = self.gpu_check(cfg) if self.gpu_check else None
+        if problem is not None:  # a GPU this host does not have: retrying cannot help
+            return LaunchRefused(f"cannot start: {problem}", settle="failed")
+        try:
+            self.setting.resolved = resolved = resolve(cfg)
+        except WorkflowError as exc:  # a missing train script or an unknown Isaac Lab generation
+            return LaunchRefused(f"cannot start: {exc.key}: {exc.message}", settle="failed")
+        wf = resolved.workflow
+        rejected: list[tuple[Checkpoint, str]] = []
+        resume = newest_checkpoint(self.setting, history, deep=True, before_iteration=intent.before_iteration,
+                                   rejected=rejected)
+        for ckpt, why in rejected if not waited else ():  # said once, not at every retry
+            self.event("checkpoint_rejected", path=str(ckpt.path), iteration=ckpt.iteration, problem=why)
+        if resume is None and any(why.startswith("incompatible") for _, why in rejected):
+            # starting from scratch would silently throw the run away: stop and say why
+            newest = rejected[0]
+            return LaunchRefused(f"no checkpoint this trainer can load: {newest[0].path.name} is {newest[1]}. "
+                                 "Run the job with the trainer that wrote it (image / isaaclab_dir), or move "
+                                 "its run dirs away and `isaacd start` to train from scratch", settle="failed")
+        if resume is None and cfg.backup is not None:  # no usable checkpoint on disk: the bucket's newest
+            keeper = self.backup_keeper()
+            bound = None if intent.before_iteration is None else intent.before_iteration - 1
+            fetched = keeper.restore(bound, wf.experiment_dir(cfg)) if keeper is not None else None
+            if isinstance(fetched, Fetching):
+                return WaitingForCheckpoint(fetched.reason)  # the tick asks again; the supervisor goes on
+            resume = fetched
+        if intent.before_iteration is not None and resume is None:
+            self.event("rollback_without_checkpoint", before_iteration=intent.before_iteration,
+                       detail="no complete checkpoint before the trouble; starting from scratch")
+        if resume is not None and wf.is_complete(cfg, resume, None):
+            return LaunchRefused(f"max_iterations reached ({resume.path.name} holds {wf.iterations_done(resume)} "
+                                 f"of {cfg.max_iterations})", settle="completed")
+        seed = random.randrange(2**31) if intent.new_seed else None
+        number = history.attempts[-1].number + 1 if history.attempts else 1
+        shim_events = launch.shim_events_path(self.state_dir, cfg, number)
+        program = resolved.program(in_container=cfg.in_container)
+        spare_token = self.spare_token(program)
+        token = spare_token or uuid.uuid4().hex
+        attempt = Attempt(number=number, started_at=self.clock.wall(), reason=intent.reason,
+                          resume_from=resume.as_json() if resume else None, runtime=self.runtime_name,
+                          shim_events=str(shim_events) if program.shim else None, token=token)
+        first_started_at = history.attempts[0].started_at if history.attempts else attempt.started_at
+        exp = wf.experiment_dir(cfg)
+        run_dirs_before = {p.name for p in exp.iterdir()} if exp.is_dir() else set()
+        # a step-down after a CUDA out-of-memory at start-up (jobs/machine.py) reaches the trainer as --num_envs
+        job = cfg if num_envs == cfg.num_envs else cfg.model_copy(update={"num_envs": num_envs})
+        args = launch.trainer_args(job, resume, seed, resolved)
+        env = launch.trainer_env(cfg, shim_events if program.shim else None, token,
+                                 wandb_run=launch.wandb_run_id(cfg, first_started_at))
+        keeper = self.backup_keeper() if cfg.runtime == "ray" else None
+        if keeper is not None:  # a node without the shared log_root fetches and uploads itself (backup/remote.py)
+            env.update(keeper.node_env(wf, resume))
+        spec = LaunchSpec(job=cfg, argv=program.argv(args), trainer_args=args, env=env,
+                          cwd=launch.workdir(cfg, self.state_dir),
+                          log_path=self.state_dir / "logs" / f"{cfg.name}.log", attempt=number, token=token)
+        return LaunchPlan(attempt, spec, program, args, seed, num_envs, shim_events if program.shim else None,
+                          run_dirs_before, spare_token)
+
+
+def started_event(plan: LaunchPlan, pid: int | None, cfg: JobConfig, contract: str | None, warm: bool) -> dict[str, Any]:
+    """The `started` event's fields."""
+    a = plan.attempt
+    return {"attempt": a.number, "reason": a.reason, "pid": pid, "resume_from": a.resume_from,
+            "seed": plan.seed if plan.seed is not None else cfg.seed, "contract": contract, "argv": plan.spec.argv,
+            "warm_spare": warm, "num_envs": plan.num_envs}

@@ -1,0 +1,65 @@
+"""What a supervisor (re)start finds, said to the machine as messages: nothing here signals, kills or launches.
+
+The open attempt's trainer is looked for by its saved handle, or by the token saved before its spawn; one found
+alive is adopted (`Adopted`: the machine re-sends a stop that was in flight), a launch no trainer carries the
+token of is replayed (`LaunchUnfinished`), a trainer gone meanwhile ended (`Exited`, "lost"). A job at rest
+because of a supervisor shutdown resumes (`Start`), one not to start by itself is stopped (`Stop`). Replays are
+idempotent: a stop is re-signalled only if the trainer never saw it (runner._apply), a launch redone only if no
+trainer carries its token."""
+
+from __future__ import annotations
+
+from ..jobs.messages import Adopted, Exited, LaunchUnfinished, Message, Start, Stop
+from ..jobs.model import JobState, Origin
+from ..runtimes.base import ExitStatus, Handle, Runtime
+from ..spare import SpareKeeper
+from ..store import Attempt
+from .observer import AttemptObserver
+from .record import JobRecord
+from .setting import JobSetting
+
+
+def recovery_messages(setting: JobSetting, runtime: Runtime, record: JobRecord, observer: AttemptObserver,
+                      spares: SpareKeeper) -> list[Message]:
+    m, history = record.model, record.history
+    attempt = history.current
+    if history.spare_token and (attempt is None or attempt.token != history.spare_token):
+        spares.kill_leftover(history.spare_token)  # one that never took over: a new one follows
+    if m.state.active:
+        open_attempt = attempt if attempt is not None and attempt.exit is None else None
+        handle = find_trainer(runtime, setting, record, open_attempt) if open_attempt is not None else None
+        if open_attempt is not None and handle is not None:
+            observer.adopt(open_attempt, handle)
+            record.event("adopted", attempt=open_attempt.number, pid=handle.pid, run_dir=open_attempt.run_dir)
+            return [Adopted()]
+        if m.state == JobState.STARTING and (open_attempt is None or not open_attempt.handle):
+            # the launch was decided (its attempt perhaps saved) but no trainer carries its token
+            if open_attempt is not None:
+                record.never_started(open_attempt, "never started: the supervisor stopped during the launch")
+            return [LaunchUnfinished()]
+        status = ExitStatus(detail="trainer ended while the supervisor was not running")
+        if open_attempt is not None:
+            observer.record_exit(open_attempt, status)
+        return [Exited(status.describe(), "lost", success=False)]
+    if m.state == JobState.STOPPED and not m.final:
+        # stopped by a supervisor shutdown, a config removal or a heat park: the job goes on
+        return [Start(Origin.RECOVERY, "resuming after a supervisor restart")]
+    if m.state == JobState.PENDING and not setting.cfg.autostart and attempt is None:
+        return [Stop(Origin.CONFIG, "autostart = false")]
+    return []
+
+
+def find_trainer(runtime: Runtime, setting: JobSetting, record: JobRecord, attempt: Attempt) -> Handle | None:
+    """The attempt's trainer if it still runs: adopted by its saved handle, or found by its launch token."""
+    if attempt.runtime != runtime.name:
+        return None
+    if attempt.handle:
+        return runtime.adopt(setting.cfg, attempt.handle)
+    finder = getattr(runtime, "find", None)
+    if attempt.token and finder is not None:
+        handle = finder(setting.cfg, attempt.token)
+        if handle is not None:
+            attempt.handle = dict(handle.state)
+            record.persist()
+        return handle
+    return None

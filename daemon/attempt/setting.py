@@ -1,0 +1,57 @@
+"""The job's setting, shared by the runner's parts: its config (a reload replaces it), what its workflow resolved
+to, and the checkpoints on its timeline (the resume choice and the deep check of what its trainer can load)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import JobConfig
+from ..observations.checkpoints import Checkpoint, Lineage, Validator, choose_resume
+from ..store import JobHistory
+from ..workflows import Resolved, WorkflowError, resolve
+from ..workflows.validate import VALIDATOR, expected_rsl_rl_format
+
+
+@dataclass
+class JobSetting:
+    """One object the parts hold, so `runner.cfg = new` (a reload) reaches all of them."""
+
+    cfg: JobConfig
+    resolved: Resolved | None = None
+
+    @classmethod
+    def of(cls, cfg: JobConfig) -> "JobSetting":
+        try:
+            return cls(cfg, resolve(cfg))
+        except WorkflowError:
+            return cls(cfg)  # said when the job launches (and by check-config / doctor before that)
+
+
+def lineage(history: JobHistory) -> list[Lineage]:
+    """The job's run dirs in launch order, each with the iteration it resumed from."""
+    return [Lineage(Path(a.run_dir) if a.run_dir else None,
+                    a.resume_from["iteration"] if a.resume_from else None) for a in history.attempts]
+
+
+def validator(setting: JobSetting, history: JobHistory) -> Validator | None:
+    """Whether this job's trainer can load a checkpoint (the deep check of the resume choice and the backup)."""
+    resolved = setting.resolved
+    if resolved is None:
+        return None
+
+    def problem(c: Checkpoint) -> str | None:
+        expected = expected_rsl_rl_format(history.trainer_rsl_rl_version, resolved.generation.major,
+                                          setting.cfg.workflow == "builtin")
+        return VALIDATOR.problem(c, expected, resolved.workflow.library)
+    return problem
+
+
+def newest_checkpoint(setting: JobSetting, history: JobHistory, deep: bool = False,
+                      before_iteration: int | None = None,
+                      rejected: list[tuple[Checkpoint, str]] | None = None) -> Checkpoint | None:
+    """Newest complete checkpoint on the job's timeline; `deep` also asks whether its trainer can load it."""
+    if setting.resolved is None:
+        return None
+    return choose_resume(lineage(history), before_iteration, rejected, setting.resolved.workflow.layout,
+                         validator(setting, history) if deep else None)

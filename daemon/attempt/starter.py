@@ -1,0 +1,87 @@
+"""Carries out a LaunchPlan (planner.py): the attempt and its token are saved before anything is spawned, the
+ready spare takes the attempt over (or the runtime starts it cold), and the handle is saved right after. A launch
+that cannot be saved, or that the runtime fails to start, is answered with a `LaunchRefused` for the machine."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+from .. import launch
+from ..jobs.messages import LaunchRefused
+from ..runtimes.base import ExitStatus, Handle, Runtime
+from ..spare import SpareKeeper
+from .crashpoint import crash_point
+from .observer import AttemptObserver
+from .planner import LaunchPlan, started_event
+from .record import JobRecord
+from .setting import JobSetting
+
+
+class AttemptStarter:
+    def __init__(self, setting: JobSetting, runtime: Runtime, record: JobRecord, observer: AttemptObserver,
+                 spares: SpareKeeper):
+        self.setting, self.runtime, self.record, self.observer, self.spares = setting, runtime, record, observer, spares
+
+    def start(self, plan: LaunchPlan) -> LaunchRefused | None:
+        record, attempt, spec = self.record, plan.attempt, plan.spec
+        if plan.shim_events is not None:
+            self._prepare_shim_dir(plan.shim_events)
+        record.history.attempts.append(attempt)
+        if plan.spare_token and self.spares.spare is not None:
+            attempt.handle = dict(self.spares.spare.handle.state)  # the spare becomes this attempt's trainer
+        if not record.persist():
+            # a trainer we could not find again after a crash would be a duplicate waiting to happen
+            record.never_started(attempt, "not started: state not saved")
+            return LaunchRefused(f"not starting: {record.persist_error}", crash_loop=False)
+        crash_point("launch.after_intent")
+        handle = self._hand_to_spare(plan) if plan.spare_token else None
+        warm = handle is not None
+        if plan.spare_token and handle is None:  # the spare went away: a cold start, under a token of its own
+            attempt.token, attempt.handle = uuid.uuid4().hex, {}
+            spec = replace(spec, token=attempt.token, env={**spec.env, launch.LAUNCH_TOKEN_ENV: attempt.token})
+            if not record.persist():
+                record.never_started(attempt, "not started: state not saved")
+                return LaunchRefused(f"not starting: {record.persist_error}", crash_loop=False)
+        if handle is None:
+            try:
+                handle = self.runtime.start(spec)
+            except Exception as exc:  # noqa: BLE001 - any launch failure is a failed attempt, not a crash of ours
+                record.event("start_failed", attempt=attempt.number, error=str(exc))
+                self.observer.record_exit(attempt, ExitStatus(code=None, detail=f"failed to start: {exc}"))
+                return LaunchRefused(f"failed to start: {exc}")
+        crash_point("launch.after_effect")
+        attempt.handle = dict(handle.state)
+        self.observer.started(handle, plan.shim_events, plan.run_dirs_before)
+        record.persist()
+        contract = self.setting.resolved.workflow.contract if self.setting.resolved else None
+        record.event("started", **started_event(plan, handle.pid, self.setting.cfg, contract, warm))
+        return None
+
+    def _prepare_shim_dir(self, shim_events: Path) -> None:
+        shim_events.parent.mkdir(parents=True, exist_ok=True)
+        shim_events.unlink(missing_ok=True)  # a number reused after history loss must not replay old news
+        if self.setting.cfg.in_container:
+            from ..runtimes.quadlet import hand_to_container_user
+
+            hand_to_container_user(self.setting.cfg, [shim_events.parent])  # Isaac Lab 3 images run as uid 1000
+
+    def _hand_to_spare(self, plan: LaunchPlan) -> Handle | None:
+        """Give the attempt's command line to the ready spare; its handle, or None to start cold."""
+        env = plan.spec.env
+        go = {"argv": plan.program.go_argv(plan.args), "cwd": str(plan.spec.cwd), "plain": plan.program.plain_spare,
+              "env": {k: env[k] for k in (launch.SHIM_EVENTS_ENV, "ISAACD_SNAPSHOT_EVERY",
+                                         "ISAACD_SNAPSHOT_MIN_SECONDS", "ISAACD_SNAPSHOT_BUDGET", *launch.WANDB_ENV)
+                      if k in env}}
+        taken = self.spares.take(go)
+        if taken is None:
+            return None
+        self.persist_spare_token()
+        return taken[0]
+
+    def persist_spare_token(self) -> None:
+        history = self.record.history
+        if history.spare_token != self.spares.token:
+            history.spare_token = self.spares.token
+            self.record.persist()
