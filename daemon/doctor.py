@@ -20,16 +20,9 @@ from typing import Any, Callable
 
 from .backup.doctor import check_backup
 from .config import Config, JobConfig
-from .runtimes.quadlet import (
-    GENERATOR_PATHS,
-    cdi_devices,
-    has_cap_sys_resource,
-    parse_port,
-    parse_size,
-    podman_binary,
-    podman_version,
-    quadlet_binary,
-)
+from .runtimes.container_spec import cdi_devices, parse_port, parse_size
+from .runtimes.host import has_cap_sys_resource, podman_binary, podman_version
+from .runtimes.quadlet import GENERATOR_PATHS, quadlet_binary
 
 CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"), Path("/run/cdi"))
 QUADLET_MIN = (4, 4)

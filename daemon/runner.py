@@ -316,7 +316,7 @@ class JobRunner:
             shim_events.parent.mkdir(parents=True, exist_ok=True)
             shim_events.unlink(missing_ok=True)  # a number reused after history loss must not replay old news
             if self.cfg.in_container:
-                from .runtimes.quadlet import hand_to_container_user
+                from .runtimes.container_spec import hand_to_container_user
 
                 hand_to_container_user(self.cfg, [shim_events.parent])  # Isaac Lab 3 images run as uid 1000
         env = launch.trainer_env(self.cfg, shim_events if program.shim else None, token,

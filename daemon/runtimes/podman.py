@@ -1,7 +1,7 @@
 """runtime = "podman": the job's container through the Podman API (podman-py), no systemd needed.
 
 For hosts, or containers, where systemd is not PID 1. The container is the same one the systemd
-runtime runs (see quadlet.ContainerSpec): image, trainer command with resume flags, CDI GPUs,
+runtime runs (see container_spec.ContainerSpec): image, trainer command with resume flags, CDI GPUs,
 shm size, memlock, the log root at the same path, loopback-only ports, `isaacd.*` labels.
 
 - API socket: `unix:///run/podman/podman.sock` (root; `ISAACD_PODMAN_URL` overrides). When nothing
@@ -28,25 +28,17 @@ import os
 import signal as _signal
 import subprocess
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 from ..config import Config, JobConfig
 from ..logs import log
 from .base import ExitStatus, Handle, LaunchSpec, RuntimeFailure
-from .process import process_tree
-from .worker import Slot, SlottedRuntime, Worker
-from .quadlet import (
-    LEGACY_TOKEN_LABEL,
-    TOKEN_LABEL,
-    ContainerSpec,
-    attempt_number,
-    clean_env,
-    container_name,
-    prepare_log_root,
-    podman_binary,
-)
+from .container_runtime import ContainerRuntime
+from .container_spec import LEGACY_TOKEN_LABEL, TOKEN_LABEL, container_name, prepare_log_root
+from .host import clean_env, podman_binary
+from .proctree import process_tree
+from .worker import Slot, Worker
 
 __all__ = ["PodmanRuntime", "container_name", "DEFAULT_URL"]
 
@@ -64,7 +56,7 @@ def _import_podman() -> Any:
     return podman
 
 
-class PodmanRuntime(SlottedRuntime):
+class PodmanRuntime(ContainerRuntime):
     name = "podman"
     poll_failed_event = "podman_poll_failed"
 
@@ -126,8 +118,7 @@ class PodmanRuntime(SlottedRuntime):
                                    "--time=0` (prefer `systemctl enable --now podman.socket`)")
                 return
             log.warning("podman_service_systemd_run_failed", error=r.stderr.strip())
-        state_dir = self.config.supervisor.state_dir if self.config else Path("/var/lib/isaacd")
-        logf = state_dir / "logs" / "podman-service.log"
+        logf = self.state_dir / "logs" / "podman-service.log"
         logf.parent.mkdir(parents=True, exist_ok=True)
         with open(logf, "ab") as fh:
             self.service_proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
@@ -160,15 +151,12 @@ class PodmanRuntime(SlottedRuntime):
         job = spec.job
         if importlib.util.find_spec("podman") is None:
             _import_podman()  # raises with the install hint
-        state_dir = self.config.supervisor.state_dir if self.config else Path("/var/lib/isaacd")
-        token = spec.token or uuid.uuid4().hex[:16]
-        attempt = attempt_number(spec, state_dir)
-        cs = ContainerSpec.from_launch(spec, token, attempt)
+        cs = self._container_spec(spec)
         body = cs.libpod_create_body()
         prepare_log_root(job)
-        h = Handle("podman", job.name, {"container": cs.name, "token": token, "attempt": attempt, "pid": None,
+        h = Handle("podman", job.name, {"container": cs.name, "token": cs.token, "attempt": cs.attempt, "pid": None,
                                          "started_at": time.time()})
-        slot = self._slots[token] = Slot(busy=True)
+        slot = self._slots[cs.token] = Slot(busy=True)
         slot.cache["launch"] = (job.name, cs.name, body)
         snap = dict(h.state)
         self.worker.submit(f"launch {cs.name}", lambda: self._launch(slot, snap))
@@ -220,14 +208,6 @@ class PodmanRuntime(SlottedRuntime):
             self._launch_done(slot, ExitStatus(detail=str(exc), start_failed=True))
         finally:
             slot.busy = False
-
-    @staticmethod
-    def _launch_done(slot: Slot, exit_status: ExitStatus | None) -> int | None:
-        with slot.lock:
-            slot.launched = True
-            if exit_status is not None:
-                slot.exit = exit_status
-            return slot.cancel
 
     def _stop_stale(self, job: str, name: str, old: Any, slot: Slot) -> None:
         now = time.monotonic()
@@ -293,7 +273,7 @@ class PodmanRuntime(SlottedRuntime):
             log.warning("podman_events_failed", error=str(exc))
         return ""
 
-    def _container_pids(self, handle: Handle) -> list[int]:
+    def _trainer_pids(self, handle: Handle) -> list[int]:
         pid, cid = handle.state.get("pid"), handle.state.get("id")
         if not pid or not cid or not Path(f"/proc/{pid}").exists():
             return []
@@ -305,34 +285,10 @@ class PodmanRuntime(SlottedRuntime):
             return []  # not in our PID namespace (or PID reused): leave it to the API
         return process_tree(pid)
 
-    def signal(self, handle: Handle, sig: int) -> None:
-        slot = self._slot(handle)
-        handle.state["signalled"] = True
-        with slot.lock:
-            slot.signalled = True
-            if not slot.launched:
-                slot.cancel = sig  # the launch step sees it: not created, or killed right after
-                return
-        pids = self._container_pids(handle)
-        if pids and sig != _signal.SIGKILL:
-            # Ctrl-C semantics: every process of the trainer, not just the container's PID 1
-            # (which ignores signals it has no handler for, e.g. a wrapper shell)
-            for p in pids:
-                try:
-                    os.kill(p, sig)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            return
+    def _kill_on_worker(self, handle: Handle, sig: int) -> None:
         cid = handle.state.get("id")
         if cid:
             self.worker.submit(f"kill {handle.job}", lambda: self._api_kill(handle.job, cid, sig))
-
-    def kill(self, handle: Handle) -> None:
-        self.signal(handle, _signal.SIGKILL)
-
-    def pids(self, handle: Handle) -> list[int]:
-        self._slot(handle)
-        return self._container_pids(handle)
 
     def _handle_from(self, job: JobConfig, attrs: dict[str, Any], state: dict[str, Any]) -> Handle:
         labels = attrs.get("Config", {}).get("Labels") or {}

@@ -1,0 +1,79 @@
+"""What the podman and systemd runtimes share: the attempt's container spec, the signal path, the launch's end.
+
+Both run the job's container (`container_spec.ContainerSpec`) with their slow calls on a Worker
+(`worker.SlottedRuntime`). They differ in how they start it (the Podman API, a systemd unit), in how they see
+its processes (the container's PID 1 and its descendants, the unit's cgroup) and in how they kill it when they
+cannot see them (the API, `podman kill`). A subclass writes those two (`_trainer_pids`, `_kill_on_worker`);
+`signal`, `kill` and `pids` are written here, once.
+"""
+
+from __future__ import annotations
+
+import signal as _signal
+import uuid
+from pathlib import Path
+
+from ..config import Config
+from .base import ExitStatus, Handle, LaunchSpec
+from .container_spec import ContainerSpec, attempt_number
+from .proctree import signal_each
+from .worker import Slot, SlottedRuntime
+
+DEFAULT_STATE_DIR = Path("/var/lib/isaacd")  # a runtime made without a config (tests, doctor)
+
+
+class ContainerRuntime(SlottedRuntime):
+    config: Config | None
+
+    @property
+    def state_dir(self) -> Path:
+        return self.config.supervisor.state_dir if self.config else DEFAULT_STATE_DIR
+
+    def _container_spec(self, spec: LaunchSpec) -> ContainerSpec:
+        """The attempt's container, labelled with its launch token (the runner's, or a fresh one) and number."""
+        token = spec.token or uuid.uuid4().hex[:16]
+        return ContainerSpec.from_launch(spec, token, attempt_number(spec, self.state_dir))
+
+    @staticmethod
+    def _launch_done(slot: Slot, exit_status: ExitStatus | None) -> int | None:
+        """Worker: the launch task is over (`exit_status` when it failed); returns a signal that arrived
+        while it ran, for the caller to pass on to the container it may just have started."""
+        with slot.lock:
+            slot.launched = True
+            if exit_status is not None:
+                slot.exit = exit_status
+            return slot.cancel
+
+    # ---- Runtime (see base.py for the timing contract) -------------------------------------
+    def signal(self, handle: Handle, sig: int) -> None:
+        slot = self._slot(handle)
+        handle.state["signalled"] = True
+        with slot.lock:
+            slot.signalled = True
+            if not slot.launched:
+                slot.cancel = sig  # the launch step sees it: not started, or stopped right after
+                return
+        pids = self._trainer_pids(handle) if sig != _signal.SIGKILL else []
+        if pids:
+            # Ctrl-C semantics, like the process runtime's killpg: every process of the trainer gets it.
+            # (A kill through Podman would reach only the container's PID 1, which ignores signals it has
+            # no handler for, e.g. a shell such as isaaclab.sh.)
+            signal_each(pids, sig)
+            return
+        self._kill_on_worker(handle, sig)
+
+    def kill(self, handle: Handle) -> None:
+        self.signal(handle, _signal.SIGKILL)
+
+    def pids(self, handle: Handle) -> list[int]:
+        self._slot(handle)
+        return self._trainer_pids(handle)
+
+    # ---- what a subclass writes -------------------------------------------------------------
+    def _trainer_pids(self, handle: Handle) -> list[int]:
+        """The container's processes as this host sees them (local state only), [] when it cannot see them."""
+        raise NotImplementedError
+
+    def _kill_on_worker(self, handle: Handle, sig: int) -> None:
+        """Queue `sig` for the container on the worker, through Podman (SIGKILL, or no process visible here)."""
+        raise NotImplementedError
