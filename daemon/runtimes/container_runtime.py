@@ -12,6 +12,7 @@ from __future__ import annotations
 import signal as _signal
 import uuid
 from pathlib import Path
+from typing import Any
 
 from ..config import Config
 from .base import ExitStatus, Handle, LaunchSpec
@@ -33,6 +34,30 @@ class ContainerRuntime(SlottedRuntime):
         """The attempt's container, labelled with its launch token (the runner's, or a fresh one) and number."""
         token = spec.token or uuid.uuid4().hex[:16]
         return ContainerSpec.from_launch(spec, token, attempt_number(spec, self.state_dir))
+
+    def _queue_launch(self, handle: Handle, what: str, launch: tuple[Any, ...]) -> Handle:
+        """start()'s end: the attempt's slot with the launch's inputs in it, and the first launch step queued."""
+        slot = self._slots[handle.state["token"]] = Slot(busy=True)
+        slot.cache["launch"] = launch
+        snap = dict(handle.state)
+        self.worker.submit(f"launch {what}", lambda: self._launch(slot, snap))
+        return handle
+
+    def _launch(self, slot: Slot, snap: dict[str, Any]) -> None:
+        """Worker: one step of the launch (`_launch_step`) unless a stop came first. Any failure is a failed
+        attempt, which poll reports."""
+        st = dict(snap)
+        try:
+            with slot.lock:
+                cancelled = slot.cancel is not None
+            if cancelled:
+                self._launch_done(slot, ExitStatus(detail=self._not_launched(st)))
+                return
+            self._launch_step(slot, snap, st)
+        except Exception as exc:  # noqa: BLE001 - any launch failure is a failed attempt, reported by poll
+            self._launch_done(slot, ExitStatus(detail=str(exc), start_failed=True))
+        finally:
+            slot.busy = False
 
     @staticmethod
     def _launch_done(slot: Slot, exit_status: ExitStatus | None) -> int | None:
@@ -70,6 +95,15 @@ class ContainerRuntime(SlottedRuntime):
         return self._trainer_pids(handle)
 
     # ---- what a subclass writes -------------------------------------------------------------
+    def _launch_step(self, slot: Slot, snap: dict[str, Any], st: dict[str, Any]) -> None:
+        """Worker: one step of the launch from `slot.cache["launch"]`, updating `st` (the Handle.state copy
+        taken as `snap`); calls `_launch_done` when the launch is over, or leaves it for the next step."""
+        raise NotImplementedError
+
+    def _not_launched(self, st: dict[str, Any]) -> str:
+        """The exit detail of an attempt stopped before its launch ran."""
+        raise NotImplementedError
+
     def _trainer_pids(self, handle: Handle) -> list[int]:
         """The container's processes as this host sees them (local state only), [] when it cannot see them."""
         raise NotImplementedError

@@ -156,58 +156,46 @@ class PodmanRuntime(ContainerRuntime):
         prepare_log_root(job)
         h = Handle("podman", job.name, {"container": cs.name, "token": cs.token, "attempt": cs.attempt, "pid": None,
                                          "started_at": time.time()})
-        slot = self._slots[cs.token] = Slot(busy=True)
-        slot.cache["launch"] = (job.name, cs.name, body)
-        snap = dict(h.state)
-        self.worker.submit(f"launch {cs.name}", lambda: self._launch(slot, snap))
-        return h
+        return self._queue_launch(h, cs.name, (job.name, cs.name, body))
 
-    def _launch(self, slot: Slot, snap: dict[str, Any]) -> None:
+    def _not_launched(self, st: dict[str, Any]) -> str:
+        return f"stopped before container {st['container']} was created"
+
+    def _launch_step(self, slot: Slot, snap: dict[str, Any], st: dict[str, Any]) -> None:
         """Worker: one step of the launch. A still-running container of the job is stopped across
         several steps (one per poll), never waited for here."""
-        st = dict(snap)
         job, name, body = slot.cache["launch"]
-        try:
-            with slot.lock:
-                cancelled = slot.cancel is not None
-            if cancelled:
-                self._launch_done(slot, ExitStatus(detail=f"stopped before container {name} was created"))
+        client = self.client()
+        old = self._get(name)
+        if old is not None:
+            # Never two of a job: whatever has this name (the previous attempt's exited container,
+            # or a live one that adoption did not claim) goes before the new one starts.
+            state = old.attrs.get("State", {}).get("Status")
+            if state in RUNNING_STATES:
+                self._stop_stale(job, name, old, slot)
                 return
-            client = self.client()
-            old = self._get(name)
-            if old is not None:
-                # Never two of a job: whatever has this name (the previous attempt's exited container,
-                # or a live one that adoption did not claim) goes before the new one starts.
-                state = old.attrs.get("State", {}).get("Status")
-                if state in RUNNING_STATES:
-                    self._stop_stale(job, name, old, slot)
-                    return
-                old.remove(force=True, v=True)
-            resp = client.api.post("/containers/create", data=json.dumps(body),
-                                   headers={"content-type": "application/json"})
-            if resp.status_code >= 400:
-                raise RuntimeFailure(f"podman create {name}: {_api_error(resp)}")
-            cid = resp.json()["Id"]
-            resp = client.api.post(f"/containers/{cid}/start")
-            if resp.status_code >= 400:
-                err = _api_error(resp)
-                try:
-                    client.api.delete(f"/containers/{cid}", params={"force": True, "v": True})
-                except Exception:  # noqa: BLE001
-                    pass
-                raise RuntimeFailure(f"podman start {name}: {err}")
-            attrs = self._attrs(cid) or {}
-            st["id"], st["pid"] = cid, attrs.get("State", {}).get("Pid") or None
-            log.info("container_started", job=job, container=name, id=cid[:12], attempt=st.get("attempt"),
-                     pid=st["pid"])
-            slot.record(snap, st)
-            cancel = self._launch_done(slot, None)
-            if cancel is not None:  # a stop arrived while the container was being created
-                self._api_kill(job, cid, cancel)
-        except Exception as exc:  # noqa: BLE001 - any launch failure is a failed attempt, reported by poll
-            self._launch_done(slot, ExitStatus(detail=str(exc), start_failed=True))
-        finally:
-            slot.busy = False
+            old.remove(force=True, v=True)
+        resp = client.api.post("/containers/create", data=json.dumps(body),
+                               headers={"content-type": "application/json"})
+        if resp.status_code >= 400:
+            raise RuntimeFailure(f"podman create {name}: {_api_error(resp)}")
+        cid = resp.json()["Id"]
+        resp = client.api.post(f"/containers/{cid}/start")
+        if resp.status_code >= 400:
+            err = _api_error(resp)
+            try:
+                client.api.delete(f"/containers/{cid}", params={"force": True, "v": True})
+            except Exception:  # noqa: BLE001
+                pass
+            raise RuntimeFailure(f"podman start {name}: {err}")
+        attrs = self._attrs(cid) or {}
+        st["id"], st["pid"] = cid, attrs.get("State", {}).get("Pid") or None
+        log.info("container_started", job=job, container=name, id=cid[:12], attempt=st.get("attempt"),
+                 pid=st["pid"])
+        slot.record(snap, st)
+        cancel = self._launch_done(slot, None)
+        if cancel is not None:  # a stop arrived while the container was being created
+            self._api_kill(job, cid, cancel)
 
     def _stop_stale(self, job: str, name: str, old: Any, slot: Slot) -> None:
         now = time.monotonic()

@@ -135,50 +135,38 @@ class SystemdRuntime(ContainerRuntime):
         path = self.unit_file(job.name)
         h = Handle("systemd", job.name, {"unit": unit, "container": cs.name, "unit_file": str(path),
                                           "token": cs.token, "attempt": cs.attempt, "started_at": time.time()})
-        slot = self._slots[cs.token] = Slot(busy=True)
-        slot.cache["launch"] = (job.name, job.stop_timeout, text)
-        snap = dict(h.state)
-        self.worker.submit(f"launch {unit}", lambda: self._launch(slot, snap))
-        return h
+        return self._queue_launch(h, unit, (job.name, job.stop_timeout, text))
 
-    def _launch(self, slot: Slot, snap: dict[str, Any]) -> None:
+    def _not_launched(self, st: dict[str, Any]) -> str:
+        return f"stopped before {st['unit']} was started"
+
+    def _launch_step(self, slot: Slot, snap: dict[str, Any], st: dict[str, Any]) -> None:
         """Worker: one step of the launch; a unit of the job still running is stopped across steps."""
-        st = dict(snap)
         job, stop_timeout, text = slot.cache["launch"]
         unit, path = st["unit"], Path(st["unit_file"])
-        try:
-            with slot.lock:
-                cancelled = slot.cancel is not None
-            if cancelled:
-                self._launch_done(slot, ExitStatus(detail=f"stopped before {unit} was started"))
-                return
-            before = self.show(unit)
-            if before["ActiveState"] in ACTIVE_STATES:
-                self._stop_stale(job, unit, before["ActiveState"], stop_timeout, slot)
-                return
-            other = (self.unit_dir / unit_name(job)) if self.quadlet else \
-                (self.quadlet_dir / f"{unit_base(job)}.container")
-            if launch_token_of(other) is not None:  # ours, from the other mode (Podman was upgraded)
-                other.unlink(missing_ok=True)
-            _write_atomic(path, text)
-            self._ctl("daemon-reload", timeout=120)
-            props = self.show(unit)
-            if props["LoadState"] != "loaded":
-                raise RuntimeFailure(self._why_not_loaded(unit, path, props["LoadState"]))
-            self._ctl("reset-failed", unit, check=False)
-            st["prev_invocation"] = props["InvocationID"]
-            st["started_at"] = time.time()  # START_GRACE and the journal are counted from here
-            self._ctl("start", "--no-block", unit)
-            log.info("unit_started", job=job, unit=unit, file=str(path), attempt=st.get("attempt"),
-                     mode="quadlet" if self.quadlet else "service")
-            slot.record(snap, st)
-            cancel = self._launch_done(slot, None)
-            if cancel is not None:  # a stop that came meanwhile: the next look passes it on to the unit
-                slot.cache["cancel_after_start"] = cancel
-        except Exception as exc:  # noqa: BLE001 - any launch failure is a failed attempt, reported by poll
-            self._launch_done(slot, ExitStatus(detail=str(exc), start_failed=True))
-        finally:
-            slot.busy = False
+        before = self.show(unit)
+        if before["ActiveState"] in ACTIVE_STATES:
+            self._stop_stale(job, unit, before["ActiveState"], stop_timeout, slot)
+            return
+        other = (self.unit_dir / unit_name(job)) if self.quadlet else \
+            (self.quadlet_dir / f"{unit_base(job)}.container")
+        if launch_token_of(other) is not None:  # ours, from the other mode (Podman was upgraded)
+            other.unlink(missing_ok=True)
+        _write_atomic(path, text)
+        self._ctl("daemon-reload", timeout=120)
+        props = self.show(unit)
+        if props["LoadState"] != "loaded":
+            raise RuntimeFailure(self._why_not_loaded(unit, path, props["LoadState"]))
+        self._ctl("reset-failed", unit, check=False)
+        st["prev_invocation"] = props["InvocationID"]
+        st["started_at"] = time.time()  # START_GRACE and the journal are counted from here
+        self._ctl("start", "--no-block", unit)
+        log.info("unit_started", job=job, unit=unit, file=str(path), attempt=st.get("attempt"),
+                 mode="quadlet" if self.quadlet else "service")
+        slot.record(snap, st)
+        cancel = self._launch_done(slot, None)
+        if cancel is not None:  # a stop that came meanwhile: the next look passes it on to the unit
+            slot.cache["cancel_after_start"] = cancel
 
     def _stop_stale(self, job: str, unit: str, active: str, stop_timeout: float, slot: Slot) -> None:
         """Never two of a job: a unit still running here is not ours to keep (adoption would have taken
