@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import launch
-from ..config import JobConfig
+from ..config import JobConfig, memory_bytes
 from ..gpu import assign as gpu_assign
 from ..store import StateStore
 from ..workflows import resolve
@@ -403,10 +403,12 @@ def _portmapping(p: str) -> dict[str, Any]:
 
 
 def parse_size(s: str) -> int:
-    m = re.fullmatch(r"\s*(\d+)\s*([bkmg]?)b?\s*", s.lower())
-    if not m:
-        raise RuntimeFailure(f"shm_size {s!r}: use a size such as \"8g\" or \"512m\"")
-    return int(m.group(1)) * 1024 ** "bkmg".index(m.group(2) or "b")
+    """shm_size in bytes, in the daemon's one size grammar (config.memory_bytes: binary units, as podman reads
+    `--shm-size`), so the API's body says what `podman run` and Quadlet would."""
+    try:
+        return memory_bytes(s)
+    except ValueError:
+        raise RuntimeFailure(f"shm_size {s!r}: use a size such as \"8g\" or \"512m\"") from None
 
 
 # ---- around a launch ------------------------------------------------------------------------
