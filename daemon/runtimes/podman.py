@@ -40,7 +40,7 @@ from .host import clean_env, podman_binary
 from .proctree import process_tree
 from .worker import Slot, Worker
 
-__all__ = ["PodmanRuntime", "container_name", "DEFAULT_URL"]
+__all__ = ["PodmanRuntime", "DEFAULT_URL"]
 
 DEFAULT_URL = "unix:///run/podman/podman.sock"
 RUNNING_STATES = ("created", "configured", "initialized", "running", "paused", "stopping", "restarting")

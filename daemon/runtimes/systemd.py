@@ -50,7 +50,7 @@ from .quadlet import (
 )
 from .worker import Slot, Worker
 
-__all__ = ["SystemdRuntime", "unit_name", "container_name"]
+__all__ = ["SystemdRuntime"]
 
 ACTIVE_STATES = ("active", "activating", "deactivating", "reloading", "refreshing")
 PROPS = ("LoadState", "ActiveState", "SubState", "Result", "Job", "InvocationID", "MainPID", "ExecMainPID",
