@@ -3,7 +3,8 @@
 Both run the job's container (`container_spec.ContainerSpec`) with their slow calls on a Worker
 (`worker.SlottedRuntime`). They differ in how they start it (the Podman API, a systemd unit), in how they see
 its processes (the container's PID 1 and its descendants, the unit's cgroup) and in how they kill it when they
-cannot see them (the API, `podman kill`). A subclass writes those two (`_trainer_pids`, `_kill_on_worker`);
+cannot see them (the API, `podman kill`). A subclass writes those (`_launch_step`, `_trainer_pids`,
+`_kill_on_worker`) and its `_look`; the frame of a launch (`_queue_launch`, `_launch`, `_launch_done`) and
 `signal`, `kill` and `pids` are written here, once.
 """
 
