@@ -11,17 +11,20 @@ cannot see them (the API, `podman kill`). A subclass writes those (`_launch_step
 from __future__ import annotations
 
 import signal as _signal
+import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..config import Config
-from .base import ExitStatus, Handle, LaunchSpec
+from .base import ExitStatus, Handle, LaunchSpec, RuntimeFailure
 from .container_spec import ContainerSpec, attempt_number
 from .proctree import signal_each
 from .worker import Slot, SlottedRuntime
 
 DEFAULT_STATE_DIR = Path("/var/lib/isaacd")  # a runtime made without a config (tests, doctor)
+STALE_STOP_MAX = 15.0  # a container of the job left running unclaimed gets this long after the stop, then SIGKILL
+STALE_KILL_WAIT = 10.0  # and this long after SIGKILL before the launch gives up
 
 
 class ContainerRuntime(SlottedRuntime):
@@ -69,6 +72,24 @@ class ContainerRuntime(SlottedRuntime):
             if exit_status is not None:
                 slot.exit = exit_status
             return slot.cancel
+
+    @staticmethod
+    def _stop_stale_step(slot: Slot, grace: float, stop: Callable[[], None], kill: Callable[[], None],
+                         stuck: Callable[[float], str], may_stop: bool = True) -> None:
+        """Worker: never two of a job. One step of stopping a container of the job that is still running unclaimed
+        (adoption would have taken it), one per launch step and never waiting: `stop` once (unless `may_stop` is
+        False: it is stopping already), `kill` once `grace` seconds have passed, and a failed launch, which `stuck`
+        (the seconds since the first step) explains, STALE_KILL_WAIT seconds after that."""
+        now = time.monotonic()
+        since = slot.cache.setdefault("stale_since", now)
+        if may_stop and not slot.cache.get("stale_stop_sent"):
+            slot.cache["stale_stop_sent"] = True
+            stop()
+        elif now - since > grace + STALE_KILL_WAIT:
+            raise RuntimeFailure(stuck(now - since))
+        elif now - since > grace and not slot.cache.get("stale_killed"):
+            slot.cache["stale_killed"] = True
+            kill()
 
     # ---- Runtime (see base.py for the timing contract) -------------------------------------
     def signal(self, handle: Handle, sig: int) -> None:

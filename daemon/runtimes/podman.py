@@ -34,7 +34,7 @@ from typing import Any
 from ..config import Config, JobConfig
 from ..logs import log
 from .base import ExitStatus, Handle, LaunchSpec, RuntimeFailure
-from .container_runtime import ContainerRuntime
+from .container_runtime import STALE_KILL_WAIT, STALE_STOP_MAX, ContainerRuntime
 from .container_spec import LEGACY_TOKEN_LABEL, TOKEN_LABEL, container_name, prepare_log_root
 from .host import clean_env, podman_binary
 from .proctree import process_tree
@@ -45,7 +45,6 @@ __all__ = ["PodmanRuntime", "DEFAULT_URL"]
 DEFAULT_URL = "unix:///run/podman/podman.sock"
 RUNNING_STATES = ("created", "configured", "initialized", "running", "paused", "stopping", "restarting")
 SERVICE_UNIT = "isaacd-podman-api"
-STALE_STOP_MAX = 15.0  # an unclaimed running container of the job gets this long after SIGINT, then SIGKILL
 
 
 def _import_podman() -> Any:
@@ -198,17 +197,15 @@ class PodmanRuntime(ContainerRuntime):
             self._api_kill(job, cid, cancel)
 
     def _stop_stale(self, job: str, name: str, old: Any, slot: Slot) -> None:
-        now = time.monotonic()
-        since = slot.cache.setdefault("stale_since", now)
-        if since == now:
+        """SIGINT to a running container of the job that nobody adopted, SIGKILL after STALE_STOP_MAX."""
+        def stop() -> None:
             log.warning("stale_container_stopped", job=job, container=name,
                         detail="a container of this job was running but not adopted; stopping it first")
             self._api_kill(job, old.id, _signal.SIGINT)
-        elif now - since > STALE_STOP_MAX + 10:
-            raise RuntimeFailure(f"container {name} of an earlier attempt would not stop (SIGKILL {10} s ago)")
-        elif now - since > STALE_STOP_MAX and not slot.cache.get("stale_killed"):
-            slot.cache["stale_killed"] = True
-            self._api_kill(job, old.id, _signal.SIGKILL)
+
+        self._stop_stale_step(slot, STALE_STOP_MAX, stop, lambda: self._api_kill(job, old.id, _signal.SIGKILL),
+                              lambda _s: f"container {name} of an earlier attempt would not stop "
+                                         f"(SIGKILL {STALE_KILL_WAIT:g} s ago)")
 
     def _api_kill(self, job: str, ref: str, sig: int) -> None:
         c = self._get(ref)

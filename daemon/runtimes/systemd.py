@@ -36,7 +36,7 @@ from typing import Any
 from ..config import Config, JobConfig
 from ..logs import log
 from .base import ExitStatus, Handle, LaunchSpec, RuntimeFailure
-from .container_runtime import ContainerRuntime
+from .container_runtime import STALE_STOP_MAX, ContainerRuntime
 from .container_spec import ContainerSpec, container_name, prepare_log_root
 from .host import cgroup_pids, podman_binary, podman_version, run_cmd
 from .quadlet import (
@@ -56,7 +56,6 @@ ACTIVE_STATES = ("active", "activating", "deactivating", "reloading", "refreshin
 PROPS = ("LoadState", "ActiveState", "SubState", "Result", "Job", "InvocationID", "MainPID", "ExecMainPID",
          "ExecMainCode", "ExecMainStatus", "ControlGroup", "ActiveExitTimestampMonotonic",
          "ExecMainExitTimestampMonotonic", "ExecMainStartTimestampMonotonic", "InactiveExitTimestampMonotonic")
-STALE_STOP_MAX = 15.0  # a stale unit gets this long to stop gracefully, then SIGKILL
 START_GRACE = 10.0  # seconds a queued start may take to show up as a new invocation
 CLD_EXITED, CLD_KILLED, CLD_DUMPED = 1, 2, 3
 # systemd's catalogue message IDs (sd-messages.h) for what PID 1 logs about a unit
@@ -172,20 +171,17 @@ class SystemdRuntime(ContainerRuntime):
         """Never two of a job: a unit still running here is not ours to keep (adoption would have taken
         it). One look per step: `systemctl stop --no-block`, SIGKILL after the grace, give up after 10 s more.
         A unit already deactivating (the last attempt's ExecStop) gets stop_timeout + 30 s before SIGKILL."""
-        now = time.monotonic()
-        since = slot.cache.setdefault("stale_since", now)
         grace = stop_timeout + 30 if active == "deactivating" and not slot.cache.get("stale_stop_sent") \
             else min(stop_timeout + 30, STALE_STOP_MAX)
-        if active != "deactivating" and not slot.cache.get("stale_stop_sent"):
-            slot.cache["stale_stop_sent"] = True
+
+        def stop() -> None:
             log.warning("stale_unit_stopped", job=job, unit=unit, state=active,
                         detail="a unit of this job was running but not adopted; stopping it first")
             self._ctl("stop", "--no-block", unit)
-        elif now - since > grace + 10:
-            raise RuntimeFailure(f"{unit} of an earlier attempt would not stop ({active} for {now - since:.0f} s)")
-        elif now - since > grace and not slot.cache.get("stale_killed"):
-            slot.cache["stale_killed"] = True
-            self._ctl("kill", "-s", "SIGKILL", unit, check=False)
+
+        self._stop_stale_step(slot, grace, stop, lambda: self._ctl("kill", "-s", "SIGKILL", unit, check=False),
+                              lambda s: f"{unit} of an earlier attempt would not stop ({active} for {s:.0f} s)",
+                              may_stop=active != "deactivating")
 
     def _why_not_loaded(self, unit: str, path: Path, load_state: str) -> str:
         msg = f"{unit} is {load_state or 'not loaded'} after daemon-reload (written to {path})"
