@@ -19,10 +19,8 @@ from typing import Any, Callable
 
 from . import __version__
 from .control import NotRunning, request
-from .locate import Ambiguous, Found, config_path, find_socket, not_running_hint
+from .locate import EMBEDDED_DEFAULT_NAME, Ambiguous, Found, config_path, find_socket, not_running_hint
 from .wording import no_such_job
-
-EMBEDDED_DEFAULT_NAME = "<embedded default>"
 
 
 class CliError(Exception):

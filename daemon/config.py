@@ -22,6 +22,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from .backup.config import BackupConfig
+from .locate import DEFAULT_SOCKET, EMBEDDED_DEFAULT_NAME
 from .watchdogs.config import WatchdogsConfig
 
 JOB_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
@@ -38,7 +39,7 @@ PositiveSeconds = Annotated[float, Field(gt=0)]
 
 class SupervisorConfig(_Model):
     state_dir: Path = Path("/var/lib/isaacd")
-    control_socket: Path = Path("/run/isaacd/isaacd.sock")
+    control_socket: Path = DEFAULT_SOCKET
     socket_mode: str = "0600"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "console"] = "auto"
@@ -535,9 +536,6 @@ def load_config(path: str | Path) -> Config:
     except UnicodeDecodeError:
         raise ConfigError(str(path), [ConfigIssue("", "not UTF-8 text")]) from None
     return parse_config(text, str(path), path.resolve().parent)
-
-
-EMBEDDED_DEFAULT_NAME = "<embedded default>"
 
 
 def embedded_default_text() -> str:

@@ -18,18 +18,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import yaml
+
 from .backup.doctor import check_backup
 from .config import Config, JobConfig
-from .runtimes.quadlet import (
-    GENERATOR_PATHS,
-    cdi_devices,
-    has_cap_sys_resource,
-    parse_port,
-    parse_size,
-    podman_binary,
-    podman_version,
-    quadlet_binary,
-)
+from .runtimes.container_spec import cdi_devices, parse_port, parse_size
+from .runtimes.host import has_cap_sys_resource, podman_binary, podman_version
+from .runtimes.quadlet import GENERATOR_PATHS, quadlet_binary
 
 CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"), Path("/run/cdi"))
 QUADLET_MIN = (4, 4)
@@ -147,62 +142,15 @@ def cdi_devices_on_host() -> tuple[list[str], list[Path]]:
             except OSError:
                 continue
             files.append(f)
-            kind = None
-            if f.suffix == ".json":
-                try:
-                    data = json.loads(text)
-                except json.JSONDecodeError:
-                    continue
-                kind = data.get("kind")
-                names += [f"{kind}={dev.get('name')}" for dev in data.get("devices", [])]
-                continue
             try:
-                import yaml  # noqa: PLC0415
-
-                data = yaml.safe_load(text) or {}
-                kind = data.get("kind")
-                names += [f"{kind}={dev.get('name')}" for dev in data.get("devices") or []]
+                data = json.loads(text) if f.suffix == ".json" else yaml.safe_load(text)
+            except (ValueError, yaml.YAMLError):
+                continue  # a broken spec: podman will say so too
+            if not isinstance(data, dict):
                 continue
-            except ImportError:
-                pass
-            except Exception:  # noqa: BLE001 - a broken spec: podman will say so too
-                continue
-            names += _cdi_yaml_names(text)
+            kind = data.get("kind")
+            names += [f"{kind}={dev.get('name')}" for dev in data.get("devices") or [] if isinstance(dev, dict)]
     return list(dict.fromkeys(names)), files
-
-
-def _cdi_yaml_names(text: str) -> list[str]:
-    """Device names from a CDI YAML spec without a YAML library (nvidia-ctk's layout: `devices:`
-    then `- ` items whose `name:` sits at the item's key level)."""
-    m = re.search(r"^kind:\s*['\"]?([^'\"\s]+)", text, re.M)
-    if not m:
-        return []
-    kind, out, item_indent = m.group(1), [], None
-    in_devices = False
-    for line in text.splitlines():
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        indent = len(line) - len(line.lstrip())
-        if re.match(r"^devices:\s*$", line):
-            in_devices = True
-            continue
-        if not in_devices:
-            continue
-        if indent == 0 and not line.startswith("- "):
-            break  # next top-level key
-        dm = re.match(r"^(\s*)- ", line)
-        if dm and (item_indent is None or len(dm.group(1)) == item_indent):
-            item_indent = len(dm.group(1))
-            rest = line[item_indent + 2:]
-            nm = re.match(r"name:\s*['\"]?([^'\"\s]+)", rest)
-            if nm:
-                out.append(f"{kind}={nm.group(1)}")
-            continue
-        if item_indent is not None and indent == item_indent + 2:
-            nm = re.match(r"\s*name:\s*['\"]?([^'\"\s]+)", line)
-            if nm:
-                out.append(f"{kind}={nm.group(1)}")
-    return out
 
 
 def check_cdi(cfg: Config) -> Check:

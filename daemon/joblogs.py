@@ -18,6 +18,8 @@ from .config import Config
 from .cudaoom import CudaOomLine, find_cuda_oom
 from .wording import no_such_job
 from .runtimes.base import ExitStatus, Handle
+from .runtimes.container_spec import container_name
+from .runtimes.quadlet import unit_name
 
 
 def show_logs(cfg: Config, job: str, follow: bool = False, lines: int = 50) -> int:
@@ -26,13 +28,9 @@ def show_logs(cfg: Config, job: str, follow: bool = False, lines: int = 50) -> i
         print(f"isaacd: {no_such_job(job, [j.name for j in cfg.jobs])}", file=sys.stderr)
         return 1
     if job_cfg.runtime == "systemd":
-        from .runtimes.systemd import unit_name
-
         cmd = ["journalctl", "--no-pager", "-n", str(lines), "-u", unit_name(job)] + (["-f"] if follow else [])
         return subprocess.call(cmd)
     if job_cfg.runtime == "podman":
-        from .runtimes.podman import container_name
-
         cmd = ["podman", "logs", "--tail", str(lines)] + (["-f"] if follow else []) + [container_name(job)]
         return subprocess.call(cmd)
     path = cfg.supervisor.state_dir / "logs" / f"{job}.log"

@@ -23,8 +23,11 @@ from pathlib import Path
 from typing import Any
 
 SYSTEM_CONFIG = Path("/etc/isaacd/isaacd.toml")
-# Same default as config.SupervisorConfig; duplicated so the client need not import pydantic.
+# Defined here, not in config.py (which imports both), so the client need not import pydantic for them:
+# config.SupervisorConfig's default control socket, and the config name of a supervisor that runs the embedded
+# default config (config.load_embedded_default), as `isaacd status`, `isaacd reload` and the registry show it.
 DEFAULT_SOCKET = Path("/run/isaacd/isaacd.sock")
+EMBEDDED_DEFAULT_NAME = "<embedded default>"
 _SOCKET_LINE = re.compile(r'^\s*control_socket\s*=\s*["\']([^"\']+)["\']', re.M)
 
 
@@ -113,7 +116,7 @@ def register(socket: Path, config: str | None, metrics: str | None) -> Path | No
     d = registry_dir(create=True)
     if d is None:
         return None
-    entry = {"pid": os.getpid(), "socket": str(socket), "config": config or "<embedded default>",
+    entry = {"pid": os.getpid(), "socket": str(socket), "config": config or EMBEDDED_DEFAULT_NAME,
              "cwd": os.getcwd(), "metrics": metrics}
     path = d / f"{os.getpid()}.json"
     tmp = d / f".{os.getpid()}.json.tmp"

@@ -24,6 +24,7 @@ from .clock import Clock, SystemClock
 from .jobs import JobState
 from .jobs.messages import Command, Restart, Start, Stop
 from .jobs.model import Origin
+from .locate import EMBEDDED_DEFAULT_NAME
 from .logs import log
 from .runner import JobRunner
 from .runtimes.base import Runtime, make_runtime
@@ -340,7 +341,7 @@ class Supervisor:
                 "pid": os.getpid(),
                 "started_at": self.started_at,
                 "uptime_seconds": time.time() - self.started_at,
-                "config_path": self.config_path or "<embedded default>",
+                "config_path": self.config_path or EMBEDDED_DEFAULT_NAME,
                 "config_reloads_total": self.config_reloads,
                 "config_errors_total": self.config_errors,
                 "last_config_error": self.last_config_error,

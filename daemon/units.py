@@ -24,6 +24,17 @@ UNIT_NAME = "isaaclab-supervisor.service"
 DEFAULT_BIN = "/usr/local/bin/isaacd"
 CONFIG_PATH = "/etc/isaacd/isaacd.toml"
 
+# Both units end alike: the hardening that suits either, and the [Install] section.
+_COMMON_TAIL = """\
+LockPersonality=yes
+RestrictRealtime=yes
+SystemCallArchitectures=native
+UMask=0022
+
+[Install]
+WantedBy=multi-user.target
+"""
+
 # WatchdogSec: the supervisor sends WATCHDOG=1 every 5 s from its tick loop; 30 s tolerates a slow
 # tick (a daemon-reload, a stuck podman call) five times over before systemd restarts it.
 SUPERVISOR_UNIT = """\
@@ -73,14 +84,7 @@ LimitNOFILE=65536
 #   /dev/nvidia* from process-runtime trainers;
 # - RestrictNamespaces/SystemCallFilter/RestrictAddressFamilies/NoNewPrivileges: inherited by
 #   process-runtime trainers and by a `podman system service` started without systemd.
-LockPersonality=yes
-RestrictRealtime=yes
-SystemCallArchitectures=native
-UMask=0022
-
-[Install]
-WantedBy=multi-user.target
-"""
+""" + _COMMON_TAIL
 
 EXAMPLE_CONFIG = """\
 # isaacd host config (installed by `isaacd install-units`; `isaacd check-config` validates it,
@@ -150,14 +154,7 @@ ProtectSystem=strict
 ReadWritePaths=/run/isaacd
 ProtectHome=read-only
 PrivateTmp=yes
-LockPersonality=yes
-RestrictRealtime=yes
-SystemCallArchitectures=native
-UMask=0022
-
-[Install]
-WantedBy=multi-user.target
-"""
+""" + _COMMON_TAIL
 
 
 def render_supervisor_unit(bin_path: str = DEFAULT_BIN, config: str = CONFIG_PATH) -> str:

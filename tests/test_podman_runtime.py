@@ -23,7 +23,10 @@ import pytest
 from isaacd.config import parse_config
 from isaacd.runtimes.base import LaunchSpec
 from isaacd.runtimes.podman import PodmanRuntime
-from isaacd.runtimes.quadlet import ContainerSpec, cgroup_pids, podman_version, render_service, sd_split
+from isaacd.runtimes.container_spec import ContainerSpec
+from isaacd.runtimes.host import cgroup_pids, podman_version
+from isaacd.runtimes.quadlet import render_service
+from isaacd.runtimes.unit_syntax import sd_split
 
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers import builtin_job, wait_for, write_config  # noqa: E402

@@ -21,18 +21,16 @@ import pytest
 
 from isaacd.config import parse_config
 from isaacd.runtimes.base import LaunchSpec, RuntimeFailure
-from isaacd.runtimes.quadlet import (
+from isaacd.runtimes.container_spec import (
     FIELDS,
     ContainerSpec,
     cdi_devices,
     container_command,
     container_device_arg,
     parse_port,
-    render_quadlet,
-    render_service,
-    sd_quote,
-    sd_split,
 )
+from isaacd.runtimes.quadlet import render_quadlet, render_service
+from isaacd.runtimes.unit_syntax import sd_quote, sd_split
 from isaacd.units import AGENT_UNIT_NAME, UNIT_NAME, install_units, render_agent_unit, render_supervisor_unit
 
 sys.path.insert(0, str(Path(__file__).parent / "testbed"))

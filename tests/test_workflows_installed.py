@@ -208,7 +208,7 @@ def test_a_wrappers_forwarded_signal_is_one_stop_request_and_another_signal_stil
 def test_in_a_container_the_policys_device_is_renumbered_with_the_simulations(library, keys):
     """CDI shows the job's GPU 2 as cuda:0 inside: `agent.device=cuda:2` there would name a GPU that is not
     there (the same rewrite as --device). The kit-less 3.x image's venv Python gives the pip form."""
-    from isaacd.runtimes.quadlet import container_command
+    from isaacd.runtimes.container_spec import container_command
 
     j = job(f'workflow = "{library}"\nruntime = "podman"\ndevice = "cuda:2"\ngpus = [2]\n'
             'launcher = ["/opt/isaaclab-venv/bin/python"]\n[jobs.container]\nimage = "nvcr.io/nvidia/isaac-lab:3.0.0"\n')

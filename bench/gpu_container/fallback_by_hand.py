@@ -27,7 +27,10 @@ from isaacd import launch
 from isaacd.config import load_config
 from isaacd.metrics.attribution import attribute_pids
 from isaacd.runtimes.base import LaunchSpec
-from isaacd.runtimes.quadlet import ContainerSpec, podman_binary, render_service, sd_split, unit_name
+from isaacd.runtimes.container_spec import ContainerSpec
+from isaacd.runtimes.host import podman_binary
+from isaacd.runtimes.quadlet import render_service, unit_name
+from isaacd.runtimes.unit_syntax import sd_split
 from isaacd.observations.checkpoints import list_checkpoints, newest_complete
 from isaacd.workflows import resolve
 

@@ -63,7 +63,7 @@ class AttemptStarter:
         shim_events.parent.mkdir(parents=True, exist_ok=True)
         shim_events.unlink(missing_ok=True)  # a number reused after history loss must not replay old news
         if self.setting.cfg.in_container:
-            from ..runtimes.quadlet import hand_to_container_user
+            from ..runtimes.container_spec import hand_to_container_user
 
             hand_to_container_user(self.setting.cfg, [shim_events.parent])  # Isaac Lab 3 images run as uid 1000
 

@@ -1,7 +1,7 @@
 """runtime = "podman": the job's container through the Podman API (podman-py), no systemd needed.
 
 For hosts, or containers, where systemd is not PID 1. The container is the same one the systemd
-runtime runs (see quadlet.ContainerSpec): image, trainer command with resume flags, CDI GPUs,
+runtime runs (see container_spec.ContainerSpec): image, trainer command with resume flags, CDI GPUs,
 shm size, memlock, the log root at the same path, loopback-only ports, `isaacd.*` labels.
 
 - API socket: `unix:///run/podman/podman.sock` (root; `ISAACD_PODMAN_URL` overrides). When nothing
@@ -28,32 +28,23 @@ import os
 import signal as _signal
 import subprocess
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 from ..config import Config, JobConfig
 from ..logs import log
 from .base import ExitStatus, Handle, LaunchSpec, RuntimeFailure
-from .process import process_tree
-from .worker import Slot, SlottedRuntime, Worker
-from .quadlet import (
-    LEGACY_TOKEN_LABEL,
-    TOKEN_LABEL,
-    ContainerSpec,
-    attempt_number,
-    clean_env,
-    container_name,
-    prepare_log_root,
-    podman_binary,
-)
+from .container_runtime import STALE_KILL_WAIT, STALE_STOP_MAX, ContainerRuntime
+from .container_spec import LEGACY_TOKEN_LABEL, TOKEN_LABEL, container_name, prepare_log_root
+from .host import clean_env, podman_binary
+from .proctree import process_tree
+from .worker import Slot, Worker
 
-__all__ = ["PodmanRuntime", "container_name", "DEFAULT_URL"]
+__all__ = ["PodmanRuntime", "DEFAULT_URL"]
 
 DEFAULT_URL = "unix:///run/podman/podman.sock"
 RUNNING_STATES = ("created", "configured", "initialized", "running", "paused", "stopping", "restarting")
 SERVICE_UNIT = "isaacd-podman-api"
-STALE_STOP_MAX = 15.0  # an unclaimed running container of the job gets this long after SIGINT, then SIGKILL
 
 
 def _import_podman() -> Any:
@@ -64,7 +55,7 @@ def _import_podman() -> Any:
     return podman
 
 
-class PodmanRuntime(SlottedRuntime):
+class PodmanRuntime(ContainerRuntime):
     name = "podman"
     poll_failed_event = "podman_poll_failed"
 
@@ -126,8 +117,7 @@ class PodmanRuntime(SlottedRuntime):
                                    "--time=0` (prefer `systemctl enable --now podman.socket`)")
                 return
             log.warning("podman_service_systemd_run_failed", error=r.stderr.strip())
-        state_dir = self.config.supervisor.state_dir if self.config else Path("/var/lib/isaacd")
-        logf = state_dir / "logs" / "podman-service.log"
+        logf = self.state_dir / "logs" / "podman-service.log"
         logf.parent.mkdir(parents=True, exist_ok=True)
         with open(logf, "ab") as fh:
             self.service_proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
@@ -160,87 +150,62 @@ class PodmanRuntime(SlottedRuntime):
         job = spec.job
         if importlib.util.find_spec("podman") is None:
             _import_podman()  # raises with the install hint
-        state_dir = self.config.supervisor.state_dir if self.config else Path("/var/lib/isaacd")
-        token = spec.token or uuid.uuid4().hex[:16]
-        attempt = attempt_number(spec, state_dir)
-        cs = ContainerSpec.from_launch(spec, token, attempt)
+        cs = self._container_spec(spec)
         body = cs.libpod_create_body()
         prepare_log_root(job)
-        h = Handle("podman", job.name, {"container": cs.name, "token": token, "attempt": attempt, "pid": None,
+        h = Handle("podman", job.name, {"container": cs.name, "token": cs.token, "attempt": cs.attempt, "pid": None,
                                          "started_at": time.time()})
-        slot = self._slots[token] = Slot(busy=True)
-        slot.cache["launch"] = (job.name, cs.name, body)
-        snap = dict(h.state)
-        self.worker.submit(f"launch {cs.name}", lambda: self._launch(slot, snap))
-        return h
+        return self._queue_launch(h, cs.name, (job.name, cs.name, body))
 
-    def _launch(self, slot: Slot, snap: dict[str, Any]) -> None:
+    def _not_launched(self, st: dict[str, Any]) -> str:
+        return f"stopped before container {st['container']} was created"
+
+    def _launch_step(self, slot: Slot, snap: dict[str, Any], st: dict[str, Any]) -> None:
         """Worker: one step of the launch. A still-running container of the job is stopped across
         several steps (one per poll), never waited for here."""
-        st = dict(snap)
         job, name, body = slot.cache["launch"]
-        try:
-            with slot.lock:
-                cancelled = slot.cancel is not None
-            if cancelled:
-                self._launch_done(slot, ExitStatus(detail=f"stopped before container {name} was created"))
+        client = self.client()
+        old = self._get(name)
+        if old is not None:
+            # Never two of a job: whatever has this name (the previous attempt's exited container,
+            # or a live one that adoption did not claim) goes before the new one starts.
+            state = old.attrs.get("State", {}).get("Status")
+            if state in RUNNING_STATES:
+                self._stop_stale(job, name, old, slot)
                 return
-            client = self.client()
-            old = self._get(name)
-            if old is not None:
-                # Never two of a job: whatever has this name (the previous attempt's exited container,
-                # or a live one that adoption did not claim) goes before the new one starts.
-                state = old.attrs.get("State", {}).get("Status")
-                if state in RUNNING_STATES:
-                    self._stop_stale(job, name, old, slot)
-                    return
-                old.remove(force=True, v=True)
-            resp = client.api.post("/containers/create", data=json.dumps(body),
-                                   headers={"content-type": "application/json"})
-            if resp.status_code >= 400:
-                raise RuntimeFailure(f"podman create {name}: {_api_error(resp)}")
-            cid = resp.json()["Id"]
-            resp = client.api.post(f"/containers/{cid}/start")
-            if resp.status_code >= 400:
-                err = _api_error(resp)
-                try:
-                    client.api.delete(f"/containers/{cid}", params={"force": True, "v": True})
-                except Exception:  # noqa: BLE001
-                    pass
-                raise RuntimeFailure(f"podman start {name}: {err}")
-            attrs = self._attrs(cid) or {}
-            st["id"], st["pid"] = cid, attrs.get("State", {}).get("Pid") or None
-            log.info("container_started", job=job, container=name, id=cid[:12], attempt=st.get("attempt"),
-                     pid=st["pid"])
-            slot.record(snap, st)
-            cancel = self._launch_done(slot, None)
-            if cancel is not None:  # a stop arrived while the container was being created
-                self._api_kill(job, cid, cancel)
-        except Exception as exc:  # noqa: BLE001 - any launch failure is a failed attempt, reported by poll
-            self._launch_done(slot, ExitStatus(detail=str(exc), start_failed=True))
-        finally:
-            slot.busy = False
-
-    @staticmethod
-    def _launch_done(slot: Slot, exit_status: ExitStatus | None) -> int | None:
-        with slot.lock:
-            slot.launched = True
-            if exit_status is not None:
-                slot.exit = exit_status
-            return slot.cancel
+            old.remove(force=True, v=True)
+        resp = client.api.post("/containers/create", data=json.dumps(body),
+                               headers={"content-type": "application/json"})
+        if resp.status_code >= 400:
+            raise RuntimeFailure(f"podman create {name}: {_api_error(resp)}")
+        cid = resp.json()["Id"]
+        resp = client.api.post(f"/containers/{cid}/start")
+        if resp.status_code >= 400:
+            err = _api_error(resp)
+            try:
+                client.api.delete(f"/containers/{cid}", params={"force": True, "v": True})
+            except Exception:  # noqa: BLE001
+                pass
+            raise RuntimeFailure(f"podman start {name}: {err}")
+        attrs = self._attrs(cid) or {}
+        st["id"], st["pid"] = cid, attrs.get("State", {}).get("Pid") or None
+        log.info("container_started", job=job, container=name, id=cid[:12], attempt=st.get("attempt"),
+                 pid=st["pid"])
+        slot.record(snap, st)
+        cancel = self._launch_done(slot, None)
+        if cancel is not None:  # a stop arrived while the container was being created
+            self._api_kill(job, cid, cancel)
 
     def _stop_stale(self, job: str, name: str, old: Any, slot: Slot) -> None:
-        now = time.monotonic()
-        since = slot.cache.setdefault("stale_since", now)
-        if since == now:
+        """SIGINT to a running container of the job that nobody adopted, SIGKILL after STALE_STOP_MAX."""
+        def stop() -> None:
             log.warning("stale_container_stopped", job=job, container=name,
                         detail="a container of this job was running but not adopted; stopping it first")
             self._api_kill(job, old.id, _signal.SIGINT)
-        elif now - since > STALE_STOP_MAX + 10:
-            raise RuntimeFailure(f"container {name} of an earlier attempt would not stop (SIGKILL {10} s ago)")
-        elif now - since > STALE_STOP_MAX and not slot.cache.get("stale_killed"):
-            slot.cache["stale_killed"] = True
-            self._api_kill(job, old.id, _signal.SIGKILL)
+
+        self._stop_stale_step(slot, STALE_STOP_MAX, stop, lambda: self._api_kill(job, old.id, _signal.SIGKILL),
+                              lambda _s: f"container {name} of an earlier attempt would not stop "
+                                         f"(SIGKILL {STALE_KILL_WAIT:g} s ago)")
 
     def _api_kill(self, job: str, ref: str, sig: int) -> None:
         c = self._get(ref)
@@ -293,7 +258,7 @@ class PodmanRuntime(SlottedRuntime):
             log.warning("podman_events_failed", error=str(exc))
         return ""
 
-    def _container_pids(self, handle: Handle) -> list[int]:
+    def _trainer_pids(self, handle: Handle) -> list[int]:
         pid, cid = handle.state.get("pid"), handle.state.get("id")
         if not pid or not cid or not Path(f"/proc/{pid}").exists():
             return []
@@ -305,34 +270,10 @@ class PodmanRuntime(SlottedRuntime):
             return []  # not in our PID namespace (or PID reused): leave it to the API
         return process_tree(pid)
 
-    def signal(self, handle: Handle, sig: int) -> None:
-        slot = self._slot(handle)
-        handle.state["signalled"] = True
-        with slot.lock:
-            slot.signalled = True
-            if not slot.launched:
-                slot.cancel = sig  # the launch step sees it: not created, or killed right after
-                return
-        pids = self._container_pids(handle)
-        if pids and sig != _signal.SIGKILL:
-            # Ctrl-C semantics: every process of the trainer, not just the container's PID 1
-            # (which ignores signals it has no handler for, e.g. a wrapper shell)
-            for p in pids:
-                try:
-                    os.kill(p, sig)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            return
+    def _kill_on_worker(self, handle: Handle, sig: int) -> None:
         cid = handle.state.get("id")
         if cid:
             self.worker.submit(f"kill {handle.job}", lambda: self._api_kill(handle.job, cid, sig))
-
-    def kill(self, handle: Handle) -> None:
-        self.signal(handle, _signal.SIGKILL)
-
-    def pids(self, handle: Handle) -> list[int]:
-        self._slot(handle)
-        return self._container_pids(handle)
 
     def _handle_from(self, job: JobConfig, attrs: dict[str, Any], state: dict[str, Any]) -> Handle:
         labels = attrs.get("Config", {}).get("Labels") or {}

@@ -65,3 +65,12 @@ def process_tree(root: int, procfs: ProcFs = HOST_OS) -> list[int]:
         out.append(pid)
         todo.extend(children.get(pid, []))
     return out
+
+
+def signal_each(pids: list[int], sig: int) -> None:
+    """Send `sig` to every pid; one that has exited meanwhile, or is not ours to signal, is skipped."""
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass

@@ -514,7 +514,7 @@ class RayRuntime:
         podman and systemd runtimes (image, volumes, the log root at the same path, the shim bind-mounted),
         with the shim's side channel in the attempt's work dir on the node, which is mounted at the same path.
         The actor adds the CDI devices of the GPUs Ray gave it: only it knows them."""
-        from .quadlet import ContainerSpec, attempt_number
+        from .container_spec import ContainerSpec, attempt_number
 
         env = dict(spec.env)
         if SHIM_EVENTS_ENV in env:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .proctree import process_tree  # stdlib only, like this module
+from .proctree import process_tree, signal_each  # stdlib only, like this module
 
 HEALTH_FILE_ENV = "ISAACD_AGENT_HEALTH_FILE"
 # [jobs.backup] for a node without the shared log_root (the names of backup/remote.py, which is imported only then)
@@ -253,11 +253,7 @@ class TrainerActor:
             # every process of the trainer, as the podman runtime does (PID 1 may be a wrapper shell with no
             # handler); SIGKILL through podman, which also ends `podman run` with 137
             pids = self._container_pids() if sig != signal.SIGKILL else []
-            for p in pids:
-                try:
-                    os.kill(p, sig)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            signal_each(pids, sig)
             if pids:
                 return True
             if _podman("kill", "--signal", signal.Signals(sig).name, self.container) is not None:

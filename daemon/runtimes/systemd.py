@@ -30,39 +30,32 @@ import json
 import os
 import signal as _signal
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 from ..config import Config, JobConfig
 from ..logs import log
 from .base import ExitStatus, Handle, LaunchSpec, RuntimeFailure
-from .worker import Slot, SlottedRuntime, Worker
+from .container_runtime import STALE_STOP_MAX, ContainerRuntime
+from .container_spec import ContainerSpec, container_name, prepare_log_root
+from .host import cgroup_pids, podman_binary, podman_version, run_cmd
 from .quadlet import (
-    ContainerSpec,
-    attempt_number,
-    cgroup_pids,
-    container_name,
-    prepare_log_root,
     has_quadlet,
     launch_token_of,
-    podman_binary,
-    podman_version,
     quadlet_binary,
     render_quadlet,
     render_service,
-    run_cmd,
     unit_base,
     unit_name,
 )
+from .worker import Slot, Worker
 
-__all__ = ["SystemdRuntime", "unit_name", "container_name"]
+__all__ = ["SystemdRuntime"]
 
 ACTIVE_STATES = ("active", "activating", "deactivating", "reloading", "refreshing")
 PROPS = ("LoadState", "ActiveState", "SubState", "Result", "Job", "InvocationID", "MainPID", "ExecMainPID",
          "ExecMainCode", "ExecMainStatus", "ControlGroup", "ActiveExitTimestampMonotonic",
          "ExecMainExitTimestampMonotonic", "ExecMainStartTimestampMonotonic", "InactiveExitTimestampMonotonic")
-STALE_STOP_MAX = 15.0  # a stale unit gets this long to stop gracefully, then SIGKILL
 START_GRACE = 10.0  # seconds a queued start may take to show up as a new invocation
 CLD_EXITED, CLD_KILLED, CLD_DUMPED = 1, 2, 3
 # systemd's catalogue message IDs (sd-messages.h) for what PID 1 logs about a unit
@@ -85,7 +78,7 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-class SystemdRuntime(SlottedRuntime):
+class SystemdRuntime(ContainerRuntime):
     name = "systemd"
     poll_failed_event = "systemd_poll_failed"
 
@@ -134,87 +127,61 @@ class SystemdRuntime(SlottedRuntime):
         if not Path("/run/systemd/system").exists():
             raise RuntimeFailure("systemd is not PID 1 here: runtime = \"systemd\" needs it; "
                                 "use runtime = \"podman\" (Podman API) or \"process\"")
-        state_dir = self.config.supervisor.state_dir if self.config else Path("/var/lib/isaacd")
-        attempt = attempt_number(spec, state_dir)
-        token = spec.token or uuid.uuid4().hex[:16]
-        cs = ContainerSpec.from_launch(spec, token, attempt)
+        cs = self._container_spec(spec)
         text = self.render(cs)
         unit = unit_name(job.name)
         prepare_log_root(job)
         path = self.unit_file(job.name)
-        h = Handle("systemd", job.name, {"unit": unit, "container": cs.name, "unit_file": str(path), "token": token,
-                                          "attempt": attempt, "started_at": time.time()})
-        slot = self._slots[token] = Slot(busy=True)
-        slot.cache["launch"] = (job.name, job.stop_timeout, text)
-        snap = dict(h.state)
-        self.worker.submit(f"launch {unit}", lambda: self._launch(slot, snap))
-        return h
+        h = Handle("systemd", job.name, {"unit": unit, "container": cs.name, "unit_file": str(path),
+                                          "token": cs.token, "attempt": cs.attempt, "started_at": time.time()})
+        return self._queue_launch(h, unit, (job.name, job.stop_timeout, text))
 
-    def _launch(self, slot: Slot, snap: dict[str, Any]) -> None:
+    def _not_launched(self, st: dict[str, Any]) -> str:
+        return f"stopped before {st['unit']} was started"
+
+    def _launch_step(self, slot: Slot, snap: dict[str, Any], st: dict[str, Any]) -> None:
         """Worker: one step of the launch; a unit of the job still running is stopped across steps."""
-        st = dict(snap)
         job, stop_timeout, text = slot.cache["launch"]
         unit, path = st["unit"], Path(st["unit_file"])
-        try:
-            with slot.lock:
-                cancelled = slot.cancel is not None
-            if cancelled:
-                self._launch_done(slot, ExitStatus(detail=f"stopped before {unit} was started"))
-                return
-            before = self.show(unit)
-            if before["ActiveState"] in ACTIVE_STATES:
-                self._stop_stale(job, unit, before["ActiveState"], stop_timeout, slot)
-                return
-            other = (self.unit_dir / unit_name(job)) if self.quadlet else \
-                (self.quadlet_dir / f"{unit_base(job)}.container")
-            if launch_token_of(other) is not None:  # ours, from the other mode (Podman was upgraded)
-                other.unlink(missing_ok=True)
-            _write_atomic(path, text)
-            self._ctl("daemon-reload", timeout=120)
-            props = self.show(unit)
-            if props["LoadState"] != "loaded":
-                raise RuntimeFailure(self._why_not_loaded(unit, path, props["LoadState"]))
-            self._ctl("reset-failed", unit, check=False)
-            st["prev_invocation"] = props["InvocationID"]
-            st["started_at"] = time.time()  # START_GRACE and the journal are counted from here
-            self._ctl("start", "--no-block", unit)
-            log.info("unit_started", job=job, unit=unit, file=str(path), attempt=st.get("attempt"),
-                     mode="quadlet" if self.quadlet else "service")
-            slot.record(snap, st)
-            self._launch_done(slot, None)  # a stop that came meanwhile: poll's signal path handles the unit
-        except Exception as exc:  # noqa: BLE001 - any launch failure is a failed attempt, reported by poll
-            self._launch_done(slot, ExitStatus(detail=str(exc), start_failed=True))
-        finally:
-            slot.busy = False
-
-    @staticmethod
-    def _launch_done(slot: Slot, exit_status: ExitStatus | None) -> None:
-        with slot.lock:
-            slot.launched = True
-            if exit_status is not None:
-                slot.exit = exit_status
-            cancel = slot.cancel
-        if cancel is not None and exit_status is None:
+        before = self.show(unit)
+        if before["ActiveState"] in ACTIVE_STATES:
+            self._stop_stale(job, unit, before["ActiveState"], stop_timeout, slot)
+            return
+        other = (self.unit_dir / unit_name(job)) if self.quadlet else \
+            (self.quadlet_dir / f"{unit_base(job)}.container")
+        if launch_token_of(other) is not None:  # ours, from the other mode (Podman was upgraded)
+            other.unlink(missing_ok=True)
+        _write_atomic(path, text)
+        self._ctl("daemon-reload", timeout=120)
+        props = self.show(unit)
+        if props["LoadState"] != "loaded":
+            raise RuntimeFailure(self._why_not_loaded(unit, path, props["LoadState"]))
+        self._ctl("reset-failed", unit, check=False)
+        st["prev_invocation"] = props["InvocationID"]
+        st["started_at"] = time.time()  # START_GRACE and the journal are counted from here
+        self._ctl("start", "--no-block", unit)
+        log.info("unit_started", job=job, unit=unit, file=str(path), attempt=st.get("attempt"),
+                 mode="quadlet" if self.quadlet else "service")
+        slot.record(snap, st)
+        cancel = self._launch_done(slot, None)
+        if cancel is not None:  # a stop that came meanwhile: the next look passes it on to the unit
             slot.cache["cancel_after_start"] = cancel
 
     def _stop_stale(self, job: str, unit: str, active: str, stop_timeout: float, slot: Slot) -> None:
         """Never two of a job: a unit still running here is not ours to keep (adoption would have taken
         it). One look per step: `systemctl stop --no-block`, SIGKILL after the grace, give up after 10 s more.
         A unit already deactivating (the last attempt's ExecStop) gets stop_timeout + 30 s before SIGKILL."""
-        now = time.monotonic()
-        since = slot.cache.setdefault("stale_since", now)
         grace = stop_timeout + 30 if active == "deactivating" and not slot.cache.get("stale_stop_sent") \
             else min(stop_timeout + 30, STALE_STOP_MAX)
-        if active != "deactivating" and not slot.cache.get("stale_stop_sent"):
-            slot.cache["stale_stop_sent"] = True
+
+        def stop() -> None:
             log.warning("stale_unit_stopped", job=job, unit=unit, state=active,
                         detail="a unit of this job was running but not adopted; stopping it first")
             self._ctl("stop", "--no-block", unit)
-        elif now - since > grace + 10:
-            raise RuntimeFailure(f"{unit} of an earlier attempt would not stop ({active} for {now - since:.0f} s)")
-        elif now - since > grace and not slot.cache.get("stale_killed"):
-            slot.cache["stale_killed"] = True
-            self._ctl("kill", "-s", "SIGKILL", unit, check=False)
+
+        self._stop_stale_step(slot, grace, stop, lambda: self._ctl("kill", "-s", "SIGKILL", unit, check=False),
+                              lambda s: f"{unit} of an earlier attempt would not stop ({active} for {s:.0f} s)",
+                              may_stop=active != "deactivating")
 
     def _why_not_loaded(self, unit: str, path: Path, load_state: str) -> str:
         msg = f"{unit} is {load_state or 'not loaded'} after daemon-reload (written to {path})"
@@ -391,25 +358,7 @@ class SystemdRuntime(SlottedRuntime):
             return False
         return "oom" in r.stdout
 
-    def signal(self, handle: Handle, sig: int) -> None:
-        slot = self._slot(handle)
-        handle.state["signalled"] = True
-        with slot.lock:
-            slot.signalled = True
-            if not slot.launched:
-                slot.cancel = sig  # the launch step sees it: not started, or stopped right after
-                return
-        pids = self.pids(handle) if sig != _signal.SIGKILL else []
-        if pids:
-            # Ctrl-C semantics, like the process runtime's killpg: every process of the trainer
-            # gets it. (podman kill would reach only the container's PID 1, which ignores signals
-            # it has no handler for, e.g. a shell such as isaaclab.sh.)
-            for pid in pids:
-                try:
-                    os.kill(pid, sig)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            return
+    def _kill_on_worker(self, handle: Handle, sig: int) -> None:
         st = dict(handle.state)
         self.worker.submit(f"kill {handle.job}", lambda: self._podman_kill(st, sig))
 
@@ -422,11 +371,7 @@ class SystemdRuntime(SlottedRuntime):
             log.warning("podman_kill_failed", unit=st["unit"], error=str(exc), detail="using systemctl kill")
             self._ctl("kill", "-s", f"SIG{name}", st["unit"], check=False)
 
-    def kill(self, handle: Handle) -> None:
-        self.signal(handle, _signal.SIGKILL)
-
-    def pids(self, handle: Handle) -> list[int]:
-        self._slot(handle)
+    def _trainer_pids(self, handle: Handle) -> list[int]:
         if not handle.state.get("invocation"):
             return []  # not our invocation yet: the cgroup may still hold an earlier attempt's container
         cg = self._props.get(handle.state["unit"], {}).get("ControlGroup")

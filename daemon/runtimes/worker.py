@@ -5,7 +5,7 @@ read the results later. One thread, first in first out: what a runtime queued fo
 the order it was queued (the release of an attempt before the launch of the next one), and the
 runtime's caches are written by one thread only. A task never sleeps waiting for a state change:
 it looks once and leaves the rest to the next `poll`, so one job stopping slowly does not hold up
-the others' observations. Each external command in a task has its own timeout (`quadlet.run_cmd`).
+the others' observations. Each external command in a task has its own timeout (`host.run_cmd`).
 
 `Slot` is what a handle's tasks and the caller share: written by the worker under its lock, read
 by the caller. `Handle.state` itself is only ever changed in the caller's thread (`poll` merges

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from isaacd import doctor
 from isaacd.config import parse_config
-from isaacd.runtimes import quadlet
+from isaacd.runtimes import host
 
 CFG = """
 [[jobs]]
@@ -23,10 +23,10 @@ image = "/:O"
 
 def _check(monkeypatch, hard):
     monkeypatch.setattr(doctor, "has_cap_sys_resource", lambda: False)
-    monkeypatch.setattr(quadlet, "has_cap_sys_resource", lambda: False)
+    monkeypatch.setattr(host, "has_cap_sys_resource", lambda: False)
     monkeypatch.setattr(resource, "getrlimit", lambda which: (hard, hard))
     cfg = parse_config(CFG, "test", Path("/tmp"))
-    return doctor.check_memlock(cfg), quadlet.memlock_ulimit()
+    return doctor.check_memlock(cfg), host.memlock_ulimit()
 
 
 def test_unlimited_hard_limit_passes(monkeypatch):
