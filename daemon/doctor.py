@@ -14,11 +14,12 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
 from .backup.doctor import check_backup
+from .checks import Check
 from .config import Config, JobConfig
 from .runtimes.quadlet import (
     GENERATOR_PATHS,
@@ -47,14 +48,6 @@ DRIVER_MIN = [
     (re.compile(r"isaac-sim:5\.1"), (580, 65, 6), "Isaac Sim 5.1"),
 ]
 CUDA12_MIN = (525, 60, 13)
-
-
-@dataclass
-class Check:
-    name: str
-    status: str  # pass | warn | fail | skip
-    detail: str
-    fix: str = ""
 
 
 def _v(t: tuple[int, ...]) -> str:

@@ -92,7 +92,8 @@ class _Live:
 
 class JobRunner:
     def __init__(self, cfg: JobConfig, runtime: Runtime, store: StateStore, state_dir: Path,
-                 clock: Clock | None = None):
+                 clock: Clock | None = None, *, gpu_check: Callable[[JobConfig], str | None] | None = None,
+                 gpu_memory: Callable[[str, float | None], OomNote] | None = None):
         self.cfg = cfg
         self.runtime = runtime
         self.store = store
@@ -105,9 +106,8 @@ class JobRunner:
         self.live = _Live()
         self.cleanups: list[Handle] = []  # ended trainers whose runtime resources are still being released
         self.spares = SpareKeeper(cfg, runtime, state_dir, self.event)
-        self.gpu_check: Callable[[JobConfig], str | None] | None = None  # set by the supervisor
-        # the job's GPUs at a CUDA out-of-memory (name, attempt start) -> note; set by the supervisor
-        self.gpu_memory: Callable[[str, float | None], OomNote] | None = None
+        self.gpu_check = gpu_check  # what the job's GPUs lack on this host, asked before each launch
+        self.gpu_memory = gpu_memory  # the job's GPUs at a CUDA out-of-memory: (name, attempt start) -> note
         self.resolved: Resolved | None = None
         self.persist_error: str | None = None  # the last failed save, until a save succeeds
         self._dirty = False
