@@ -43,7 +43,8 @@ class _SamplerExtension:
 
 class _MetricsExtension:
     def __init__(self, sampler: Any):
-        self.sampler, self.server = sampler, None
+        self.sampler = sampler
+        self.server: Any = None  # the MetricsServer, once start() bound it
 
     def start(self, supervisor: Supervisor) -> None:
         cfg = supervisor.config.metrics

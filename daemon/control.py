@@ -61,7 +61,8 @@ class Fleet(Protocol):
     the nodes and do to them (`isaacd nodes|cordon|uncordon`). Called from the control socket's threads: cached
     data only. Defined here, not beside the Runtime interface: this module stays light for the clients."""
 
-    cordons: Cordoning
+    @property
+    def cordons(self) -> Cordoning: ...
 
     def nodes_status(self) -> dict[str, Any]:
         """The nodes as last observed, with their cordons and jobs, and the jobs waiting for room."""

@@ -395,7 +395,7 @@ class Supervisor:
         return runtime
 
     # ---- commands ------------------------------------------------------------------------
-    OPERATOR_COMMANDS = {
+    OPERATOR_COMMANDS: dict[str, Callable[[], Command]] = {
         "stop": lambda: Stop(Origin.OPERATOR, "operator stop (isaacd stop)"),
         "start": lambda: Start(Origin.OPERATOR, "operator start"),
         "restart": lambda: Restart(Origin.OPERATOR, "operator restart (isaacd restart)"),

@@ -236,10 +236,10 @@ def shared_gpus(a: JobGpus, b: JobGpus) -> list[str]:
         return []
     if a.inventory_known and b.inventory_known:
         keys_b = {d.key for d in b.devices}  # a physical GPU's devices include its MIG devices
-        out = [d.key for d in a.devices if d.key in keys_b]
+        placed = [d.key for d in a.devices if d.key in keys_b]
         # refs isaacd cannot place (not on this host, another vendor's CDI name): by spelling
         unplaced = [r for r in a.refs if r in b.refs and (r in a.missing or _is_opaque(r))]
-        return out + unplaced
+        return placed + unplaced
     out: list[str] = []
     for ra in a.refs:
         for rb in b.refs:

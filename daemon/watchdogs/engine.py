@@ -103,9 +103,9 @@ class WatchdogEngine:
                     commands.append((sig.name, self.command_for(wd, trip, view)))
                     if trip.action in ("restart", "rollback", "stop"):
                         view.alive = False  # one stop per tick: the others see the job as going down
-            wd = self._watchdogs(sig).get("gpu_temperature")
-            thermal = self.thermal.resume(sig.name, sig.parked_by, sig.state == JobState.STOPPED, wd, view) \
-                if isinstance(wd, GpuTemperatureWatchdog) else None
+            heat = self._watchdogs(sig).get("gpu_temperature")
+            thermal = self.thermal.resume(sig.name, sig.parked_by, sig.state == JobState.STOPPED, heat, view) \
+                if isinstance(heat, GpuTemperatureWatchdog) else None
             if thermal is not None:
                 commands.append((sig.name, thermal))
         return commands
