@@ -12,10 +12,10 @@ from typing import Any
 from .backup.keeper import close_all
 from .config import Config
 from .gpu import GpuSampler
-from .gpu.assign import missing_gpus as _missing
+from .gpu.assign import missing_gpus
 from .gpumemory import MemoryHistory, OomNote, oom_note
 from .metrics import build_registry, gpu_status, serve
-from .supervisor import Hooks, Supervisor
+from .supervisor import Extension, Hooks, Supervisor
 from .volumes import volumes
 from .watchdogs.engine import WatchdogEngine
 from .watchdogs.gpufeed import SamplerFeed
@@ -89,11 +89,6 @@ class _PublishedGpus:
         return {"gpus": self.latest}
 
 
-def missing_gpus(sampler: Any, job: Any) -> str | None:
-    """Why a job's GPUs are not on this host, or None (see isaacd.gpu.assign.missing_gpus)."""
-    return _missing(job, sampler.snapshot())
-
-
 def build_supervisor(cfg: Config, config_path: str | None) -> Supervisor:
     # source = "none" still gets a sampler: it reports the collector down (once, with the reason)
     sampler = GpuSampler.from_config(cfg.gpu)
@@ -106,15 +101,16 @@ def build_supervisor(cfg: Config, config_path: str | None) -> Supervisor:
     def gpu_memory(job: str, since: float | None) -> OomNote:
         return oom_note(job, published.latest, memory, since)
 
-    def observe_memory(now: float, jobs: Any) -> None:
+    def observe_memory(now: float, jobs: object) -> None:
         memory.observe(sampler.snapshot())
 
     watchdogs = WatchdogEngine(SamplerFeed(sampler))
-    extensions: list[Any] = [_SamplerExtension(sampler), watchdogs]
+    extensions: list[Extension] = [_SamplerExtension(sampler), watchdogs]
     if cfg.metrics.enabled:
         extensions.append(_MetricsExtension(sampler))
     extensions.append(_BackupDrain())  # last in, first stopped
-    return Supervisor(cfg, config_path, gpu_check=lambda job: missing_gpus(sampler, job), gpu_memory=gpu_memory,
+    return Supervisor(cfg, config_path, gpu_check=lambda job: missing_gpus(job, sampler.snapshot()),
+                      gpu_memory=gpu_memory,
                       hooks=Hooks(tick=[observe_memory, watchdogs.tick], job_status=[watchdogs.job_status],
                                   status=[published.status]),
                       extensions=extensions)
