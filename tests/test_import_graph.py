@@ -208,8 +208,8 @@ def test_no_import_cycles() -> None:
 if __name__ == "__main__":
     every = imports()
     print(describe(cycles(every)) or "no import cycles")
-    local = [imp for imp in every if imp.scope == "function"]
+    local = {imp.where: imp.text for imp in every if imp.scope == "function"}  # one per statement
     print(f"\nfunction-local imports of our own modules: {len(local)}")
-    for imp in local:
-        print(f"    {imp.where}: {imp.text}")
+    for where, text in local.items():
+        print(f"    {where}: {text}")
     sys.exit(0)
