@@ -193,7 +193,7 @@ class Supervisor:
             for name in [n for n, r in self.runners.items() if self.config.job(n) is None and not r.state.active]:
                 del self.runners[name]
                 self._removed.discard(name)
-            signals = [r.signals() for r in self.runners.values()] if self.hooks.tick else []
+            signals = self._signals() if self.hooks.tick else []
             for hook in self.hooks.tick:
                 try:
                     commands = hook(now, signals) or []
@@ -208,6 +208,16 @@ class Supervisor:
         if now - self._last_notify >= 5.0:
             self._last_notify = now
             sdnotify.notify("WATCHDOG=1", f"STATUS={self.summary()}")
+
+    def _signals(self) -> list[JobSignals]:
+        """Every job's signals for the tick hooks; a job whose signals fail is left out, not every job."""
+        out = []
+        for r in self.runners.values():
+            try:
+                out.append(r.signals())
+            except Exception:  # noqa: BLE001
+                log.exception("job_signals_failed", job=r.cfg.name)
+        return out
 
     def send(self, job: str, cmd: Command) -> str | None:
         """Hand a command to a job's state machine (under self.lock). Unknown jobs are ignored (a watchdog's
