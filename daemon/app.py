@@ -1,16 +1,21 @@
 """Wires a Supervisor together with its optional parts: GPU sampler, watchdogs, metrics.
 
 Data flows one way: the sampler and the runners produce state; the watchdog engine reads it and
-acts on jobs; the status API and the exporter only read.
+acts on jobs; the status API and the exporter only read. Every part is handed to the Supervisor at
+construction (its hooks, its extensions, the GPU check); nothing is attached to it afterwards.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from .backup.keeper import close_all
 from .config import Config
-from .gpumemory import MemoryHistory, oom_note
-from .supervisor import Supervisor
+from .gpu import GpuSampler
+from .gpu.assign import missing_gpus
+from .gpumemory import MemoryHistory, OomNote, oom_note
+from .metrics import build_registry, gpu_status, serve
+from .supervisor import Extension, Hooks, Supervisor
 from .volumes import volumes
 from .watchdogs.engine import WatchdogEngine
 from .watchdogs.gpufeed import SamplerFeed
@@ -28,7 +33,7 @@ class _SamplerExtension:
     def __init__(self, sampler: Any):
         self.sampler = sampler
 
-    def start(self) -> None:
+    def start(self, supervisor: Supervisor) -> None:
         self.sampler.start()
         self.sampler.wait_ready(5.0)  # jobs are checked against the GPU inventory before their first launch
 
@@ -37,14 +42,13 @@ class _SamplerExtension:
 
 
 class _MetricsExtension:
-    def __init__(self, sup: Supervisor, sampler: Any):
-        self.sup, self.sampler, self.server = sup, sampler, None
+    def __init__(self, sampler: Any):
+        self.sampler = sampler
+        self.server: Any = None  # the MetricsServer, once start() bound it
 
-    def start(self) -> None:
-        from .metrics import build_registry, serve
-
-        cfg = self.sup.config.metrics
-        registry = build_registry(self.sup.status, self.sampler, volumes=lambda: volumes(self.sup.config))
+    def start(self, supervisor: Supervisor) -> None:
+        cfg = supervisor.config.metrics
+        registry = build_registry(supervisor.status, self.sampler, volumes=lambda: volumes(supervisor.config))
         try:
             self.server = serve(cfg.listen, cfg.path, registry)  # logs the URL itself: no second line here
         except OSError as exc:
@@ -60,43 +64,53 @@ class _BackupDrain:
 
     DRAIN_SECONDS = 30.0
 
-    def __init__(self, sup: Supervisor):
-        self.sup = sup
+    def __init__(self) -> None:
+        self.sup: Supervisor | None = None
 
-    def start(self) -> None:
-        pass
+    def start(self, supervisor: Supervisor) -> None:
+        self.sup = supervisor
 
     def stop(self) -> None:
-        from .backup.keeper import close_all
+        if self.sup is not None:
+            close_all([r.backup for r in self.sup.runners.values() if r.backup is not None], self.DRAIN_SECONDS)
 
-        close_all([r.backup for r in self.sup.runners.values() if r.backup is not None], self.DRAIN_SECONDS)
 
+class _PublishedGpus:
+    """The "gpus" part of each published snapshot (NVML's processes attributed to jobs), kept for the CUDA
+    out-of-memory note: a status hook writes it and the note reads it, both under the supervisor's lock."""
 
-def missing_gpus(sampler: Any, job: Any) -> str | None:
-    """Why a job's GPUs are not on this host, or None (see isaacd.gpu.assign.missing_gpus)."""
-    from .gpu.assign import missing_gpus as _missing
+    def __init__(self, sampler: Any):
+        self.sampler = sampler
+        self.latest: Any = None
 
-    return _missing(job, sampler.snapshot())
+    def status(self, jobs: list[dict[str, Any]]) -> dict[str, Any]:
+        self.latest = None  # a hook that fails publishes no "gpus": the note then has none either
+        self.latest = gpu_status(self.sampler.snapshot(), jobs)
+        return {"gpus": self.latest}
 
 
 def build_supervisor(cfg: Config, config_path: str | None) -> Supervisor:
-    sup = Supervisor(cfg, config_path)
-    from .gpu import GpuSampler
-    from .metrics import gpu_status
-
     # source = "none" still gets a sampler: it reports the collector down (once, with the reason)
     sampler = GpuSampler.from_config(cfg.gpu)
     sampler.gpus_optional = not any(j.device.startswith("cuda") or j.gpus for j in cfg.jobs)
-    sup.extensions.append(_SamplerExtension(sampler))
-    sup.gpu_check = lambda job: missing_gpus(sampler, job)
     # a CUDA out-of-memory exit quotes who holds the job's GPUs (the published GPU status: NVML's processes,
     # attributed to jobs) and what their memory did during the attempt (the history of the sampler's snapshots)
     memory = MemoryHistory()
-    sup.tick_hooks.append(lambda now: memory.observe(sampler.snapshot()))
-    sup.gpu_memory = lambda job, since: oom_note(job, sup.status().get("gpus"), memory, since)
-    sup.status_hooks.append(lambda jobs: {"gpus": gpu_status(sampler.snapshot(), jobs)})
-    sup.extensions.append(WatchdogEngine(sup, SamplerFeed(sampler)))
+    published = _PublishedGpus(sampler)
+
+    def gpu_memory(job: str, since: float | None) -> OomNote:
+        return oom_note(job, published.latest, memory, since)
+
+    def observe_memory(now: float, jobs: object) -> None:
+        memory.observe(sampler.snapshot())
+
+    watchdogs = WatchdogEngine(SamplerFeed(sampler))
+    extensions: list[Extension] = [_SamplerExtension(sampler), watchdogs]
     if cfg.metrics.enabled:
-        sup.extensions.append(_MetricsExtension(sup, sampler))
-    sup.extensions.append(_BackupDrain(sup))  # last in, first stopped
-    return sup
+        extensions.append(_MetricsExtension(sampler))
+    extensions.append(_BackupDrain())  # last in, first stopped
+    return Supervisor(cfg, config_path, gpu_check=lambda job: missing_gpus(job, sampler.snapshot()),
+                      gpu_memory=gpu_memory,
+                      hooks=Hooks(tick=[observe_memory, watchdogs.tick], job_status=[watchdogs.job_status],
+                                  status=[published.status]),
+                      extensions=extensions)

@@ -22,6 +22,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from .backup.config import BackupConfig
+from .gpu.assign import device_outside_gpus, gpu_conflicts
 from .locate import DEFAULT_SOCKET, EMBEDDED_DEFAULT_NAME
 from .watchdogs.config import WatchdogsConfig
 
@@ -410,8 +411,6 @@ class Config(_Model):
     def _exclusive_gpus(self) -> "Config":
         """Two jobs on one GPU halve each other's throughput and can OOM it: only when both say share_gpus.
         Which GPUs a job uses is isaacd.gpu.assign.job_gpus, whatever the spelling (gpus, device)."""
-        from .gpu.assign import device_outside_gpus, gpu_conflicts
-
         problems = [f'jobs[{i}] (name = "{j.name}"): {why}'
                     for i, j in enumerate(self.jobs) if (why := device_outside_gpus(j))]
         problems += [c.message(self.jobs) for c in gpu_conflicts(self.jobs)]

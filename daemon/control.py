@@ -1,7 +1,9 @@
 """Control API: JSON over a Unix socket (one request line, one response line).
 
 The socket file is created with the configured mode (default 0600, root only) inside a directory
-only its owner can enter; `isaacd status|events|stop|start|restart|reload` are its clients.
+only its owner can enter; `isaacd status|events|stop|start|restart|reload|nodes|cordon|uncordon` are its
+clients. The server sees the supervisor through `Controlled` and the ray runtime through `Fleet`, and imports
+neither: the clients import this module, and must not pay for pydantic (tests/test_cli.py).
 """
 
 from __future__ import annotations
@@ -11,14 +13,12 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Collection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, runtime_checkable
 
 from .logs import log
 from .wording import no_such_job
-
-if TYPE_CHECKING:
-    from .supervisor import Supervisor
 
 MAX_REQUEST_BYTES = 64 * 1024
 # Bounds that keep a flood of clients from costing the supervisor more than a few fds and threads:
@@ -42,6 +42,54 @@ class _Busy(Exception):
     pass
 
 
+class Cordoning(Protocol):
+    """The nodes a fleet keeps new attempts off, by name, until an operator clears them."""
+
+    def get(self) -> dict[str, dict[str, Any]]:
+        """Node name -> why and since when it is cordoned."""
+
+    def add(self, node: str, reason: str, node_id: str | None = None) -> bool:
+        """False when it already was."""
+
+    def remove(self, node: str) -> bool:
+        """False when it was not cordoned."""
+
+
+@runtime_checkable
+class Fleet(Protocol):
+    """A runtime that places jobs on a cluster of nodes (runtimes/ray.RayRuntime): what the operator may see of
+    the nodes and do to them (`isaacd nodes|cordon|uncordon`). Called from the control socket's threads: cached
+    data only. Defined here, not beside the Runtime interface: this module stays light for the clients."""
+
+    @property
+    def cordons(self) -> Cordoning: ...
+
+    def nodes_status(self) -> dict[str, Any]:
+        """The nodes as last observed, with their cordons and jobs, and the jobs waiting for room."""
+
+    def refresh_for_operator(self) -> None:
+        """Queue a fresh node listing; its answer comes with a later `nodes_status`."""
+
+
+class Controlled(Protocol):
+    """What the control socket may do to the supervisor (supervisor.Supervisor is it): read the published
+    status and a job's events, hand a job an operator command, reload the config, reach the fleet of nodes.
+    Called from the socket's threads: each method takes the supervisor's lock itself where it needs it."""
+
+    def status(self) -> dict[str, Any]: ...
+
+    def job_names(self) -> Collection[str]: ...
+
+    def events(self, job: str, limit: int | None = None) -> list[dict[str, Any]]: ...
+
+    def command(self, op: str, job: str) -> str: ...
+
+    def reload(self) -> dict[str, Any]: ...
+
+    def fleet(self) -> Fleet | None:
+        """The runtime that places jobs on nodes (ray) when the config has a [ray] section, else None."""
+
+
 def _job_field(req: dict[str, Any]) -> str:
     job = req.get("job")
     if not isinstance(job, str) or not job:
@@ -49,11 +97,11 @@ def _job_field(req: dict[str, Any]) -> str:
     return job
 
 
-def _no_such_job(sup: "Supervisor", job: str) -> RequestError:
-    return RequestError(no_such_job(job, sup.runners))  # the one wording the client uses too
+def _no_such_job(sup: Controlled, job: str) -> RequestError:
+    return RequestError(no_such_job(job, sup.job_names()))  # the one wording the client uses too
 
 
-def dispatch(sup: "Supervisor", req: Any) -> Any:
+def dispatch(sup: Controlled, req: Any) -> Any:
     if not isinstance(req, dict):
         raise RequestError("a request is one JSON object per line, e.g. {\"cmd\": \"status\"}")
     cmd = req.get("cmd")
@@ -61,7 +109,7 @@ def dispatch(sup: "Supervisor", req: Any) -> Any:
         return sup.status()
     if cmd == "events":
         job = _job_field(req)
-        if job not in sup.runners:
+        if job not in sup.job_names():
             raise _no_such_job(sup, job)
         limit = req.get("limit")
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
@@ -69,7 +117,7 @@ def dispatch(sup: "Supervisor", req: Any) -> Any:
         return sup.events(job, limit)
     if cmd in ("stop", "start", "restart"):
         job = _job_field(req)
-        if job not in sup.runners:
+        if job not in sup.job_names():
             raise _no_such_job(sup, job)
         return sup.command(cmd, job)
     if cmd == "reload":
@@ -82,12 +130,11 @@ def dispatch(sup: "Supervisor", req: Any) -> Any:
                        "reload, ping, nodes, cordon, uncordon")
 
 
-def _ray_request(sup: "Supervisor", cmd: str, req: dict[str, Any]) -> Any:
+def _ray_request(sup: Controlled, cmd: str, req: dict[str, Any]) -> Any:
     """The Ray cluster's nodes and the cordons (runtimes/ray.py): cached data, never a wait on Ray."""
-    if getattr(sup.config, "ray", None) is None:
+    rt = sup.fleet()
+    if rt is None:
         raise RequestError("this supervisor has no [ray] section in its config: there are no nodes to show")
-    with sup.lock:
-        rt = sup.runtime("ray")
     if cmd == "nodes":
         if not rt.nodes_status()["nodes"]:
             rt.refresh_for_operator()  # nothing listed yet (no job placed): ask, answer with what is known
@@ -137,7 +184,7 @@ def _send(conn: socket.socket, resp: dict[str, Any], timeout: float) -> None:
 class ControlServer:
     """One accept thread; at most MAX_CLIENTS handler threads, each with a deadline."""
 
-    def __init__(self, supervisor: "Supervisor", path: Path, mode: int):
+    def __init__(self, supervisor: Controlled, path: Path, mode: int):
         self.path = Path(path)
         self.mode = mode
         self.supervisor = supervisor

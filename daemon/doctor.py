@@ -14,13 +14,14 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
 import yaml
 
 from .backup.doctor import check_backup
+from .checks import Check
 from .config import Config, JobConfig
 from .runtimes.container_spec import cdi_devices, parse_port, parse_size
 from .runtimes.host import has_cap_sys_resource, podman_binary, podman_version
@@ -42,14 +43,6 @@ DRIVER_MIN = [
     (re.compile(r"isaac-sim:5\.1"), (580, 65, 6), "Isaac Sim 5.1"),
 ]
 CUDA12_MIN = (525, 60, 13)
-
-
-@dataclass
-class Check:
-    name: str
-    status: str  # pass | warn | fail | skip
-    detail: str
-    fix: str = ""
 
 
 def _v(t: tuple[int, ...]) -> str:

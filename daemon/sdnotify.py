@@ -24,11 +24,3 @@ def notify(*lines: str) -> bool:
     except OSError:
         return False
 
-
-def watchdog_interval() -> float | None:
-    """Half of WatchdogSec, the keep-alive period systemd recommends; None when not configured."""
-    usec = os.environ.get("WATCHDOG_USEC")
-    pid = os.environ.get("WATCHDOG_PID")
-    if not usec or (pid and int(pid) != os.getpid()):
-        return None
-    return int(usec) / 2e6

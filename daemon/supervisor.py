@@ -1,10 +1,13 @@
 """The supervisor: owns the job runners, ticks them, serves control requests, reloads config.
 
 One main thread ticks the jobs. Each tick: every runner observes its trainer and feeds the state
-machine; the tick hooks (the watchdog engine) turn signals into commands for the machines; then one
+machine; the tick hooks (the watchdog engine) turn the jobs' signals into commands for the machines; then one
 immutable status snapshot is published. The control socket and the metrics server run in their own
 threads: they read the latest snapshot with no lock and no I/O (`status`), and take `self.lock` only
 to hand over a command or a reload, which never waits on a runtime (runtimes never block).
+
+Everything optional (the GPU check, the hooks, the extensions: see app.build_supervisor) is handed in at
+construction; nothing is attached afterwards. The control socket sees the supervisor as control.Controlled.
 """
 
 from __future__ import annotations
@@ -14,20 +17,27 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from . import __version__, sdnotify
-from .config import Config, ConfigError, ConfigIssue
+from .config import Config, ConfigError, ConfigIssue, JobConfig
 from .configread import quiet_for, read_settled_config
 from .clock import Clock, SystemClock
+from .control import ControlServer, Fleet
+from .early_signals import take as take_early_signal
+from .exitwatch import ExitWatcher
+from .gpumemory import OomNote
 from .jobs import JobState
 from .jobs.messages import Command, Restart, Start, Stop
 from .jobs.model import Origin
 from .locate import EMBEDDED_DEFAULT_NAME
 from .logs import log
-from .runner import JobRunner
-from .runtimes.base import Runtime, make_runtime
+from .runner import JobRunner, JobSignals
+from .runtimes.base import Runtime
+from .runtimes.factory import make_runtime
 from .store import StateStore
 from .workflows.installed import forget as forget_installed_isaaclab
 
@@ -40,8 +50,39 @@ NO_JOBS = ("no [[jobs]] in the file (empty or half-written?); refusing to stop e
            "To remove them all on purpose, write `jobs = []`")
 
 
+# what a job's GPUs lack on this host (None: nothing, or unknown), asked before each launch
+GpuCheck = Callable[[JobConfig], str | None]
+# a job's GPUs at a CUDA out-of-memory exit: (job name, attempt start) -> the note its history keeps
+GpuMemory = Callable[[str, float | None], OomNote]
+# each tick, after the jobs ticked: (monotonic now, every job's signals) -> (job, command) pairs
+TickHook = Callable[[float, Sequence[JobSignals]], list[tuple[str, Command]] | None]
+# parts of the snapshot others own, asked for at publish time; each returns keys to add, never mutates
+JobStatusHook = Callable[[str], dict[str, Any]]  # per job (the watchdogs' states)
+StatusHook = Callable[[list[dict[str, Any]]], dict[str, Any]]  # host-wide (the GPUs, which need the jobs' rows)
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What others add to each tick and to each published snapshot, called in this order."""
+
+    tick: Sequence[TickHook] = ()
+    job_status: Sequence[JobStatusHook] = ()
+    status: Sequence[StatusHook] = ()
+
+
+class Extension(Protocol):
+    """A part with threads or sockets of its own (GPU sampler, watchdog engine, metrics server): started after
+    the jobs recovered and the control socket listens, stopped in reverse order at shutdown."""
+
+    def start(self, supervisor: "Supervisor") -> None: ...
+
+    def stop(self) -> None: ...
+
+
 class Supervisor:
-    def __init__(self, config: Config, config_path: str | None, clock: Clock | None = None):
+    def __init__(self, config: Config, config_path: str | None, clock: Clock | None = None, *,
+                 gpu_check: GpuCheck | None = None, gpu_memory: GpuMemory | None = None, hooks: Hooks = Hooks(),
+                 extensions: Sequence[Extension] = ()):
         self.config = config
         self.config_path = config_path
         self.clock: Clock = clock or SystemClock()
@@ -56,22 +97,15 @@ class Supervisor:
         self.last_config_error: str | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()  # a trainer died (exitwatch) or a stop was asked: tick now
-        from .exitwatch import ExitWatcher
-
         self.exit_watcher = ExitWatcher(self._wake)
         self._reload_requested = threading.Event()
         self._shutdown_jobs = True
         self._removed: set[str] = set()  # jobs a reload removed: re-adding them undoes the stop
-        self.control: Any = None
-        self.extensions: list[Any] = []  # metrics server, GPU sampler, watchdog engine: started/stopped with us
-        # called each tick with the monotonic time; returns (job, command) pairs for the state machines
-        self.tick_hooks: list[Callable[[float], list[tuple[str, Command]] | None]] = []
-        self.gpu_check: Callable[[Any], str | None] | None = None  # set by app.build_supervisor, before start()
-        self.gpu_memory: Callable[[str, float | None], Any] | None = None  # likewise: a job's GPUs at a CUDA OOM
-        # parts of the snapshot others own, asked for at publish time: per job (the watchdogs' states) and
-        # host-wide (the GPUs, which need the jobs' rows); each returns keys to add, never mutates
-        self.job_status_hooks: list[Callable[[str], dict[str, Any]]] = []
-        self.status_hooks: list[Callable[[list[dict[str, Any]]], dict[str, Any]]] = []
+        self.control: ControlServer | None = None
+        self.extensions: tuple[Extension, ...] = tuple(extensions)  # started/stopped with us
+        self.hooks = hooks
+        self.gpu_check = gpu_check  # handed to each runner
+        self.gpu_memory = gpu_memory  # likewise
         self._snapshot: dict[str, Any] = {"jobs": []}
         self._last_notify = float("-inf")
 
@@ -96,16 +130,11 @@ class Supervisor:
             self.runtimes[name] = make_runtime(name, self.config)
         return self.runtimes[name]
 
-    def _make_runner(self, job_cfg: Any) -> JobRunner:
-        runner = JobRunner(job_cfg, self.runtime(job_cfg.runtime), self.store, self.config.supervisor.state_dir,
-                           self.clock)
-        runner.gpu_check = self.gpu_check
-        runner.gpu_memory = self.gpu_memory
-        return runner
+    def _make_runner(self, job_cfg: JobConfig) -> JobRunner:
+        return JobRunner(job_cfg, self.runtime(job_cfg.runtime), self.store, self.config.supervisor.state_dir,
+                         self.clock, gpu_check=self.gpu_check, gpu_memory=self.gpu_memory)
 
     def start(self) -> None:
-        from .control import ControlServer
-
         for job_cfg in self.config.jobs:
             runner = self._make_runner(job_cfg)
             runner.recover()
@@ -117,7 +146,7 @@ class Supervisor:
         self.control.start()
         self.exit_watcher.start()
         for ext in self.extensions:
-            ext.start()
+            ext.start(self)
         log.info("supervisor_started", version=__version__, pid=os.getpid(), config=self.config_path,
                  jobs=list(self.runners), socket=str(self.config.supervisor.control_socket))
         self.tick()
@@ -132,9 +161,7 @@ class Supervisor:
         signal.signal(signal.SIGTERM, on_term)
         signal.signal(signal.SIGINT, on_term)
         signal.signal(signal.SIGHUP, lambda *_: self._reload_requested.set())
-        from .early_signals import take
-
-        if take(signal.SIGHUP):  # sent while we were starting up: reload once we run
+        if take_early_signal(signal.SIGHUP):  # sent while we were starting up: reload once we run
             self._reload_requested.set()
 
     def run_forever(self) -> None:
@@ -155,10 +182,6 @@ class Supervisor:
                 log.exception("tick_failed")
         self.shutdown()
 
-    def request_stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-
     def tick(self) -> None:
         now = self.clock.monotonic()
         with self.lock:
@@ -171,9 +194,10 @@ class Supervisor:
             for name in [n for n, r in self.runners.items() if self.config.job(n) is None and not r.state.active]:
                 del self.runners[name]
                 self._removed.discard(name)
-            for hook in self.tick_hooks:
+            signals = self._signals() if self.hooks.tick else []
+            for hook in self.hooks.tick:
                 try:
-                    commands = hook(now) or []
+                    commands = hook(now, signals) or []
                 except Exception:  # noqa: BLE001
                     log.exception("tick_hook_failed", hook=getattr(hook, "__qualname__", str(hook)))
                     continue
@@ -185,6 +209,16 @@ class Supervisor:
         if now - self._last_notify >= 5.0:
             self._last_notify = now
             sdnotify.notify("WATCHDOG=1", f"STATUS={self.summary()}")
+
+    def _signals(self) -> list[JobSignals]:
+        """Every job's signals for the tick hooks; a job whose signals fail is left out, not every job."""
+        out = []
+        for r in self.runners.values():
+            try:
+                out.append(r.signals())
+            except Exception:  # noqa: BLE001
+                log.exception("job_signals_failed", job=r.cfg.name)
+        return out
 
     def send(self, job: str, cmd: Command) -> str | None:
         """Hand a command to a job's state machine (under self.lock). Unknown jobs are ignored (a watchdog's
@@ -204,13 +238,13 @@ class Supervisor:
         for r in self.runners.values():
             try:
                 row = r.snapshot()
-                for job_hook in self.job_status_hooks:
+                for job_hook in self.hooks.job_status:
                     row.update(job_hook(r.cfg.name))
                 jobs.append(row)
             except Exception:  # noqa: BLE001
                 log.exception("job_snapshot_failed", job=r.cfg.name)
         snap: dict[str, Any] = {"jobs": jobs}
-        for hook in self.status_hooks:
+        for hook in self.hooks.status:
             try:
                 snap.update(hook(jobs))
             except Exception:  # noqa: BLE001
@@ -320,7 +354,7 @@ class Supervisor:
         self.config = new.model_copy(update={"supervisor": old.supervisor, "metrics": old.metrics, "gpu": old.gpu})
         return {"added": added, "removed": removed, "changed": changed, "needs_restart": ignored}
 
-    def _readd(self, runner: JobRunner, job_cfg: Any) -> None:
+    def _readd(self, runner: JobRunner, job_cfg: JobConfig) -> None:
         """A job removed by an earlier reload is back before its runner was dropped: undo the removal."""
         self._removed.discard(job_cfg.name)
         runner.cfg = job_cfg
@@ -355,11 +389,24 @@ class Supervisor:
             counts[r.state.value] = counts.get(r.state.value, 0) + 1
         return ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no jobs"
 
+    def job_names(self) -> Collection[str]:
+        return self.runners.keys()  # a live view: a job a reload adds is known at once
+
     def events(self, job: str, limit: int | None = None) -> list[dict[str, Any]]:
         return self.store.events(job, limit)
 
+    def fleet(self) -> Fleet | None:
+        """The ray runtime, what `isaacd nodes|cordon|uncordon` act on, when the config has a [ray] section."""
+        if self.config.ray is None:
+            return None
+        with self.lock:
+            runtime = self.runtime("ray")
+        if not isinstance(runtime, Fleet):
+            raise TypeError(f"the ray runtime ({type(runtime).__name__}) has no nodes to show")
+        return runtime
+
     # ---- commands ------------------------------------------------------------------------
-    OPERATOR_COMMANDS = {
+    OPERATOR_COMMANDS: dict[str, Callable[[], Command]] = {
         "stop": lambda: Stop(Origin.OPERATOR, "operator stop (isaacd stop)"),
         "start": lambda: Start(Origin.OPERATOR, "operator start"),
         "restart": lambda: Restart(Origin.OPERATOR, "operator restart (isaacd restart)"),

@@ -30,6 +30,7 @@ from datetime import datetime
 from typing import Sequence
 
 from isaacd_trainer import upstream
+from isaacd_trainer.agent_cfgs import rl_games_agent_cfg
 from isaacd_trainer.extras import add_isaacd_args
 from isaacd_trainer.tasks import TASKS
 
@@ -42,30 +43,6 @@ def _strtobool(x: str) -> bool:
     if v in ("n", "no", "f", "false", "off", "0"):
         return False
     raise ValueError(f"invalid truth value {x!r}")
-
-
-def rl_games_agent_cfg() -> dict:
-    """Shaped like Isaac Lab's cart-pole ``rl_games_ppo_cfg.yaml`` (no ``full_experiment_name``), small horizon."""
-    return {
-        "params": {
-            "seed": 42,
-            "env": {"clip_observations": 5.0, "clip_actions": 1.0},
-            "algo": {"name": "a2c_continuous"},
-            "model": {"name": "continuous_a2c_logstd"},
-            "network": {"name": "actor_critic", "separate": False, "mlp": {"units": [32, 32], "activation": "elu"}},
-            "load_checkpoint": False,
-            "load_path": "",
-            "config": {
-                "name": "cartpole_direct", "env_name": "rlgpu", "device": "cuda:0", "device_name": "cuda:0",
-                "multi_gpu": False, "ppo": True, "normalize_input": True, "num_actors": -1,
-                "gamma": 0.99, "tau": 0.95, "learning_rate": 5e-4, "lr_schedule": "adaptive", "kl_threshold": 0.008,
-                "score_to_win": 20000, "max_epochs": 150, "save_best_after": 50, "save_frequency": 25,
-                "grad_norm": 1.0, "entropy_coef": 0.0, "truncate_grads": True, "e_clip": 0.2,
-                "horizon_length": 16, "minibatch_size": 512, "mini_epochs": 8, "critic_coef": 4,
-                "clip_value": True, "seq_length": 4, "bounds_loss_coef": 0.0001,
-            },
-        }
-    }
 
 
 def load_cfgs(task_name: str) -> tuple[dict, dict]:

@@ -43,30 +43,9 @@ from datetime import datetime
 from typing import Sequence
 
 from isaacd_trainer import upstream
+from isaacd_trainer.agent_cfgs import skrl_agent_cfg
 from isaacd_trainer.extras import add_isaacd_args
 from isaacd_trainer.tasks import TASKS
-
-
-def skrl_agent_cfg() -> dict:
-    """Shaped like Isaac Lab's ``direct/cartpole/agents/skrl_ppo_cfg.yaml`` (@39a7f586), smaller rollouts."""
-    return {
-        "seed": 42,
-        "models": {"separate": False,
-                   "policy": {"class": "GaussianMixin", "clip_actions": False, "initial_log_std": 0.0,
-                              "network": [{"name": "net", "input": "STATES", "layers": [32, 32],
-                                           "activations": "elu"}], "output": "ACTIONS"},
-                   "value": {"class": "DeterministicMixin", "clip_actions": False,
-                             "network": [{"name": "net", "input": "STATES", "layers": [32, 32],
-                                          "activations": "elu"}], "output": "ONE"}},
-        "memory": {"class": "RandomMemory", "memory_size": -1},
-        "agent": {
-            "class": "PPO", "rollouts": 16, "learning_epochs": 8, "mini_batches": 8, "discount_factor": 0.99,
-            "lambda": 0.95, "learning_rate": 5.0e-04, "learning_starts": 0,
-            "experiment": {"directory": "cartpole_direct", "experiment_name": "", "write_interval": "auto",
-                           "checkpoint_interval": "auto"},
-        },
-        "trainer": {"class": "SequentialTrainer", "timesteps": 4800, "environment_info": "log"},
-    }
 
 
 def load_cfgs(task_name: str) -> tuple[dict, dict]:

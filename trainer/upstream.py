@@ -19,6 +19,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from isaacd_trainer import agent_cfgs
+
 # --------------------------------------------------------------------------------------------------- rsl_rl cli_args
 
 
@@ -588,13 +590,9 @@ def load_cfg_from_registry_v3(task_name: str, entry_point_key: str) -> dict:
     if entry_point_key == "rsl_rl_cfg_entry_point":
         return task.make_agent_cfg()
     if entry_point_key == "skrl_cfg_entry_point":
-        from isaacd_trainer.skrl_train import skrl_agent_cfg
-
-        return skrl_agent_cfg()
+        return agent_cfgs.skrl_agent_cfg()
     if entry_point_key == "rl_games_cfg_entry_point":
-        from isaacd_trainer.rl_games_train import rl_games_agent_cfg
-
-        return rl_games_agent_cfg()
+        return agent_cfgs.rl_games_agent_cfg()
     supported = [lib for lib in _RL_LIBRARIES if f"{lib}_cfg_entry_point" in BUILTIN_AGENT_ENTRY_POINTS]
     if entry_point_key in {f"{lib}_cfg_entry_point" for lib in _RL_LIBRARIES}:
         raise ValueError(

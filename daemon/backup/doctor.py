@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..checks import Check
 from .config import BackupConfig
 from .objects import BackupError, ObjectStore
 
 if TYPE_CHECKING:
     from ..config import Config
-    from ..doctor import Check
 
 CREDENTIALS_FIX = ("give isaacd's environment credentials the standard way: AWS_ACCESS_KEY_ID and "
                    "AWS_SECRET_ACCESS_KEY (systemd: an EnvironmentFile= readable by root only), AWS_PROFILE with "
@@ -33,9 +33,7 @@ def s3_credentials_source(cfg: BackupConfig) -> tuple[str | None, str | None]:
     return str(getattr(creds, "method", "") or "found"), None
 
 
-def check_backup(cfg: "Config") -> "list[Check]":
-    from ..doctor import Check
-
+def check_backup(cfg: "Config") -> list[Check]:
     out: list[Check] = []
     for job in cfg.jobs:
         b = job.backup

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..durations import age
+
 
 def backup_note(job: dict[str, Any], now: float) -> str | None:
     b = job.get("backup")
     if not isinstance(b, dict):
         return None
-    from ..render import age  # render imports this module: import at call time
-
     last = b.get("last_upload")
     parts = [f"last upload iteration {last['iteration']} ({age(last['time'], now)} ago)" if last
              else "no upload yet"]

@@ -6,6 +6,7 @@
     snap.samples[0].temperature_celsius
 """
 
+from .nvml import NvmlSource  # pynvml itself is imported when NVML is first opened, not here
 from .sampler import DEFAULT_BUCKETS, GpuSampler, GpuSnapshot, build_sampler, empty_snapshot
 from .scripted import ManualClock, ScriptedSource, ScriptError, load_script
 from .source import GpuSource, NoSource, make_source
@@ -34,14 +35,6 @@ from .types import (
     clock_event_names,
     xid_class,
 )
-
-
-def __getattr__(name: str):  # NvmlSource imports nothing heavy, but keep pynvml out of `import isaacd.gpu`
-    if name == "NvmlSource":
-        from .nvml import NvmlSource
-
-        return NvmlSource
-    raise AttributeError(name)
 
 
 __all__ = [

@@ -43,16 +43,36 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .types import GpuInfo
-
-if TYPE_CHECKING:  # no import of config at run time: config imports this module
-    from ..config import JobConfig
 
 _CDI_NVIDIA = "nvidia.com/gpu="
 _MIG_KEY = re.compile(r"(\d+):(\d+)")
 _CUDA_N = re.compile(r"cuda:(\d+)")
+
+
+class GpuClaim(Protocol):
+    """What this module reads of a job: the keys that name its GPUs. config.JobConfig is one; config imports
+    this module to validate them, so this module knows the shape and not the config."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def runtime(self) -> str: ...
+
+    @property
+    def device(self) -> str: ...
+
+    @property
+    def gpus(self) -> list[int | str] | str: ...  # a list of refs, or "all"
+
+    @property
+    def share_gpus(self) -> bool: ...
+
+    @property
+    def ranks(self) -> int: ...  # processes per node
 
 
 # ------------------------------------------------------------------------------------------- model
@@ -121,7 +141,7 @@ def _is_opaque(ref: str) -> bool:
     return "=" in ref
 
 
-def claim_refs(job: JobConfig) -> tuple[str | None, tuple[str, ...]]:
+def claim_refs(job: GpuClaim) -> tuple[str | None, tuple[str, ...]]:
     """(key, refs) of a job's claim from its config alone; see the module docstring."""
     if job.runtime == "ray":
         return None, ()  # the GPUs are on the Ray node the job is placed on, picked by Ray, not this host's
@@ -175,7 +195,7 @@ def _resolve(ref: str, inv: Mapping[str, GpuInfo]) -> list[GpuInfo] | None:
     return hits
 
 
-def job_gpus(job: JobConfig, inventory: Any = None) -> JobGpus:
+def job_gpus(job: GpuClaim, inventory: Any = None) -> JobGpus:
     """The GPUs ``job`` uses (see the module docstring). ``inventory``: a GpuSnapshot (down = unknown),
     a mapping of GPU key -> GpuInfo, an iterable of GpuInfo, or None (unknown)."""
     key, refs = claim_refs(job)
@@ -216,10 +236,10 @@ def shared_gpus(a: JobGpus, b: JobGpus) -> list[str]:
         return []
     if a.inventory_known and b.inventory_known:
         keys_b = {d.key for d in b.devices}  # a physical GPU's devices include its MIG devices
-        out = [d.key for d in a.devices if d.key in keys_b]
+        placed = [d.key for d in a.devices if d.key in keys_b]
         # refs isaacd cannot place (not on this host, another vendor's CDI name): by spelling
         unplaced = [r for r in a.refs if r in b.refs and (r in a.missing or _is_opaque(r))]
-        return out + unplaced
+        return placed + unplaced
     out: list[str] = []
     for ra in a.refs:
         for rb in b.refs:
@@ -243,7 +263,7 @@ class GpuConflict:
     second_key: str
     gpus: tuple[str, ...]
 
-    def message(self, jobs: list[JobConfig] | None = None) -> str:
+    def message(self, jobs: list[GpuClaim] | None = None) -> str:
         def where(i: int, name: str, key: str) -> str:
             val = ""
             if jobs is not None:
@@ -264,7 +284,7 @@ def _toml(v: Any) -> str:
     return str(v)
 
 
-def gpu_conflicts(jobs: Iterable[JobConfig], inventory: Any = None) -> list[GpuConflict]:
+def gpu_conflicts(jobs: Iterable[GpuClaim], inventory: Any = None) -> list[GpuConflict]:
     """Pairs of jobs that would share a GPU where not both set ``share_gpus``."""
     jobs = list(jobs)
     claims = [job_gpus(j, inventory) for j in jobs]
@@ -280,7 +300,7 @@ def gpu_conflicts(jobs: Iterable[JobConfig], inventory: Any = None) -> list[GpuC
     return out
 
 
-def device_outside_gpus(job: JobConfig) -> str | None:
+def device_outside_gpus(job: GpuClaim) -> str | None:
     """A process-runtime job with one rank and a GPU index list runs on host GPU ``cuda:N`` as written
     (no CUDA_VISIBLE_DEVICES is set): N must then be one of its ``gpus``, or it would run on a GPU
     it did not claim. Returns why not, or None."""
@@ -296,7 +316,7 @@ def device_outside_gpus(job: JobConfig) -> str | None:
 
 
 # ------------------------------------------------------------------------------------ launch check
-def missing_gpus(job: JobConfig, snapshot: Any) -> str | None:
+def missing_gpus(job: GpuClaim, snapshot: Any) -> str | None:
     """Why a job's GPUs are not on this host, or None. Unknown (collector down, no inventory yet) is
     not a reason to refuse."""
     claim = job_gpus(job, snapshot)
@@ -308,7 +328,7 @@ def missing_gpus(job: JobConfig, snapshot: Any) -> str | None:
 
 
 # -------------------------------------------------------------------------------------- watchdogs
-def job_gpu_indices(job: JobConfig, readings: Iterable[Any], procs_by_gpu: Mapping[int, set[int]],
+def job_gpu_indices(job: GpuClaim, readings: Iterable[Any], procs_by_gpu: Mapping[int, set[int]],
                     pids: Iterable[int], inventory: Any = None) -> set[int]:
     """Physical GPU indices the watchdogs watch for ``job``: its claim, plus every GPU one of its
     processes (``pids``) is seen on (``procs_by_gpu``: physical index -> host PIDs).
@@ -331,7 +351,7 @@ def job_gpu_indices(job: JobConfig, readings: Iterable[Any], procs_by_gpu: Mappi
 
 
 # ----------------------------------------------------------------------------------- status, metrics
-def status_gpus(job: JobConfig) -> list[str] | str:
+def status_gpus(job: GpuClaim) -> list[str] | str:
     """The ``"gpus"`` value of a job's status: its claim as refs (``"all"`` for every GPU)."""
     _, refs = claim_refs(job)
     return "all" if "all" in refs else list(refs)
@@ -363,7 +383,7 @@ def assigned_keys(gpus: Any, snapshot: Any) -> list[str]:
 
 
 # -------------------------------------------------------------------------------------- containers
-def cdi_devices(job: JobConfig) -> list[str]:
+def cdi_devices(job: GpuClaim) -> list[str]:
     """CDI names for a container job's GPUs, from its claim: ``nvidia.com/gpu=<index|N:M|uuid|all>``,
     another vendor's CDI name as written; none for a CPU job. Raises ValueError for a name that
     starts with "-" (Quadlet would read AddDevice=-x as an optional path and drop it)."""
@@ -378,7 +398,7 @@ def cdi_devices(job: JobConfig) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def container_device(job: JobConfig) -> str:
+def container_device(job: GpuClaim) -> str:
     """``device`` inside the container. CDI passes the job's GPUs renumbered from 0 in the order of
     :func:`cdi_devices` (host index order for index lists): ``device = "cuda:2"`` with ``gpus = [2, 3]``
     is ``cuda:0`` inside, and ``device = "cuda:2"`` with no ``gpus`` (CDI passes GPU 2 alone) too.

@@ -42,6 +42,7 @@ import json
 import os
 import threading
 import time
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,8 +134,6 @@ def load_script(script: str | Path | Mapping[str, Any] | list[Any]) -> dict[str,
             raise ScriptError(f"cannot read GPU script {path}: {e}") from e
         try:
             if path.suffix == ".toml":
-                import tomllib
-
                 data: Any = tomllib.loads(text)
             else:
                 data = json.loads(text)

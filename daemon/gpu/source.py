@@ -16,6 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Protocol, runtime_checkable
 
+from .nvml import NvmlSource
+from .scripted import ScriptedSource
 from .types import DriverInfo, GpuInfo, GpuSample, GpuSlowSample, GpuUnavailableError, XidEvent
 
 
@@ -94,14 +96,10 @@ def make_source(kind: str, script: str | Path | None = None, *,
                 clock: Callable[[], float] | None = None) -> GpuSource:
     """Build the source named by ``[gpu] source``: ``"nvml"``, ``"scripted"`` (needs ``script``) or ``"none"``."""
     if kind == "nvml":
-        from .nvml import NvmlSource
-
         return NvmlSource()
     if kind == "scripted":
         if script is None:
             raise ValueError('[gpu] source = "scripted" needs script = "/path/to/timeline.json"')
-        from .scripted import ScriptedSource
-
         kwargs: dict[str, Any] = {} if clock is None else {"clock": clock}
         return ScriptedSource(script, **kwargs)
     if kind == "none":

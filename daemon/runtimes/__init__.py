@@ -1,3 +1,3 @@
-from .base import ExitStatus, Handle, LaunchSpec, Runtime, make_runtime
+from .base import ExitStatus, Handle, LaunchSpec, Runtime
 
-__all__ = ["ExitStatus", "Handle", "LaunchSpec", "Runtime", "make_runtime"]
+__all__ = ["ExitStatus", "Handle", "LaunchSpec", "Runtime"]

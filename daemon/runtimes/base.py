@@ -1,4 +1,6 @@
-"""The one interface every runtime implements: process, podman, systemd.
+"""The one interface every runtime implements: process, podman, systemd, ray (built by factory.make_runtime).
+
+A runtime that places jobs on several nodes (ray) also implements control.Fleet, what the operator may do to them.
 
 The contract the supervisor relies on (the runner calls these from its tick, under the supervisor
 lock, so none of them may wait for anything slow):
@@ -38,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..config import Config, JobConfig
+from ..config import JobConfig
 
 
 @dataclass(frozen=True)
@@ -169,22 +171,3 @@ class Runtime(Protocol):
     def describe(self, handle: Handle) -> dict[str, Any]:
         """pid, container id, cgroup, unit: whatever `status` should show. From cached state only."""
 
-
-def make_runtime(name: str, config: Config) -> Runtime:
-    if name == "process":
-        from .process import ProcessRuntime
-
-        return ProcessRuntime()
-    if name == "podman":
-        from .podman import PodmanRuntime
-
-        return PodmanRuntime(config)
-    if name == "systemd":
-        from .systemd import SystemdRuntime
-
-        return SystemdRuntime(config)
-    if name == "ray":
-        from .ray import RayRuntime
-
-        return RayRuntime(config)
-    raise ValueError(f"unknown runtime {name!r}")

@@ -1,6 +1,7 @@
 """Runs every job's watchdogs once per supervisor tick and turns trips into commands for the jobs.
 
-The engine reads each job's signals (a value the runner hands out) and the GPU feed, and returns
+The engine reads each job's signals (a value the runner hands out, passed in by the supervisor each tick: the
+engine never holds the supervisor nor a runner) and the GPU feed, and returns
 commands (`WatchdogTrip`, and the thermal watchdog's `Start` once the GPUs cool down) for the job's
 state machine, which counts them, bounds rollbacks and acts. It never touches job history. What is
 GPU-level, not job-level, stays here: lowering and restoring power limits, marking a GPU unhealthy.
@@ -8,11 +9,13 @@ GPU-level, not job-level, stays here: lowering and restoring power limits, marki
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from ..gpu.assign import job_gpu_indices
 from ..jobs.messages import Command, WatchdogTrip
 from ..jobs.model import JobState
+from ..runner import JobSignals
 from .base import JobView, Trip, Watchdog
 from .config import WatchdogsConfig
 from .divergence import DivergenceWatchdog
@@ -23,10 +26,6 @@ from .loss_stagnation import LossStagnationWatchdog
 from .no_progress import NoProgressWatchdog
 from .reward_plateau import RewardPlateauWatchdog
 from .xid import XidWatchdog
-
-if TYPE_CHECKING:
-    from ..runner import JobSignals
-    from ..supervisor import Supervisor
 
 WATCHDOG_CLASSES = {
     "no_progress": NoProgressWatchdog,
@@ -55,28 +54,29 @@ def make_watchdogs(cfg: WatchdogsConfig) -> dict[str, Watchdog]:
 
 
 class WatchdogEngine:
-    def __init__(self, supervisor: "Supervisor", feed: GpuFeed):
-        self.sup = supervisor
+    """Wired in at the supervisor's construction (app.build_supervisor): `tick` is a tick hook, `job_status` a
+    job status hook, and the engine an extension (its `stop` gives the GPUs their power limits back)."""
+
+    def __init__(self, feed: GpuFeed):
         self.feed = feed
         self.sets: dict[str, tuple[WatchdogsConfig, dict[str, Watchdog]]] = {}
         self.thermal = ThermalControl(feed)  # power caps and the heat park's resume: gpu_temperature.py
 
     # extension protocol
-    def start(self) -> None:
-        self.sup.tick_hooks.append(self.tick)
-        self.sup.job_status_hooks.append(self.job_status)
+    def start(self, supervisor: object) -> None:
+        pass  # nothing to start: the supervisor calls `tick` from its own
 
     def stop(self) -> None:
         self.thermal.restore_power_limits("supervisor stopping")
 
-    def _watchdogs(self, sig: "JobSignals") -> dict[str, Watchdog]:
+    def _watchdogs(self, sig: JobSignals) -> dict[str, Watchdog]:
         cur = self.sets.get(sig.name)
         if cur is None or cur[0] != sig.cfg.watchdogs:
             cur = (sig.cfg.watchdogs, make_watchdogs(sig.cfg.watchdogs))
             self.sets[sig.name] = cur
         return cur[1]
 
-    def view(self, sig: "JobSignals", now: float, feed: FeedTick) -> JobView:
+    def view(self, sig: JobSignals, now: float, feed: FeedTick) -> JobView:
         gpus = job_gpu_indices(sig.cfg, feed.readings, feed.processes, sig.pids)
         return JobView(
             name=sig.name, now=now, alive=sig.alive and not sig.waiting,  # waiting for room is no hang
@@ -90,12 +90,12 @@ class WatchdogEngine:
             attempt=sig.attempt,
         )
 
-    def tick(self, now: float) -> list[tuple[str, Command]]:
-        """`now` is monotonic. Returns the commands for the supervisor to hand to each job's state machine."""
+    def tick(self, now: float, jobs: Sequence[JobSignals]) -> list[tuple[str, Command]]:
+        """`now` is monotonic, `jobs` every job's signals this tick. Returns the commands for the supervisor to
+        hand to each job's state machine."""
         feed = self.feed.poll()
         commands: list[tuple[str, Command]] = []
-        for runner in list(self.sup.runners.values()):
-            sig = runner.signals()
+        for sig in jobs:
             view = self.view(sig, now, feed)
             for wd in self._watchdogs(sig).values():
                 trip = wd.step(view)
@@ -103,9 +103,9 @@ class WatchdogEngine:
                     commands.append((sig.name, self.command_for(wd, trip, view)))
                     if trip.action in ("restart", "rollback", "stop"):
                         view.alive = False  # one stop per tick: the others see the job as going down
-            wd = self._watchdogs(sig).get("gpu_temperature")
-            thermal = self.thermal.resume(sig.name, sig.parked_by, sig.state == JobState.STOPPED, wd, view) \
-                if isinstance(wd, GpuTemperatureWatchdog) else None
+            heat = self._watchdogs(sig).get("gpu_temperature")
+            thermal = self.thermal.resume(sig.name, sig.parked_by, sig.state == JobState.STOPPED, heat, view) \
+                if isinstance(heat, GpuTemperatureWatchdog) else None
             if thermal is not None:
                 commands.append((sig.name, thermal))
         return commands
