@@ -93,7 +93,7 @@ def build_supervisor(cfg: Config, config_path: str | None) -> Supervisor:
     # attributed to jobs) and what their memory did during the attempt (the history of the sampler's snapshots)
     memory = MemoryHistory()
     sup.tick_hooks.append(lambda now: memory.observe(sampler.snapshot()))
-    sup.gpu_memory = lambda job, since: oom_note(job, sup.status().get("gpus"), memory, since)
+    sup.gpu_memory = lambda job, since: oom_note(job, sup.status().gpus, memory, since)
     sup.status_hooks.append(lambda jobs: {"gpus": gpu_status(sampler.snapshot(), jobs)})
     sup.extensions.append(WatchdogEngine(sup, SamplerFeed(sampler)))
     if cfg.metrics.enabled:

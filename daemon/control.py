@@ -58,7 +58,7 @@ def dispatch(sup: "Supervisor", req: Any) -> Any:
         raise RequestError("a request is one JSON object per line, e.g. {\"cmd\": \"status\"}")
     cmd = req.get("cmd")
     if cmd == "status":
-        return sup.status()
+        return sup.status().to_json()
     if cmd == "events":
         job = _job_field(req)
         if job not in sup.runners:

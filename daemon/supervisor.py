@@ -14,6 +14,7 @@ import os
 import signal
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -27,6 +28,7 @@ from .jobs.model import Origin
 from .logs import log
 from .runner import JobRunner
 from .runtimes.base import Runtime, make_runtime
+from .status.types import JobStatus, Status, SupervisorInfo
 from .store import StateStore
 from .workflows.installed import forget as forget_installed_isaaclab
 
@@ -67,11 +69,12 @@ class Supervisor:
         self.tick_hooks: list[Callable[[float], list[tuple[str, Command]] | None]] = []
         self.gpu_check: Callable[[Any], str | None] | None = None  # set by app.build_supervisor, before start()
         self.gpu_memory: Callable[[str, float | None], Any] | None = None  # likewise: a job's GPUs at a CUDA OOM
-        # parts of the snapshot others own, asked for at publish time: per job (the watchdogs' states) and
-        # host-wide (the GPUs, which need the jobs' rows); each returns keys to add, never mutates
+        # parts of the snapshot others own, asked for at publish time: per job (the watchdogs' states: JobStatus
+        # fields) and host-wide (the GPUs, which need the jobs' rows: {"gpus": ...}); each returns the fields to
+        # set, never mutates
         self.job_status_hooks: list[Callable[[str], dict[str, Any]]] = []
-        self.status_hooks: list[Callable[[list[dict[str, Any]]], dict[str, Any]]] = []
-        self._snapshot: dict[str, Any] = {"jobs": []}
+        self.status_hooks: list[Callable[[list[JobStatus]], dict[str, Any]]] = []
+        self._snapshot = Status()
         self._last_notify = float("-inf")
 
     # ---- lifecycle ---------------------------------------------------------------------
@@ -199,22 +202,22 @@ class Supervisor:
 
     def _publish(self) -> None:
         """Build the next status snapshot (under self.lock); readers get it without a lock."""
-        jobs: list[dict[str, Any]] = []
+        jobs: list[JobStatus] = []
         for r in self.runners.values():
             try:
                 row = r.snapshot()
                 for job_hook in self.job_status_hooks:
-                    row.update(job_hook(r.cfg.name))
+                    row = replace(row, **job_hook(r.cfg.name))
                 jobs.append(row)
             except Exception:  # noqa: BLE001
                 log.exception("job_snapshot_failed", job=r.cfg.name)
-        snap: dict[str, Any] = {"jobs": jobs}
+        gpus = None
         for hook in self.status_hooks:
             try:
-                snap.update(hook(jobs))
+                gpus = hook(jobs).get("gpus", gpus)
             except Exception:  # noqa: BLE001
                 log.exception("status_hook_failed", hook=getattr(hook, "__qualname__", str(hook)))
-        self._snapshot = snap  # one reference swap: a reader sees the old snapshot or the new one
+        self._snapshot = Status(jobs=tuple(jobs), gpus=gpus)  # one reference swap: a reader sees the old or the new
 
     def shutdown(self) -> None:
         """Stop process-runtime trainers gracefully (SIGINT, grace, SIGKILL); container jobs keep running
@@ -330,23 +333,19 @@ class Supervisor:
         runner.event("config_changed", detail="back in the config after a reload had removed it")
 
     # ---- read side -----------------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
+    def status(self) -> Status:
         """The latest published snapshot: no lock, no I/O, so it answers while any runtime is busy."""
-        snap = self._snapshot
-        return {
-            **snap,
-            "supervisor": {
-                "version": __version__,
-                "pid": os.getpid(),
-                "started_at": self.started_at,
-                "uptime_seconds": time.time() - self.started_at,
-                "config_path": self.config_path or "<embedded default>",
-                "config_reloads_total": self.config_reloads,
-                "config_errors_total": self.config_errors,
-                "last_config_error": self.last_config_error,
-                "state_dir": str(self.config.supervisor.state_dir),
-            },
-        }
+        return replace(self._snapshot, supervisor=SupervisorInfo(
+            version=__version__,
+            pid=os.getpid(),
+            started_at=self.started_at,
+            uptime_seconds=time.time() - self.started_at,
+            config_path=self.config_path or "<embedded default>",
+            config_reloads_total=self.config_reloads,
+            config_errors_total=self.config_errors,
+            last_config_error=self.last_config_error,
+            state_dir=str(self.config.supervisor.state_dir),
+        ))
 
     def summary(self) -> str:
         counts: dict[str, int] = {}

@@ -36,6 +36,7 @@ from ..config import Config, JobConfig
 from ..logs import log
 from .base import ExitStatus, Handle, LaunchSpec, RuntimeFailure
 from .process import process_tree
+from .view import RuntimeView
 from .worker import Slot, SlottedRuntime, Worker
 from .quadlet import (
     LEGACY_TOKEN_LABEL,
@@ -396,7 +397,7 @@ class PodmanRuntime(SlottedRuntime):
         # `isaacd logs` (podman logs) still shows why it ended.
         return True
 
-    def describe(self, handle: Handle) -> dict[str, Any]:
+    def describe(self, handle: Handle) -> RuntimeView:
         self._slot(handle)
         st = handle.state
         attrs = self._inspect.get(st.get("id") or "") or {}
@@ -407,8 +408,8 @@ class PodmanRuntime(SlottedRuntime):
                 cg = Path(f"/proc/{pid}/cgroup").read_text().strip().splitlines()[-1].split(":", 2)[2]
             except (OSError, IndexError):
                 cg = None
-        return {"container": st.get("container"), "container_id": st.get("id"), "pid": pid or None, "cgroup": cg,
-                "attempt": st.get("attempt")}
+        return RuntimeView(container=st.get("container"), container_id=st.get("id"), pid=pid or None, cgroup=cg,
+                           attempt=st.get("attempt"))
 
 
 def _token_label(labels: dict[str, str]) -> str | None:

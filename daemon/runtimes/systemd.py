@@ -37,6 +37,7 @@ from typing import Any
 from ..config import Config, JobConfig
 from ..logs import log
 from .base import ExitStatus, Handle, LaunchSpec, RuntimeFailure
+from .view import RuntimeView
 from .worker import Slot, SlottedRuntime, Worker
 from .quadlet import (
     ContainerSpec,
@@ -507,7 +508,7 @@ class SystemdRuntime(SlottedRuntime):
             self.worker.submit(f"cleanup {unit}", release)
         return False
 
-    def describe(self, handle: Handle) -> dict[str, Any]:
+    def describe(self, handle: Handle) -> RuntimeView:
         self._slot(handle)
         unit = handle.state["unit"]
         p = self._props.get(unit) or {}
@@ -517,7 +518,8 @@ class SystemdRuntime(SlottedRuntime):
             cid = Path(f"/run/{unit.removesuffix('.service')}.cid").read_text().strip() or None
         except OSError:
             pass
-        return {"unit": unit, "container_id": cid, "container": handle.state.get("container"),
-                "pid": pids[0] if pids else (int(p["MainPID"]) if p.get("MainPID", "0") not in ("", "0") else None),
-                "cgroup": p.get("ControlGroup") or None, "unit_file": handle.state.get("unit_file"),
-                "attempt": handle.state.get("attempt")}
+        return RuntimeView(
+            unit=unit, container_id=cid, container=handle.state.get("container"),
+            pid=pids[0] if pids else (int(p["MainPID"]) if p.get("MainPID", "0") not in ("", "0") else None),
+            cgroup=p.get("ControlGroup") or None, unit_file=handle.state.get("unit_file"),
+            attempt=handle.state.get("attempt"))

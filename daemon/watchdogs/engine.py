@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..gpu.assign import job_gpu_indices
 from ..jobs.messages import Command, WatchdogTrip
 from ..jobs.model import JobState
+from ..status.signals import JobSignals
+from ..status.types import WatchdogStatus
 from .base import JobView, Trip, Watchdog
 from .config import WatchdogsConfig
 from .divergence import DivergenceWatchdog
@@ -25,7 +27,6 @@ from .reward_plateau import RewardPlateauWatchdog
 from .xid import XidWatchdog
 
 if TYPE_CHECKING:
-    from ..runner import JobSignals
     from ..supervisor import Supervisor
 
 WATCHDOG_CLASSES = {
@@ -69,14 +70,14 @@ class WatchdogEngine:
     def stop(self) -> None:
         self.thermal.restore_power_limits("supervisor stopping")
 
-    def _watchdogs(self, sig: "JobSignals") -> dict[str, Watchdog]:
+    def _watchdogs(self, sig: JobSignals) -> dict[str, Watchdog]:
         cur = self.sets.get(sig.name)
         if cur is None or cur[0] != sig.cfg.watchdogs:
             cur = (sig.cfg.watchdogs, make_watchdogs(sig.cfg.watchdogs))
             self.sets[sig.name] = cur
         return cur[1]
 
-    def view(self, sig: "JobSignals", now: float, feed: FeedTick) -> JobView:
+    def view(self, sig: JobSignals, now: float, feed: FeedTick) -> JobView:
         gpus = job_gpu_indices(sig.cfg, feed.readings, feed.processes, sig.pids)
         return JobView(
             name=sig.name, now=now, alive=sig.alive and not sig.waiting,  # waiting for room is no hang
@@ -128,5 +129,7 @@ class WatchdogEngine:
 
     # ---- read side -------------------------------------------------------------------------
     def job_status(self, job: str) -> dict[str, Any]:
+        """The job's status fields this engine owns: {"watchdogs": {name: WatchdogStatus}} once it has watchdogs."""
         cur = self.sets.get(job)
-        return {"watchdogs": {n: wd.status() for n, wd in cur[1].items()}} if cur is not None else {}
+        return {"watchdogs": {n: WatchdogStatus.from_json(wd.status()) for n, wd in cur[1].items()}} \
+            if cur is not None else {}
