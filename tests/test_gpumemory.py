@@ -102,5 +102,5 @@ def test_collector_down_says_so():
 
 def test_a_job_on_no_gpu_says_isaacd_cannot_tell():
     sampler, history = sampled(NEIGHBOUR, [0])
-    note = oom_note("cpu-job", gpu_status(sampler.snapshot(), [JobStatus.from_json({"name": "cpu-job", "gpus": []})]), history, T0)
+    note = oom_note("cpu-job", gpu_status(sampler.snapshot(), [JobStatus(name="cpu-job", gpus=[])]), history, T0)
     assert note.gpu.startswith("no GPU memory figures for this job: none of this host's GPUs is assigned to it")
