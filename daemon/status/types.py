@@ -31,7 +31,10 @@ def _nested(conv: Callable[[Mapping[str, Any]], _T]) -> Callable[[Any], _T | Non
     return lambda v: conv(v) if isinstance(v, Mapping) else None
 
 
-def _kwargs(cls: type, raw: Mapping[str, Any], convert: Mapping[str, Callable[[Any], Any]] = {}) -> JSON:
+_AS_IS: Mapping[str, Callable[[Any], Any]] = {}
+
+
+def _kwargs(cls: type, raw: Mapping[str, Any], convert: Mapping[str, Callable[[Any], Any]] = _AS_IS) -> JSON:
     """The declared fields present in `raw`, each through its converter (if any); the rest keep their defaults."""
     return {f.name: convert.get(f.name, _same)(raw[f.name]) for f in fields(cls) if f.name in raw}
 
