@@ -15,6 +15,7 @@ from .gpu import GpuSampler
 from .gpu.assign import missing_gpus
 from .gpumemory import MemoryHistory, OomNote, oom_note
 from .metrics import build_registry, gpu_status, serve
+from .status.types import JobStatus
 from .supervisor import Extension, Hooks, Supervisor
 from .volumes import volumes
 from .watchdogs.engine import WatchdogEngine
@@ -83,7 +84,7 @@ class _PublishedGpus:
         self.sampler = sampler
         self.latest: Any = None
 
-    def status(self, jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    def status(self, jobs: list[JobStatus]) -> dict[str, Any]:
         self.latest = None  # a hook that fails publishes no "gpus": the note then has none either
         self.latest = gpu_status(self.sampler.snapshot(), jobs)
         return {"gpus": self.latest}

@@ -14,12 +14,14 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
 from . import __version__
 from .control import NotRunning, request
 from .locate import EMBEDDED_DEFAULT_NAME, Ambiguous, Found, config_path, find_socket, not_running_hint
+from .status.types import JobStatus, Status
 from .wording import no_such_job
 
 
@@ -87,26 +89,27 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def _job_or_fail(st: dict[str, Any], name: str) -> dict[str, Any]:
-    for j in st["jobs"]:
-        if j["name"] == name:
-            return j
-    raise CliError(f"isaacd: {no_such_job(name, [j['name'] for j in st['jobs']])}", 1)
+def _job_or_fail(st: Status, name: str) -> JobStatus:
+    job = st.job(name)
+    if job is None:
+        raise CliError(f"isaacd: {no_such_job(name, [j.name for j in st.jobs])}", 1)
+    return job
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     from .render import format_status
 
     client = Client(args)
-    st = client({"cmd": "status"})
+    raw = client({"cmd": "status"})
+    st = Status.from_json(raw)
     if args.job:
-        st["jobs"] = [_job_or_fail(st, args.job)]
-    if args.json:
-        print(json.dumps(st, indent=2, default=str))
+        st = replace(st, jobs=(_job_or_fail(st, args.job),))
+        raw["jobs"] = [j for j in raw["jobs"] if j.get("name") == args.job]
+    if args.json:  # the supervisor's JSON as it came: scripts may read fields this client does not know
+        print(json.dumps(raw, indent=2, default=str))
         return 0
     # The restart and resume stories come from the event journal: only for jobs that restarted.
-    events = {j["name"]: client({"cmd": "events", "job": j["name"], "limit": 50})
-              for j in st["jobs"] if j.get("restarts")}
+    events = {j.name: client({"cmd": "events", "job": j.name, "limit": 50}) for j in st.jobs if j.restarts}
     print(format_status(st, events=events))
     return 0
 
@@ -124,11 +127,11 @@ def cmd_job(args: argparse.Namespace) -> int:
     if args.command == "start":
         from .render import iterations_done
 
-        job = _job_or_fail(client({"cmd": "status"}), args.job)
+        job = _job_or_fail(Status.from_json(client({"cmd": "status"})), args.job)
         done = iterations_done(job)
-        if job["state"] == "completed" and (done is None or done >= job["max_iterations"]):
+        if job.state == "completed" and (done is None or job.max_iterations is None or done >= job.max_iterations):
             # Starting it would launch a trainer asked for 0 more iterations and leave an empty run dir.
-            print(f"{args.job} is complete ({done}/{job['max_iterations']} iterations); nothing to start. "
+            print(f"{args.job} is complete ({done}/{job.max_iterations} iterations); nothing to start. "
                   f"To train it further, raise its max_iterations in the config, then `isaacd reload` "
                   f"and `isaacd start {args.job}`. To train it from scratch, move its run dirs (see "
                   f"`isaacd events {args.job}`) out of its log_root first; isaacd never deletes checkpoints.")
@@ -139,8 +142,8 @@ def cmd_job(args: argparse.Namespace) -> int:
 
 def cmd_reload(args: argparse.Namespace) -> int:
     client = Client(args)
-    st = client({"cmd": "status"})
-    if st["supervisor"]["config_path"] == EMBEDDED_DEFAULT_NAME:
+    st = Status.from_json(client({"cmd": "status"}))
+    if st.supervisor.config_path == EMBEDDED_DEFAULT_NAME:
         # Not a rejection: there is no file to re-read.
         print("nothing to reload: this supervisor runs the embedded default config (no file). To change jobs, "
               "write a config (see etc/isaacd.toml) and restart it with `isaacd run --config FILE`.")
@@ -149,7 +152,7 @@ def cmd_reload(args: argparse.Namespace) -> int:
     if not res.get("ok"):
         raise CliError(f"reload rejected, previous config still in force:\n{res['error']}", 2)
     changes = ", ".join(f"{k} {', '.join(v) if isinstance(v, list) else v}" for k, v in res.items() if k != "ok" and v)
-    print(f"reloaded {st['supervisor']['config_path']}: {changes or 'no changes'}")
+    print(f"reloaded {st.supervisor.config_path}: {changes or 'no changes'}")
     return 0
 
 

@@ -1,7 +1,7 @@
 """Compile caches that survive a restart: Warp's kernel cache, and Kit's caches for Isaac Sim-based images.
 
 Why: on the H200 the real Isaac Lab 3.0 takes 26 s from launch to its first iteration with warm caches, 50 s with
-an empty Warp kernel cache and 165 s on a fresh machine (../shared/reference/isaaclab3-real.md). A container
+an empty Warp kernel cache and 165 s on a fresh machine (measured on the H200, session 4). A container
 started from an image has none of them unless they live on a volume, so every container restart paid the 50 s.
 
 Where (one host directory per job by default, `compile_cache = "image"` shares one per image):

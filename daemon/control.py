@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from .logs import log
+from .status.types import Status
 from .wording import no_such_job
 
 MAX_REQUEST_BYTES = 64 * 1024
@@ -76,7 +77,7 @@ class Controlled(Protocol):
     status and a job's events, hand a job an operator command, reload the config, reach the fleet of nodes.
     Called from the socket's threads: each method takes the supervisor's lock itself where it needs it."""
 
-    def status(self) -> dict[str, Any]: ...
+    def status(self) -> Status: ...
 
     def job_names(self) -> Collection[str]: ...
 
@@ -106,7 +107,7 @@ def dispatch(sup: Controlled, req: Any) -> Any:
         raise RequestError("a request is one JSON object per line, e.g. {\"cmd\": \"status\"}")
     cmd = req.get("cmd")
     if cmd == "status":
-        return sup.status()
+        return sup.status().to_json()
     if cmd == "events":
         job = _job_field(req)
         if job not in sup.job_names():

@@ -1,32 +1,37 @@
-"""How `isaacd status` and `isaacd events` read to a person. Pure functions over the control API's JSON."""
+"""How `isaacd status` and `isaacd events` read to a person. Pure functions over the control API's answers.
+
+A status arrives as JSON and is read back into `status.Status` (typed fields: a misspelt field is an
+AttributeError, not a silent None); the GPU table and the events stay the JSON they are."""
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from .backup.render import backup_note
 from .durations import age
+from .status.types import JobStatus, Status
 
 
 def _num(v: float | None, fmt: str = "{:.2f}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
-def iterations_done(job: dict[str, Any]) -> int | None:
+def iterations_done(job: JobStatus) -> int | None:
     """Iterations finished. TensorBoard steps and checkpoint numbers are 0-based (the last of a 500-iteration
     run is 499), so "499/500" read as one missing: count iterations instead. A completed job has done them
     all even when a restarted supervisor has not read its events again."""
-    if job["state"] == "completed":
-        return int(job["max_iterations"])
-    if job.get("iteration") is not None:
-        return int(job["iteration"]) + 1
-    ck = job.get("checkpoint")
-    return int(ck["iteration"]) + 1 if ck else None
+    if job.state == "completed" and job.max_iterations is not None:
+        return int(job.max_iterations)
+    if job.iteration is not None:
+        return int(job.iteration) + 1
+    ck = job.checkpoint
+    return int(ck.iteration) + 1 if ck else None
 
 
-def resume_story(job: dict[str, Any], events: list[dict[str, Any]]) -> str | None:
+def resume_story(job: JobStatus, events: list[dict[str, Any]]) -> str | None:
     """"resumed from 20, redoing 8" while a resumed attempt re-trains what the crash lost.
 
     After a resume the iteration goes back and the reward dips; without a word that reads like a new bug."""
@@ -38,56 +43,58 @@ def resume_story(job: dict[str, Any], events: list[dict[str, Any]]) -> str | Non
     resumed = started["resume_from"].get("iteration")
     if lost_at is None or resumed is None or lost_at <= resumed:
         return None
-    progress = job.get("last_progress_time")
+    progress = job.last_progress_time
     if progress is None or progress < started["time"]:  # no step of this attempt yet: `iteration` is the old one
         return (f"resuming from checkpoint {resumed}; it had reached {lost_at} before the restart, "
                 f"so {lost_at - resumed} iterations will be redone and reward may dip until it catches up")
-    now_at = job.get("iteration")
+    now_at = job.iteration
     if now_at is not None and now_at >= lost_at:
         return None  # caught up
     return (f"resumed from checkpoint {resumed}, redoing {lost_at - resumed} iterations up to {lost_at} "
             f"(reached before the restart); reward may dip until it catches up")
 
 
-def restart_story(job: dict[str, Any], events: list[dict[str, Any]], now: float) -> str | None:
+def restart_story(job: JobStatus, events: list[dict[str, Any]], now: float) -> str | None:
     """The last restart's reason, and the last crash's too when an operator restart came after it."""
-    if not job.get("restarts"):
+    if not job.restarts:
         return None
-    parts = [f"last restart: {job.get('last_restart_reason') or '?'}"]
+    parts = [f"last restart: {job.last_restart_reason or '?'}"]
     crash = next((e for e in reversed(events) if e["event"] == "restart_scheduled"), None)
-    if crash is not None and crash.get("reason") != job.get("last_restart_reason"):
+    if crash is not None and crash.get("reason") != job.last_restart_reason:
         parts.append(f"last crash: {crash.get('reason')} ({age(crash['time'], now)} ago)")
     return "; ".join(parts)
 
 
-def format_status(st: dict[str, Any], now: float | None = None,
+def format_status(status: Status | Mapping[str, Any], now: float | None = None,
                   events: dict[str, list[dict[str, Any]]] | None = None) -> str:
-    """`events`: recent events per job, for the restart and resume stories (optional)."""
+    """`status`: a Status, or its JSON (the control API's answer). `events`: recent events per job, for the
+    restart and resume stories (optional)."""
+    st = status if isinstance(status, Status) else Status.from_json(status)
     now = time.time() if now is None else now
     events = events or {}
-    sup = st["supervisor"]
-    lines = [f"isaacd {sup['version']}  pid {sup['pid']}  up {age(sup['started_at'], now)}  "
-             f"config {sup['config_path']}"]
-    if sup.get("last_config_error"):
-        lines.append(f"  ! last reload rejected (old config still in force): {sup['last_config_error']}")
+    sup = st.supervisor
+    lines = [f"isaacd {sup.version}  pid {sup.pid}  up {age(sup.started_at, now)}  "
+             f"config {sup.config_path}"]
+    if sup.last_config_error:
+        lines.append(f"  ! last reload rejected (old config still in force): {sup.last_config_error}")
     header = ["JOB", "STATE", "RUNTIME", "PID", "ITERS", "ENVS", "REWARD", "FPS", "CHECKPOINT", "RESTARTS", "UPTIME"]
     rows = []
     notes = []
-    for j in st["jobs"]:
+    for j in st.jobs:
         done = iterations_done(j)
-        ck = j.get("checkpoint")
-        ck_s = f"{ck['iteration']} ({age(ck['time'], now)} ago)" if ck else "-"
-        where = f"{j['runtime']}@{j['node']}" if j.get("node") else j["runtime"]  # ray: the node it runs on
-        rows.append([j["name"], j["state"], where, str(j["pid"] or "-"),
-                     f"{'-' if done is None else done}/{j['max_iterations']}", envs_cell(j),
-                     _num(j["mean_reward"]), _num(j["fps"], "{:.0f}"), ck_s, str(j["restarts"]),
-                     age(j.get("started_at"), now)])
-        if j.get("state_reason") and j["state"] in ("failed", "stopped", "backing-off", "stopping"):
-            notes.append(f"  {j['name']}: {j['state_reason']}")
-        for story in (restart_story(j, events.get(j["name"], []), now),
-                      resume_story(j, events.get(j["name"], []))):
+        ck = j.checkpoint
+        ck_s = f"{ck.iteration} ({age(ck.time, now)} ago)" if ck else "-"
+        where = f"{j.runtime}@{j.node}" if j.node else str(j.runtime)  # ray: the node it runs on
+        rows.append([j.name, j.state, where, str(j.pid or "-"),
+                     f"{'-' if done is None else done}/{j.max_iterations}", envs_cell(j),
+                     _num(j.mean_reward), _num(j.fps, "{:.0f}"), ck_s, str(j.restarts),
+                     age(j.started_at, now)])
+        if j.state_reason and j.state in ("failed", "stopped", "backing-off", "stopping"):
+            notes.append(f"  {j.name}: {j.state_reason}")
+        for story in (restart_story(j, events.get(j.name, []), now),
+                      resume_story(j, events.get(j.name, []))):
             if story:
-                notes.append(f"  {j['name']}: {story}")
+                notes.append(f"  {j.name}: {story}")
         envs = envs_note(j)
         if envs:
             notes.append(envs)
@@ -104,52 +111,51 @@ def format_status(st: dict[str, Any], now: float | None = None,
     if not rows:
         lines.append("(no jobs)")
     lines += notes
-    gpus = st.get("gpus")
-    if gpus is not None:
+    if st.gpus is not None:
         lines.append("")
-        lines.append(format_gpus(gpus))
+        lines.append(format_gpus(st.gpus))
     return "\n".join(lines)
 
 
-def envs_cell(j: dict[str, Any]) -> str:
+def envs_cell(j: JobStatus) -> str:
     """num_envs in use, and the configured count when a step-down made them differ ("-" from an older supervisor)."""
-    used, configured = j.get("num_envs"), j.get("num_envs_configured")
+    used, configured = j.num_envs, j.num_envs_configured
     if used is None:
         return "-"
     return str(used) if used == configured or configured is None else f"{used} of {configured}"
 
 
-def envs_note(j: dict[str, Any]) -> str | None:
-    used, configured = j.get("num_envs"), j.get("num_envs_configured")
+def envs_note(j: JobStatus) -> str | None:
+    used, configured = j.num_envs, j.num_envs_configured
     if used is None or configured is None or used == configured:
         return None
-    return (f"  {j['name']}: num_envs {used} in use of {configured} configured, stepped down after CUDA out of "
-            f"memory at start-up; `isaacd restart {j['name']}` tries {configured} again")
+    return (f"  {j.name}: num_envs {used} in use of {configured} configured, stepped down after CUDA out of "
+            f"memory at start-up; `isaacd restart {j.name}` tries {configured} again")
 
 
-def _spare_note(j: dict[str, Any]) -> str | None:
+def _spare_note(j: JobStatus) -> str | None:
     """The warm spare's state and what it costs, when there is one (or why there is none, if it was asked for)."""
-    sp = j.get("spare") or {}
-    if sp.get("state") not in ("ready", "starting"):
+    sp = j.spare
+    if sp is None or not sp.live:
         return None
     cost = []
-    if sp.get("rss_bytes"):
-        cost.append(f"{sp['rss_bytes'] / 2**20:.0f} MiB RAM")
-    if sp.get("cuda_memory_bytes"):
-        cost.append(f"{sp['cuda_memory_bytes'] / 2**20:.0f} MiB GPU")
-    return f"  {j['name']} warm spare: {sp['state']} (pid {sp.get('pid')}{', ' + ', '.join(cost) if cost else ''})"
+    if sp.rss_bytes:
+        cost.append(f"{sp.rss_bytes / 2**20:.0f} MiB RAM")
+    if sp.cuda_memory_bytes:
+        cost.append(f"{sp.cuda_memory_bytes / 2**20:.0f} MiB GPU")
+    return f"  {j.name} warm spare: {sp.state} (pid {sp.pid}{', ' + ', '.join(cost) if cost else ''})"
 
 
-def _watchdog_notes(j: dict[str, Any], now: float) -> list[str]:
-    wds = j.get("watchdogs") or {}
+def _watchdog_notes(j: JobStatus, now: float) -> list[str]:
+    wds = j.watchdogs
     if not wds:
         return []
-    quiet = ", ".join(f"{wd} {w['state']}" for wd, w in sorted(wds.items()) if w.get("state") in ("ok", "warmup"))
-    notes = [f"  {j['name']} watchdogs: {quiet}".rstrip()]
+    quiet = ", ".join(f"{wd} {w.state}" for wd, w in sorted(wds.items()) if w.state in ("ok", "warmup"))
+    notes = [f"  {j.name} watchdogs: {quiet}".rstrip()]
     for wd, w in sorted(wds.items()):
-        if w.get("state") not in ("ok", "warmup", "disabled", None):
-            since = f" since {age(w['since'], now)} ago" if w.get("since") else ""
-            notes.append(f"    {wd} {w['state'].upper()}{since}: {w.get('detail') or ''}".rstrip(": "))
+        if w.state not in ("ok", "warmup", "disabled", None):
+            since = f" since {age(w.since, now)} ago" if w.since else ""
+            notes.append(f"    {wd} {w.state.upper()}{since}: {w.detail or ''}".rstrip(": "))
     return notes
 
 

@@ -13,7 +13,6 @@ Facts (attempts, run dirs, exits) go to the job's history, decisions to its mode
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Generic, TypeVar, cast, overload
 
@@ -28,7 +27,6 @@ from .backup.keeper import JobBackup
 from .backup.uploader import Run as BackupRun
 from .clock import Clock, SystemClock
 from .config import JobConfig
-from .gpu.assign import status_gpus
 from .gpumemory import OomNote
 from .jobs import machine
 from .jobs.effects import Effect, Event, Forget, Kill, Launch, Persist, Signal
@@ -37,34 +35,17 @@ from .jobs.model import JobModel, JobState, LaunchIntent
 from .jobs.policy import num_envs_in_use
 from .logs import log
 from .observations.checkpoints import Checkpoint, timeline
-from .observations.tensorboard import ScalarPoint, finite_or_none
 from .runtimes.base import Handle, Runtime
 from .spare import SpareKeeper
+from .status.signals import JobSignals, job_signals
+from .status.types import JobStatus
+from .status.view import job_status
 from .store import JobHistory, StateStore
 from .workflows import Resolved, WorkflowError
 from .workflows.launcher import Program
 
 CHECKPOINT_SCAN_INTERVAL = 2.0
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class JobSignals:
-    """What the watchdogs read about a job this tick (a value: they never reach into the runner)."""
-
-    name: str
-    cfg: JobConfig
-    alive: bool  # a trainer runs and is not being stopped
-    attempt: int
-    attempt_started_at: float | None  # monotonic
-    first_step: int | None
-    iteration: int | None
-    last_progress_time: float | None  # monotonic
-    new_points: tuple[ScalarPoint, ...] = ()
-    pids: tuple[int, ...] = ()
-    parked_by: str | None = None
-    state: JobState = JobState.PENDING
-    waiting: bool = False  # the runtime has not placed the trainer yet (ray: no room): not a hang
 
 
 
@@ -274,79 +255,8 @@ class JobRunner:
 
     # ---- read side -------------------------------------------------------------------------
     def signals(self) -> JobSignals:
-        live, attempt = self.live, self.history.current
-        prog = live.tail.progress if live.tail else None
-        return JobSignals(
-            name=self.cfg.name, cfg=self.cfg,
-            alive=self.state in (JobState.STARTING, JobState.RUNNING) and live.handle is not None,
-            attempt=attempt.number if attempt else 0, attempt_started_at=live.started_mono,
-            first_step=self._job_iteration(prog.first_step, attempt) if prog and attempt else None,
-            iteration=self._job_iteration(prog.last_step, attempt) if prog and attempt else None,
-            last_progress_time=self.last_progress_mono, new_points=tuple(live.new_points), pids=tuple(live.pids),
-            parked_by=self.model.parked_by, state=self.state,
-            waiting=bool(live.handle is not None and self.runtime.describe(live.handle).get("waiting")))
+        return job_signals(self)
 
-    def snapshot(self) -> dict[str, Any]:
-        """The job as `isaacd status` and /metrics show it: a fresh dict each tick, never changed afterwards."""
-        h, m, live = self.history, self.model, self.live
-        attempt = h.current
-        desc = self.runtime.describe(live.handle) if live.handle else {}
-        prog = live.tail.progress if live.tail else None
-        ckpt = self._checkpoint
-        wall_minus_mono = self.clock.wall() - self.clock.monotonic()
-        backoff_until = m.backoff_until + wall_minus_mono if m.state == JobState.BACKING_OFF and \
-            m.backoff_until is not None else None
-        return {
-            "name": self.cfg.name,
-            "state": m.state.value,
-            "state_since": self.state_since,
-            "state_reason": f"{m.reason}; waiting: {desc['waiting']}" if m.state == JobState.STARTING
-            and desc.get("waiting") else m.reason,
-            "runtime": self.cfg.runtime,
-            "workflow": self.cfg.workflow,
-            "contract": self.resolved.workflow.contract if self.resolved else None,
-            "task": self.cfg.task,
-            "device": self.cfg.device,
-            "gpus": status_gpus(self.cfg),
-            "pid": desc.get("pid"),
-            "pids": list(live.pids),
-            "cgroup": desc.get("cgroup"),
-            "container_id": desc.get("container_id"),
-            "unit": desc.get("unit"),
-            "node": desc.get("node"),  # where the trainer runs, for runtimes that place it (ray)
-            "waiting": desc.get("waiting"),  # why a placing runtime has not started it yet (no room, ...)
-            "iteration": self.iteration if self.iteration is not None else h.last_iteration,
-            "max_iterations": self.cfg.max_iterations,
-            "mean_reward": finite_or_none(prog.mean_reward if prog else self.scalars.get("Train/mean_reward",
-                                                                                          h.last_mean_reward)),
-            "fps": finite_or_none(prog.fps if prog else self.scalars.get("Perf/total_fps", h.last_fps)),
-            # a resumed run redoes the iterations after its checkpoint: say so until it has caught up
-            "resume_from": attempt.resume_from if attempt else None,
-            "redo_until": max((a.last_iteration for a in h.attempts[:-1] if a.last_iteration is not None),
-                              default=None),
-            "scalars": dict(self.scalars),
-            "last_progress_time": self.last_progress_wall,
-            "checkpoint": ckpt.as_json() if ckpt else None,
-            "restarts": m.restarts,
-            "num_envs": self.num_envs(),  # in use: less than configured after a step-down (CUDA out of memory)
-            "num_envs_configured": self.cfg.num_envs,
-            "cuda_ooms": dict(m.cuda_ooms),
-            "last_restart_reason": m.last_restart_reason,
-            "restarts_by_reason": dict(m.restarts_by_reason),
-            "rollbacks": m.rollbacks,
-            "run_dir": attempt.run_dir if attempt else None,
-            "attempt": attempt.number if attempt else 0,
-            "started_at": attempt.started_at if attempt and m.state.active else None,
-            "backoff_until": backoff_until,
-            "stopping_then": m.stop.then.value if m.stop is not None and m.state == JobState.STOPPING else None,
-            "parked_by": m.parked_by,
-            "persist_error": self.persist_error,
-            "spare": self.spares.status(),
-            "log_path": str(self.state_dir / "logs" / f"{self.cfg.name}.log"),
-            "watchdogs": {},
-            "watchdog_trips": [{"watchdog": k.split("/")[0], "action": k.split("/")[1], "count": v}
-                               for k, v in m.watchdog_trips],
-            "backup": self.backup.status() if self.backup is not None else None,
-            **({"state_reason": f"{m.reason}; waiting: {self.launch_waits}", "waiting": self.launch_waits}
-               if self.launch_waits is not None else {}),
-        }
+    def snapshot(self) -> JobStatus:
+        """The job as `isaacd status` and /metrics show it: a fresh value each tick (status/view.py)."""
+        return job_status(self)

@@ -18,7 +18,7 @@ import signal
 import threading
 import time
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -35,9 +35,11 @@ from .jobs.messages import Command, Restart, Start, Stop
 from .jobs.model import Origin
 from .locate import EMBEDDED_DEFAULT_NAME
 from .logs import log
-from .runner import JobRunner, JobSignals
+from .runner import JobRunner
 from .runtimes.base import Runtime
 from .runtimes.factory import make_runtime
+from .status.signals import JobSignals
+from .status.types import JobStatus, Status, SupervisorInfo
 from .store import StateStore
 from .workflows.installed import forget as forget_installed_isaaclab
 
@@ -57,8 +59,8 @@ GpuMemory = Callable[[str, float | None], OomNote]
 # each tick, after the jobs ticked: (monotonic now, every job's signals) -> (job, command) pairs
 TickHook = Callable[[float, Sequence[JobSignals]], list[tuple[str, Command]] | None]
 # parts of the snapshot others own, asked for at publish time; each returns keys to add, never mutates
-JobStatusHook = Callable[[str], dict[str, Any]]  # per job (the watchdogs' states)
-StatusHook = Callable[[list[dict[str, Any]]], dict[str, Any]]  # host-wide (the GPUs, which need the jobs' rows)
+JobStatusHook = Callable[[str], dict[str, Any]]  # per job (the watchdogs' states: JobStatus field names)
+StatusHook = Callable[[list[JobStatus]], dict[str, Any]]  # host-wide (the GPUs, which need the jobs' rows)
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,7 @@ class Supervisor:
         self.hooks = hooks
         self.gpu_check = gpu_check  # handed to each runner
         self.gpu_memory = gpu_memory  # likewise
-        self._snapshot: dict[str, Any] = {"jobs": []}
+        self._snapshot = Status()
         self._last_notify = float("-inf")
 
     # ---- lifecycle ---------------------------------------------------------------------
@@ -234,22 +236,22 @@ class Supervisor:
 
     def _publish(self) -> None:
         """Build the next status snapshot (under self.lock); readers get it without a lock."""
-        jobs: list[dict[str, Any]] = []
+        jobs: list[JobStatus] = []
         for r in self.runners.values():
             try:
                 row = r.snapshot()
                 for job_hook in self.hooks.job_status:
-                    row.update(job_hook(r.cfg.name))
+                    row = replace(row, **job_hook(r.cfg.name))
                 jobs.append(row)
             except Exception:  # noqa: BLE001
                 log.exception("job_snapshot_failed", job=r.cfg.name)
-        snap: dict[str, Any] = {"jobs": jobs}
+        gpus = None
         for hook in self.hooks.status:
             try:
-                snap.update(hook(jobs))
+                gpus = hook(jobs).get("gpus", gpus)
             except Exception:  # noqa: BLE001
                 log.exception("status_hook_failed", hook=getattr(hook, "__qualname__", str(hook)))
-        self._snapshot = snap  # one reference swap: a reader sees the old snapshot or the new one
+        self._snapshot = Status(jobs=tuple(jobs), gpus=gpus)  # one reference swap: a reader sees the old or the new
 
     def shutdown(self) -> None:
         """Stop process-runtime trainers gracefully (SIGINT, grace, SIGKILL); container jobs keep running
@@ -365,23 +367,19 @@ class Supervisor:
         runner.event("config_changed", detail="back in the config after a reload had removed it")
 
     # ---- read side -----------------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
+    def status(self) -> Status:
         """The latest published snapshot: no lock, no I/O, so it answers while any runtime is busy."""
-        snap = self._snapshot
-        return {
-            **snap,
-            "supervisor": {
-                "version": __version__,
-                "pid": os.getpid(),
-                "started_at": self.started_at,
-                "uptime_seconds": time.time() - self.started_at,
-                "config_path": self.config_path or EMBEDDED_DEFAULT_NAME,
-                "config_reloads_total": self.config_reloads,
-                "config_errors_total": self.config_errors,
-                "last_config_error": self.last_config_error,
-                "state_dir": str(self.config.supervisor.state_dir),
-            },
-        }
+        return replace(self._snapshot, supervisor=SupervisorInfo(
+            version=__version__,
+            pid=os.getpid(),
+            started_at=self.started_at,
+            uptime_seconds=time.time() - self.started_at,
+            config_path=self.config_path or EMBEDDED_DEFAULT_NAME,
+            config_reloads_total=self.config_reloads,
+            config_errors_total=self.config_errors,
+            last_config_error=self.last_config_error,
+            state_dir=str(self.config.supervisor.state_dir),
+        ))
 
     def summary(self) -> str:
         counts: dict[str, int] = {}

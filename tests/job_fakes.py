@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from isaacd.runtimes.base import ExitStatus, Handle, LaunchSpec
+from isaacd.runtimes.view import RuntimeView
 from isaacd.store import JobHistory, StateStore
 
 
@@ -98,8 +99,8 @@ class FakeRuntime:
     def cleanup(self, handle: Handle) -> bool:
         return True
 
-    def describe(self, handle: Handle) -> dict[str, Any]:
-        return {"pid": handle.state["pid"]}
+    def describe(self, handle: Handle) -> RuntimeView:
+        return RuntimeView(pid=handle.state["pid"])
 
 
 class FullDiskStore(StateStore):

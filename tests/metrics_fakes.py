@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from isaacd.status import JobStatus
+
 
 def fake_job(name: str, *, pids: list[int] | None = None, state: str = "running", iteration: int = 120,
              now: float | None = None, cgroup: str | None = None, gpus: list[Any] | None = None) -> dict[str, Any]:
@@ -47,6 +49,11 @@ def fake_status(jobs: list[dict[str, Any]] | None = None, *, started_at: float |
                        "config_errors_total": 1},
         "jobs": jobs if jobs is not None else [fake_job("anymal")],
     }
+
+
+def rows(jobs: list[dict[str, Any]]) -> list[JobStatus]:
+    """Status rows as the supervisor hands them to gpu_status and attribute_pids (typed, not JSON)."""
+    return [JobStatus.from_json(j) for j in jobs]
 
 
 def demo_gpu_script(gpus: int = 2, *, job_pid: Any = "self", xids: bool = True) -> dict[str, Any]:

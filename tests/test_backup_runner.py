@@ -72,8 +72,8 @@ def test_a_launch_without_a_checkpoint_on_disk_waits_for_the_buckets_then_resume
     for _ in range(3):  # ticks go on (each returns at once) while the fetch is under way
         tick(r, clock)
         snap = r.snapshot()
-        assert snap["state"] == "starting" and not rt.live(), "nothing starts before the checkpoint is here"
-        assert "waiting: fetching the newest checkpoint from file://" in snap["state_reason"]
+        assert snap.state == "starting" and not rt.live(), "nothing starts before the checkpoint is here"
+        assert "waiting: fetching the newest checkpoint from file://" in snap.state_reason
     slow_store.set()
     deadline = time.monotonic() + 30
     while not rt.live() and time.monotonic() < deadline:
@@ -86,7 +86,7 @@ def test_a_launch_without_a_checkpoint_on_disk_waits_for_the_buckets_then_resume
     assert started[0]["resume_from"]["path"] == str(want) and want.exists()
     ev = names(r)
     assert ev.index("backup_restored") < ev.index("started")
-    assert "waiting" not in (r.snapshot()["state_reason"] or "")
+    assert "waiting" not in (r.snapshot().state_reason or "")
 
 
 def test_a_checkpoint_on_disk_wins_over_the_bucket(tmp_path):
@@ -104,12 +104,12 @@ def test_a_checkpoint_on_disk_wins_over_the_bucket(tmp_path):
 def test_a_stop_while_the_checkpoint_is_fetched_starts_nothing(tmp_path, slow_store):
     r, clock, rt = setup(tmp_path)
     tick(r, clock)
-    assert r.snapshot()["state"] == "starting" and r.launch_waits
+    assert r.snapshot().state == "starting" and r.launch_waits
     r.handle_message(Stop(Origin.OPERATOR, "operator stop"))
     tick(r, clock)
     slow_store.set()
     for _ in range(20):
         time.sleep(0.05)
         tick(r, clock)
-    assert r.snapshot()["state"] == "stopped" and not rt.trainers and r.launch_waits is None
+    assert r.snapshot().state == "stopped" and not rt.trainers and r.launch_waits is None
     assert "started" not in names(r)

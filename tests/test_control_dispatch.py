@@ -13,8 +13,9 @@ from helpers import write_config
 from isaacd.config import load_config
 from isaacd.control import Controlled, Fleet, RequestError, dispatch
 from isaacd.jobs.model import JobState
-from isaacd.runner import JobSignals
+from isaacd.status.signals import JobSignals
 from isaacd.runtimes.ray import RayRuntime
+from isaacd.status.types import Status
 from isaacd.supervisor import Supervisor
 from isaacd.watchdogs.engine import WatchdogEngine
 from isaacd.watchdogs.gpufeed import FeedTick
@@ -56,8 +57,8 @@ class FakeSupervisor:
         self.commands: list[tuple[str, str]] = []
         self._fleet = fleet
 
-    def status(self) -> dict[str, Any]:
-        return {"jobs": [{"name": "a"}]}
+    def status(self) -> Status:
+        return Status.from_json({"jobs": [{"name": "a", "state": "running"}]})
 
     def job_names(self) -> Collection[str]:
         return self.jobs.keys()
@@ -78,7 +79,8 @@ class FakeSupervisor:
 
 def test_job_requests_go_through_the_controlled_interface() -> None:
     sup: Controlled = FakeSupervisor()
-    assert dispatch(sup, {"cmd": "status"}) == {"jobs": [{"name": "a"}]}
+    answer = dispatch(sup, {"cmd": "status"})
+    assert [(j["name"], j["state"]) for j in answer["jobs"]] == [("a", "running")]  # the wire JSON
     assert dispatch(sup, {"cmd": "events", "job": "a", "limit": 1}) == [{"event": "started"}]
     assert dispatch(sup, {"cmd": "restart", "job": "a"}) == "ok"
     assert sup.commands == [("restart", "a")]  # type: ignore[attr-defined]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from metrics_fakes import fake_job, fake_status
+from metrics_fakes import fake_job, fake_status, rows
 from prometheus_client.parser import text_string_to_metric_families
 
 from isaacd.config import JobConfig
@@ -263,7 +263,7 @@ def test_job_gpu_assigned_metric_for_all_gpus():
 def test_gpu_status_names_the_jobs_assigned_to_each_gpu():
     from isaacd.metrics import gpu_status
 
-    st = gpu_status(snapshot(), [fake_job("every", pids=[], gpus="all"), fake_job("one", pids=[], gpus=[UUID1]),
-                                 fake_job("cpu", pids=[], gpus=[])])
+    st = gpu_status(snapshot(), rows([fake_job("every", pids=[], gpus="all"), fake_job("one", pids=[], gpus=[UUID1]),
+                                      fake_job("cpu", pids=[], gpus=[])]))
     assert {d["index"]: d["assigned"] for d in st["devices"]} == {
         "0": ["every"], "0:1": ["every"], "0:2": ["every"], "1": ["every", "one"]}

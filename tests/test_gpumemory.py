@@ -8,6 +8,7 @@ import os
 from isaacd.gpu import GpuSampler, ManualClock, ScriptedSource
 from isaacd.gpumemory import MemoryHistory, oom_note
 from isaacd.metrics.status import gpu_status
+from isaacd.status import JobStatus
 
 GiB = 2**30
 T0 = 1_700_000_000.0
@@ -31,8 +32,8 @@ NEIGHBOUR = {"gpus": 1, "defaults": {"memory_used_bytes": 130 * GiB},
                                                          {"pid": "self", "used_bytes": 9 * GiB}]}]}
 
 
-def jobs_row(name: str = "cp", pids: tuple[int, ...] = ()) -> dict:
-    return {"name": name, "pids": list(pids), "gpus": ["0"]}
+def jobs_row(name: str = "cp", pids: tuple[int, ...] = (), **more: object) -> JobStatus:
+    return JobStatus.from_json({"name": name, "pids": list(pids), "gpus": ["0"], **more})
 
 
 def test_note_names_the_gpu_its_memory_and_who_holds_it():
@@ -49,7 +50,7 @@ def test_note_names_the_gpu_its_memory_and_who_holds_it():
 def test_the_jobs_warm_spare_is_the_jobs_memory_not_a_neighbours():
     script = {"gpus": 1, "events": [{"t": 0, "gpu": 0, "processes": [{"pid": 4242, "used_bytes": 1 * GiB}]}]}
     sampler, history = sampled(script, [0])
-    row = jobs_row() | {"spare": {"state": "ready", "pid": 4242}}
+    row = jobs_row(spare={"state": "ready", "pid": 4242})
     note = oom_note("cp", gpu_status(sampler.snapshot(), [row]), history, T0)
     assert note.gpu.endswith(": 1.0 GiB by this job") and "not an isaacd job" not in note.gpu
 
@@ -101,5 +102,5 @@ def test_collector_down_says_so():
 
 def test_a_job_on_no_gpu_says_isaacd_cannot_tell():
     sampler, history = sampled(NEIGHBOUR, [0])
-    note = oom_note("cpu-job", gpu_status(sampler.snapshot(), [{"name": "cpu-job", "gpus": []}]), history, T0)
+    note = oom_note("cpu-job", gpu_status(sampler.snapshot(), [JobStatus(name="cpu-job", gpus=[])]), history, T0)
     assert note.gpu.startswith("no GPU memory figures for this job: none of this host's GPUs is assigned to it")

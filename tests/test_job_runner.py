@@ -179,7 +179,7 @@ def test_full_state_disk_never_starts_an_untracked_trainer_and_recovers_when_spa
             tick(r, world, 61)
         assert world["rt"].trainers == {}  # nothing a crash could orphan
         assert r.state.value == "backing-off" and "No space left on device" in (r.model.reason or "")
-        assert r.snapshot()["persist_error"] and "No space left" in r.snapshot()["persist_error"]
+        assert r.snapshot().persist_error and "No space left" in r.snapshot().persist_error
     finally:
         FullDiskStore.full = False
     tick(r, world, 61)

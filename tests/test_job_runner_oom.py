@@ -83,14 +83,14 @@ def test_startup_oom_in_the_output_steps_the_next_launch_down(tmp_path):
     assert (ev["phase"], ev["kind"], ev["line"], ev["num_envs"]) == ("startup", "torch", OOM, 1024)
     assert ev["gpu"].startswith("GPU 0 (NVIDIA H200)") and ev["gpus"] == [{"gpu": "0"}]
     assert events(r, "exited")[0]["cuda_oom"] == {"kind": "torch", "line": OOM}
-    assert r.snapshot()["restarts_by_reason"] == {"cuda_oom": 1}
+    assert r.snapshot().restarts_by_reason == {"cuda_oom": 1}
     for _ in range(50):
         if rt.live():
             break
         tick(r, clock, 1.0)
     assert num_envs_arg(rt.live()[0].argv) == "512" and events(r, "started")[-1]["num_envs"] == 512
     snap = r.snapshot()
-    assert (snap["num_envs"], snap["num_envs_configured"], snap["cuda_ooms"]) == (512, 1024, {"startup": 1})
+    assert (snap.num_envs, snap.num_envs_configured, snap.cuda_ooms) == (512, 1024, {"startup": 1})
 
 
 def test_another_failure_in_the_output_is_a_plain_crash(tmp_path):
@@ -98,7 +98,7 @@ def test_another_failure_in_the_output_is_a_plain_crash(tmp_path):
     tick(r, clock)
     rt.die("ValueError: not an out-of-memory\n")
     tick(r, clock)
-    assert asked == [] and events(r, "cuda_oom") == [] and r.snapshot()["restarts_by_reason"] == {"exit_code": 1}
+    assert asked == [] and events(r, "cuda_oom") == [] and r.snapshot().restarts_by_reason == {"exit_code": 1}
 
 
 def test_a_spares_attempt_is_not_blamed_for_the_dead_trainers_oom(tmp_path):

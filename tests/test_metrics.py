@@ -24,7 +24,7 @@ from isaacd.gpu.nvml import NvmlSource
 from isaacd.metrics import METRICS, build_registry, gpu_status, parse_listen, serve
 from isaacd.metrics.attribution import attribute_pids
 from isaacd.metrics.catalog import BY_NAME, GPU_LABELS, series_names
-from metrics_fakes import demo_gpu_script, fake_job, fake_status
+from metrics_fakes import demo_gpu_script, fake_job, fake_status, rows
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -224,13 +224,13 @@ def test_attribution_by_pid_and_cgroup(tmp_path):
         {"name": "foo", "pids": [], "cgroup": "/system.slice/isaacd-foo.service"},
         {"name": "proc", "pids": [200, 201]},
     ]
-    got = attribute_pids([101, 102, 103, 104, 200, 201, 999], jobs, str(tmp_path))
+    got = attribute_pids([101, 102, 103, 104, 200, 201, 999], rows(jobs), str(tmp_path))
     assert got == {101: "podjob", 103: "foo", 200: "proc", 201: "proc"}
 
 
 def test_gpu_status_for_the_cli():
     sampler, status = full_setup()
-    st = gpu_status(sampler.snapshot(), status["jobs"])
+    st = gpu_status(sampler.snapshot(), rows(status["jobs"]))
     json.dumps(st)
     assert st["up"] and st["source"] == "scripted"
     d0, d1 = st["devices"]

@@ -156,7 +156,7 @@ def test_podman_runtime_runs_the_container_as_specified(tmp_path, podman_url, cl
     assert "Max locked memory" in (out / "limits.txt").read_text()
     assert rt.poll(h) is None
     d = rt.describe(h)
-    assert d["container"] == f"isaaclab-job-{name}" and d["container_id"] == h.state["id"]
+    assert d.container == f"isaaclab-job-{name}" and d.container_id == h.state["id"]
     pids = rt.pids(h)
     assert pids and pids[0] == h.state["pid"]
     attrs = rt._attrs(h.state["id"])
@@ -293,7 +293,7 @@ def test_podman_find_by_launch_token(tmp_path, podman_url, cleanup_containers):
     assert rt2.adopt(job, {"token": token}) is not None  # a state saved before the id was known
     # the container's main process (its `sleep 0.1` children come and go between two reads)
     assert rt2.poll(h2) is None and rt2.pids(h2)[0] == h.state["pid"] == h2.state["pid"]
-    assert rt2.describe(h2)["container_id"] == h.state["id"]
+    assert rt2.describe(h2).container_id == h.state["id"]
     rt2.signal(h2, signal.SIGINT)
     st = _wait_exit(rt2, h2)
     assert st.code == 4 and not st.external_stop

@@ -53,7 +53,7 @@ def test_find_by_launch_token_after_a_crash_before_save(tmp_path):
         assert rt2.poll(h2) is None and set(rt2.pids(h2)) == set(rt.pids(h))
         assert rt2.adopt(job, dict(h2.state)) is not None  # the found state adopts like a saved one
         assert rt2.adopt(job, {"token": token}) is not None  # a saved token without a pid: found too
-        assert rt2.describe(h2)["pid"] == h.pid
+        assert rt2.describe(h2).pid == h.pid
 
         rt2.signal(h2, signal.SIGTERM)  # the whole group: trainer and helper
         st = wait_for(lambda: rt2.poll(h2), 20, what="the found trainer's end")

@@ -59,7 +59,7 @@ def test_an_old_document_keeps_its_counters_and_state_and_is_saved_in_the_new_fo
     assert not LEGACY_KEYS & set(doc) and doc["machine"]["restarts"] == 4 and doc["machine"]["state"] == "failed"
     assert doc["last_iteration"] == 40 and doc["attempts"][0]["run_dir"] == "/l/run"
     again = runner(tmp_path)  # read back from the new format alone
-    assert counters(again) == want and again.snapshot()["restarts_by_reason"] == {"signal": 3, "watchdog": 1}
+    assert counters(again) == want and again.snapshot().restarts_by_reason == {"signal": 3, "watchdog": 1}
 
 
 def test_mirrored_counters_beside_the_model_are_dropped_and_the_model_wins(tmp_path):

@@ -33,6 +33,7 @@ from isaacd.runtimes.quadlet import render_service, unit_name
 from isaacd.runtimes.unit_syntax import sd_split
 from isaacd.observations.checkpoints import list_checkpoints, newest_complete
 from isaacd.workflows import resolve
+from isaacd.status import JobStatus
 
 
 
@@ -130,7 +131,7 @@ def main() -> int:
             procs_seen = [(p.pid, p.usedGpuMemory) for p in procs]
             utils.append(pynvml.nvmlDeviceGetUtilizationRates(h).gpu)
             # the systemd runtime's job record carries the unit's ControlGroup; nothing else here
-            attributed = attribute_pids([p.pid for p in procs], [{"name": job.name, "cgroup": "/" + cg.name}])
+            attributed = attribute_pids([p.pid for p in procs], [JobStatus(name=job.name, cgroup="/" + cg.name)])
     pynvml.nvmlShutdown()
     new_runs = sorted({p.name for p in exp.iterdir()} - before)
     ckpts = [c.iteration for run in new_runs for c in list_checkpoints(exp / run)]

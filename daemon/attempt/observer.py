@@ -95,7 +95,7 @@ class AttemptObserver:
             return []
         out: list[Message] = []
         status = self.runtime.poll(live.handle)
-        if self.record.model.state == JobState.STARTING and self.runtime.describe(live.handle).get("waiting"):
+        if self.record.model.state == JobState.STARTING and self.runtime.describe(live.handle).waiting:
             live.started_mono = now  # not placed yet (no room): the watchdogs' warm-up starts when it is
         if live.handle.state != attempt.handle:  # the runtime learnt more (container id, unit invocation)
             attempt.handle = dict(live.handle.state)

@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..durations import age
+from ..status.types import JobStatus
 
 
-def backup_note(job: dict[str, Any], now: float) -> str | None:
-    b = job.get("backup")
-    if not isinstance(b, dict):
+def backup_note(job: JobStatus, now: float) -> str | None:
+    b = job.backup
+    if b is None:
         return None
-    last = b.get("last_upload")
-    parts = [f"last upload iteration {last['iteration']} ({age(last['time'], now)} ago)" if last
+    last = b.last_upload
+    parts = [f"last upload iteration {last.iteration} ({age(last.time, now)} ago)" if last
              else "no upload yet"]
-    if b.get("lag_iterations") is not None:
-        parts.append(f"lag {b['lag_iterations']} iteration{'' if b['lag_iterations'] == 1 else 's'}")
-    if b.get("restoring"):
-        parts.append(f"fetching a checkpoint: {b['restoring']}")
-    line = f"  {job['name']} backup {b.get('url')}: {', '.join(parts)}"
-    if b.get("error"):
-        retry = f"; retry in {max(0, int(b['retry_at'] - now))}s" if b.get("retry_at") else ""
-        line += f"\n    backup ERROR since {age(b.get('error_since'), now)} ago: {b['error']}{retry}"
+    if b.lag_iterations is not None:
+        parts.append(f"lag {b.lag_iterations} iteration{'' if b.lag_iterations == 1 else 's'}")
+    if b.restoring:
+        parts.append(f"fetching a checkpoint: {b.restoring}")
+    line = f"  {job.name} backup {b.url}: {', '.join(parts)}"
+    if b.error:
+        retry = f"; retry in {max(0, int(b.retry_at - now))}s" if b.retry_at else ""
+        line += f"\n    backup ERROR since {age(b.error_since, now)} ago: {b.error}{retry}"
     return line

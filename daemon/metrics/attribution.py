@@ -13,8 +13,9 @@ This is the attribution dcgm-exporter can only do under Kubernetes (issue #238 t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
+
+from ..status.types import JobStatus
 
 
 def read_cgroup(pid: int, proc_root: str = "/proc") -> str | None:
@@ -25,25 +26,27 @@ def read_cgroup(pid: int, proc_root: str = "/proc") -> str | None:
         return None
 
 
-def attribute_pids(pids: Iterable[int], jobs: Iterable[Mapping[str, Any]], proc_root: str = "/proc") -> dict[int, str]:
-    """Map each PID that belongs to a job to the job's name (PIDs of no job are left out)."""
+def attribute_pids(pids: Iterable[int], jobs: Iterable[JobStatus], proc_root: str = "/proc") -> dict[int, str]:
+    """Map each PID that belongs to a job to the job's name (PIDs of no job are left out).
+
+    The rows may come from JSON (tests, an older supervisor): each value's type is checked before use."""
     by_pid: dict[int, str] = {}
     cgroup_jobs: list[tuple[str, str]] = []
     for job in jobs:
-        name = job.get("name")
+        name = job.name
         if not isinstance(name, str):
             continue
-        for p in job.get("pids") or ():
+        for p in job.pids:
             if isinstance(p, int) and not isinstance(p, bool):
                 by_pid.setdefault(p, name)
-        pid = job.get("pid")
+        pid = job.pid
         if isinstance(pid, int) and not isinstance(pid, bool):
             by_pid.setdefault(pid, name)
-        spare = job.get("spare")  # the job's warm spare holds a CUDA context of its own: the job's memory too
-        spare_pid = spare.get("pid") if isinstance(spare, Mapping) else None
+        # the job's warm spare holds a CUDA context of its own: the job's memory too
+        spare_pid = job.spare.pid if job.spare is not None else None
         if isinstance(spare_pid, int) and not isinstance(spare_pid, bool):
             by_pid.setdefault(spare_pid, name)
-        cg = job.get("cgroup")
+        cg = job.cgroup
         if isinstance(cg, str) and cg.strip("/"):
             cgroup_jobs.append((cg, name))
     # Longest match first: "/a/b" must win over "/a" when both are jobs.

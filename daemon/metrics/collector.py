@@ -1,8 +1,12 @@
-"""prometheus-client custom collector over the supervisor's status dict and the GPU snapshot.
+"""prometheus-client custom collector over the supervisor's status and the GPU snapshot.
 
 A scrape reads two in-memory things - ``status_provider()`` and ``sampler.snapshot()`` - and never
 calls NVML.  Anything wrong with one job or one GPU costs that part of the scrape (counted in
 ``isaacd_scrape_errors_total``), never the whole scrape.
+
+The status is a `status.Status` (the supervisor's) or its JSON (tests, benchmarks); JSON rows are read
+one by one, so a malformed row costs only itself. Fields are read by attribute, and every number is
+checked before it is exported (`_num`): a row from JSON carries whatever types it was given.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from prometheus_client.registry import Collector
 from ..gpu.assign import assigned_keys
 from ..gpu.sampler import GpuSampler, GpuSnapshot
 from ..gpu.types import CLOCK_EVENT_REASONS, GpuInfo, xid_class
+from ..status.types import JobStatus, Status, SupervisorInfo
 from .attribution import attribute_pids
 from .catalog import BY_NAME
 
@@ -31,7 +36,7 @@ WATCHDOG_STATES = ("ok", "pending", "tripped", "cooldown", "warmup", "disabled")
 RESTART_REASONS = ("exit_code", "signal", "oom", "cuda_oom", "watchdog", "operator", "lost")
 OOM_PHASES = ("startup", "training")
 
-StatusProvider = Callable[[], Mapping[str, Any]]
+StatusProvider = Callable[[], "Status | Mapping[str, Any]"]
 VolumesProvider = Callable[[], list[Any]]  # -> [volumes.Volume]
 SnapshotProvider = Callable[[], GpuSnapshot]
 
@@ -64,7 +69,7 @@ class _Families:
     def add(self, name: str, labels: Iterable[str], value: float | None) -> None:
         if value is None:
             return  # not reported: no series, never a fake 0
-        self.get(name).add_metric(list(labels), value)
+        self.get(name).add_metric(list(labels), value)  # type: ignore[attr-defined]  # on every family class
 
     def families(self) -> list[Metric]:
         return list(self._fams.values())
@@ -108,30 +113,38 @@ class IsaacdCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         f = _Families()
         now = self._clock()
-        status: Mapping[str, Any] | None = None
+        status: Status | Mapping[str, Any] | None = None
         if self._status_provider is not None:
             try:
                 status = self._status_provider()
-                if not isinstance(status, Mapping):
-                    raise TypeError(f"status provider returned {type(status).__name__}, not a dict")
+                if not isinstance(status, (Status, Mapping)):
+                    raise TypeError(f"status provider returned {type(status).__name__}, not a status")
             except Exception as e:  # noqa: BLE001
                 status = None
                 self._error("status", e)
-        jobs: list[Mapping[str, Any]] = []
-        if status is not None:
-            jobs = [j for j in (status.get("jobs") or []) if isinstance(j, Mapping)]
-        self._supervisor(f, status, now)
+        rows: list[JobStatus | Mapping[str, Any]] = []
+        sup: SupervisorInfo | None = None
+        if isinstance(status, Status):
+            rows, sup = list(status.jobs), status.supervisor
+        elif status is not None:
+            rows = [j for j in (status.get("jobs") or []) if isinstance(j, Mapping)]
+            raw_sup = status.get("supervisor")
+            sup = SupervisorInfo.from_json(raw_sup) if isinstance(raw_sup, Mapping) else SupervisorInfo()
+        self._supervisor(f, sup, now)
         snap: GpuSnapshot | None = None
         if self._snapshot is not None:
             try:
                 snap = self._snapshot()
             except Exception as e:  # noqa: BLE001
                 self._error("gpu", e)
-        for job in jobs:
+        jobs: list[JobStatus] = []
+        for row in rows:
             try:
+                job = row if isinstance(row, JobStatus) else JobStatus.from_json(row)
+                jobs.append(job)  # its pids still count on the GPUs if one of its fields is odd
                 self._job(f, job, snap)
             except Exception as e:  # noqa: BLE001 - one odd job must not cost the others
-                self._error("status", e, job=job.get("name"))
+                self._error("status", e, job=row.name if isinstance(row, JobStatus) else row.get("name"))
         self._gpu(f, snap, jobs)
         self._volume_space(f)
         with self._lock:
@@ -140,22 +153,22 @@ class IsaacdCollector(Collector):
             f.add("isaacd_scrape_errors_total", [source], n)
         return f.families()
 
-    def _supervisor(self, f: _Families, status: Mapping[str, Any] | None, now: float) -> None:
+    def _supervisor(self, f: _Families, sup: SupervisorInfo | None, now: float) -> None:
+        """`sup` is None when the status could not be read."""
         from .. import __version__
 
-        sup = status.get("supervisor") if status is not None else None
-        sup = sup if isinstance(sup, Mapping) else {}
-        version = sup.get("version") if isinstance(sup.get("version"), str) else __version__
+        info = sup if sup is not None else SupervisorInfo()
+        version = info.version if isinstance(info.version, str) else __version__
         f.add("isaacd_build_info", [version, platform.python_version()], 1)
-        f.add("isaacd_status_up", [], 1 if status is not None else 0)
-        started = _num(sup.get("started_at"))
+        f.add("isaacd_status_up", [], 1 if sup is not None else 0)
+        started = _num(info.started_at)
         f.add("isaacd_start_time_seconds", [], started)
-        uptime = _num(sup.get("uptime_seconds"))
+        uptime = _num(info.uptime_seconds)
         if uptime is None and started is not None:
             uptime = max(0.0, now - started)
         f.add("isaacd_uptime_seconds", [], uptime)
-        f.add("isaacd_config_reloads_total", [], _num(sup.get("config_reloads_total")))
-        f.add("isaacd_config_errors_total", [], _num(sup.get("config_errors_total")))
+        f.add("isaacd_config_reloads_total", [], _num(info.config_reloads_total))
+        f.add("isaacd_config_errors_total", [], _num(info.config_errors_total))
 
     def _volume_space(self, f: _Families) -> None:
         """statvfs of each volume at scrape time: a syscall, no I/O on the supervisor's tick."""
@@ -176,96 +189,86 @@ class IsaacdCollector(Collector):
             f.add("isaacd_volume_free_bytes", labels, sp.free_bytes)
             f.add("isaacd_volume_size_bytes", labels, sp.size_bytes)
 
-    def _job(self, f: _Families, job: Mapping[str, Any], snap: GpuSnapshot | None) -> None:
-        name = job.get("name")
+    def _job(self, f: _Families, job: JobStatus, snap: GpuSnapshot | None) -> None:
+        name = job.name
         if not isinstance(name, str) or not name:
-            raise ValueError(f"job without a name in status: {dict(job)!r:.200}")
+            raise ValueError(f"job without a name in status: {job!r:.200}")
         # the node its trainer runs on (runtime = "ray"); "" otherwise, so every series of a metric has one label set.
         # Only on gauges of the current attempt: counters and the checkpoint series stay per job, so a move to
         # another node never looks like a counter reset.
-        node = str(job.get("node") or "")
-        f.add("isaacd_job_info", [name, str(job.get("runtime") or ""), node], 1)
-        state = job.get("state")
+        node = str(job.node or "")
+        f.add("isaacd_job_info", [name, str(job.runtime or ""), node], 1)
+        state = job.state
         states = JOB_STATES if state in JOB_STATES or not isinstance(state, str) else JOB_STATES + (state,)
         for s in states:
             f.add("isaacd_job_state", [name, s], 1 if s == state else 0)
-        f.add("isaacd_job_iteration", [name, node], _num(job.get("iteration")))
-        f.add("isaacd_job_max_iterations", [name], _num(job.get("max_iterations")))
-        f.add("isaacd_job_mean_reward", [name, node], _num(job.get("mean_reward")))
-        f.add("isaacd_job_env_steps_per_second", [name, node], _num(job.get("fps")))
-        scalars = job.get("scalars")
-        if isinstance(scalars, Mapping):
-            for tag, v in sorted(scalars.items()):
-                f.add("isaacd_job_scalar", [name, node, str(tag)], _num(v))
-        f.add("isaacd_job_last_progress_timestamp_seconds", [name, node], _num(job.get("last_progress_time")))
-        ck = job.get("checkpoint")
-        if isinstance(ck, Mapping):
-            f.add("isaacd_job_checkpoint_iteration", [name], _num(ck.get("iteration")))
-            f.add("isaacd_job_checkpoint_timestamp_seconds", [name], _num(ck.get("time")))
-        f.add("isaacd_job_start_time_seconds", [name, node], _num(job.get("started_at")))
-        by_reason = job.get("restarts_by_reason")
-        reasons: dict[str, float] = {r: 0.0 for r in RESTART_REASONS + (("node_lost",) if job.get("runtime") == "ray"
+        f.add("isaacd_job_iteration", [name, node], _num(job.iteration))
+        f.add("isaacd_job_max_iterations", [name], _num(job.max_iterations))
+        f.add("isaacd_job_mean_reward", [name, node], _num(job.mean_reward))
+        f.add("isaacd_job_env_steps_per_second", [name, node], _num(job.fps))
+        for tag, v in sorted(job.scalars.items()):
+            f.add("isaacd_job_scalar", [name, node, str(tag)], _num(v))
+        f.add("isaacd_job_last_progress_timestamp_seconds", [name, node], _num(job.last_progress_time))
+        ck = job.checkpoint
+        if ck is not None:
+            f.add("isaacd_job_checkpoint_iteration", [name], _num(ck.iteration))
+            f.add("isaacd_job_checkpoint_timestamp_seconds", [name], _num(ck.time))
+        f.add("isaacd_job_start_time_seconds", [name, node], _num(job.started_at))
+        reasons: dict[str, float] = {r: 0.0 for r in RESTART_REASONS + (("node_lost",) if job.runtime == "ray"
                                                                          else ())}
-        if isinstance(by_reason, Mapping):
-            for r, n in by_reason.items():
-                if (v := _num(n)) is not None:
-                    reasons[str(r)] = v
-        total = _num(job.get("restarts"))
+        for r, count in job.restarts_by_reason.items():
+            if (n := _num(count)) is not None:
+                reasons[str(r)] = n
+        total = _num(job.restarts)
         if total is not None and total > sum(reasons.values()):
             reasons["other"] = reasons.get("other", 0.0) + total - sum(reasons.values())
-        for r, n in sorted(reasons.items()):
-            f.add("isaacd_job_restarts_total", [name, r], n)
-        ooms = job.get("cuda_ooms")
-        if isinstance(ooms, Mapping):  # both phases from 0, so increase() sees the first one
+        for r, total_r in sorted(reasons.items()):
+            f.add("isaacd_job_restarts_total", [name, r], total_r)
+        if job.cuda_ooms is not None:  # both phases from 0, so increase() sees the first one
             for phase in OOM_PHASES:
-                f.add("isaacd_job_cuda_ooms_total", [name, phase], _num(ooms.get(phase, 0)))
-        f.add("isaacd_job_num_envs", [name], _num(job.get("num_envs")))
-        f.add("isaacd_job_num_envs_configured", [name], _num(job.get("num_envs_configured")))
-        spare = job.get("spare")
-        if isinstance(spare, Mapping) and spare.get("state") in ("ready", "starting"):
-            f.add("isaacd_job_spare_ready", [name], 1 if spare.get("state") == "ready" else 0)
-            f.add("isaacd_job_spare_memory_bytes", [name], _num(spare.get("rss_bytes")))
-            f.add("isaacd_job_spare_gpu_memory_bytes", [name], _num(spare.get("cuda_memory_bytes")))
-        elif isinstance(spare, Mapping):
+                f.add("isaacd_job_cuda_ooms_total", [name, phase], _num(job.cuda_ooms.get(phase, 0)))
+        f.add("isaacd_job_num_envs", [name], _num(job.num_envs))
+        f.add("isaacd_job_num_envs_configured", [name], _num(job.num_envs_configured))
+        spare = job.spare
+        if spare is not None and spare.live:
+            f.add("isaacd_job_spare_ready", [name], 1 if spare.state == "ready" else 0)
+            f.add("isaacd_job_spare_memory_bytes", [name], _num(spare.rss_bytes))
+            f.add("isaacd_job_spare_gpu_memory_bytes", [name], _num(spare.cuda_memory_bytes))
+        elif spare is not None:
             f.add("isaacd_job_spare_ready", [name], 0)
-        backup = job.get("backup")
-        if isinstance(backup, Mapping):  # a job with a backup target ([jobs.backup])
-            last = backup.get("last_upload")
-            if isinstance(last, Mapping):
-                f.add("isaacd_backup_last_success_timestamp_seconds", [name], _num(last.get("time")))
-                f.add("isaacd_backup_last_iteration", [name], _num(last.get("iteration")))
-            f.add("isaacd_backup_lag_iterations", [name], _num(backup.get("lag_iterations")))
-            f.add("isaacd_backup_bytes_total", [name], _num(backup.get("bytes_total")))
-            f.add("isaacd_backup_failures_total", [name], _num(backup.get("failures_total")))
-        for key in assigned_keys(job.get("gpus"), snap):  # "all" -> every GPU; refs -> GPU keys
+        backup = job.backup
+        if backup is not None:  # a job with a backup target ([jobs.backup])
+            last = backup.last_upload
+            if last is not None:
+                f.add("isaacd_backup_last_success_timestamp_seconds", [name], _num(last.time))
+                f.add("isaacd_backup_last_iteration", [name], _num(last.iteration))
+            f.add("isaacd_backup_lag_iterations", [name], _num(backup.lag_iterations))
+            f.add("isaacd_backup_bytes_total", [name], _num(backup.bytes_total))
+            f.add("isaacd_backup_failures_total", [name], _num(backup.failures_total))
+        for key in assigned_keys(job.gpus, snap):  # "all" -> every GPU; refs -> GPU keys
             f.add("isaacd_job_gpu_assigned", [name, key], 1)
-        wds = job.get("watchdogs")
-        if isinstance(wds, Mapping):
-            for wd, w in sorted(wds.items()):
-                if not isinstance(w, Mapping):
-                    continue
-                st = w.get("state")
-                for s in (WATCHDOG_STATES if st in WATCHDOG_STATES or not isinstance(st, str)
-                          else WATCHDOG_STATES + (st,)):
-                    f.add("isaacd_watchdog_state", [name, str(wd), s], 1 if s == st else 0)
-                f.add("isaacd_watchdog_state_since_timestamp_seconds", [name, str(wd)], _num(w.get("since")))
+        wds = job.watchdogs
+        for wd, w in sorted(wds.items()):
+            st = w.state
+            for s in (WATCHDOG_STATES if st in WATCHDOG_STATES or not isinstance(st, str)
+                      else WATCHDOG_STATES + (st,)):
+                f.add("isaacd_watchdog_state", [name, str(wd), s], 1 if s == st else 0)
+            f.add("isaacd_watchdog_state_since_timestamp_seconds", [name, str(wd)], _num(w.since))
         trips: dict[tuple[str, str], float] = {}
-        if isinstance(wds, Mapping):
-            # A watchdog whose status names its configured action gets a 0 counter before its first
-            # trip, so increase() sees the first one.
-            for wd, w in wds.items():
-                if isinstance(w, Mapping):
-                    # every action the watchdog can take starts at 0, so increase() sees the first trip
-                    for action in w.get("actions") or ([w["action"]] if isinstance(w.get("action"), str) else []):
-                        trips[(str(wd), str(action))] = 0.0
-        for trip in job.get("watchdog_trips") or []:
-            if isinstance(trip, Mapping) and (n := _num(trip.get("count"))) is not None:
-                trips[(str(trip.get("watchdog", "")), str(trip.get("action", "")))] = n
-        for (wd, action), n in sorted(trips.items()):
-            f.add("isaacd_watchdog_trips_total", [name, wd, action], n)
+        # A watchdog whose status names its configured action gets a 0 counter before its first
+        # trip, so increase() sees the first one.
+        for wd, w in wds.items():
+            # every action the watchdog can take starts at 0, so increase() sees the first trip
+            for action in w.actions or ((w.action,) if isinstance(w.action, str) else ()):
+                trips[(str(wd), str(action))] = 0.0
+        for trip in job.watchdog_trips:
+            if (trips_n := _num(trip.count)) is not None:
+                trips[(str(trip.watchdog), str(trip.action))] = trips_n
+        for (wd, action), trips_n in sorted(trips.items()):
+            f.add("isaacd_watchdog_trips_total", [name, wd, action], trips_n)
 
     # ------------------------------------------------------------------ GPU
-    def _gpu(self, f: _Families, snap: GpuSnapshot | None, jobs: list[Mapping[str, Any]]) -> None:
+    def _gpu(self, f: _Families, snap: GpuSnapshot | None, jobs: list[JobStatus]) -> None:
         f.add("isaacd_gpu_collector_up", [], 1 if snap is not None and snap.up else 0)
         f.add("isaacd_gpu_xid_watch_up", [], 1 if snap is not None and snap.up and snap.xid_watch else 0)
         hist = f.get("isaacd_gpu_sample_duration_seconds")
@@ -283,7 +286,7 @@ class IsaacdCollector(Collector):
         except Exception as e:  # noqa: BLE001
             self._error("gpu", e)
 
-    def _gpu_series(self, f: _Families, snap: GpuSnapshot, jobs: list[Mapping[str, Any]]) -> None:
+    def _gpu_series(self, f: _Families, snap: GpuSnapshot, jobs: list[JobStatus]) -> None:
         d = snap.driver
         f.add("isaacd_gpu_driver_info", [d.driver_version or "", d.nvml_version or "", d.cuda_driver_version or ""], 1)
         owner = attribute_pids({p.pid for p in snap.processes}, jobs, self._proc_root) if jobs else {}
@@ -311,11 +314,11 @@ class IsaacdCollector(Collector):
                     f.add("isaacd_gpu_power_limit_constraint_watts", base + [c], v)
                 for t, v in sorted(sl.temperature_thresholds_celsius.items()):
                     f.add("isaacd_gpu_temperature_threshold_celsius", base + [t], v)
-        for (gkey, xid), c in sorted(snap.xids.items()):
-            info = snap.gpus.get(gkey)
-            base = [info.key, info.uuid, info.model, info.pci_bus_id] if info else [gkey, "", "", ""]
-            f.add("isaacd_gpu_xid_errors_total", base + [str(xid), xid_class(xid)], c.count)
-            f.add("isaacd_gpu_xid_last_timestamp_seconds", base + [str(xid), xid_class(xid)], c.last_seen)
+        for (gkey, xid), seen in sorted(snap.xids.items()):
+            xid_gpu = snap.gpus.get(gkey)
+            xid_base = [xid_gpu.key, xid_gpu.uuid, xid_gpu.model, xid_gpu.pci_bus_id] if xid_gpu else [gkey, "", "", ""]
+            f.add("isaacd_gpu_xid_errors_total", xid_base + [str(xid), xid_class(xid)], seen.count)
+            f.add("isaacd_gpu_xid_last_timestamp_seconds", xid_base + [str(xid), xid_class(xid)], seen.last_seen)
 
     def _fast(self, f: _Families, base: list[str], s: Any, info: GpuInfo, owner: Mapping[int, str]) -> None:
         f.add("isaacd_gpu_last_sample_timestamp_seconds", base, s.timestamp)

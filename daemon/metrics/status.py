@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from ..gpu.assign import assigned_keys
 from ..gpu.sampler import GpuSnapshot
 from ..gpu.types import xid_class
+from ..status.types import JobStatus
 from .attribution import attribute_pids
 
 
-def gpu_status(snap: GpuSnapshot, jobs: Iterable[Mapping[str, Any]] = (), *, proc_root: str = "/proc") -> dict[str, Any]:
+def gpu_status(snap: GpuSnapshot, jobs: Iterable[JobStatus] = (), *, proc_root: str = "/proc") -> dict[str, Any]:
     """``{"up", "reason", "source", "driver_version", "xid_watch", "devices": [...]}``; each device has
     index (the GPU key), uuid, model, pci_bus_id, mig, the latest fast fields (None = not reported),
     clock_event_reasons (active names), processes, jobs (names of isaacd jobs seen using it), assigned
     (names of jobs whose gpus/device claim it, by isaacd.gpu.assign), xids
     ({code: {count, last_seen, class}}) and health ("ok", "lost", or "unhealthy: <reason>")."""
-    jobs = [j for j in jobs if isinstance(j, Mapping)]
+    jobs = list(jobs)
     owner = attribute_pids({p.pid for p in snap.processes}, jobs, proc_root) if jobs else {}
-    claims = {str(j.get("name")): set(assigned_keys(j.get("gpus"), snap)) for j in jobs}
+    claims = {str(j.name): set(assigned_keys(j.gpus, snap)) for j in jobs}
     devices = []
     for key, info in snap.gpus.items():
         s = snap.samples.get(key)

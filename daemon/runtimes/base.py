@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..config import JobConfig
+from .view import RuntimeView
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,6 @@ class Runtime(Protocol):
         """Release what start() created once the job has ended. True when done; call again each tick until
         then (the release also completes on its own if the caller stops asking)."""
 
-    def describe(self, handle: Handle) -> dict[str, Any]:
+    def describe(self, handle: Handle) -> RuntimeView:
         """pid, container id, cgroup, unit: whatever `status` should show. From cached state only."""
 

@@ -39,6 +39,7 @@ from .container_spec import LEGACY_TOKEN_LABEL, TOKEN_LABEL, container_name, pre
 from .host import clean_env, podman_binary
 from .proctree import process_tree
 from .worker import Slot, Worker
+from .view import RuntimeView
 
 __all__ = ["PodmanRuntime", "DEFAULT_URL"]
 
@@ -337,7 +338,7 @@ class PodmanRuntime(ContainerRuntime):
         # `isaacd logs` (podman logs) still shows why it ended.
         return True
 
-    def describe(self, handle: Handle) -> dict[str, Any]:
+    def describe(self, handle: Handle) -> RuntimeView:
         self._slot(handle)
         st = handle.state
         attrs = self._inspect.get(st.get("id") or "") or {}
@@ -348,8 +349,8 @@ class PodmanRuntime(ContainerRuntime):
                 cg = Path(f"/proc/{pid}/cgroup").read_text().strip().splitlines()[-1].split(":", 2)[2]
             except (OSError, IndexError):
                 cg = None
-        return {"container": st.get("container"), "container_id": st.get("id"), "pid": pid or None, "cgroup": cg,
-                "attempt": st.get("attempt")}
+        return RuntimeView(container=st.get("container"), container_id=st.get("id"), pid=pid or None, cgroup=cg,
+                           attempt=st.get("attempt"))
 
 
 def _token_label(labels: dict[str, str]) -> str | None:

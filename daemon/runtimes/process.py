@@ -15,6 +15,7 @@ from ..config import JobConfig
 from ..oscalls import HOST_OS, Child, OsCalls, ProcFs
 from .base import ExitStatus, Handle, LaunchSpec
 from .proctree import process_tree, read_stat
+from .view import RuntimeView
 
 TOKEN_ENV = "ISAACD_LAUNCH_TOKEN"  # set in the trainer's environment: `find` reads it back from /proc
 
@@ -127,5 +128,5 @@ class ProcessRuntime:
     def cleanup(self, handle: Handle) -> bool:
         return True  # start() holds nothing that outlives the trainer (the group was reaped by poll)
 
-    def describe(self, handle: Handle) -> dict[str, Any]:
-        return {"pid": handle.state.get("pid"), "log_path": handle.state.get("log_path")}
+    def describe(self, handle: Handle) -> RuntimeView:
+        return RuntimeView(pid=handle.state.get("pid"), log_path=handle.state.get("log_path"))

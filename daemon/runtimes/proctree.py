@@ -6,6 +6,7 @@ and the parse are unit-tested on a fake /proc.
 
 from __future__ import annotations
 
+import os
 import time
 import weakref
 from dataclasses import dataclass

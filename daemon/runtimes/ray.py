@@ -9,7 +9,7 @@ are the same as for the other runtimes. What this runtime adds:
 - **Placement.** The runtime picks the node itself (alive, not cordoned, with the job's labels, big enough,
   with room now; the job's previous node first, so a crash resumes in place) and pins the actor there
   (NodeAffinitySchedulingStrategy, hard). No node fits, or none has room now: the attempt waits, saying why
-  (`describe()["waiting"]`, `isaacd nodes`), and is placed as soon as one does: never a restart loop.
+  (`describe().waiting`, `isaacd nodes`), and is placed as soon as one does: never a restart loop.
 - **Node loss.** The raylet of the attempt's node gone (GCS says the node is dead), or its GPU reporting a
   reset-class XID (through `isaacd agent`'s health file on that node): the attempt ends with
   `ExitStatus(node_lost=True)` (restart reason `node_lost`), the node is cordoned (persisted in
@@ -45,6 +45,7 @@ from typing import Any
 from ..config import Config, JobConfig, RayConfig
 from ..logs import log
 from .base import ExitStatus, Handle, LaunchSpec, RuntimeFailure
+from .view import RuntimeView
 from .worker import Slot, Worker
 
 SHIM_EVENTS_ENV = "ISAACD_SHIM_EVENTS"
@@ -574,12 +575,12 @@ class RayRuntime:
             self.worker.submit("release", lambda: self._release(a))
         return False
 
-    def describe(self, handle: Handle) -> dict[str, Any]:
+    def describe(self, handle: Handle) -> RuntimeView:
         a = self._att(handle)
         st = handle.state
-        return {"pid": st.get("remote_pid"), "node": st.get("node"), "node_id": st.get("node_id"),
-                "hostname": st.get("hostname"), "log_path": st.get("log_path"),
-                "waiting": a.waiting if a is not None else None}
+        return RuntimeView(pid=st.get("remote_pid"), node=st.get("node"), node_id=st.get("node_id"),
+                           hostname=st.get("hostname"), log_path=st.get("log_path"),
+                           waiting=a.waiting if a is not None else None)
 
     # ---- recovery (bounded synchronous calls) ----------------------------------------------
     def _lookup(self, job: JobConfig, name: str) -> Any:

@@ -39,6 +39,7 @@ from .base import ExitStatus, Handle, LaunchSpec, RuntimeFailure
 from .container_runtime import STALE_STOP_MAX, ContainerRuntime
 from .container_spec import ContainerSpec, container_name, prepare_log_root
 from .host import cgroup_pids, podman_binary, podman_version, run_cmd
+from .view import RuntimeView
 from .quadlet import (
     has_quadlet,
     launch_token_of,
@@ -452,7 +453,7 @@ class SystemdRuntime(ContainerRuntime):
             self.worker.submit(f"cleanup {unit}", release)
         return False
 
-    def describe(self, handle: Handle) -> dict[str, Any]:
+    def describe(self, handle: Handle) -> RuntimeView:
         self._slot(handle)
         unit = handle.state["unit"]
         p = self._props.get(unit) or {}
@@ -462,7 +463,8 @@ class SystemdRuntime(ContainerRuntime):
             cid = Path(f"/run/{unit.removesuffix('.service')}.cid").read_text().strip() or None
         except OSError:
             pass
-        return {"unit": unit, "container_id": cid, "container": handle.state.get("container"),
-                "pid": pids[0] if pids else (int(p["MainPID"]) if p.get("MainPID", "0") not in ("", "0") else None),
-                "cgroup": p.get("ControlGroup") or None, "unit_file": handle.state.get("unit_file"),
-                "attempt": handle.state.get("attempt")}
+        return RuntimeView(
+            unit=unit, container_id=cid, container=handle.state.get("container"),
+            pid=pids[0] if pids else (int(p["MainPID"]) if p.get("MainPID", "0") not in ("", "0") else None),
+            cgroup=p.get("ControlGroup") or None, unit_file=handle.state.get("unit_file"),
+            attempt=handle.state.get("attempt"))

@@ -15,7 +15,8 @@ from typing import Any, Protocol
 from ..gpu.assign import job_gpu_indices
 from ..jobs.messages import Command, WatchdogTrip
 from ..jobs.model import JobState
-from ..runner import JobSignals
+from ..status.signals import JobSignals
+from ..status.types import WatchdogStatus
 from .base import JobView, Trip, Watchdog
 from .config import WatchdogsConfig
 from .divergence import DivergenceWatchdog
@@ -128,5 +129,7 @@ class WatchdogEngine:
 
     # ---- read side -------------------------------------------------------------------------
     def job_status(self, job: str) -> dict[str, Any]:
+        """The job's status fields this engine owns: {"watchdogs": {name: WatchdogStatus}} once it has watchdogs."""
         cur = self.sets.get(job)
-        return {"watchdogs": {n: wd.status() for n, wd in cur[1].items()}} if cur is not None else {}
+        return {"watchdogs": {n: WatchdogStatus.from_json(wd.status()) for n, wd in cur[1].items()}} \
+            if cur is not None else {}

@@ -7,6 +7,7 @@ lifecycle with shell containers and prints one JSON object of observations for t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import subprocess
@@ -195,7 +196,7 @@ def main() -> None:
     time.sleep(0.2)
     out["args"] = (j.log_root / "args.bin").read_bytes().decode().split("\0")[:-1]
     out["env"] = dict(ln.split("=", 1) for ln in (j.log_root / "env.txt").read_text().splitlines() if "=" in ln)
-    out["describe"] = rt.describe(h)
+    out["describe"] = dataclasses.asdict(rt.describe(h))
     out["pids"] = rt.pids(h)
     out["containers_running"] = len(containers("looper"))
     rt.signal(h, signal.SIGINT)

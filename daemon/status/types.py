@@ -1,0 +1,325 @@
+"""The typed values of `isaacd status`: one job's status, the supervisor's, and their JSON both ways.
+
+The supervisor builds these (status/view.py) and publishes them; the metrics read them by attribute; the
+control socket sends `to_json()`; `isaacd status` turns the JSON back with `from_json` and renders
+attributes. The JSON is the wire format scripts read (`isaacd status --json`): its keys and shapes are
+those of the dicts this replaced, so a field is added here, never renamed.
+
+`from_json` is lenient on purpose: a missing key takes its default (an older supervisor, or a test's
+partial row), an unknown key is ignored (a newer supervisor), and a nested part of the wrong shape is None.
+It checks no types: the metrics check each number they export. Only a job without a name is refused.
+
+Stdlib only: `isaacd status` imports this and must start fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
+
+JSON = dict[str, Any]
+_T = TypeVar("_T")
+
+
+def _mapping(v: Any) -> Mapping[str, Any] | None:
+    return v if isinstance(v, Mapping) else None
+
+
+def _nested(conv: Callable[[Mapping[str, Any]], _T]) -> Callable[[Any], _T | None]:
+    """A converter for an optional nested part: None unless the JSON holds an object there."""
+    return lambda v: conv(v) if isinstance(v, Mapping) else None
+
+
+_AS_IS: Mapping[str, Callable[[Any], Any]] = {}
+
+
+def _kwargs(cls: type, raw: Mapping[str, Any], convert: Mapping[str, Callable[[Any], Any]] = _AS_IS) -> JSON:
+    """The declared fields present in `raw`, each through its converter (if any); the rest keep their defaults."""
+    return {f.name: convert.get(f.name, _same)(raw[f.name]) for f in fields(cls) if f.name in raw}
+
+
+def _same(v: Any) -> Any:
+    return v
+
+
+def _tuple(v: Any) -> tuple[Any, ...]:
+    return tuple(v) if isinstance(v, (list, tuple)) else ()
+
+
+def _dict(v: Any) -> dict[str, Any]:
+    return dict(v) if isinstance(v, Mapping) else {}
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointStatus:
+    """A checkpoint as the status shows it: the newest complete one, or the one an attempt resumed from."""
+
+    iteration: int
+    path: str
+    time: float | None = None  # the file's mtime; absent from a resume point rebuilt from the event journal
+
+    def to_json(self) -> JSON:
+        out: JSON = {"iteration": self.iteration, "path": self.path}
+        if self.time is not None:
+            out["time"] = self.time
+        return out
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> CheckpointStatus:
+        return cls(iteration=raw.get("iteration"), path=raw.get("path"), time=raw.get("time"))  # type: ignore[arg-type]
+
+
+SPARE_LIVE = ("ready", "starting")
+
+
+@dataclass(frozen=True, slots=True)
+class SpareStatus:
+    """The warm spare (spare.py): "ready" or "starting" with its process and costs, or "none"/"off" with why."""
+
+    state: str
+    reason: str | None = None  # "off": why no spare is kept
+    pid: int | None = None
+    rss_bytes: int | None = None
+    preload_seconds: float | None = None
+    cuda_memory_bytes: int | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.state in SPARE_LIVE
+
+    def to_json(self) -> JSON:
+        if self.live:
+            return {"state": self.state, "pid": self.pid, "rss_bytes": self.rss_bytes,
+                    "preload_seconds": self.preload_seconds, "cuda_memory_bytes": self.cuda_memory_bytes}
+        return {"state": self.state, "reason": self.reason}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> SpareStatus:
+        return cls(**_kwargs(cls, raw))
+
+
+@dataclass(frozen=True, slots=True)
+class BackupUpload:
+    """The newest checkpoint in the bucket."""
+
+    iteration: int
+    time: float
+    key: str | None = None
+    size: int | None = None
+
+    def to_json(self) -> JSON:
+        return {"iteration": self.iteration, "time": self.time, "key": self.key, "size": self.size}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> BackupUpload:
+        return cls(iteration=raw.get("iteration"), time=raw.get("time"), key=raw.get("key"),  # type: ignore[arg-type]
+                   size=raw.get("size"))
+
+
+@dataclass(frozen=True, slots=True)
+class BackupStatus:
+    """A job's backup target ([jobs.backup], backup/uploader.py): uploads, lag, the last error, a fetch under way."""
+
+    url: str | None = None
+    last_upload: BackupUpload | None = None
+    lag_iterations: int | None = None
+    error: str | None = None
+    error_since: float | None = None
+    retry_at: float | None = None
+    failures_total: int | None = None
+    bytes_total: int | None = None
+    uploads_total: int | None = None
+    restoring: str | None = None  # "fetching", or why the fetch from the bucket failed
+
+    def to_json(self) -> JSON:
+        return {f.name: _to_json(getattr(self, f.name)) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> BackupStatus:
+        return cls(**_kwargs(cls, raw, {"last_upload": _nested(BackupUpload.from_json)}))
+
+
+@dataclass(frozen=True, slots=True)
+class WatchdogStatus:
+    """One watchdog's state for one job (watchdogs/base.py `Watchdog.status`)."""
+
+    state: str | None = None  # ok, warmup, pending, tripped, cooldown, disabled
+    since: float | None = None
+    detail: str | None = None
+    action: str | None = None  # configured; the xid watchdog's reads "application/reset" when they differ
+    actions: tuple[str, ...] = ()  # every action it can take (its trip counters start at 0)
+    actions_by_class: dict[str, str] | None = None  # xid only
+
+    def to_json(self) -> JSON:
+        out: JSON = {"state": self.state, "since": self.since, "detail": self.detail, "action": self.action,
+                     "actions": list(self.actions)}
+        if self.actions_by_class is not None:
+            out["actions_by_class"] = dict(self.actions_by_class)
+        return out
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> WatchdogStatus:
+        return cls(**_kwargs(cls, raw, {"actions": _tuple}))
+
+
+@dataclass(frozen=True, slots=True)
+class WatchdogTripCount:
+    """How often one watchdog took one action on a job (counted by the job's state machine)."""
+
+    watchdog: str
+    action: str
+    count: int
+
+    def to_json(self) -> JSON:
+        return {"watchdog": self.watchdog, "action": self.action, "count": self.count}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> WatchdogTripCount:
+        return cls(watchdog=raw.get("watchdog", ""), action=raw.get("action", ""),
+                   count=raw.get("count"))  # type: ignore[arg-type]
+
+
+def _watchdogs(v: Any) -> dict[str, WatchdogStatus]:
+    return {str(k): WatchdogStatus.from_json(w) for k, w in v.items() if isinstance(w, Mapping)} \
+        if isinstance(v, Mapping) else {}
+
+
+def _trips(v: Any) -> tuple[WatchdogTripCount, ...]:
+    return tuple(WatchdogTripCount.from_json(t) for t in _tuple(v) if isinstance(t, Mapping))
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    """One job as `isaacd status` and /metrics show it, at one publish (a fresh value each tick).
+
+    Times are wall-clock (time.time()) seconds; None is "not known" (never a fake 0)."""
+
+    name: str
+    state: str = "unknown"  # a JobState value: pending, starting, running, backing-off, stopping, stopped, ...
+    state_since: float | None = None
+    state_reason: str | None = None  # why it is in this state (and, while starting, what it waits for)
+    runtime: str | None = None  # process, podman, systemd, ray
+    workflow: str | None = None
+    contract: str | None = None  # the workflow's checkpoint/logging contract, once resolved
+    task: str | None = None
+    device: str | None = None
+    gpus: list[str] | str = field(default_factory=list)  # its claim as refs, or "all"
+    pid: int | None = None
+    pids: tuple[int, ...] = ()  # every process of the trainer (GPU attribution)
+    cgroup: str | None = None
+    container_id: str | None = None
+    unit: str | None = None
+    node: str | None = None  # where the trainer runs, for runtimes that place it (ray)
+    waiting: str | None = None  # why it has not started yet: a placing runtime has no room, a fetch, ...
+    iteration: int | None = None
+    max_iterations: int | None = None
+    mean_reward: float | None = None
+    fps: float | None = None
+    resume_from: CheckpointStatus | None = None  # the checkpoint the current attempt started from
+    redo_until: int | None = None  # the furthest iteration an earlier attempt reached: redone after a resume
+    scalars: dict[str, float] = field(default_factory=dict)  # the newest TensorBoard scalars, by tag
+    last_progress_time: float | None = None
+    checkpoint: CheckpointStatus | None = None  # the newest complete checkpoint
+    restarts: int | None = None
+    num_envs: int | None = None  # in use: fewer than configured after a CUDA out-of-memory step-down
+    num_envs_configured: int | None = None
+    cuda_ooms: dict[str, int] | None = None  # by phase: startup, training (None: an older supervisor's row)
+    last_restart_reason: str | None = None
+    restarts_by_reason: dict[str, int] = field(default_factory=dict)
+    rollbacks: int | None = None
+    run_dir: str | None = None
+    attempt: int = 0
+    started_at: float | None = None  # the current attempt's start, while it is active
+    backoff_until: float | None = None
+    stopping_then: str | None = None  # what a stop leads to: stopped, restart, ...
+    parked_by: str | None = None
+    persist_error: str | None = None  # the last failed save of the job's state, until one succeeds
+    spare: SpareStatus | None = None
+    log_path: str | None = None
+    watchdogs: dict[str, WatchdogStatus] = field(default_factory=dict)  # by watchdog name
+    watchdog_trips: tuple[WatchdogTripCount, ...] = ()
+    backup: BackupStatus | None = None
+
+    def to_json(self) -> JSON:
+        return {f.name: _to_json(getattr(self, f.name)) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> JobStatus:
+        """Raises KeyError for a row without a name; everything else is lenient (see the module docstring)."""
+        if "name" not in raw:
+            raise KeyError("name")
+        return cls(**_kwargs(cls, raw, _JOB_PARTS))
+
+
+_JOB_PARTS: Mapping[str, Callable[[Any], Any]] = {
+    "pids": _tuple, "scalars": _dict, "cuda_ooms": _nested(dict), "restarts_by_reason": _dict,
+    "resume_from": _nested(CheckpointStatus.from_json), "checkpoint": _nested(CheckpointStatus.from_json),
+    "spare": _nested(SpareStatus.from_json), "backup": _nested(BackupStatus.from_json),
+    "watchdogs": _watchdogs, "watchdog_trips": _trips,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisorInfo:
+    """The supervisor itself: who, since when, which config and how its reloads went."""
+
+    version: str | None = None
+    pid: int | None = None
+    started_at: float | None = None
+    uptime_seconds: float | None = None
+    config_path: str | None = None  # "<embedded default>" when it runs without a file
+    config_reloads_total: int | None = None
+    config_errors_total: int | None = None
+    last_config_error: str | None = None
+    state_dir: str | None = None
+
+    def to_json(self) -> JSON:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> SupervisorInfo:
+        return cls(**_kwargs(cls, raw))
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """Everything `isaacd status` shows: the jobs, the supervisor, and the GPUs when a sampler runs.
+
+    `gpus` stays the JSON that metrics/status.py `gpu_status` builds (a per-device table)."""
+
+    jobs: tuple[JobStatus, ...] = ()
+    supervisor: SupervisorInfo = field(default_factory=SupervisorInfo)
+    gpus: dict[str, Any] | None = None
+
+    def job(self, name: str) -> JobStatus | None:
+        return next((j for j in self.jobs if j.name == name), None)
+
+    def to_json(self) -> JSON:
+        out: JSON = {"jobs": [j.to_json() for j in self.jobs]}
+        if self.gpus is not None:
+            out["gpus"] = self.gpus
+        out["supervisor"] = self.supervisor.to_json()
+        return out
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Status:
+        """Strict about the jobs (a row without a name raises); the metrics read rows one by one instead."""
+        sup = _mapping(raw.get("supervisor"))
+        gpus = raw.get("gpus")
+        return cls(jobs=tuple(JobStatus.from_json(j) for j in _tuple(raw.get("jobs"))),
+                   supervisor=SupervisorInfo.from_json(sup) if sup is not None else SupervisorInfo(),
+                   gpus=dict(gpus) if isinstance(gpus, Mapping) else None)
+
+
+def _to_json(v: Any) -> Any:
+    """A field's JSON: nested values by their own to_json, tuples as lists, dicts copied."""
+    if hasattr(v, "to_json"):
+        return v.to_json()
+    if isinstance(v, tuple):
+        return [_to_json(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _to_json(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return list(v)
+    return v

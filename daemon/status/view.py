@@ -1,0 +1,169 @@
+"""A job's status, built from its runner: what `isaacd status` and /metrics show of one job at one tick.
+
+The runner hands itself over as `RunnerView`, the few things this reads; nothing here changes the runner.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..clock import Clock
+from ..config import JobConfig
+from ..gpu.assign import status_gpus
+from ..jobs.model import JobModel, JobState
+from ..observations.checkpoints import Checkpoint
+from ..observations.tensorboard import TensorBoardTail, finite_or_none
+from ..runtimes.base import Handle, Runtime
+from ..runtimes.view import RuntimeView
+from ..store import JobHistory
+from ..workflows import Resolved
+from .types import BackupStatus, CheckpointStatus, JobStatus, SpareStatus, WatchdogTripCount
+
+
+class LiveView(Protocol):
+    """The current attempt's trainer, as far as the status reads it (runner._Live)."""
+
+    @property
+    def handle(self) -> Handle | None: ...
+
+    @property
+    def tail(self) -> TensorBoardTail | None: ...
+
+    @property
+    def pids(self) -> list[int]: ...
+
+
+class StatusSource(Protocol):
+    """Something that reports its status as a dict (the spare keeper, the backup keeper)."""
+
+    def status(self) -> dict[str, Any]: ...
+
+
+class RunnerView(Protocol):
+    """What a job's status is built from: the runner's attributes of these names (read-only here, so plain
+    attributes of narrower types satisfy them)."""
+
+    @property
+    def cfg(self) -> JobConfig: ...
+
+    @property
+    def model(self) -> JobModel: ...
+
+    @property
+    def history(self) -> JobHistory: ...
+
+    @property
+    def live(self) -> LiveView: ...
+
+    @property
+    def runtime(self) -> Runtime: ...
+
+    @property
+    def resolved(self) -> Resolved | None: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def state_since(self) -> float: ...
+
+    @property
+    def iteration(self) -> int | None: ...
+
+    @property
+    def scalars(self) -> dict[str, float]: ...
+
+    @property
+    def last_progress_wall(self) -> float | None: ...
+
+    @property
+    def persist_error(self) -> str | None: ...
+
+    @property
+    def spares(self) -> StatusSource: ...
+
+    @property
+    def backup(self) -> StatusSource | None: ...
+
+    @property
+    def launch_waits(self) -> str | None: ...
+
+    @property
+    def state_dir(self) -> Path: ...
+
+    @property
+    def _checkpoint(self) -> Checkpoint | None: ...
+
+    def num_envs(self) -> int: ...
+
+
+def checkpoint_status(c: Checkpoint | None) -> CheckpointStatus | None:
+    return None if c is None else CheckpointStatus(iteration=c.iteration, path=str(c.path), time=c.mtime)
+
+
+def job_status(r: RunnerView) -> JobStatus:
+    """The job now: a fresh value each tick, never changed afterwards."""
+    h, m, live, cfg = r.history, r.model, r.live, r.cfg
+    attempt = h.current
+    desc = r.runtime.describe(live.handle) if live.handle else RuntimeView()
+    prog = live.tail.progress if live.tail else None
+    wall_minus_mono = r.clock.wall() - r.clock.monotonic()
+    backoff_until = m.backoff_until + wall_minus_mono if m.state == JobState.BACKING_OFF and \
+        m.backoff_until is not None else None
+    # why it has not started yet: a launch waiting for the bucket's checkpoint, or a runtime with no room (ray)
+    waiting = r.launch_waits if r.launch_waits is not None else desc.waiting
+    reason = m.reason
+    if r.launch_waits is not None or (m.state == JobState.STARTING and desc.waiting):
+        reason = f"{m.reason}; waiting: {waiting}"
+    resume_from = attempt.resume_from if attempt else None
+    return JobStatus(
+        name=cfg.name,
+        state=m.state.value,
+        state_since=r.state_since,
+        state_reason=reason,
+        runtime=cfg.runtime,
+        workflow=cfg.workflow,
+        contract=r.resolved.workflow.contract if r.resolved else None,
+        task=cfg.task,
+        device=cfg.device,
+        gpus=status_gpus(cfg),
+        pid=desc.pid,
+        pids=tuple(live.pids),
+        cgroup=desc.cgroup,
+        container_id=desc.container_id,
+        unit=desc.unit,
+        node=desc.node,
+        waiting=waiting,
+        iteration=r.iteration if r.iteration is not None else h.last_iteration,
+        max_iterations=cfg.max_iterations,
+        mean_reward=finite_or_none(prog.mean_reward if prog else r.scalars.get("Train/mean_reward",
+                                                                               h.last_mean_reward)),
+        fps=finite_or_none(prog.fps if prog else r.scalars.get("Perf/total_fps", h.last_fps)),
+        # a resumed run redoes the iterations after its checkpoint: say so until it has caught up
+        resume_from=CheckpointStatus.from_json(resume_from) if resume_from else None,
+        redo_until=max((a.last_iteration for a in h.attempts[:-1] if a.last_iteration is not None), default=None),
+        scalars=dict(r.scalars),
+        last_progress_time=r.last_progress_wall,
+        checkpoint=checkpoint_status(r._checkpoint),
+        restarts=m.restarts,
+        num_envs=r.num_envs(),  # in use: less than configured after a step-down (CUDA out of memory)
+        num_envs_configured=cfg.num_envs,
+        cuda_ooms=dict(m.cuda_ooms),
+        last_restart_reason=m.last_restart_reason,
+        restarts_by_reason=dict(m.restarts_by_reason),
+        rollbacks=m.rollbacks,
+        run_dir=attempt.run_dir if attempt else None,
+        attempt=attempt.number if attempt else 0,
+        started_at=attempt.started_at if attempt and m.state.active else None,
+        backoff_until=backoff_until,
+        stopping_then=m.stop.then.value if m.stop is not None and m.state == JobState.STOPPING else None,
+        parked_by=m.parked_by,
+        persist_error=r.persist_error,
+        spare=SpareStatus.from_json(r.spares.status()),
+        log_path=str(r.state_dir / "logs" / f"{cfg.name}.log"),
+        watchdogs={},  # the watchdog engine's part, added at publish (supervisor.job_status_hooks)
+        watchdog_trips=tuple(WatchdogTripCount(watchdog=k.split("/")[0], action=k.split("/")[1], count=v)
+                             for k, v in m.watchdog_trips),
+        backup=BackupStatus.from_json(r.backup.status()) if r.backup is not None else None,
+    )
