@@ -17,6 +17,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from isaacd_trainer.shim_protocol import ShimEvent
+
 from . import launch
 from .backup.keeper import Fetching, JobBackup
 from .backup.uploader import Run as BackupRun
@@ -34,7 +36,7 @@ from .logs import log
 from .rebuild import load_history
 from .runtimes.base import ExitStatus, Handle, LaunchSpec, Runtime
 from .observations.checkpoints import Checkpoint, Lineage, Validator, choose_resume, sweep_snapshot_temps, timeline
-from .spare import SpareKeeper
+from .spare import SpareKeeper, go_message
 from .observations.tensorboard import ScalarPoint, TensorBoardTail, finite_or_none
 from .store import Attempt, JobHistory, StateStore
 from .workflows import Resolved, WorkflowError, resolve
@@ -372,12 +374,7 @@ class JobRunner:
 
     def _hand_to_spare(self, program: Program, args: list[str], spec: LaunchSpec) -> Handle | None:
         """Give the attempt's command line to the ready spare; its handle, or None to start cold."""
-        go = {"argv": program.go_argv(args), "cwd": str(spec.cwd), "plain": program.plain_spare,
-              "env": {k: spec.env[k] for k in (launch.SHIM_EVENTS_ENV, "ISAACD_SNAPSHOT_EVERY",
-                                              "ISAACD_SNAPSHOT_MIN_SECONDS", "ISAACD_SNAPSHOT_BUDGET",
-                                              *launch.WANDB_ENV)
-                      if k in spec.env}}
-        taken = self.spares.take(go)
+        taken = self.spares.take(go_message(program.go_argv(args), spec.cwd, program.plain_spare, spec.env))
         if taken is None:
             return None
         self._persist_spare_token()
@@ -597,22 +594,22 @@ class JobRunner:
             return
         for ev in shim.poll():
             kind = ev.get("event")
-            if kind == "checkpoint_saved" and ev.get("path"):
+            if kind == ShimEvent.CHECKPOINT_SAVED and ev.get("path"):
                 VALIDATOR.prewarm(launch.host_path(self.cfg, str(ev["path"])))  # deep validation off the tick
                 self._checkpoint_scanned_at = float("-inf")  # status shows it at the next scan, not in 2 s
                 if self.backup is not None:
                     self.backup.kick()
-            elif kind == "checkpoint_loaded":
+            elif kind == ShimEvent.CHECKPOINT_LOADED:
                 wanted = attempt.resume_from["path"] if attempt.resume_from else None
                 got = str(launch.host_path(self.cfg, str(ev.get("path"))))
                 if wanted is not None and Path(got) != Path(wanted):
                     self.event("resume_mismatch", attempt=attempt.number, chosen=wanted, loaded=got,
                                detail="the trainer loaded another checkpoint than isaacd chose")
-            elif kind in ("runner_started", "shim_started") and shim.report.rsl_rl_version:
+            elif kind in (ShimEvent.RUNNER_STARTED, ShimEvent.SHIM_STARTED) and shim.report.rsl_rl_version:
                 self.history.trainer_rsl_rl_version = shim.report.rsl_rl_version
-            elif kind == "stop_requested":
+            elif kind == ShimEvent.STOP_REQUESTED:
                 self.live.stop_seen_by_trainer = True
-            elif kind == "stopped":
+            elif kind == ShimEvent.STOPPED:
                 saved = ev.get("checkpoint")
                 self.event("trainer_saved_on_stop", attempt=attempt.number, iteration=ev.get("iteration"),
                            checkpoint=str(launch.host_path(self.cfg, str(saved))) if saved else None)

@@ -13,11 +13,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from isaacd_trainer.shim_protocol import LAUNCH_TOKEN_ENV
+
 from ..config import JobConfig
 from .base import ExitStatus, Handle, LaunchSpec
 from .proctree import process_tree
 
-TOKEN_ENV = "ISAACD_LAUNCH_TOKEN"  # set in the trainer's environment: `find` reads it back from /proc
+TOKEN_ENV = LAUNCH_TOKEN_ENV  # set in the trainer's environment: `find` reads it back from /proc
 
 
 def _proc_start_time(pid: int) -> int | None:

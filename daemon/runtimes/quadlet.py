@@ -319,7 +319,7 @@ class ContainerSpec:
     def from_launch(cls, spec: LaunchSpec, token: str, attempt: int) -> "ContainerSpec":
         job = spec.job
         from .. import launch
-        from ..workflows.launcher import SHIM_IN_CONTAINER, shim_source
+        from ..workflows.launcher import shim_mounts
 
         cmd = container_command(job, spec.trainer_args)
         log_root = str(job.log_root)
@@ -333,7 +333,7 @@ class ContainerSpec:
         env = container_env(job)
         shim_events = spec.env.get(launch.SHIM_EVENTS_ENV)
         if job.shim and not job.command:
-            volumes.append((str(shim_source()), SHIM_IN_CONTAINER, "ro"))
+            volumes.extend((host, inside, "ro") for host, inside in shim_mounts())  # the shim and its protocol
             if shim_events:
                 # the side channel at the same path in and out of the container
                 volumes.append((str(Path(shim_events).parent), str(Path(shim_events).parent), ""))
