@@ -28,7 +28,7 @@ from .gpu.assign import status_gpus
 from .gpumemory import OomNote
 from .jobs import machine
 from .jobs.effects import Effect, Event, Forget, Kill, Launch, Persist, Signal
-from .jobs.messages import CudaOom, Exited, LaunchRefused, Message, Progressed, Start, Stop, Tick
+from .jobs.messages import CudaOom, Exited, LaunchRefused, Message, Progressed, Settle, Start, Stop, Tick
 from .jobs.policy import num_envs_in_use
 from .jobs.model import JobModel, JobState, LaunchIntent, Origin
 from .joblogs import ExitWithOutput, exit_with_log_tail
@@ -267,11 +267,11 @@ class JobRunner:
         """Plan attempt N and start it: the token is saved before the spawn, the handle right after."""
         problem = self.gpu_check(self.cfg) if self.gpu_check else None
         if problem is not None:  # a GPU this host does not have: retrying cannot help
-            return LaunchRefused(f"cannot start: {problem}", settle="failed")
+            return LaunchRefused(f"cannot start: {problem}", settle=Settle.FAILED)
         try:
             self.resolved = resolved = resolve(self.cfg)
         except WorkflowError as exc:  # a missing train script or an unknown Isaac Lab generation
-            return LaunchRefused(f"cannot start: {exc.key}: {exc.message}", settle="failed")
+            return LaunchRefused(f"cannot start: {exc.key}: {exc.message}", settle=Settle.FAILED)
         wf = resolved.workflow
         rejected: list[tuple[Checkpoint, str]] = []
         resume = self.newest_checkpoint(deep=True, before_iteration=intent.before_iteration, rejected=rejected)
@@ -282,7 +282,7 @@ class JobRunner:
             newest = rejected[0]
             return LaunchRefused(f"no checkpoint this trainer can load: {newest[0].path.name} is {newest[1]}. "
                                  "Run the job with the trainer that wrote it (image / isaaclab_dir), or move "
-                                 "its run dirs away and `isaacd start` to train from scratch", settle="failed")
+                                 "its run dirs away and `isaacd start` to train from scratch", settle=Settle.FAILED)
         if resume is None and self.cfg.backup is not None:  # no usable checkpoint on disk: the bucket's newest
             keeper = self._backup_keeper()
             bound = None if intent.before_iteration is None else intent.before_iteration - 1
@@ -297,7 +297,7 @@ class JobRunner:
                        detail="no complete checkpoint before the trouble; starting from scratch")
         if resume is not None and wf.is_complete(self.cfg, resume, None):
             return LaunchRefused(f"max_iterations reached ({resume.path.name} holds {wf.iterations_done(resume)} "
-                                 f"of {self.cfg.max_iterations})", settle="completed")
+                                 f"of {self.cfg.max_iterations})", settle=Settle.COMPLETED)
         seed = random.randrange(2**31) if intent.new_seed else None
         number = self.history.attempts[-1].number + 1 if self.history.attempts else 1
         shim_events = launch.shim_events_path(self.state_dir, self.cfg, number)

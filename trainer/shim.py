@@ -446,7 +446,8 @@ class _SnapshotWriter:
             try:
                 self._write(**job)
             except BaseException as e:  # never kill training over a snapshot
-                emit(ShimEvent.SNAPSHOT_FAILED, path=job["path"], iteration=job["iteration"], error=f"{type(e).__name__}: {e}")
+                emit(ShimEvent.SNAPSHOT_FAILED, path=job["path"], iteration=job["iteration"],
+                     error=f"{type(e).__name__}: {e}")
             finally:
                 with self.cv:
                     self.busy = False
@@ -684,8 +685,8 @@ def _wrap_load(orig):
             result = orig(self, path, *args, **kwargs)
         finally:
             self.__dict__["_isaacd_in_load"] = False
-        emit(ShimEvent.CHECKPOINT_LOADED, path=os.path.abspath(path), iteration=getattr(self, "current_learning_iteration",
-                                                                                  None))
+        emit(ShimEvent.CHECKPOINT_LOADED, path=os.path.abspath(path),
+             iteration=getattr(self, "current_learning_iteration", None))
         return result
 
     load.__wrapped__ = orig

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..gpu.assign import job_gpu_indices
-from ..jobs.messages import Command, WatchdogTrip
+from ..jobs.messages import Command, WatchdogAction, WatchdogTrip
 from ..jobs.model import JobState
 from .base import JobView, Trip, Watchdog
 from .config import WatchdogsConfig
@@ -101,7 +101,7 @@ class WatchdogEngine:
                 trip = wd.step(view)
                 if trip is not None:
                     commands.append((sig.name, self.command_for(wd, trip, view)))
-                    if trip.action in ("restart", "rollback", "stop"):
+                    if trip.action in (WatchdogAction.RESTART, WatchdogAction.ROLLBACK, WatchdogAction.STOP):
                         view.alive = False  # one stop per tick: the others see the job as going down
             wd = self._watchdogs(sig).get("gpu_temperature")
             thermal = self.thermal.resume(sig.name, sig.parked_by, sig.state == JobState.STOPPED, wd, view) \
@@ -114,11 +114,11 @@ class WatchdogEngine:
     def command_for(self, wd: Watchdog, trip: Trip, view: JobView) -> WatchdogTrip:
         """The trip as a command. GPU-level actions happen here; job-level ones are the state machine's."""
         action, note = trip.action, None
-        if action == "power-cap":
+        if action == WatchdogAction.POWER_CAP:
             note = self.thermal.power_cap(view, wd.cfg)
             if note is not None:
-                action = "log"
-        if action == "stop" and trip.watchdog == "xid":
+                action = WatchdogAction.LOG
+        if action == WatchdogAction.STOP and trip.watchdog == "xid":
             for g in {x["gpu"] for x in trip.values.get("xids", [])}:
                 self.feed.mark_unhealthy(g, trip.detail)
         return WatchdogTrip(watchdog=trip.watchdog, action=action, configured_action=trip.action,
