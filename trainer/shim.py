@@ -8,7 +8,10 @@ Usage (any Python, e.g. Isaac Lab's own ``python.sh``/``isaaclab.sh -p``; isaacd
 
 runs the script exactly like ``<python> SCRIPT.py args`` / ``<python> -m MODULE args`` in this same process
 (``sys.argv[0]`` = the script, ``sys.path[0]`` = its directory (the working directory for ``-m``), run as
-``__main__``; its exit status and ``SystemExit`` are its own), plus:
+``__main__``; its exit status and ``SystemExit`` are its own), plus what follows. The names it shares with the
+daemon (events, environment variables, snapshot files, the spare's go line) are defined once, in
+``shim_protocol.py``, which must sit beside this file (as it does in the package; containers get both mounted):
+the shim loads it from there by path, so no isaacd needs to be installed in the trainer's Python.
 
 * When ``rsl_rl.runners`` is imported (lazily, by a ``sys.meta_path`` hook: nothing is imported early), rsl_rl's
   ``OnPolicyRunner`` and ``DistillationRunner`` get their ``learn``/``save``/``load`` wrapped (rsl_rl 2.x - 5.x:
