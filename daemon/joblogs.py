@@ -17,6 +17,7 @@ from typing import Any
 from .config import Config
 from .cudaoom import CudaOomLine, find_cuda_oom
 from .wording import no_such_job
+from .jobs.messages import ReasonClass
 from .runtimes.base import ExitStatus, Handle
 from .runtimes.container_spec import container_name
 from .runtimes.quadlet import unit_name
@@ -84,8 +85,8 @@ class ExitWithOutput(ExitStatus):
         return f"{base}: {self.key_line}" if self.key_line else base
 
     @property
-    def reason_class(self) -> str:
-        return "cuda_oom" if self.cuda_oom is not None else super().reason_class
+    def reason_class(self) -> ReasonClass:
+        return ReasonClass.CUDA_OOM if self.cuda_oom is not None else super().reason_class
 
     def as_json(self) -> dict[str, Any]:
         out = {**super().as_json(), "output_tail": list(self.output_tail)}

@@ -10,13 +10,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from isaacd_trainer.shim_protocol import (LAUNCH_TOKEN_ENV, SHIM_EVENTS_ENV, SNAPSHOT_BUDGET_ENV,
+                                          SNAPSHOT_EVERY_ENV, SNAPSHOT_MIN_SECONDS_ENV)
+
 from .config import JobConfig
 from .observations.checkpoints import Checkpoint
 from .workflows import Resolved, resolve
 from .workflows.detect import isaaclab_dir
 
 TRAINER_ENV_DROP = ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "WATCHDOG_USEC", "WATCHDOG_PID")
-SHIM_EVENTS_ENV = "ISAACD_SHIM_EVENTS"
 BUILTIN_CONTAINER_WORKDIR = "/workspace/isaacd"
 
 
@@ -72,9 +74,6 @@ def host_path(job: JobConfig, reported: str) -> Path:
         return p
 
 
-LAUNCH_TOKEN_ENV = "ISAACD_LAUNCH_TOKEN"  # saved before the spawn: how a new supervisor finds an unsaved trainer
-
-
 WANDB_ENV = ("WANDB_RUN_ID", "WANDB_RESUME")
 
 
@@ -102,10 +101,10 @@ def trainer_env(job: JobConfig, shim_events: Path | None = None, token: str | No
     env.setdefault("PYTHONUNBUFFERED", "1")
     if shim_events is not None:
         env[SHIM_EVENTS_ENV] = str(shim_events)
-    if token:
+    if token:  # saved before the spawn: how a new supervisor finds a trainer it never heard back from
         env[LAUNCH_TOKEN_ENV] = token
     if shim_events is not None:  # the shim's per-iteration snapshots (see JobConfig.snapshot_every)
-        env["ISAACD_SNAPSHOT_EVERY"] = str(job.snapshot_every)
-        env["ISAACD_SNAPSHOT_MIN_SECONDS"] = f"{job.snapshot_min_seconds:g}"
-        env["ISAACD_SNAPSHOT_BUDGET"] = f"{job.snapshot_budget:g}"
+        env[SNAPSHOT_EVERY_ENV] = str(job.snapshot_every)
+        env[SNAPSHOT_MIN_SECONDS_ENV] = f"{job.snapshot_min_seconds:g}"
+        env[SNAPSHOT_BUDGET_ENV] = f"{job.snapshot_budget:g}"
     return env

@@ -23,6 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from isaacd_trainer.shim_protocol import (GO_ARGV, GO_ATTEMPT_ENV, GO_CWD, GO_ENV, GO_PLAIN, SPARE_CONTROL_ENV,
+                                          SPARE_DEVICE_ENV, SPARE_FLAG, SPARE_PLAIN_ENV, SPARE_PRELOAD_ENV, ShimEvent)
+
 from . import launch
 from .config import JobConfig
 from .jobs.model import JobState
@@ -32,7 +35,6 @@ from .runtimes.base import Handle, LaunchSpec, Runtime
 from .workflows.launcher import Program
 from .observations.shim_events import ShimEvents
 
-SPARE_CONTROL_ENV = "ISAACD_SPARE_CONTROL"
 RETRY_MIN, RETRY_MAX = 5.0, 300.0  # a spare that keeps dying is retried less and less often
 BUILTIN_PRELOAD = ["isaacd_trainer.cli", "isaacd_trainer.train_v2", "isaacd_trainer.runtime",
                    "isaacd_trainer.envs.cartpole", "hydra"]
@@ -51,6 +53,14 @@ def spare_fits(job: JobConfig, program: Program | None) -> str | None:
     if program is None or program.spare_head is None:
         return "the launcher shim is off (shim = false), or a raw command"
     return None
+
+
+def go_message(argv: list[str], cwd: Path, plain: bool, attempt_env: dict[str, str]) -> dict[str, Any]:
+    """The go line's object: the attempt's command line and working directory, and of its environment what
+    differs from the spare's (the attempt's side channel, the snapshot settings, the W&B run)."""
+    carried = (*GO_ATTEMPT_ENV, *launch.WANDB_ENV)
+    return {GO_ARGV: argv, GO_CWD: str(cwd), GO_PLAIN: plain,
+            GO_ENV: {k: attempt_env[k] for k in carried if k in attempt_env}}
 
 
 @dataclass
@@ -89,7 +99,7 @@ class SpareKeeper:
         sp = self.spare
         if sp is not None:
             for ev in sp.events.poll():
-                if ev.get("event") == "spare_ready":
+                if ev.get("event") == ShimEvent.SPARE_READY:
                     sp.ready = True
                     sp.facts = {k: ev.get(k) for k in ("preload_seconds", "rss_bytes", "device", "cuda_memory_bytes")}
                     self._retry_delay = RETRY_MIN
@@ -124,14 +134,14 @@ class SpareKeeper:
             return
         env = launch.trainer_env(self.cfg, events, token)
         env[SPARE_CONTROL_ENV] = str(control)
-        env["ISAACD_SPARE_DEVICE"] = self.cfg.device
+        env[SPARE_DEVICE_ENV] = self.cfg.device
         preload = (BUILTIN_PRELOAD if self.cfg.workflow == "builtin" else LIBRARY_PRELOAD.get(self.cfg.workflow, [])) \
             + list(self.cfg.spare_preload)
-        env["ISAACD_SPARE_PRELOAD"] = ",".join(preload)
+        env[SPARE_PRELOAD_ENV] = ",".join(preload)
         if program.plain_spare:
-            env["ISAACD_SPARE_PLAIN"] = "1"  # skrl / rl_games: no rsl_rl to import, no shim after go
+            env[SPARE_PLAIN_ENV] = "1"  # skrl / rl_games: no rsl_rl to import, no shim after go
         assert program.spare_head is not None
-        spec = LaunchSpec(job=self.cfg, argv=program.spare_head + ["--isaacd-spare"], trainer_args=[], env=env,
+        spec = LaunchSpec(job=self.cfg, argv=program.spare_head + [SPARE_FLAG], trainer_args=[], env=env,
                           cwd=launch.workdir(self.cfg, self.state_dir),
                           log_path=self.state_dir / "logs" / f"{self.cfg.name}.log", token=token)
         try:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
+from isaacd.jobs.messages import WatchdogAction
 from isaacd.observations.tensorboard import ScalarPoint
 from isaacd.watchdogs import config as wc
 from isaacd.watchdogs.base import JobView
@@ -79,3 +82,8 @@ def test_divergence_ignores_a_converged_tiny_loss_wobbling():
     series = [20.0, 15.0, 8.0, 3.0, 1.0, 0.3] + [0.01] * 8 + [0.3, 0.01, 0.5]
     assert all(wd.step(view(float(i), i, [ScalarPoint(i, "Loss/value", v, 0.0)])) is None
                for i, v in enumerate(series))
+
+
+def test_the_configs_actions_are_the_machines():
+    # the config validates the TOML's words (a Literal); the engine and the machine work with WatchdogAction
+    assert set(get_args(wc.Action)) == {a.value for a in WatchdogAction}

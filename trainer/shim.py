@@ -8,7 +8,10 @@ Usage (any Python, e.g. Isaac Lab's own ``python.sh``/``isaaclab.sh -p``; isaacd
 
 runs the script exactly like ``<python> SCRIPT.py args`` / ``<python> -m MODULE args`` in this same process
 (``sys.argv[0]`` = the script, ``sys.path[0]`` = its directory (the working directory for ``-m``), run as
-``__main__``; its exit status and ``SystemExit`` are its own), plus:
+``__main__``; its exit status and ``SystemExit`` are its own), plus what follows. The names it shares with the
+daemon (events, environment variables, snapshot files, the spare's go line) are defined once, in
+``shim_protocol.py``, which must sit beside this file (as it does in the package; containers get both mounted):
+the shim loads it from there by path, so no isaacd needs to be installed in the trainer's Python.
 
 * When ``rsl_rl.runners`` is imported (lazily, by a ``sys.meta_path`` hook: nothing is imported early), rsl_rl's
   ``OnPolicyRunner`` and ``DistillationRunner`` get their ``learn``/``save``/``load`` wrapped (rsl_rl 2.x - 5.x:
@@ -96,9 +99,9 @@ from __future__ import annotations
 
 import copy
 import importlib
+import importlib.util
 import json
 import os
-import re
 import runpy
 import select
 import signal
@@ -106,12 +109,40 @@ import sys
 import threading
 import time
 
+
+def _load_protocol():
+    """The shim <-> daemon contract, ``shim_protocol.py`` beside this file (event names, env variables, snapshot
+    names). Imported as ``isaacd_trainer.shim_protocol`` when this file is ``isaacd_trainer.shim``; loaded by path
+    when it runs as a script (``python /path/to/shim.py``, a container's ``/opt/isaacd/isaacd_shim.py``): the
+    trainer's Python need not have isaacd installed, and the file beside the shim is the one it was shipped with."""
+    if __package__:
+        return importlib.import_module(".shim_protocol", __package__)
+    name = "isaacd_shim_protocol"
+    if name in sys.modules:
+        return sys.modules[name]
+    here = __file__
+    dirs = dict.fromkeys(os.path.dirname(p) for p in (os.path.abspath(here), os.path.realpath(here)))
+    for d in dirs:  # beside the file as named (a mount, a link), then beside what a link points to
+        path = os.path.join(d, "shim_protocol.py")
+        if os.path.isfile(path):
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module  # enum needs the module while it runs
+            spec.loader.exec_module(module)
+            return module
+    raise ImportError(f"isaacd's launcher shim needs shim_protocol.py beside it (looked in {', '.join(dirs)}): "
+                      "copy or mount it with the shim")
+
+
+P = _load_protocol()
+ShimEvent = P.ShimEvent
+
 _PATCHED = "_isaacd_shim_patched"
 _TARGETS = ("OnPolicyRunner", "DistillationRunner")
 
 
 def _save_on_stop() -> bool:
-    return os.environ.get("ISAACD_SHIM_SAVE_ON_STOP", "1").strip().lower() not in ("0", "false", "no", "off")
+    return os.environ.get(P.SAVE_ON_STOP_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def _rank() -> int:
@@ -140,7 +171,7 @@ class _Events:
 
     @classmethod
     def emit(cls, event: str, **fields) -> None:
-        path = os.environ.get("ISAACD_SHIM_EVENTS")
+        path = os.environ.get(P.SHIM_EVENTS_ENV)
         if not path or cls.failed:
             return
         try:
@@ -187,7 +218,7 @@ def _exit_before_first_iteration(name: str) -> None:
     """A stop while the script still boots (Isaac Lab: imports, the scene, the runner; tens of seconds) ends the
     process now, exit 0: waiting for the first boundary would run the whole boot and then save an iteration-0
     checkpoint nobody needs. Nothing of this run holds a checkpoint, so nothing can resume from it."""
-    emit("stopped", iteration=None, checkpoint=None, before_first_iteration=True)
+    emit(ShimEvent.STOPPED, iteration=None, checkpoint=None, before_first_iteration=True)
     try:
         os.write(2, f"[isaacd-shim] {name} before the first iteration: nothing to save, exiting now\n".encode())
         for stream in (sys.stdout, sys.stderr):
@@ -204,7 +235,7 @@ def _on_signal(signum: int, frame) -> None:
         os._exit(128 + signum)
     _Stop.signum, _Stop.at = signum, time.monotonic()
     name = signal.Signals(signum).name
-    emit("stop_requested", signal=name)
+    emit(ShimEvent.STOP_REQUESTED, signal=name)
     if _Progress.iterations == 0:
         _exit_before_first_iteration(name)
     try:
@@ -317,12 +348,8 @@ def _num_iterations(args, kwargs):
 
 
 # ----------------------------------------------------------------------------------------------- snapshots
-SNAPSHOT_PREFIX = "isaacd_snapshot_"
-_SNAPSHOT_RE = re.compile(r"^isaacd_snapshot_(\d+)\.pt$")
-
-
-def snapshot_name(iteration: int) -> str:
-    return f"{SNAPSHOT_PREFIX}{iteration}.pt"
+SNAPSHOT_PREFIX = P.SNAPSHOT_PREFIX
+snapshot_name = P.snapshot_name
 
 
 def _env_number(name: str, default, cast=int):
@@ -422,7 +449,8 @@ class _SnapshotWriter:
             try:
                 self._write(**job)
             except BaseException as e:  # never kill training over a snapshot
-                emit("snapshot_failed", path=job["path"], iteration=job["iteration"], error=f"{type(e).__name__}: {e}")
+                emit(ShimEvent.SNAPSHOT_FAILED, path=job["path"], iteration=job["iteration"],
+                     error=f"{type(e).__name__}: {e}")
             finally:
                 with self.cv:
                     self.busy = False
@@ -431,7 +459,7 @@ class _SnapshotWriter:
     def _write(self, obj, path: str, iteration: int, copy_seconds: float, keep: int) -> None:
         t0, c0 = time.perf_counter(), time.thread_time()
         d = os.path.dirname(path)
-        tmp = os.path.join(d, f".{os.path.basename(path)}.tmp.{os.getpid()}")  # never ends in .pt
+        tmp = os.path.join(d, P.snapshot_temp_name(os.path.basename(path), os.getpid()))  # never ends in .pt
         try:
             with open(tmp, "wb") as f:
                 self.real_save(obj, f)
@@ -456,7 +484,7 @@ class _SnapshotWriter:
         write_seconds = time.perf_counter() - t0
         self.last_cost = write_seconds + (time.thread_time() - c0)
         _prune_snapshots(d, keep, iteration)
-        emit("snapshot_saved", path=path, iteration=iteration, copy_seconds=round(copy_seconds, 6),
+        emit(ShimEvent.SNAPSHOT_SAVED, path=path, iteration=iteration, copy_seconds=round(copy_seconds, 6),
              write_seconds=round(write_seconds, 6), write_cpu_seconds=round(time.thread_time() - c0, 6), bytes=size)
 
 
@@ -465,7 +493,7 @@ def _prune_snapshots(run_dir: str, keep: int, newest: int) -> None:
         names = os.listdir(run_dir)
     except OSError:
         return
-    its = sorted((int(m.group(1)) for m in map(_SNAPSHOT_RE.match, names) if m), reverse=True)
+    its = sorted((int(m.group(1)) for m in map(P.SNAPSHOT_RE.match, names) if m), reverse=True)
     kept = [newest] + [i for i in its if i != newest][:max(keep, 1) - 1]
     for i in its:
         if i not in kept:
@@ -482,14 +510,14 @@ class _Snapshots:
     DRAIN_SECONDS = 10.0
 
     def __init__(self):
-        self.every = _env_number("ISAACD_SNAPSHOT_EVERY", 1)
-        self.min_seconds = _env_number("ISAACD_SNAPSHOT_MIN_SECONDS", 0.0, float)
-        self.keep = max(_env_number("ISAACD_SNAPSHOT_KEEP", 2), 1)
+        self.every = _env_number(P.SNAPSHOT_EVERY_ENV, 1)
+        self.min_seconds = _env_number(P.SNAPSHOT_MIN_SECONDS_ENV, 0.0, float)
+        self.keep = max(_env_number(P.SNAPSHOT_KEEP_ENV, 2), 1)
         # At most this share of training time goes to snapshots: the last snapshot's cost (copy on this thread,
         # the writer's wall and CPU time, which contends for the GIL) must be covered by budget x the training
         # time since it. Cheap snapshots of slow iterations (a real task: ~1 s per iteration) go every
         # iteration; a toy task at 0.1 s per iteration gets one every few iterations instead of losing 10 %.
-        self.budget = _env_number("ISAACD_SNAPSHOT_BUDGET", 0.01, float)
+        self.budget = _env_number(P.SNAPSHOT_BUDGET_ENV, 0.01, float)
         self.cost = 0.0
         self.last_copy = 0.0
         self.last: float | None = None
@@ -513,7 +541,7 @@ class _Snapshots:
         if w is not None and w.busy:
             self.skipped += 1
             if self.skipped == 1 or self.skipped % 100 == 0:
-                emit("snapshot_skipped", iteration=n, reason="writer busy", skipped=self.skipped)
+                emit(ShimEvent.SNAPSHOT_SKIPPED, iteration=n, reason="writer busy", skipped=self.skipped)
             return
         import torch
 
@@ -522,7 +550,7 @@ class _Snapshots:
             obj = _capture_save_dict(runner)
             if obj is None:
                 self.off = True
-                emit("snapshot_unavailable", reason="runner.save did not call torch.save")
+                emit(ShimEvent.SNAPSHOT_UNAVAILABLE, reason="runner.save did not call torch.save")
                 return
             obj = _to_cpu(obj, torch)
         if isinstance(obj, dict) and obj.get("iter", n) != n:
@@ -550,11 +578,11 @@ def _wrap_learn(orig):
         stop_enabled = _save_on_stop()
         start = int(getattr(self, "current_learning_iteration", 0) or 0)
         st = _LearnState(start)
-        emit("runner_started", run_dir=_log_dir(self), start_iteration=start,
+        emit(ShimEvent.RUNNER_STARTED, run_dir=_log_dir(self), start_iteration=start,
              num_learning_iterations=_num_iterations(args, kwargs), runner_class=type(self).__name__,
              rsl_rl_version=_rsl_rl_version())
         if stop_enabled and _agree_to_stop():
-            emit("stopped", iteration=None, checkpoint=None)
+            emit(ShimEvent.STOPPED, iteration=None, checkpoint=None)
             return None
 
         alg = self.alg
@@ -578,7 +606,7 @@ def _wrap_learn(orig):
             _Progress.iterations += 1
             st.boundary_pending = True
             if st.updates == 1:
-                emit("first_iteration", iteration=st.start)
+                emit(ShimEvent.FIRST_ITERATION, iteration=st.start)
             return out
 
         saved: list = []
@@ -599,7 +627,7 @@ def _wrap_learn(orig):
             self.__dict__["_isaacd_in_learn"] = False
             _Snapshots.drain()
         _flush_writer(self)
-        emit("learn_finished", iteration=st.last_completed)
+        emit(ShimEvent.LEARN_FINISHED, iteration=st.last_completed)
         return result
 
     learn.__wrapped__ = orig
@@ -630,7 +658,7 @@ def _stop_now(runner, st: _LearnState) -> None:
             pass
     name = signal.Signals(_Stop.signum).name if _Stop.signum else "stop"
     print(f"[isaacd-shim] stopped after iteration {n} ({name}); checkpoint: {ckpt}", file=sys.stderr, flush=True)
-    emit("stopped", iteration=n, checkpoint=ckpt)
+    emit(ShimEvent.STOPPED, iteration=n, checkpoint=ckpt)
 
 
 def _wrap_save(orig):
@@ -644,7 +672,7 @@ def _wrap_save(orig):
             self.__dict__["_isaacd_in_save"] = False
         it = int(self.current_learning_iteration)
         self.__dict__["_isaacd_last_save"] = (os.path.abspath(path), it)
-        emit("checkpoint_saved", path=os.path.abspath(path), iteration=it)
+        emit(ShimEvent.CHECKPOINT_SAVED, path=os.path.abspath(path), iteration=it)
         return result
 
     save.__wrapped__ = orig
@@ -660,8 +688,8 @@ def _wrap_load(orig):
             result = orig(self, path, *args, **kwargs)
         finally:
             self.__dict__["_isaacd_in_load"] = False
-        emit("checkpoint_loaded", path=os.path.abspath(path), iteration=getattr(self, "current_learning_iteration",
-                                                                                  None))
+        emit(ShimEvent.CHECKPOINT_LOADED, path=os.path.abspath(path),
+             iteration=getattr(self, "current_learning_iteration", None))
         return result
 
     load.__wrapped__ = orig
@@ -739,19 +767,19 @@ def _run_target(argv: list[str]) -> None:
         module, rest = argv[1], argv[2:]
         sys.argv = [module] + rest  # run_module(alter_sys=True) puts the module's file in argv[0]
         sys.path[0] = os.getcwd()
-        emit("shim_started", script=module, argv=[module] + rest)
+        emit(ShimEvent.SHIM_STARTED, script=module, argv=[module] + rest)
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     else:
         script, rest = argv[0], argv[1:]
         sys.argv = [script] + rest
         sys.path[0] = os.path.dirname(os.path.realpath(script))
-        emit("shim_started", script=os.path.abspath(script), argv=[script] + rest)
+        emit(ShimEvent.SHIM_STARTED, script=os.path.abspath(script), argv=[script] + rest)
         runpy.run_path(script, run_name="__main__")
 
 
 def main() -> None:
     argv = sys.argv[1:]
-    if argv[:1] == ["--isaacd-spare"]:
+    if argv[:1] == [P.SPARE_FLAG]:
         sys.modules.setdefault("isaacd_shim", sys.modules[__name__])
         spare_main(argv[1:])
         return
@@ -880,7 +908,7 @@ def _parse_go(line: bytes) -> tuple[list[str], dict[str, str], str | None, str |
     msg = json.loads(line.decode("utf-8"))
     if not isinstance(msg, dict):
         raise ValueError("the go message is not a JSON object")
-    argv, env, cwd, log = msg.get("argv"), msg.get("env") or {}, msg.get("cwd"), msg.get("log")
+    argv, env, cwd, log = msg.get(P.GO_ARGV), msg.get(P.GO_ENV) or {}, msg.get(P.GO_CWD), msg.get(P.GO_LOG)
     if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv) or \
             (argv[0] == "-m" and len(argv) < 2):
         raise ValueError("'argv' must be a non-empty list of strings: SCRIPT.py [args] or -m MODULE [args]")
@@ -890,7 +918,7 @@ def _parse_go(line: bytes) -> tuple[list[str], dict[str, str], str | None, str |
         raise ValueError("'cwd' must be a string")
     if log is not None and not isinstance(log, str):
         raise ValueError("'log' must be a string")
-    return argv, env, cwd, log, msg.get("plain") is True
+    return argv, env, cwd, log, msg.get(P.GO_PLAIN) is True
 
 
 # environment variables that cannot take effect once the interpreter, torch or CUDA are up
@@ -926,7 +954,7 @@ def _apply_env(env: dict[str, str]) -> list[str]:
 
 
 def _spare_quit(signum, frame) -> None:
-    emit("spare_exited", reason=signal.Signals(signum).name)
+    emit(ShimEvent.SPARE_EXITED, reason=signal.Signals(signum).name)
     os._exit(0)
 
 
@@ -937,9 +965,9 @@ def spare_main(extra: list[str]) -> None:
         sys.exit(2)
     t_start = time.monotonic()
     parent = os.getppid()
-    control = os.environ.get("ISAACD_SPARE_CONTROL")
-    device = os.environ.get("ISAACD_SPARE_DEVICE", "").strip() or "cpu"
-    preload = [m.strip() for m in os.environ.get("ISAACD_SPARE_PRELOAD", "").split(",") if m.strip()]
+    control = os.environ.get(P.SPARE_CONTROL_ENV)
+    device = os.environ.get(P.SPARE_DEVICE_ENV, "").strip() or "cpu"
+    preload = [m.strip() for m in os.environ.get(P.SPARE_PRELOAD_ENV, "").split(",") if m.strip()]
     if not control:
         print("[isaacd-shim] --isaacd-spare needs ISAACD_SPARE_CONTROL (the FIFO to read the go line from)",
               file=sys.stderr, flush=True)
@@ -950,36 +978,36 @@ def spare_main(extra: list[str]) -> None:
     try:
         fd = os.open(control, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
-        emit("spare_failed", error=f"cannot open {control}: {e}")
+        emit(ShimEvent.SPARE_FAILED, error=f"cannot open {control}: {e}")
         print(f"[isaacd-shim] spare: cannot open {control}: {e}", file=sys.stderr, flush=True)
         sys.exit(2)
-    plain = os.environ.get("ISAACD_SPARE_PLAIN") == "1"
+    plain = os.environ.get(P.SPARE_PLAIN_ENV) == "1"
     if not plain:
         install_import_hook()
     fields = _spare_preload(device, preload, with_rsl_rl=not plain)
-    emit("spare_ready", preload_seconds=round(time.monotonic() - t_start, 6), rss_bytes=_rss_bytes(), **fields)
+    emit(ShimEvent.SPARE_READY, preload_seconds=round(time.monotonic() - t_start, 6), rss_bytes=_rss_bytes(), **fields)
     t_ready = time.monotonic()
     try:
         line = _read_go(fd, parent)
     except _SpareExit as e:
-        emit("spare_exited", reason=str(e))
+        emit(ShimEvent.SPARE_EXITED, reason=str(e))
         os._exit(0)
     finally:
         os.close(fd)
     if line is None:
-        emit("spare_exited", reason="eof")
+        emit(ShimEvent.SPARE_EXITED, reason="eof")
         os._exit(0)
     try:
         argv, env, cwd, log, plain = _parse_go(line)
     except ValueError as e:
-        emit("spare_failed", error=f"bad go message: {e}")
+        emit(ShimEvent.SPARE_FAILED, error=f"bad go message: {e}")
         print(f"[isaacd-shim] spare: bad go message: {e}", file=sys.stderr, flush=True)
         sys.exit(2)
     # go: from here on this process is the trainer, exactly as `shim.py ARGV` would be (Python's own handlers
     # until the env is applied; then the shim's save-on-stop ones, unless the job's env switches them off)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    emit("spare_go", argv=argv, cwd=cwd, waited_seconds=round(time.monotonic() - t_ready, 6))
+    emit(ShimEvent.SPARE_GO, argv=argv, cwd=cwd, waited_seconds=round(time.monotonic() - t_ready, 6))
     not_applied = _apply_env(env)
     _Events.reopen()
     if log is not None:
@@ -996,7 +1024,7 @@ def spare_main(extra: list[str]) -> None:
         os.chdir(cwd)
     if plain:
         # a trainer isaacd runs without the shim (skrl, rl_games): from here on exactly `python SCRIPT args`
-        for k in [k for k in os.environ if k.startswith("ISAACD_SPARE_")] + ["ISAACD_SHIM_EVENTS"]:
+        for k in [k for k in os.environ if k.startswith(P.SPARE_ENV_PREFIX)] + [P.SHIM_EVENTS_ENV]:
             os.environ.pop(k, None)
         _Events.reopen()  # no events file any more: the target's shim_started goes nowhere
         _run_target(argv)

@@ -16,7 +16,7 @@ from .. import launch
 from ..backup.keeper import Fetching, JobBackup
 from ..clock import Clock
 from ..config import JobConfig
-from ..jobs.messages import LaunchRefused
+from ..jobs.messages import LaunchRefused, Settle
 from ..jobs.model import LaunchIntent
 from ..observations.checkpoints import Checkpoint
 from ..runtimes.base import LaunchSpec
@@ -68,11 +68,11 @@ class LaunchPlanner:
         cfg = self.setting.cfg
         problem = self.gpu_check(cfg) if self.gpu_check else None
         if problem is not None:  # a GPU this host does not have: retrying cannot help
-            return LaunchRefused(f"cannot start: {problem}", settle="failed")
+            return LaunchRefused(f"cannot start: {problem}", settle=Settle.FAILED)
         try:
             self.setting.resolved = resolved = resolve(cfg)
         except WorkflowError as exc:  # a missing train script or an unknown Isaac Lab generation
-            return LaunchRefused(f"cannot start: {exc.key}: {exc.message}", settle="failed")
+            return LaunchRefused(f"cannot start: {exc.key}: {exc.message}", settle=Settle.FAILED)
         wf = resolved.workflow
         rejected: list[tuple[Checkpoint, str]] = []
         resume = newest_checkpoint(self.setting, history, deep=True, before_iteration=intent.before_iteration,
@@ -84,7 +84,7 @@ class LaunchPlanner:
             newest = rejected[0]
             return LaunchRefused(f"no checkpoint this trainer can load: {newest[0].path.name} is {newest[1]}. "
                                  "Run the job with the trainer that wrote it (image / isaaclab_dir), or move "
-                                 "its run dirs away and `isaacd start` to train from scratch", settle="failed")
+                                 "its run dirs away and `isaacd start` to train from scratch", settle=Settle.FAILED)
         if resume is None and cfg.backup is not None:  # no usable checkpoint on disk: the bucket's newest
             keeper = self.backup_keeper()
             bound = None if intent.before_iteration is None else intent.before_iteration - 1
@@ -97,7 +97,7 @@ class LaunchPlanner:
                        detail="no complete checkpoint before the trouble; starting from scratch")
         if resume is not None and wf.is_complete(cfg, resume, None):
             return LaunchRefused(f"max_iterations reached ({resume.path.name} holds {wf.iterations_done(resume)} "
-                                 f"of {cfg.max_iterations})", settle="completed")
+                                 f"of {cfg.max_iterations})", settle=Settle.COMPLETED)
         seed = random.randrange(2**31) if intent.new_seed else None
         number = history.attempts[-1].number + 1 if history.attempts else 1
         shim_events = launch.shim_events_path(self.state_dir, cfg, number)

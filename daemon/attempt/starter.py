@@ -11,7 +11,8 @@ from pathlib import Path
 from .. import launch
 from ..jobs.messages import LaunchRefused
 from ..runtimes.base import ExitStatus, Handle, Runtime
-from ..spare import SpareKeeper
+from ..runtimes.container_spec import hand_to_container_user
+from ..spare import SpareKeeper, go_message
 from .crashpoint import crash_point
 from .observer import AttemptObserver
 from .planner import LaunchPlan, started_event
@@ -63,18 +64,12 @@ class AttemptStarter:
         shim_events.parent.mkdir(parents=True, exist_ok=True)
         shim_events.unlink(missing_ok=True)  # a number reused after history loss must not replay old news
         if self.setting.cfg.in_container:
-            from ..runtimes.container_spec import hand_to_container_user
-
             hand_to_container_user(self.setting.cfg, [shim_events.parent])  # Isaac Lab 3 images run as uid 1000
 
     def _hand_to_spare(self, plan: LaunchPlan) -> Handle | None:
         """Give the attempt's command line to the ready spare; its handle, or None to start cold."""
-        env = plan.spec.env
-        go = {"argv": plan.program.go_argv(plan.args), "cwd": str(plan.spec.cwd), "plain": plan.program.plain_spare,
-              "env": {k: env[k] for k in (launch.SHIM_EVENTS_ENV, "ISAACD_SNAPSHOT_EVERY",
-                                         "ISAACD_SNAPSHOT_MIN_SECONDS", "ISAACD_SNAPSHOT_BUDGET", *launch.WANDB_ENV)
-                      if k in env}}
-        taken = self.spares.take(go)
+        taken = self.spares.take(go_message(plan.program.go_argv(plan.args), plan.spec.cwd,
+                                            plan.program.plain_spare, plan.spec.env))
         if taken is None:
             return None
         self.persist_spare_token()

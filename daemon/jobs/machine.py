@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, replace
 
 from . import policy as P
 from .effects import Effect, Event, Forget, Kill, Launch, Persist, Signal
-from .messages import (Adopted, CudaOom, Exited, LaunchRefused, LaunchUnfinished, Message, Progressed, Restart,
-                       Start, Stop, Tick, WatchdogTrip)
+from .messages import (Adopted, CudaOom, Exited, LaunchRefused, LaunchUnfinished, Message, Progressed, ReasonClass,
+                       Restart, Settle, Start, Stop, Tick, WatchdogAction, WatchdogTrip)
 from .model import JobModel, JobState, LaunchIntent, Origin, StopIntent, Then, bump, check_transition
 
 S = JobState
@@ -107,7 +107,12 @@ def _launch(m: JobModel, intent: LaunchIntent, ctx: Context, out: _Out) -> JobMo
     return new
 
 
-def _count_restart(m: JobModel, reason: str, reason_class: str, ctx: Context, in_window: bool) -> JobModel:
+def _requested_restart_class(origin: Origin) -> ReasonClass:
+    """A restart someone asked for: an operator's (or a config reload's) is no crash loop, a watchdog's is."""
+    return ReasonClass.OPERATOR if origin in (Origin.OPERATOR, Origin.CONFIG) else ReasonClass.WATCHDOG
+
+
+def _count_restart(m: JobModel, reason: str, reason_class: ReasonClass, ctx: Context, in_window: bool) -> JobModel:
     """A restart, counted when it is decided (and saved with the decision), so a supervisor that dies
     in the backoff cannot let a crash loop past max_restarts. An operator's restart is no crash loop."""
     times = P.restarts_in_window(m.restart_times, ctx.now, ctx.restart)
@@ -148,11 +153,11 @@ def _progressed(m: JobModel, msg: Progressed, ctx: Context, out: _Out) -> JobMod
 def _launch_refused(m: JobModel, msg: LaunchRefused, ctx: Context, out: _Out) -> JobModel:
     if m.state != S.STARTING:
         return m
-    if msg.settle == "completed":
+    if msg.settle == Settle.COMPLETED:
         return _rest(m, S.COMPLETED, msg.reason, True, ctx, out)
-    if msg.settle == "failed":
+    if msg.settle == Settle.FAILED:
         return _rest(m, S.FAILED, msg.reason, True, ctx, out)
-    return _schedule_restart(m, msg.reason, "lost", 0.0, False, ctx, out, crash_loop=msg.crash_loop)
+    return _schedule_restart(m, msg.reason, ReasonClass.LOST, 0.0, False, ctx, out, crash_loop=msg.crash_loop)
 
 
 def _exited(m: JobModel, msg: Exited, ctx: Context, out: _Out) -> JobModel:
@@ -165,8 +170,8 @@ def _exited(m: JobModel, msg: Exited, ctx: Context, out: _Out) -> JobModel:
             return _rest(m, S.STOPPED, stop.reason, stop.final, ctx, out,
                          parked_by=THERMAL_WATCHDOG if stop.then == Then.PARK else None)
         # a restart or rollback someone asked for: go again at once, resuming; no backoff
-        cls = "operator" if stop.origin in (Origin.OPERATOR, Origin.CONFIG) else "watchdog"
-        counted = _count_restart(m, stop.reason, cls, ctx, in_window=cls != "operator")
+        cls = _requested_restart_class(stop.origin)
+        counted = _count_restart(m, stop.reason, cls, ctx, in_window=cls != ReasonClass.OPERATOR)
         intent = LaunchIntent(stop.reason, stop.origin, stop.before_iteration, stop.new_seed)
         new = _to(counted, S.BACKING_OFF, stop.reason, ctx, out, stop=None, launch=intent, backoff_until=ctx.now,
                   backoff_seconds=0.0)
@@ -247,7 +252,7 @@ def _count(n: int) -> str:
     return {1: "once", 2: "twice"}.get(n, f"{n} times")
 
 
-def _schedule_restart(m: JobModel, reason: str, reason_class: str, ran_seconds: float, moved_forward: bool,
+def _schedule_restart(m: JobModel, reason: str, reason_class: ReasonClass, ran_seconds: float, moved_forward: bool,
                       ctx: Context, out: _Out, crash_loop: bool = True) -> JobModel:
     policy = ctx.restart
     if crash_loop and P.restart_limit_reached(m.restart_times, ctx.now, policy):
@@ -276,7 +281,7 @@ def _start(m: JobModel, cmd: Start, ctx: Context, out: _Out) -> tuple[JobModel, 
     if m.state == S.BACKING_OFF:
         return _launch(m, m.launch, ctx, out), "starting"  # the restart was counted when it was scheduled
     if cmd.origin == Origin.THERMAL:  # the watchdog's own restart, after its park: counted like one
-        m = _count_restart(m, cmd.reason, "watchdog", ctx, in_window=True)
+        m = _count_restart(m, cmd.reason, ReasonClass.WATCHDOG, ctx, in_window=True)
     new = _to(m, S.PENDING, cmd.reason, ctx, out, launch=LaunchIntent(cmd.reason, cmd.origin), final=False,
               parked_by=None, quick_failures=0, startup_ooms=0, training_ooms=0)
     out.add(Persist())
@@ -335,8 +340,8 @@ def _restart(m: JobModel, cmd: Restart, ctx: Context, out: _Out) -> tuple[JobMod
         return _launch(m, m.launch, ctx, out), "starting"
     if m.state == S.PENDING:
         return m, "already pending"
-    cls = "operator" if cmd.origin in (Origin.OPERATOR, Origin.CONFIG) else "watchdog"
-    counted = _count_restart(m, cmd.reason, cls, ctx, in_window=cls != "operator")
+    cls = _requested_restart_class(cmd.origin)
+    counted = _count_restart(m, cmd.reason, cls, ctx, in_window=cls != ReasonClass.OPERATOR)
     new = _to(counted, S.PENDING, cmd.reason, ctx, out,
               launch=LaunchIntent(cmd.reason, cmd.origin, cmd.before_iteration, cmd.new_seed), final=False,
               parked_by=None, quick_failures=0)
@@ -346,8 +351,8 @@ def _restart(m: JobModel, cmd: Restart, ctx: Context, out: _Out) -> tuple[JobMod
 
 def _watchdog(m: JobModel, trip: WatchdogTrip, ctx: Context, out: _Out) -> tuple[JobModel, str | None]:
     action, reason = trip.action, f"watchdog {trip.watchdog}: {trip.detail}"
-    if action == "rollback" and not P.rollback_allowed(m.rollbacks, trip.max_rollbacks):
-        action = "stop"
+    if action == WatchdogAction.ROLLBACK and not P.rollback_allowed(m.rollbacks, trip.max_rollbacks):
+        action = WatchdogAction.STOP
         reason = (f"watchdog {trip.watchdog}: still diverging after {m.rollbacks} rollbacks "
                   f"(max_rollbacks = {trip.max_rollbacks}); stopped: {trip.detail}")
     m = m.with_(watchdog_trips=bump(m.watchdog_trips, f"{trip.watchdog}/{action}"))
@@ -357,12 +362,12 @@ def _watchdog(m: JobModel, trip: WatchdogTrip, ctx: Context, out: _Out) -> tuple
                                     "hold_seconds": trip.hold_seconds, "trouble_iteration": trip.trouble_iteration,
                                     "note": trip.note}))
     out.add(Persist())
-    if action == "restart":
+    if action == WatchdogAction.RESTART:
         return _restart(m, Restart(Origin.WATCHDOG, reason), ctx, out)
-    if action == "rollback":
+    if action == WatchdogAction.ROLLBACK:
         m = m.with_(rollbacks=m.rollbacks + 1)
         return _restart(m, Restart(Origin.WATCHDOG, reason, trip.trouble_iteration, trip.new_seed), ctx, out)
-    if action == "stop":
+    if action == WatchdogAction.STOP:
         if trip.watchdog == THERMAL_WATCHDOG:
             # parked, not final: resumes by itself once the GPUs cool down
             return _stop(m, Stop(Origin.THERMAL, reason, final=False, park=True), ctx, out)

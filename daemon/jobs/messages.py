@@ -1,15 +1,49 @@
 """What reaches a job's state machine: commands (someone wants something) and observations (something happened).
 
 Every message is a frozen value; `machine.decide` is the only code that turns one into a change of the job.
-Commands carry their origin, so "who asked" is data, not a string prefix to parse.
+Commands carry their origin, so "who asked" is data, not a string prefix to parse. The closed sets of words a
+message carries are StrEnums (`Settle`, `WatchdogAction`, `ReasonClass`): each member is its plain string, so
+events, saved histories and metrics labels read exactly as before.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Any
 
 from .model import Origin
+
+
+class Settle(enum.StrEnum):
+    """How a refused launch ends the job at once, instead of counting as a crash."""
+
+    COMPLETED = "completed"  # max_iterations already reached
+    FAILED = "failed"  # retrying cannot help: missing GPU, no loadable checkpoint, unknown Isaac Lab
+
+
+class WatchdogAction(enum.StrEnum):
+    """What a watchdog trip does (the `action` of `[jobs.watchdogs.<name>]`, watchdogs/config.py)."""
+
+    LOG = "log"  # recorded, nothing more
+    RESTART = "restart"  # resume from the newest complete checkpoint
+    ROLLBACK = "rollback"  # resume from a checkpoint before the trouble iteration
+    STOP = "stop"  # come to rest (thermal: parked until the GPUs cool down)
+    POWER_CAP = "power-cap"  # lower the GPUs' power limit: done by the engine, recorded by the machine
+
+
+class ReasonClass(enum.StrEnum):
+    """Why an attempt ended, and so why a restart was counted: a low-cardinality label (the key of
+    `restarts_by_reason`, the `reason` label of the restart metrics)."""
+
+    EXIT_CODE = "exit_code"  # exited non-zero (or 0 short of max_iterations)
+    SIGNAL = "signal"  # killed by a signal
+    OOM = "oom"  # OOM-killed by the kernel
+    CUDA_OOM = "cuda_oom"  # out of GPU memory, by the trainer's last output
+    WATCHDOG = "watchdog"  # a watchdog asked for the restart (never an exit's class)
+    OPERATOR = "operator"  # stopped outside isaacd, or an operator's restart
+    LOST = "lost"  # the exit status is unknown (vanished while the supervisor was down), or the launch failed
+    NODE_LOST = "node_lost"  # the machine it ran on went away (ray)
 
 
 # ---- commands ------------------------------------------------------------------------------
@@ -40,8 +74,8 @@ class WatchdogTrip:
     """A watchdog's condition held long enough. The machine records it, applies the rollback bound and acts."""
 
     watchdog: str
-    action: str  # log | restart | rollback | stop | power-cap (power-cap is done by the engine; recorded here)
-    configured_action: str
+    action: WatchdogAction  # what is done (power-cap is done by the engine; recorded here)
+    configured_action: WatchdogAction  # what the watchdog's config says (action may differ: a refused power cap)
     detail: str
     values: dict[str, Any]
     threshold: Any = None
@@ -70,12 +104,11 @@ class Progressed:
 
 @dataclass(frozen=True)
 class LaunchRefused:
-    """The launch did not happen. `settle` is completed (max_iterations already reached), failed (retrying
-    cannot help: missing GPU, no loadable checkpoint, unknown Isaac Lab) or None (it may work next time:
-    the runtime failed to start it, the state disk is full): then it counts like a crash."""
+    """The launch did not happen. `settle` ends the job (see Settle) or is None (it may work next time: the
+    runtime failed to start it, the state disk is full): then it counts like a crash."""
 
     reason: str
-    settle: str | None = None
+    settle: Settle | None = None
     crash_loop: bool = True  # False when the trainer is not to blame (state disk full): retried, not counted
 
 
@@ -96,14 +129,14 @@ class Exited:
     """The trainer ended. Facts the runner gathered; what they mean is the machine's business."""
 
     description: str  # "killed by signal 9 (SIGKILL)", "exited with code 1: OSError: ..."
-    reason_class: str  # exit_code | signal | oom | cuda_oom | operator | lost
+    reason_class: ReasonClass  # never WATCHDOG: a watchdog's restart is a stop the machine asked for
     success: bool  # exit 0, no signal, not OOM-killed
     external_stop: bool = False  # stopped outside isaacd (systemctl stop of the unit)
     reached_max: bool = False  # the job's max_iterations are done
     finished_early: str | None = None  # exit 0 short of them by the trainer's own stop rule (rl_games score_to_win)
     ran_seconds: float = 0.0
     moved_forward: bool = False  # it left a newer checkpoint than it started from
-    cuda_oom: CudaOom | None = None  # set with reason_class "cuda_oom"
+    cuda_oom: CudaOom | None = None  # set with reason_class CUDA_OOM
 
 
 Observation = Tick | Progressed | LaunchRefused | Exited

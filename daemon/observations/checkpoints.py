@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
+# the shim's snapshot names (isaacd_snapshot_<N>.pt; its writer's temp files) are the shim protocol's
+from isaacd_trainer.shim_protocol import SNAPSHOT_PREFIX, SNAPSHOT_TEMP_RE
+
 # rsl_rl's own `model_<iter>.pt`, and the launcher shim's per-iteration `isaacd_snapshot_<iter>.pt` (the same
 # format, written by the runner's own save(); the name stays clear of Isaac Lab's default `model_.*.pt`)
-CHECKPOINT_RE = re.compile(r"^(?:model|isaacd_snapshot)_(\d+)\.pt$")
-SNAPSHOT_PREFIX = "isaacd_snapshot_"
-# the shim's writer: `.isaacd_snapshot_<N>.pt.tmp.<pid>`, renamed onto the final name once fsynced
-SNAPSHOT_TEMP_RE = re.compile(r"^\.isaacd_snapshot_\d+\.pt\.tmp\.\d+$")
+CHECKPOINT_RE = re.compile(r"^(?:model_|" + re.escape(SNAPSHOT_PREFIX) + r")(\d+)\.pt$")
 
 
 def sweep_snapshot_temps(run_dir: Path) -> tuple[int, int]:

@@ -3,7 +3,8 @@
 The file is per attempt (`state_dir/shim/<job>/attempt-<n>.jsonl`, named by ISAACD_SHIM_EVENTS in
 the trainer's environment). The shim writes each line with one O_APPEND write, so a reader sees
 whole lines except, at worst, a torn last one after a crash: that one is left for the next poll
-and skipped once a newer line follows it. Events are the shim's: shim_started, checkpoint_loaded,
+and skipped once a newer line follows it. The event names and the variable are the shim protocol's
+(isaacd_trainer/shim_protocol.py, which the shim itself loads); folded here: shim_started, checkpoint_loaded,
 runner_started, checkpoint_saved, stop_requested, stopped, learn_finished.
 
 Their meaning is read here once: `poll` folds each event into the attempt's `report` (everything said so far)
@@ -16,6 +17,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from isaacd_trainer.shim_protocol import ShimEvent
 
 
 @dataclass
@@ -90,23 +93,23 @@ class ShimEvents:
 
     def _fold(self, ev: dict[str, Any]) -> None:
         r, news, kind = self.report, self.news, ev.get("event")
-        if kind == "runner_started":
+        if kind == ShimEvent.RUNNER_STARTED:
             r.run_dir = ev.get("run_dir") or r.run_dir
             r.start_iteration = ev.get("start_iteration")
             r.rsl_rl_version = ev.get("rsl_rl_version") or r.rsl_rl_version
-        elif kind == "checkpoint_loaded":
+        elif kind == ShimEvent.CHECKPOINT_LOADED:
             r.loaded, r.loaded_iteration = ev.get("path"), ev.get("iteration")
             news.loaded.append(str(ev.get("path")))
-        elif kind == "checkpoint_saved" and ev.get("path"):
+        elif kind == ShimEvent.CHECKPOINT_SAVED and ev.get("path"):
             r.checkpoints.append((int(ev.get("iteration") or 0), str(ev["path"])))
             news.saved.append(str(ev["path"]))
-        elif kind == "stop_requested":
+        elif kind == ShimEvent.STOP_REQUESTED:
             r.stop_signal, r.stop_requested = ev.get("signal"), True
-        elif kind == "stopped":
+        elif kind == ShimEvent.STOPPED:
             r.stopped_checkpoint = ev.get("checkpoint")
             saved = ev.get("checkpoint")
             news.stopped.append(TrainerStopped(ev.get("iteration"), str(saved) if saved else None))
-        elif kind == "learn_finished":
+        elif kind == ShimEvent.LEARN_FINISHED:
             r.finished = True
-        elif kind == "shim_started":
+        elif kind == ShimEvent.SHIM_STARTED:
             r.rsl_rl_version = ev.get("rsl_rl_version") or r.rsl_rl_version

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..config import JobConfig
+from ..jobs.messages import ReasonClass
 from .view import RuntimeView
 
 
@@ -97,19 +98,19 @@ class ExitStatus:
         return self.detail or "exited (status unknown)"
 
     @property
-    def reason_class(self) -> str:
+    def reason_class(self) -> ReasonClass:
         """Low-cardinality label for metrics."""
         if self.oom_killed:
-            return "oom"
+            return ReasonClass.OOM
         if self.node_lost:
-            return "node_lost"
+            return ReasonClass.NODE_LOST
         if self.external_stop:
-            return "operator"
+            return ReasonClass.OPERATOR
         if self.signal is not None:
-            return "signal"
+            return ReasonClass.SIGNAL
         if self.code is not None:
-            return "exit_code"
-        return "lost"
+            return ReasonClass.EXIT_CODE
+        return ReasonClass.LOST
 
     def as_json(self) -> dict[str, Any]:
         out = {"code": self.code, "signal": self.signal, "oom_killed": self.oom_killed,

@@ -31,7 +31,7 @@ from ..gpu import assign as gpu_assign
 from ..store import StateStore
 from ..workflows import resolve
 from ..workflows.base import AGENT_DEVICE_KEYS
-from ..workflows.launcher import SHIM_IN_CONTAINER, shim_source
+from ..workflows.launcher import shim_mounts
 from .base import LaunchSpec, RuntimeFailure
 from .host import SYSTEMD_SERVICE_ENV, containers_conf_ulimits, memlock_ulimit
 from .unit_syntax import sd_escape, sd_join, sd_quote
@@ -227,7 +227,7 @@ class ContainerSpec:
         env = container_env(job)
         shim_events = spec.env.get(launch.SHIM_EVENTS_ENV)
         if job.shim and not job.command:
-            volumes.append((str(shim_source()), SHIM_IN_CONTAINER, "ro"))
+            volumes.extend((host, inside, "ro") for host, inside in shim_mounts())  # the shim and its protocol
             if shim_events:
                 # the side channel at the same path in and out of the container
                 volumes.append((str(Path(shim_events).parent), str(Path(shim_events).parent), ""))

@@ -11,13 +11,15 @@ import os
 import signal
 from typing import Any
 
+from isaacd_trainer.shim_protocol import LAUNCH_TOKEN_ENV
+
 from ..config import JobConfig
 from ..oscalls import HOST_OS, Child, OsCalls, ProcFs
 from .base import ExitStatus, Handle, LaunchSpec
 from .proctree import process_tree, read_stat
 from .view import RuntimeView
 
-TOKEN_ENV = "ISAACD_LAUNCH_TOKEN"  # set in the trainer's environment: `find` reads it back from /proc
+TOKEN_ENV = LAUNCH_TOKEN_ENV  # set in the trainer's environment: `find` reads it back from /proc
 
 
 def _proc_start_time(pid: int, procfs: ProcFs = HOST_OS) -> int | None:

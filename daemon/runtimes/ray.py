@@ -42,13 +42,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from isaacd_trainer.shim_protocol import SHIM_EVENTS_ENV
+
 from ..config import Config, JobConfig, RayConfig
 from ..logs import log
 from .base import ExitStatus, Handle, LaunchSpec, RuntimeFailure
 from .view import RuntimeView
 from .worker import Slot, Worker
 
-SHIM_EVENTS_ENV = "ISAACD_SHIM_EVENTS"
 MARKER_NAME = ".isaacd-storage-check"
 # `<log_root>/.isaacd-owner-<job>`: the token of the job's current attempt. The actor of an older attempt that is
 # still running (its node was cut off from the head, so the head took it for lost) stops its trainer on seeing

@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from isaacd_trainer.shim_protocol import SHIM_EVENTS_ENV  # stdlib only too
+
 from .proctree import process_tree, signal_each  # stdlib only, like this module
 
 HEALTH_FILE_ENV = "ISAACD_AGENT_HEALTH_FILE"
@@ -142,8 +144,8 @@ class TrainerActor:
         self.out_path, self.shim_path = own / "output.log", own / "shim.jsonl"
         full_env = dict(os.environ)
         full_env.update(env)
-        if "ISAACD_SHIM_EVENTS" in env:
-            full_env["ISAACD_SHIM_EVENTS"] = str(self.shim_path)
+        if SHIM_EVENTS_ENV in env:
+            full_env[SHIM_EVENTS_ENV] = str(self.shim_path)
         if self.gpu_ids:
             full_env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpu_ids)
         if container:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..jobs.messages import WatchdogAction
 from ..observations.tensorboard import ScalarPoint
 from .config import WatchdogCommon
 
@@ -62,7 +63,7 @@ class Verdict:
     detail: str = ""
     values: dict[str, Any] = field(default_factory=dict)  # signal values for the event
     threshold: Any = None
-    action: str | None = None  # override of cfg.action (graduated watchdogs)
+    action: WatchdogAction | None = None  # override of cfg.action (graduated watchdogs)
     immediate: bool = False  # ignore the hold (NaN, a reset-class XID)
     trouble_iteration: int | None = None  # for rollback: the first bad iteration
 
@@ -70,7 +71,7 @@ class Verdict:
 @dataclass(frozen=True)
 class Trip:
     watchdog: str
-    action: str
+    action: WatchdogAction
     detail: str
     values: dict[str, Any]
     threshold: Any
@@ -141,7 +142,7 @@ class Watchdog:
         if not verdict.immediate and view.now - self.pending_since < self.cfg.hold:
             self.state, self.detail = "pending", verdict.detail
             return None
-        action = verdict.action or self.cfg.action
+        action = verdict.action or WatchdogAction(self.cfg.action)
         trip = Trip(self.name, action, verdict.detail, verdict.values, verdict.threshold, self.cfg.hold,
                     verdict.trouble_iteration, bool(getattr(self.cfg, "new_seed", False)))
         self.after_trip()
@@ -150,8 +151,8 @@ class Watchdog:
         self.state, self.detail = "tripped", verdict.detail
         return trip
 
-    def possible_actions(self) -> set[str]:
-        return {self.cfg.action}
+    def possible_actions(self) -> set[WatchdogAction]:
+        return {WatchdogAction(self.cfg.action)}
 
     def status(self) -> dict[str, Any]:
         return {"state": self.state, "since": self.pending_since if self.state == "pending" else

@@ -10,6 +10,7 @@ import math
 import statistics
 from collections import deque
 
+from ..jobs.messages import WatchdogAction
 from .base import JobView, Verdict, Watchdog
 from .config import Divergence
 
@@ -27,8 +28,8 @@ class DivergenceWatchdog(Watchdog):
         # per tag: the consecutive points above the line so far, (step, value, reference), oldest first
         self.streak: dict[str, list[tuple[int, float, float]]] = {}
 
-    def possible_actions(self) -> set[str]:
-        return {self.cfg.action, "stop"}  # stop once max_rollbacks is used up
+    def possible_actions(self) -> set[WatchdogAction]:
+        return {WatchdogAction(self.cfg.action), WatchdogAction.STOP}  # stop once max_rollbacks is used up
 
     def on_new_attempt(self, view: JobView) -> None:
         self.trouble = None

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from ..gpu.assign import job_gpu_indices
-from ..jobs.messages import Command, WatchdogTrip
+from ..jobs.messages import Command, WatchdogAction, WatchdogTrip
 from ..jobs.model import JobState
 from ..status.signals import JobSignals
 from ..status.types import WatchdogStatus
@@ -102,7 +102,7 @@ class WatchdogEngine:
                 trip = wd.step(view)
                 if trip is not None:
                     commands.append((sig.name, self.command_for(wd, trip, view)))
-                    if trip.action in ("restart", "rollback", "stop"):
+                    if trip.action in (WatchdogAction.RESTART, WatchdogAction.ROLLBACK, WatchdogAction.STOP):
                         view.alive = False  # one stop per tick: the others see the job as going down
             heat = self._watchdogs(sig).get("gpu_temperature")
             thermal = self.thermal.resume(sig.name, sig.parked_by, sig.state == JobState.STOPPED, heat, view) \
@@ -115,11 +115,11 @@ class WatchdogEngine:
     def command_for(self, wd: Watchdog, trip: Trip, view: JobView) -> WatchdogTrip:
         """The trip as a command. GPU-level actions happen here; job-level ones are the state machine's."""
         action, note = trip.action, None
-        if action == "power-cap":
+        if action == WatchdogAction.POWER_CAP:
             note = self.thermal.power_cap(view, wd.cfg)
             if note is not None:
-                action = "log"
-        if action == "stop" and trip.watchdog == "xid":
+                action = WatchdogAction.LOG
+        if action == WatchdogAction.STOP and trip.watchdog == "xid":
             for g in {x["gpu"] for x in trip.values.get("xids", [])}:
                 self.feed.mark_unhealthy(g, trip.detail)
         return WatchdogTrip(watchdog=trip.watchdog, action=action, configured_action=trip.action,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..jobs.messages import Start
+from ..jobs.messages import Start, WatchdogAction
 from ..jobs.model import Origin
 from ..logs import log
 from .base import GpuReading, JobView, Verdict, Watchdog
@@ -22,8 +22,9 @@ class GpuTemperatureWatchdog(Watchdog):
     # recovery (resume once cool) is driven by the engine, which looks at the GPUs while the job is parked
     cfg: GpuTemperature
 
-    def possible_actions(self) -> set[str]:
-        return {self.cfg.action, "stop", "log"}  # stop above the hard limit; log when capping is refused
+    def possible_actions(self) -> set[WatchdogAction]:
+        # stop above the hard limit; log when capping is refused
+        return {WatchdogAction(self.cfg.action), WatchdogAction.STOP, WatchdogAction.LOG}
 
     def hot_reason(self, g: GpuReading) -> str | None:
         c = self.cfg
@@ -46,7 +47,7 @@ class GpuTemperatureWatchdog(Watchdog):
         hottest = max((g.temperature_celsius for g in view.gpus if g.temperature_celsius is not None), default=None)
         if hottest is not None and hottest >= self.cfg.stop_celsius:
             return Verdict(True, f"GPU at {hottest:.0f} C >= hard limit {self.cfg.stop_celsius:g} C",
-                           temps, self.cfg.stop_celsius, action="stop")
+                           temps, self.cfg.stop_celsius, action=WatchdogAction.STOP)
         reasons = [r for g in view.gpus if (r := self.hot_reason(g))]
         if reasons:
             return Verdict(True, "; ".join(reasons), temps, self.cfg.threshold_celsius)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..jobs.messages import WatchdogAction
 from .base import JobView, Verdict, Watchdog
 from .config import Xid
 
@@ -22,15 +23,15 @@ class XidWatchdog(Watchdog):
         super().__init__(cfg)
         self.unhealthy: dict[int, str] = {}
 
-    def possible_actions(self) -> set[str]:
-        return {self.cfg.application_action, self.cfg.reset_action, "log"}
+    def possible_actions(self) -> set[WatchdogAction]:
+        return {WatchdogAction(self.cfg.application_action), WatchdogAction(self.cfg.reset_action), WatchdogAction.LOG}
 
     def status(self) -> dict[str, Any]:
         # The common `action` key (default "log") is not what this watchdog does: it acts per XID class.
         out = super().status()
         app, reset = self.cfg.application_action, self.cfg.reset_action
         out["action"] = app if app == reset else f"{app}/{reset}"
-        out["actions_by_class"] = {"application": app, "reset": reset, "other": "log"}
+        out["actions_by_class"] = {"application": app, "reset": reset, "other": WatchdogAction.LOG}
         return out
 
     def evaluate(self, view: JobView) -> Verdict:
@@ -47,8 +48,9 @@ class XidWatchdog(Watchdog):
                 worst = ("other", ev)
         assert worst is not None
         kind, ev = worst
-        action = {"reset": self.cfg.reset_action, "application": self.cfg.application_action}.get(kind, "log")
+        action = WatchdogAction({"reset": self.cfg.reset_action, "application": self.cfg.application_action}
+                                .get(kind, WatchdogAction.LOG))
         values = {"xids": [{"gpu": e.gpu, "xid": e.xid} for e in view.new_xids], "class": kind}
         if kind != "reset" and not view.alive:
-            action = "log"
+            action = WatchdogAction.LOG
         return Verdict(True, f"XID {ev.xid} on GPU {ev.gpu} ({kind} class)", values, None, action=action, immediate=True)

@@ -15,11 +15,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from isaacd_trainer.shim_protocol import SHIM_FILE, SHIM_FILES, SHIM_IN_CONTAINER
+
 from ..config import JobConfig
 from .base import Generation, WorkflowError
 from .detect import isaaclab_dir
 
-SHIM_IN_CONTAINER = "/opt/isaacd/isaacd_shim.py"
 # the faithful built-in trainer speaks each generation's contract from its own entry point
 BUILTIN_MODULES = {"2.0": "isaacd_trainer.isaaclab20", "2.3": "isaacd_trainer", "3": "isaacd_trainer.isaaclab30"}
 
@@ -55,7 +56,14 @@ def shim_source() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise WorkflowError("shim", "isaacd's launcher shim (isaacd_trainer/shim.py) is not installed; reinstall "
                                     "isaacd, or set shim = false for this job")
-    return Path(list(spec.submodule_search_locations)[0]) / "shim.py"
+    return Path(list(spec.submodule_search_locations)[0]) / SHIM_FILE
+
+
+def shim_mounts() -> list[tuple[str, str]]:
+    """(host file, path in the container) of each file the shim needs there: itself and the protocol it loads
+    from beside itself (isaacd_trainer/shim_protocol.py)."""
+    package = shim_source().parent
+    return [(str(package / name), inside) for name, inside in SHIM_FILES]
 
 
 def builtin_module(gen: Generation) -> str:
