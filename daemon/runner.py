@@ -377,7 +377,8 @@ class JobRunner:
                                               "ISAACD_SNAPSHOT_MIN_SECONDS", "ISAACD_SNAPSHOT_BUDGET",
                                               *launch.WANDB_ENV)
                       if k in spec.env}}
-        taken = self.spares.take(go)
+        resume = (self.history.current.resume_from if self.history.current else None) or {}
+        taken = self.spares.take(go, attempt_args=args, checkpoint=resume.get("path"))  # a booted spare needs both
         if taken is None:
             return None
         self._persist_spare_token()

@@ -100,6 +100,7 @@ class Supervisor:
                            self.clock)
         runner.gpu_check = self.gpu_check
         runner.gpu_memory = self.gpu_memory
+        runner.spares.published = self.status  # a booted spare's room: GPU memory and the trainer's pid
         return runner
 
     def start(self) -> None:
