@@ -90,6 +90,28 @@ Warm spare: ``shim.py --isaacd-spare`` (no script) does the state-free start-up 
   take effect any more, e.g. ``CUDA_VISIBLE_DEVICES``, are named on stderr), the events writer is reopened (the go
   env's ``ISAACD_SHIM_EVENTS``), ``chdir(cwd)``, the save-on-stop handlers are installed, and the rest is exactly
   ``shim.py ARGV`` (``shim_started`` ... on the new events file; the script's exit status is the process's).
+
+Booted spare (issue 21): with ``ISAACD_SPARE_BOOT_ARGV`` (a JSON list: the job's fresh-start ``SCRIPT.py args`` or
+``-m MODULE args``) and ``ISAACD_SPARE_STAGING`` (a directory the daemon owns, with ``work/logs/`` in it), the spare
+runs that command line in ``<staging>/work`` through the script's environment creation and runner construction, and
+parks where upstream hands over to the runner: the first ``learn()`` (a fresh start never calls ``load``).
+
+* ``spare_ready`` then says ``mode`` "booted", ``run_dir`` (the staged one), ``preload_seconds`` (the boot),
+  ``rss_bytes``, ``device`` and for cuda ``cuda_memory_bytes``/``cuda_reserved_bytes``. A run dir outside the
+  staging dir (a script with an absolute log path) is ``spare_failed``, exit 3; a script that ends before
+  ``learn()`` too.
+* The go line also carries ``resume``: ``{"checkpoint": abs path | null, "max_iterations": N, "seed": S | null}``
+  (and ``log``). Then: the env, events file, output and cwd of the go as above, the save-on-stop handlers,
+  ``shim_started`` (the go's ``argv``) on the attempt's events file; the staged run dir is moved to
+  ``<cwd>/<its path below work/>`` under the name a cold start would give it now (``%Y-%m-%d_%H-%M-%S`` + the
+  suffix; a taken name moves on by a second), ``runner.logger.log_dir`` / ``runner.log_dir`` and the env config's
+  ``log_dir`` follow, ``run.json``'s ``created_at`` is renewed, and the top-level ``seed``, ``max_iterations``,
+  ``load_checkpoint`` (``--checkpoint``), ``load_run``/``resume`` (2.x) and ``log_dir`` of ``params/*.yaml`` and
+  ``runner.cfg`` say the attempt's values; the staging dir is removed; the env is re-seeded through its own
+  ``seed`` (Isaac Lab: ``configure_seed``); ``runner.load(checkpoint)`` as Isaac Lab's script calls it
+  (``map_location`` = the runner's device where ``load`` takes one); and ``learn()`` runs with
+  ``num_learning_iterations`` = N. rsl_rl creates its writer (TensorBoard, W&B) and ``git/`` in ``learn()``, so
+  those are the attempt's from the start.
 """
 
 from __future__ import annotations
