@@ -155,8 +155,7 @@ def booted_resume(boot_args: list[str], attempt_args: list[str], checkpoint: str
     booted, _ = split_attempt_flags(boot_args)
     wanted, values = split_attempt_flags(attempt_args)
     if booted != wanted:
-        diff = sorted(set(wanted) ^ set(booted)) or ["the order of the flags"]
-        return f"the attempt's command line differs from the booted spare's: {' '.join(diff)}"
+        return f"the attempt's command line differs from the booted spare's: {_first_difference(booted, wanted)}"
     raw = values.get("--max_iterations")
     try:
         n = int(raw) if isinstance(raw, str) else None
@@ -173,3 +172,11 @@ def booted_resume(boot_args: list[str], attempt_args: list[str], checkpoint: str
     if resumes and checkpoint is None:
         return "the attempt resumes but its checkpoint file is not known"
     return {"checkpoint": checkpoint if resumes else None, "max_iterations": n, "seed": seed}
+
+
+def _first_difference(booted: list[str], wanted: list[str]) -> str:
+    """`--num_envs 8` instead of `--num_envs 16`: the first token that differs, with its flag."""
+    i = next((k for k, (a, b) in enumerate(zip(booted, wanted)) if a != b), min(len(booted), len(wanted)))
+    start = i - 1 if i > 0 and (wanted[i - 1:i] or [""])[0].startswith("--") else i
+    have, want = " ".join(booted[start:i + 1]) or "nothing", " ".join(wanted[start:i + 1]) or "nothing"
+    return f"{want} instead of {have}"

@@ -76,7 +76,8 @@ def test_choose_mode():
 
 def test_rooms_from_the_published_gpu_status_and_meminfo():
     gpus = {"up": True, "devices": [
-        {"index": "0", "memory_used_bytes": 10 * GiB, "memory_total_bytes": 80 * GiB, "assigned": ["cp"], "jobs": ["cp"],
+        {"index": "0", "memory_used_bytes": 10 * GiB, "memory_total_bytes": 80 * GiB, "assigned": ["cp"],
+         "jobs": ["cp"],
          "processes": [{"pid": 1, "used_bytes": 6 * GiB, "job": "cp"}, {"pid": 2, "used_bytes": 4 * GiB, "job": None}]},
         {"index": "1", "memory_used_bytes": 1, "memory_total_bytes": 80 * GiB, "assigned": ["other"], "jobs": [],
          "processes": []}]}
@@ -154,6 +155,11 @@ def fake_runner(log_dir: str) -> SimpleNamespace:
         cfg=env_cfg)), cfg={"seed": 42, "max_iterations": 30, "load_checkpoint": "model_.*.pt", "other": 1})
 
 
+def latest(root: Path) -> str:
+    return resolve_checkpoint_selector(str(root), "latest", library="rsl_rl", task="T",
+                                       checkpoint_pattern=r"model_.*\.pt")
+
+
 def test_a_staged_run_becomes_the_attempts_and_latest_never_sees_it_before(tmp_path, monkeypatch):
     """The staged run lives outside the job's log root; at go it moves there under a cold start's name and
     becomes the newest run (`--checkpoint latest`, by run.json's created_at) once it has a checkpoint."""
@@ -169,7 +175,7 @@ def test_a_staged_run_becomes_the_attempts_and_latest_never_sees_it_before(tmp_p
     (staged / "params" / "agent.yaml").write_text("seed: 42\nmax_iterations: 30\nload_checkpoint: model_.*.pt\n")
     (staged / "params" / "env.yaml").write_text(f"seed: 42\nlog_dir: {staged}\n")
     (staged / "model_0.pt").write_bytes(b"x")  # even a checkpoint there would not be seen
-    pick = resolve_checkpoint_selector(str(root), "latest", library="rsl_rl", task="T", checkpoint_pattern=r"model_.*\.pt")
+    pick = latest(root)
     assert pick == str(old / "model_5.pt")
     (staged / "model_0.pt").unlink()
 
@@ -195,7 +201,7 @@ def test_a_staged_run_becomes_the_attempts_and_latest_never_sees_it_before(tmp_p
     assert datetime.fromisoformat(manifest["created_at"]).timestamp() >= before - 1
     assert not [p for p in new.iterdir() if p.name.startswith(".")]  # no temp file left
     (new / "model_5.pt").write_bytes(b"x")
-    pick = resolve_checkpoint_selector(str(root), "latest", library="rsl_rl", task="T", checkpoint_pattern=r"model_.*\.pt")
+    pick = latest(root)
     assert pick == str(new / "model_5.pt")
 
 
@@ -215,3 +221,141 @@ def test_parse_resume():
         with pytest.raises(ValueError):
             shim._parse_resume(json.dumps(bad).encode())
     assert os.environ.get(shim.BOOTED_ARGV_ENV) is None
+
+
+# ---- the keeper (daemon/spare.py) with a fake runtime -----------------------------------------------------------
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict]] = []
+
+    def __call__(self, event: str, **fields) -> None:  # noqa: ANN003
+        self.events.append((event, fields))
+
+    def named(self, name: str) -> list[dict]:
+        return [f for e, f in self.events if e == name]
+
+
+def builtin_booted(tmp_path: Path, **over):  # noqa: ANN003, ANN201
+    import sys
+
+    from isaacd.workflows import resolve
+
+    text = f'[[jobs]]\nname = "cp"\nspare = "booted"\nlauncher = ["{sys.executable}"]\nlog_root = "logs"\n'
+    text += "".join(f"{k} = {json.dumps(v)}\n" for k, v in over.items())
+    cfg = parse_config(text, "t.toml", tmp_path).jobs[0]
+    return cfg, resolve(cfg).program(in_container=False)
+
+
+class SpecRuntime:
+    """job_fakes.FakeRuntime that also keeps the specs it was asked to start."""
+
+    def __init__(self) -> None:
+        from job_fakes import FakeRuntime
+
+        self.inner, self.specs = FakeRuntime(), []
+        self.name = "process"
+
+    def start(self, spec):  # noqa: ANN001, ANN201
+        self.specs.append(spec)
+        return self.inner.start(spec)
+
+    def __getattr__(self, name: str):  # noqa: ANN204
+        return getattr(self.inner, name)
+
+
+def test_a_booted_spare_is_staged_and_a_failed_boot_falls_back_to_imports(tmp_path):
+    from isaacd import launch
+    from isaacd.jobs.model import JobState
+    from isaacd.runtimes.base import ExitStatus
+
+    cfg, program = builtin_booted(tmp_path)
+    rt, rec = SpecRuntime(), Recorder()
+    from isaacd.spare import SpareKeeper
+
+    keeper = SpareKeeper(cfg, rt, tmp_path / "state", rec)
+    keeper.tick(JobState.RUNNING, program, 0.0)
+    spec = rt.specs[-1]
+    staging = Path(spec.env["ISAACD_SPARE_STAGING"])
+    assert staging.parent == tmp_path / "state" / "spare" / "cp" and len(staging.name) == 32
+    assert spec.cwd == staging / "work" and (staging / "work" / "logs").is_dir()
+    assert spec.log_path == staging / "boot.log"  # its boot's output is not the job log's
+    assert json.loads(spec.env["ISAACD_SPARE_BOOT_ARGV"]) == program.go_argv(launch.trainer_args(cfg, None))
+    assert rec.named("spare_started")[-1]["mode"] == "booted"
+    assert keeper.status()["mode"] == "booted"
+
+    (staging / "boot.log").write_text("Traceback ...\nValueError: Distillation training requires --checkpoint.\n")
+    rt.trainers[spec_pid(rt)].exit = ExitStatus(code=1)
+    keeper.tick(JobState.RUNNING, program, 1.0)
+    exited = rec.named("spare_exited")[-1]
+    assert exited["mode"] == "booted" and "requires --checkpoint" in exited["boot_output"]
+    assert not staging.exists() and keeper.spare is None
+    keeper.tick(JobState.RUNNING, program, 100.0)  # after the retry delay: imports-only from now on
+    assert "ISAACD_SPARE_BOOT_ARGV" not in rt.specs[-1].env
+    started = rec.named("spare_started")[-1]
+    assert started["mode"] == "imports" and "died during its boot" in started["imports_only_because"]
+
+
+def spec_pid(rt: SpecRuntime) -> int:
+    return max(rt.inner.trainers)
+
+
+def test_take_hands_a_booted_spare_the_resume_or_refuses_another_command_line(tmp_path):
+    from isaacd.observations.shim_events import ShimEvents
+    from isaacd.runtimes.base import Handle
+    from isaacd.spare import SpareKeeper, _Spare
+
+    cfg, program = builtin_booted(tmp_path)
+    rt, rec = SpecRuntime(), Recorder()
+    keeper = SpareKeeper(cfg, rt, tmp_path / "state", rec)
+
+    def ready_spare(name: str) -> tuple[int, Path]:
+        fifo = tmp_path / f"{name}.fifo"
+        os.mkfifo(fifo)
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        staging = tmp_path / "state" / "spare" / "cp" / (name * 32)[:32]
+        stage_booted(staging)
+        pid = 5000 + len(rt.inner.trainers)
+        from job_fakes import FakeTrainer
+
+        rt.inner.trainers[pid] = FakeTrainer(pid, "tok", [])
+        keeper.spare = _Spare(Handle("process", "cp", {"pid": pid, "log_path": str(staging / "boot.log")}), "tok",
+                              fifo, ShimEvents(tmp_path / f"{name}.jsonl"), 0.0, ready=True, mode="booted",
+                              staging=staging, boot_args=FRESH)
+        return reader, staging
+
+    reader, staging = ready_spare("a")
+    assert keeper.take({"argv": ["x"]}, attempt_args=resumed("/c.pt", 25, envs="8"), checkpoint="/c.pt") is None
+    assert keeper.spare is None and not staging.exists() and "differs" in keeper.booted_off
+    assert "num_envs" in rec.named("spare_stopped")[-1]["reason"]
+    os.close(reader)
+
+    keeper.booted_off = None
+    reader, staging = ready_spare("b")
+    (tmp_path / "state" / "logs").mkdir(parents=True)
+    job_log = tmp_path / "state" / "logs" / "cp.log"
+    job_log.write_text("the dead trainer's output\n")
+    handle, token = keeper.take({"argv": ["x"]}, attempt_args=resumed("/c.pt", 25, "7"), checkpoint="/c.pt")
+    go = json.loads(os.read(reader, 65536).decode())
+    os.close(reader)
+    assert go["resume"] == {"checkpoint": "/c.pt", "max_iterations": 25, "seed": 7} and go["log"] == str(job_log)
+    assert handle.state["log_path"] == str(job_log) and handle.state["log_offset"] == job_log.stat().st_size
+    assert staging.exists()  # the shim moves its run dir out at the go, then removes it
+
+
+def test_status_says_the_mode_and_measures_the_booted_spare_live(tmp_path):
+    from isaacd.observations.shim_events import ShimEvents
+    from isaacd.runtimes.base import Handle
+    from isaacd.spare import SpareKeeper, _Spare
+
+    cfg, _ = builtin_booted(tmp_path)
+    keeper = SpareKeeper(cfg, SpecRuntime(), tmp_path, Recorder())
+    keeper.spare = _Spare(Handle("process", "cp", {"pid": os.getpid()}), "t", tmp_path / "f",
+                          ShimEvents(tmp_path / "e.jsonl"), 0.0, ready=True, mode="booted",
+                          facts={"cuda_memory_bytes": 1, "preload_seconds": 40.0})
+    keeper.published = lambda: {"gpus": {"up": True, "devices": [
+        {"index": "0", "processes": [{"pid": os.getpid(), "used_bytes": 3 * GiB, "job": "cp"}]}]}}
+    st = keeper.status()
+    assert st["state"] == "ready" and st["mode"] == "booted" and st["cuda_memory_bytes"] == 3 * GiB
+    assert st["rss_bytes"] > 10 * 2**20 and st["preload_seconds"] == 40.0
+    keeper.published = None
+    assert keeper.status()["cuda_memory_bytes"] == 1  # no GPU collector: what the spare measured at its park
