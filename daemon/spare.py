@@ -95,6 +95,7 @@ class SpareKeeper:
         self.published: Callable[[], dict[str, Any]] | None = None
         self.mode_reason: str | None = None
         self.booted_off: str | None = None
+        self._swept_at_rest = False
 
     def enabled(self, program: Program | None) -> bool:
         if spare_setting(self.cfg.spare) == "off":
@@ -125,7 +126,11 @@ class SpareKeeper:
         if at_rest or not self.enabled(program):
             if self.spare is not None:
                 self.kill("the job is " + state.value if at_rest else (self.off_reason or "spare off"))
+            if at_rest and not self._swept_at_rest:  # a trainer that died while taking a staged run over
+                sweep_staging(self.state_dir / "spare" / self.cfg.name)
+                self._swept_at_rest = True
             return
+        self._swept_at_rest = False
         # start one behind a trainer that is training: never compete with a trainer's own start-up
         if self.spare is None and state == JobState.RUNNING and now >= self.retry_at and program is not None:
             self._start(program, now)
@@ -256,7 +261,7 @@ class SpareKeeper:
         if handle is not None:
             self.runtime.kill(handle)
             self._event("spare_stopped", pid=handle.pid, reason="left by the previous supervisor")
-        remove_staging(self.state_dir / "spare" / self.cfg.name / token)
+        remove_staging(self.state_dir / "spare" / self.cfg.name / token)  # a booted one's boot, unused
 
     # ---- read side -------------------------------------------------------------------------
     @property

@@ -359,3 +359,19 @@ def test_status_says_the_mode_and_measures_the_booted_spare_live(tmp_path):
     assert st["rss_bytes"] > 10 * 2**20 and st["preload_seconds"] == 40.0
     keeper.published = None
     assert keeper.status()["cuda_memory_bytes"] == 1  # no GPU collector: what the spare measured at its park
+
+
+def test_staging_left_by_a_previous_supervisor_or_a_dead_takeover_is_removed(tmp_path):
+    from isaacd.jobs.model import JobState
+    from isaacd.spare import SpareKeeper
+
+    cfg, program = builtin_booted(tmp_path)
+    base = tmp_path / "state" / "spare" / "cp"
+    leftover = base / ("c" * 32)
+    stage_booted(leftover)
+    keeper = SpareKeeper(cfg, SpecRuntime(), tmp_path / "state", Recorder())
+    keeper.kill_leftover("c" * 32)  # the previous supervisor's spare (FakeRuntime has no find): its staging goes
+    assert not leftover.exists()
+    stage_booted(leftover)
+    keeper.tick(JobState.FAILED, program, 0.0)  # at rest: nothing may stay
+    assert not leftover.exists()
