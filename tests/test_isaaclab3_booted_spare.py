@@ -118,15 +118,18 @@ def test_kill9_with_a_booted_spare_resumes_exactly_as_a_cold_resume(tmp_path, su
         used.add(j["spare"]["pid"])
         os.kill(j["pid"], signal.SIGSTOP)  # freeze: the newest resume point cannot move between the look and the kill
         point = max(c.iteration for d in run_dirs(sp, "bs") if (c := newest_complete(d)) is not None)
+        before = len(started(sp, "bs"))
         os.kill(j["pid"], signal.SIGKILL)
         t_kill = time.time()
         resume_points.append(point)
-        first = first_iteration_at(tmp_path, "bs", n + 1)
+        attempt = wait_for(lambda: len(x := started(sp, "bs")) > before and x[before]["attempt"], 60,
+                           what="the next attempt")
+        first = first_iteration_at(tmp_path, "bs", attempt)
         took.append(first["time"] - t_kill)
-        ev = shim_events_of(tmp_path, "bs", n + 1)
+        ev = shim_events_of(tmp_path, "bs", attempt)
         loaded = next(e for e in ev if e["event"] == "checkpoint_loaded")
         handover.append(next(e for e in ev if e["event"] == "runner_started")["time"] - t_kill)
-        s = started(sp, "bs")[-1]
+        s = started(sp, "bs")[before]
         assert s["warm_spare"] is True and s["pid"] == j["spare"]["pid"]
         assert s["resume_from"]["iteration"] == point == loaded["iteration"]
         assert first["iteration"] == point  # rsl_rl redoes the loaded iteration, as after a cold resume
