@@ -150,7 +150,8 @@ def _spare_note(j: dict[str, Any]) -> str | None:
     if sp.get("cuda_memory_bytes"):
         cost.append(f"{sp['cuda_memory_bytes'] / 2**20:.0f} MiB GPU")
     mode = " (booted)" if sp.get("mode") == "booted" else ""  # booted: holds a second environment (issue 21)
-    return f"  {j['name']} warm spare{mode}: {sp['state']} (pid {sp.get('pid')}{', ' + ', '.join(cost) if cost else ''})"
+    costs = ", " + ", ".join(cost) if cost else ""
+    return f"  {j['name']} warm spare{mode}: {sp['state']} (pid {sp.get('pid')}{costs})"
 
 
 def _watchdog_notes(j: dict[str, Any], now: float) -> list[str]:
