@@ -280,10 +280,13 @@ class JobConfig(_Model):
     # at the next iteration boundary, and the run dir and checkpoints are reported, not guessed.
     shim: bool = True
     # Issue 11, instant recovery (both through the shim, so rsl_rl and builtin jobs):
-    # a warm spare trainer waits with torch, rsl_rl and the CUDA context loaded, and takes over at a crash.
-    # None = on where it fits (process runtime, single rank, shim on); costs one idle Python process
-    # (~0.5-1 GiB RSS) and, on a GPU, one CUDA context (~0.5 GiB of GPU memory).
-    spare: bool | None = None
+    # a warm spare trainer waits ready and takes over at a crash (process runtime, single rank, shim on).
+    # "imports": torch, rsl_rl and the CUDA context loaded (one idle Python process, ~0.5-1 GiB RSS, and on a GPU
+    # one CUDA context, ~0.5 GiB). "booted" (issue 21): the job's train script has run through environment
+    # creation and runner construction and waits at learn() (a second environment: about the trainer's own memory).
+    # "off": none. None or true = "auto": booted for rsl_rl jobs when the device has room for it (daemon/spare_mode.py,
+    # README "warm spare"), imports-only otherwise; false = "off".
+    spare: bool | Literal["auto", "booted", "imports", "off"] | None = None
     spare_preload: list[str] = []  # more modules the spare imports ahead (e.g. your extension's tasks package)
     # The shim snapshots the runner's state every N iterations (0: never) into the run dir as
     # isaacd_snapshot_<N>.pt, at most once per snapshot_min_seconds; a resume picks the newest of snapshots and

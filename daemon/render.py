@@ -143,7 +143,9 @@ def _spare_note(j: JobStatus) -> str | None:
         cost.append(f"{sp.rss_bytes / 2**20:.0f} MiB RAM")
     if sp.cuda_memory_bytes:
         cost.append(f"{sp.cuda_memory_bytes / 2**20:.0f} MiB GPU")
-    return f"  {j.name} warm spare: {sp.state} (pid {sp.pid}{', ' + ', '.join(cost) if cost else ''})"
+    mode = " (booted)" if sp.mode == "booted" else ""  # booted: holds a second environment (issue 21)
+    costs = ", " + ", ".join(cost) if cost else ""
+    return f"  {j.name} warm spare{mode}: {sp.state} (pid {sp.pid}{costs})"
 
 
 def _watchdog_notes(j: JobStatus, now: float) -> list[str]:

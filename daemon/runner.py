@@ -38,7 +38,7 @@ from .observations.checkpoints import Checkpoint, timeline
 from .runtimes.base import Handle, Runtime
 from .spare import SpareKeeper
 from .status.signals import JobSignals, job_signals
-from .status.types import JobStatus
+from .status.types import JobStatus, Status
 from .status.view import job_status
 from .store import JobHistory, StateStore
 from .workflows import Resolved, WorkflowError
@@ -91,14 +91,16 @@ class JobRunner:
 
     def __init__(self, cfg: JobConfig, runtime: Runtime, store: StateStore, state_dir: Path,
                  clock: Clock | None = None, *, gpu_check: GpuCheck | None = None,
-                 gpu_memory: Callable[[str, float | None], OomNote] | None = None):
+                 gpu_memory: Callable[[str, float | None], OomNote] | None = None,
+                 published: Callable[[], Status] | None = None):
         self.runtime, self.store, self.state_dir = runtime, store, state_dir
         self.clock: Clock = clock or SystemClock()
         self.setting = JobSetting.of(cfg)
         self.log = log.bind(job=cfg.name)
         self.record = JobRecord(self.setting, store, state_dir, self.clock)
         self.state_since = self.clock.wall()
-        self.spares = SpareKeeper(cfg, runtime, state_dir, self.event)
+        # published: the supervisor's last status, where a booted spare reads its room (GPU memory, trainer pid)
+        self.spares = SpareKeeper(cfg, runtime, state_dir, self.event, published=published)
         self.backup: JobBackup | None = None  # [jobs.backup]: uploads and the bucket fetch (daemon/backup/)
         self.launch_waits: str | None = None  # a launch waiting for the bucket's checkpoint: why
         self.observer = AttemptObserver(self.setting, runtime, self.clock, self.record, gpu_memory,

@@ -12,19 +12,29 @@ A spare never trains unasked and never writes into run dirs: it exits by itself 
 supervisor) dies or its FIFO is closed, and the runner kills it when the job comes to rest (stopped,
 completed, failed). Only where it fits: process runtime, one rank, the shim on (for skrl and rl_games, which run
 without it, the shim file only hosts the spare: at go it runs the train script as plain Python would).
+
+Booted spares (issue 21; which mode a job gets: spare_mode.py). The spare runs the job's train script with its
+fresh-start command line and parks at the runner's learn(). Everything the boot writes (Isaac Lab's run dir with
+run.json and params/) lies in the spare's staging dir, `<state_dir>/spare/<job>/<token>/` (its `work/` is the
+boot's cwd, with a real `logs/`, never the job's log_root; `boot.log` its output), where neither isaacd's run dir
+scan nor upstream's `--checkpoint latest` looks. At go the shim moves the run dir to the name a cold start would
+give it now, under the attempt's cwd, and removes the staging; a spare that dies unused has its staging removed
+here. The go carries `resume` {checkpoint, max_iterations, seed} (spare_mode.booted_resume) and the job log.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from isaacd_trainer.shim_protocol import (GO_ARGV, GO_ATTEMPT_ENV, GO_CWD, GO_ENV, GO_PLAIN, SPARE_CONTROL_ENV,
-                                          SPARE_DEVICE_ENV, SPARE_FLAG, SPARE_PLAIN_ENV, SPARE_PRELOAD_ENV, ShimEvent)
+from isaacd_trainer.shim_protocol import (BOOTED_ARGV_ENV, GO_ARGV, GO_ATTEMPT_ENV, GO_CWD, GO_ENV, GO_LOG, GO_PLAIN,
+                                          GO_RESUME, SPARE_CONTROL_ENV, SPARE_DEVICE_ENV, SPARE_FLAG, SPARE_PLAIN_ENV,
+                                          SPARE_PRELOAD_ENV, STAGING_ENV, ShimEvent)
 
 from . import launch
 from .config import JobConfig
@@ -32,9 +42,13 @@ from .jobs.model import JobState
 from .logs import log
 from .oscalls import HOST_OS, OsCalls, ProcFs
 from .runtimes.base import Handle, LaunchSpec, Runtime
+from .runtimes.proctree import process_tree
+from .status.types import Status
+from .spare_mode import Mode, booted_resume, choose_mode, gpu_rooms, host_room, spare_setting
 from .workflows.launcher import Program
 from .observations.shim_events import ShimEvents
 
+BOOT_LOG_TAIL = 2000  # characters of a failed boot's output quoted in its spare_exited event
 RETRY_MIN, RETRY_MAX = 5.0, 300.0  # a spare that keeps dying is retried less and less often
 BUILTIN_PRELOAD = ["isaacd_trainer.cli", "isaacd_trainer.train_v2", "isaacd_trainer.runtime",
                    "isaacd_trainer.envs.cartpole", "hydra"]
@@ -72,13 +86,16 @@ class _Spare:
     started: float  # monotonic
     ready: bool = False
     facts: dict[str, Any] = field(default_factory=dict)  # what spare_ready said: preload_seconds, rss_bytes, ...
+    mode: Mode = "imports"
+    staging: Path | None = None  # booted: the dir holding everything its boot wrote
+    boot_args: list[str] = field(default_factory=list)  # booted: the fresh-start flags it runs with
 
 
 class SpareKeeper:
     """Keeps at most one spare for one job: starts it, watches it, hands it over, kills it."""
 
     def __init__(self, cfg: JobConfig, runtime: Runtime, state_dir: Path, event: Callable[..., None],
-                 oscalls: OsCalls = HOST_OS):
+                 oscalls: OsCalls = HOST_OS, published: Callable[[], Status] | None = None):
         self.cfg, self.runtime, self.state_dir, self._event = cfg, runtime, state_dir, event
         self.oscalls = oscalls
         self.spare: _Spare | None = None
@@ -86,10 +103,16 @@ class SpareKeeper:
         self._retry_delay = RETRY_MIN
         self.off_reason: str | None = None
         self.log = log.bind(job=cfg.name)
+        # booted spares: the supervisor's published status (GPU memory, the trainer's pid; None in unit tests),
+        # why the next spare is imports-only, and why booted spares are off for this job (a failed boot)
+        self.published = published
+        self.mode_reason: str | None = None
+        self.booted_off: str | None = None
+        self._swept_at_rest = False
 
     def enabled(self, program: Program | None) -> bool:
-        if self.cfg.spare is False:
-            self.off_reason = "spare = false"
+        if spare_setting(self.cfg.spare) == "off":
+            self.off_reason = f"spare = {str(self.cfg.spare).lower() if isinstance(self.cfg.spare, bool) else 'off'}"
             return False
         self.off_reason = spare_fits(self.cfg, program)
         return self.off_reason is None
@@ -103,19 +126,24 @@ class SpareKeeper:
                     sp.ready = True
                     sp.facts = {k: ev.get(k) for k in ("preload_seconds", "rss_bytes", "device", "cuda_memory_bytes")}
                     self._retry_delay = RETRY_MIN
-                    self._event("spare_ready", pid=sp.handle.pid, **sp.facts)
+                    self._event("spare_ready", pid=sp.handle.pid, mode=sp.mode, **sp.facts)
             status = self.runtime.poll(sp.handle)
             if status is not None:
+                boot = self._boot_failed(sp) if sp.mode == "booted" and not sp.ready else {}
                 self._drop(sp)
                 self._event("spare_exited", pid=sp.handle.pid, detail=status.describe(),
-                            retry_in_seconds=round(self._retry_delay, 1))
+                            retry_in_seconds=round(self._retry_delay, 1), mode=sp.mode, **boot)
                 self.retry_at, self._retry_delay = now + self._retry_delay, min(self._retry_delay * 2, RETRY_MAX)
                 return
         at_rest = state in (JobState.STOPPED, JobState.COMPLETED, JobState.FAILED)
         if at_rest or not self.enabled(program):
             if self.spare is not None:
                 self.kill("the job is " + state.value if at_rest else (self.off_reason or "spare off"))
+            if at_rest and not self._swept_at_rest:  # a trainer that died while taking a staged run over
+                sweep_staging(self.state_dir / "spare" / self.cfg.name)
+                self._swept_at_rest = True
             return
+        self._swept_at_rest = False
         # start one behind a trainer that is training: never compete with a trainer's own start-up
         if self.spare is None and state == JobState.RUNNING and now >= self.retry_at and program is not None:
             self._start(program, now)
@@ -124,6 +152,8 @@ class SpareKeeper:
         token = uuid.uuid4().hex
         base = self.state_dir / "spare" / self.cfg.name
         base.mkdir(parents=True, exist_ok=True)
+        sweep_staging(base)  # booted spares' leftovers: none runs now (a handed-over one moved its run dir out)
+        mode, self.mode_reason = self._mode(program)
         control = base / f"control-{token}.fifo"
         events = base / f"events-{token}.jsonl"
         try:
@@ -141,28 +171,48 @@ class SpareKeeper:
         if program.plain_spare:
             env[SPARE_PLAIN_ENV] = "1"  # skrl / rl_games: no rsl_rl to import, no shim after go
         assert program.spare_head is not None
+        cwd, log_path = launch.workdir(self.cfg, self.state_dir), self.state_dir / "logs" / f"{self.cfg.name}.log"
+        staging, boot_args = None, []
+        if mode == "booted":
+            staging, boot_args = base / token, launch.trainer_args(self.cfg, None)
+            cwd, log_path = stage_booted(staging)
+            env[BOOTED_ARGV_ENV] = json.dumps(program.go_argv(boot_args))
+            env[STAGING_ENV] = str(staging)
         spec = LaunchSpec(job=self.cfg, argv=program.spare_head + [SPARE_FLAG], trainer_args=[], env=env,
-                          cwd=launch.workdir(self.cfg, self.state_dir),
-                          log_path=self.state_dir / "logs" / f"{self.cfg.name}.log", token=token)
+                          cwd=cwd, log_path=log_path, token=token)
         try:
             handle = self.runtime.start(spec)
         except Exception as exc:  # noqa: BLE001 - a spare that cannot start is no reason to touch the job
             control.unlink(missing_ok=True)
+            remove_staging(staging)
             self._event("spare_exited", detail=f"failed to start: {exc}", retry_in_seconds=RETRY_MAX)
             self.retry_at = now + RETRY_MAX
             return
-        self.spare = _Spare(handle, token, control, ShimEvents(events), now)
-        self._event("spare_started", pid=handle.pid)
+        self.spare = _Spare(handle, token, control, ShimEvents(events), now, mode=mode, staging=staging,
+                            boot_args=boot_args)
+        self._event("spare_started", pid=handle.pid, mode=mode, **({"imports_only_because": self.mode_reason}
+                                                                    if self.mode_reason else {}))
 
     def ready_token(self) -> str | None:
         sp = self.spare
         return sp.token if sp is not None and sp.ready else None
 
-    def take(self, go: dict[str, Any]) -> tuple[Handle, str] | None:
-        """Hand the attempt to a ready spare: (its handle, its launch token), or None to launch cold."""
+    def take(self, go: dict[str, Any], attempt_args: list[str] | None = None,
+             checkpoint: str | None = None) -> tuple[Handle, str] | None:
+        """Hand the attempt to a ready spare: (its handle, its launch token), or None to launch cold.
+
+        `attempt_args`, `checkpoint`: the attempt's trainer flags and the checkpoint file it resumes from (a booted
+        spare takes only an attempt that differs from its fresh start in checkpoint, seed and iterations)."""
         sp = self.spare
         if sp is None or not sp.ready or self.runtime.poll(sp.handle) is not None:
             return None
+        if sp.mode == "booted":
+            resume = booted_resume(sp.boot_args, list(attempt_args or []), checkpoint)
+            if isinstance(resume, str):  # e.g. num_envs stepped down: this environment is not the attempt's
+                self.booted_off = f"a booted spare could not take an attempt ({resume}): imports-only from now on"
+                self.kill(resume)
+                return None
+            go = {**go, GO_RESUME: resume, GO_LOG: str(self.state_dir / "logs" / f"{self.cfg.name}.log")}
         line = (json.dumps(go) + "\n").encode()
         try:
             fd = self.oscalls.open_fd(sp.control, os.O_WRONLY | os.O_NONBLOCK)
@@ -182,6 +232,8 @@ class SpareKeeper:
         self.oscalls.close_fd(fd)
         self.spare = None
         sp.control.unlink(missing_ok=True)
+        if sp.mode == "booted":  # its boot wrote to boot.log; from the go on it writes to the job log
+            sp.handle.state["log_path"] = go[GO_LOG]
         # the attempt's output starts here: what the dead trainer wrote after the spare started is not the
         # attempt's (its exit reason and a CUDA out-of-memory are read from this offset on, joblogs.py)
         log_path = sp.handle.state.get("log_path")
@@ -207,6 +259,7 @@ class SpareKeeper:
         if self.spare is sp:
             self.spare = None
         sp.control.unlink(missing_ok=True)
+        remove_staging(sp.staging)  # died or killed unused: nothing of its boot may stay
         try:
             self.runtime.cleanup(sp.handle)
         except Exception:  # noqa: BLE001
@@ -221,6 +274,7 @@ class SpareKeeper:
         if handle is not None:
             self.runtime.kill(handle)
             self._event("spare_stopped", pid=handle.pid, reason="left by the previous supervisor")
+        remove_staging(self.state_dir / "spare" / self.cfg.name / token)  # a booted one's boot, unused
 
     # ---- read side -------------------------------------------------------------------------
     @property
@@ -231,11 +285,84 @@ class SpareKeeper:
         sp = self.spare
         if sp is None:
             return {"state": "off" if self.off_reason else "none", "reason": self.off_reason}
-        rss = _rss_bytes(sp.handle.pid, self.oscalls)
-        return {"state": "ready" if sp.ready else "starting", "pid": sp.handle.pid,
+        rss = _tree_rss_bytes(sp.handle.pid, self.oscalls)
+        gpu = self._gpu_bytes_of(sp.handle.pid)  # live, from NVML through the GPU collector, when it is up
+        return {"state": "ready" if sp.ready else "starting", "pid": sp.handle.pid, "mode": sp.mode,
+                "mode_reason": self.mode_reason if sp.mode == "imports" else None,
                 "rss_bytes": rss if rss is not None else sp.facts.get("rss_bytes"),
                 "preload_seconds": sp.facts.get("preload_seconds"),
-                "cuda_memory_bytes": sp.facts.get("cuda_memory_bytes")}
+                "cuda_memory_bytes": gpu if gpu is not None else sp.facts.get("cuda_memory_bytes")}
+
+    # ---- booted spares ----------------------------------------------------------------------
+    def _mode(self, program: Program) -> tuple[Mode, str | None]:
+        """Booted or imports-only for the spare about to start, and why not booted (spare_mode.py's rule)."""
+        setting = spare_setting(self.cfg.spare)
+        rooms = None
+        if setting == "auto" and self.cfg.workflow == "rsl_rl":
+            published = self.published() if self.published is not None else None
+            if self.cfg.device.startswith("cuda"):
+                rooms = gpu_rooms(self.cfg.name, published.gpus if published is not None else None)
+            else:
+                job = next((j for j in published.jobs if j.name == self.cfg.name), None) if published else None
+                pid = job.pid if job is not None else None
+                try:
+                    meminfo = Path("/proc/meminfo").read_text()
+                except OSError:
+                    meminfo = ""
+                rooms = host_room(meminfo, _tree_rss_bytes(pid, self.oscalls) if isinstance(pid, int) else None)
+        return choose_mode(setting, self.cfg, program.shim and not program.plain_spare, rooms, self.booted_off)
+
+    def _boot_failed(self, sp: _Spare) -> dict[str, Any]:
+        """A booted spare died before it was ready: booted spares off for this job; its boot output's tail."""
+        tail = ""
+        if sp.staging is not None:
+            try:
+                with open(sp.staging / "boot.log", "rb") as f:
+                    f.seek(max(0, os.path.getsize(f.name) - BOOT_LOG_TAIL))
+                    tail = f.read().decode("utf-8", "replace")
+            except OSError:
+                pass
+        self.booted_off = "a booted spare died during its boot: imports-only from now on (its output: spare_exited)"
+        return {"boot_output": tail}
+
+    def _gpu_bytes_of(self, pid: int | None) -> int | None:
+        published = self.published() if self.published is not None else None
+        gpus = (published.gpus if published is not None else None) or {}
+        found = [p.get("used_bytes") for d in gpus.get("devices") or () for p in d.get("processes") or ()
+                 if pid is not None and p.get("pid") == pid and p.get("used_bytes") is not None]
+        return sum(found) if found else None
+
+
+def stage_booted(staging: Path) -> tuple[Path, Path]:
+    """A booted spare's staging dir: (its cwd, `work/` with a real `logs/`; its output, `boot.log`)."""
+    work = staging / "work"
+    (work / "logs").mkdir(parents=True, exist_ok=True)
+    return work, staging / "boot.log"
+
+
+def remove_staging(staging: Path | None) -> None:
+    if staging is not None:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def sweep_staging(base: Path) -> None:
+    """Remove booted spares' staging dirs under a job's spare dir (named by their 32-hex token)."""
+    try:
+        entries = list(base.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        if entry.is_dir() and not entry.is_symlink() and len(entry.name) == 32 and \
+                all(c in "0123456789abcdef" for c in entry.name):
+            remove_staging(entry)
+
+
+def _tree_rss_bytes(pid: int | None, procfs: ProcFs = HOST_OS) -> int | None:
+    """Resident memory of a process and its descendants (a launcher such as `uv run` starts Python as a child)."""
+    own = _rss_bytes(pid, procfs)
+    if own is None or pid is None:
+        return own
+    return own + sum(_rss_bytes(p, procfs) or 0 for p in process_tree(pid, procfs) if p != pid)
 
 
 def _rss_bytes(pid: int | None, procfs: ProcFs = HOST_OS) -> int | None:

@@ -134,7 +134,7 @@ class Supervisor:
 
     def _make_runner(self, job_cfg: JobConfig) -> JobRunner:
         return JobRunner(job_cfg, self.runtime(job_cfg.runtime), self.store, self.config.supervisor.state_dir,
-                         self.clock, gpu_check=self.gpu_check, gpu_memory=self.gpu_memory)
+                         self.clock, gpu_check=self.gpu_check, gpu_memory=self.gpu_memory, published=self.status)
 
     def start(self) -> None:
         for job_cfg in self.config.jobs:

@@ -104,8 +104,9 @@ def test_the_json_keeps_the_wire_shape_scripts_read():
         {"watchdog": "divergence", "action": "rollback", "count": 1}]
     assert job["resume_from"] == {"iteration": 100, "path": "/r/model_100.pt"}  # a rebuilt resume point has no time
     assert job["checkpoint"] == {"iteration": 100, "path": "/r/model_100.pt", "time": NOW - 300}
-    assert job["spare"] == {"state": "ready", "pid": 4300, "rss_bytes": 812_000_000, "preload_seconds": 6.1,
-                            "cuda_memory_bytes": 520_000_000}
+    # mode/mode_reason: the booted spare's keys (issue 21), beside the imports-only spare's
+    assert job["spare"] == {"state": "ready", "pid": 4300, "mode": None, "mode_reason": None,
+                            "rss_bytes": 812_000_000, "preload_seconds": 6.1, "cuda_memory_bytes": 520_000_000}
     assert SpareStatus(state="none").to_json() == {"state": "none", "reason": None}
     assert set(job["watchdogs"]["xid"]) == {"state", "since", "detail", "action", "actions", "actions_by_class"}
     assert set(job["watchdogs"]["no_progress"]) == {"state", "since", "detail", "action", "actions"}

@@ -60,6 +60,10 @@ SPARE_CONTROL_ENV = "ISAACD_SPARE_CONTROL"  # the FIFO the go line comes on (the
 SPARE_DEVICE_ENV = "ISAACD_SPARE_DEVICE"  # cpu (default), cuda, cuda:N
 SPARE_PRELOAD_ENV = "ISAACD_SPARE_PRELOAD"  # comma-separated module names
 SPARE_PLAIN_ENV = "ISAACD_SPARE_PLAIN"  # "1": at go, run the target as plain Python (skrl, rl_games: no shim)
+# a booted spare (issue 21): it runs the job's fresh-start target up to the runner's learn() and parks there
+BOOTED_ARGV_ENV = "ISAACD_SPARE_BOOT_ARGV"  # JSON list: SCRIPT.py args | -m MODULE args (the fresh-start form)
+STAGING_ENV = "ISAACD_SPARE_STAGING"  # the daemon's staging dir of this spare; the boot runs in its work/
+STAGING_WORK = "work"  # <staging>/work is the boot's cwd; its logs/ is a real directory, never the job's log_root
 # what a go line's env carries of the attempt's own environment (the spare was spawned with the spare's values)
 GO_ATTEMPT_ENV = (SHIM_EVENTS_ENV, SNAPSHOT_EVERY_ENV, SNAPSHOT_MIN_SECONDS_ENV, SNAPSHOT_BUDGET_ENV)
 
@@ -71,6 +75,7 @@ GO_ENV = "env"  # {str: str}, applied with os.environ.update
 GO_CWD = "cwd"  # the trainer's working directory
 GO_LOG = "log"  # stdout and stderr reopened onto this file, appending
 GO_PLAIN = "plain"  # true: run the target as plain Python would (no rsl_rl hook, Python's own signal handling)
+GO_RESUME = "resume"  # booted spares only: {checkpoint, max_iterations, seed} of the attempt it takes over
 
 # ---------------------------------------------------------------------------------------------- snapshots
 SNAPSHOT_PREFIX = "isaacd_snapshot_"  # <run_dir>/isaacd_snapshot_<N>.pt; Isaac Lab's model_.*.pt never matches it

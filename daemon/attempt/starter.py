@@ -68,8 +68,10 @@ class AttemptStarter:
 
     def _hand_to_spare(self, plan: LaunchPlan) -> Handle | None:
         """Give the attempt's command line to the ready spare; its handle, or None to start cold."""
+        resume = plan.attempt.resume_from or {}
         taken = self.spares.take(go_message(plan.program.go_argv(plan.args), plan.spec.cwd,
-                                            plan.program.plain_spare, plan.spec.env))
+                                            plan.program.plain_spare, plan.spec.env),
+                                 attempt_args=plan.args, checkpoint=resume.get("path"))  # a booted spare needs both
         if taken is None:
             return None
         self.persist_spare_token()

@@ -83,6 +83,8 @@ class SpareStatus:
     rss_bytes: int | None = None
     preload_seconds: float | None = None
     cuda_memory_bytes: int | None = None
+    mode: str | None = None  # "booted" (a second environment, parked at the runner's learn) or "imports"
+    mode_reason: str | None = None  # why an imports-only spare is not booted
 
     @property
     def live(self) -> bool:
@@ -90,8 +92,9 @@ class SpareStatus:
 
     def to_json(self) -> JSON:
         if self.live:
-            return {"state": self.state, "pid": self.pid, "rss_bytes": self.rss_bytes,
-                    "preload_seconds": self.preload_seconds, "cuda_memory_bytes": self.cuda_memory_bytes}
+            return {"state": self.state, "pid": self.pid, "mode": self.mode, "mode_reason": self.mode_reason,
+                    "rss_bytes": self.rss_bytes, "preload_seconds": self.preload_seconds,
+                    "cuda_memory_bytes": self.cuda_memory_bytes}
         return {"state": self.state, "reason": self.reason}
 
     @classmethod
