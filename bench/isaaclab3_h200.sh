@@ -89,20 +89,21 @@ PYEOF
   date +%FT%T > "$ST/installed"
 }
 
-bench() {  # $1 runtime, then extra args
+bench() {  # $1 runtime, then extra args; TAG names the result files (default: the runtime)
   local rt=$1; shift
+  local tag=${TAG:-$rt}
   local budget; budget=$(( $(left) - 25 ))
   if [ "$budget" -lt 120 ]; then echo "SKIP $rt: only $budget s left in this call"; return 1; fi
   log "bench/isaaclab3_recovery.py --runtime $rt --device cuda:0 --num-envs $NUM_ENVS --max-iterations $MAX_IT --kills $KILLS (deadline $budget s)"
   $PY "$REPO/bench/isaaclab3_recovery.py" --python "$PY" --device cuda:0 --runtime "$rt" --num-envs "$NUM_ENVS" \
     --max-iterations "$MAX_IT" --save-interval "$SAVE" --kills "$KILLS" --asset-root "$REPO/tests/isaaclab3/asset_root" \
-    --workdir "$W" --deadline "$budget" --out "$OUT/isaaclab3-h200-$rt.json" "$@" 2>&1 | tee "$OUT/isaaclab3-h200-$rt.txt"
+    --workdir "$W" --deadline "$budget" --out "$OUT/isaaclab3-h200-$tag.json" "$@" 2>&1 | tee "$OUT/isaaclab3-h200-$tag.txt"
   local rc=${PIPESTATUS[0]}
   log "$rt bench rc $rc"
   local last; last=$(ls -dt "$W"/isaacd-il3-"$rt"-* 2>/dev/null | head -1)
   if [ -n "$last" ]; then  # the supervisor's journal, logs, shim events and config; no checkpoints
-    tar -C "$last" --exclude='*.pt' --exclude='events.out.tfevents.*' -czf "$OUT/isaaclab3-h200-$rt-state.tar.gz" . 2>/dev/null
-    ls -la "$OUT/isaaclab3-h200-$rt-state.tar.gz"
+    tar -C "$last" --exclude='*.pt' --exclude='events.out.tfevents.*' -czf "$OUT/isaaclab3-h200-$tag-state.tar.gz" . 2>/dev/null
+    ls -la "$OUT/isaaclab3-h200-$tag-state.tar.gz"
   fi
   nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
   return "$rc"
@@ -133,11 +134,32 @@ case "$MODE" in
     stash; install || exit 1
     podman_up || exit 1
     bench podman --gpus 0 ;;
+  booted)  # issue 21: kill -9 with a booted spare parked at the runner's learn()
+    stash; install || exit 1
+    TAG=booted bench process --spare booted ;;
+  throughput)  # issue 21: training speed with a booted spare parked beside the trainer vs no spare, alternating
+    stash; install || exit 1
+    for i in 1 2 3; do
+      TAG=throughput-off-$i bench process --spare off --throughput-iterations "${TP_IT:-40}" --max-iterations 400
+      TAG=throughput-booted-$i bench process --spare booted --throughput-iterations "${TP_IT:-40}" --max-iterations 400
+    done
+    $PY - "$OUT" <<'PYEOF'
+import json, pathlib, statistics, sys
+out = pathlib.Path(sys.argv[1])
+fps = {m: [json.loads((out / f"isaaclab3-h200-throughput-{m}-{i}.json").read_text()).get("throughput", {}).get("median_fps")
+           for i in (1, 2, 3) if (out / f"isaaclab3-h200-throughput-{m}-{i}.json").exists()] for m in ("off", "booted")}
+print("median Perf/total_fps per repeat:", fps)
+ok = {m: [v for v in vs if v] for m, vs in fps.items()}
+if ok["off"] and ok["booted"]:
+    print(f"booted spare parked / no spare: {statistics.median(ok['booted']) / statistics.median(ok['off']):.3f}x "
+          f"(medians {statistics.median(ok['booted'])} / {statistics.median(ok['off'])})")
+PYEOF
+    ;;
   all)
     stash; install || exit 1
     bench process
     podman_up && bench podman --gpus 0 ;;
-  *) echo "usage: $0 stash|process|podman|all"; exit 2 ;;
+  *) echo "usage: $0 stash|process|podman|booted|throughput|all"; exit 2 ;;
 esac
 rc=$?
 log "done ($MODE) rc $rc; $OUT: $(ls "$OUT" | tr '\n' ' ')"

@@ -193,6 +193,8 @@ class Bench:
             job["isaaclab_version"] = a.isaaclab_version
         if a.runtime == "process" and a.no_spare:
             job["spare"] = False
+        elif a.spare:
+            job["spare"] = a.spare  # auto | booted | imports | off (issue 21: "booted" parks a second environment)
         if a.spare_preload:
             job["spare_preload"] = a.spare_preload
         if a.runtime == "podman" and a.gpus:
@@ -246,7 +248,29 @@ class Bench:
                  f"({fi['time'] - self.t_run:.1f} s after `isaacd run`)")
 
     def expect_spare(self) -> bool:
-        return self.a.runtime == "process" and not self.a.no_spare
+        return self.a.runtime == "process" and not self.a.no_spare and self.a.spare != "off"
+
+    def phase_throughput(self) -> None:
+        """Training speed with the spare as configured, parked beside the trainer (a booted spare holds a second
+        environment): the median of rsl_rl's Perf/total_fps over --throughput-iterations iterations, counted
+        from the first iteration after the spare is ready (with spare = "off": after --kill-after iterations)."""
+        cur = self.started()[-1]
+        j = self.train_until(cur["attempt"], self.a.kill_after, self.expect_spare(), "throughput: the spare parked")
+        spare = j.get("spare") or {}
+        first = j["iteration"] + 1
+        last = first + self.a.throughput_iterations - 1
+        self.wait(lambda: (self.job()["iteration"] or 0) >= last + 1, self.a.boot_timeout,
+                  f"throughput: iteration {last + 1}", interval=0.2)
+        fps = [v for step, v in tb_scalars(Path(j["run_dir"]), "Perf/total_fps") if first <= step <= last]
+        after = self.job().get("spare") or {}
+        self.res["throughput"] = {
+            "spare": self.a.spare or "auto", "spare_state": spare.get("state"), "spare_mode": spare.get("mode"),
+            "spare_rss_bytes": spare.get("rss_bytes"), "spare_cuda_memory_bytes": spare.get("cuda_memory_bytes"),
+            "spare_still_ready": after.get("state") == spare.get("state") and after.get("pid") == spare.get("pid"),
+            "iterations": [first, last], "samples": len(fps),
+            "median_fps": round(statistics.median(fps), 1) if fps else None,
+        }
+        self.log(f"throughput: {self.res['throughput']}")
 
     def train_until(self, attempt: int, at_least: int, spare: bool, what: str) -> dict[str, Any]:
         """The job running `attempt`, its own run at step `at_least` or later (and a ready spare when asked)."""
@@ -297,9 +321,12 @@ class Bench:
         os.kill(old_pid, signal.SIGKILL)
         t_kill = time.time()
         self.log(f"kill {k}: kill -9 {old_pid} at iteration {it_seen} (status)")
+        sp = j.get("spare") or {}
         row: dict[str, Any] = {"kill": k, "killed_pid": old_pid, "killed_attempt": cur["attempt"],
                                "status_iteration_at_kill": it_seen, "killed_run_dir": old_run,
-                               "kill_at": self.a.kill_at, "iteration_seconds": mid}
+                               "kill_at": self.a.kill_at, "iteration_seconds": mid,
+                               "spare_at_kill": {key: sp.get(key) for key in ("state", "mode", "pid", "rss_bytes",
+                                                                           "cuda_memory_bytes", "mode_reason")}}
         self.res["kills"].append(row)
         j = self.wait(lambda: (x := self.job())["pid"] not in (None, old_pid) and x, 120, f"kill {k}: a new pid",
                       interval=0.02)
@@ -440,6 +467,9 @@ class Bench:
                                                         "iterations_redone")}
         st = self.res.get("start") or {}
         tb = self.res.get("tensorboard") or {}
+        if self.a.throughput_iterations:  # a throughput run: its figure, nothing else
+            self.res["ok"] = bool((self.res.get("throughput") or {}).get("median_fps")) and not self.res["errors"]
+            return
         self.res["ok"] = bool(len(kills) == self.a.kills and all(r.get("kill_to_first_iteration_s") for r in kills)
                               and (self.res.get("stop") or {}).get("exit_code") == 0
                               and st.get("state") == "completed" and st.get("final_iteration") == self.a.max_iterations - 1
@@ -491,6 +521,15 @@ def pids_mentioning(text: str) -> list[int]:
             except OSError:
                 pass
     return out
+
+
+def tb_scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
+    """(step, value) of one scalar in a run's TensorBoard files, in step order."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return sorted((e.step, e.value) for e in acc.Scalars(tag)) if tag in acc.Tags().get("scalars", []) else []
 
 
 def tb_steps(run_dir: Path) -> list[int]:
@@ -600,6 +639,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu-source", default=None, help="[gpu] source (default: nvml for cuda, none for cpu)")
     ap.add_argument("--no-spare", action="store_true", help="process runtime: no warm spare (cold restarts)")
     ap.add_argument("--spare-preload", action="append", default=[], help="module the spare imports ahead")
+    ap.add_argument("--spare", choices=["auto", "booted", "imports", "off"], default=None,
+                    help="process runtime: the job's spare setting (default: isaacd's, auto)")
+    ap.add_argument("--throughput-iterations", type=int, default=0,
+                    help="instead of kills, stop and start: measure Perf/total_fps over this many iterations")
     ap.add_argument("--boot-timeout", type=float, default=400.0, help="seconds a launch may take to its first iteration")
     ap.add_argument("--iteration-timeout", type=float, default=5.0, help="seconds one iteration may take")
     ap.add_argument("--spare-wait", type=float, default=120.0)
@@ -620,8 +663,11 @@ def main(argv: list[str] | None = None) -> int:
     b.res["config"] = b.cfg.read_text()
     b.save()
     phases: list[tuple[str, Callable[[], None]]] = [("startup", b.phase_startup)]
-    phases += [(f"kill {k}", lambda k=k: b.phase_kill(k)) for k in range(1, a.kills + 1)]
-    phases += [("stop", b.phase_stop), ("start", b.phase_start)]
+    if a.throughput_iterations:
+        phases += [("throughput", b.phase_throughput)]
+    else:
+        phases += [(f"kill {k}", lambda k=k: b.phase_kill(k)) for k in range(1, a.kills + 1)]
+        phases += [("stop", b.phase_stop), ("start", b.phase_start)]
     try:
         b.start_supervisor()
         for name, fn in phases:
@@ -636,7 +682,8 @@ def main(argv: list[str] | None = None) -> int:
                     break
             b.save()
         try:
-            b.check_tensorboard()
+            if not a.throughput_iterations:
+                b.check_tensorboard()
         except Exception as exc:  # noqa: BLE001 - report, keep the figures
             b.res["errors"].append(f"tensorboard check: {type(exc).__name__}: {exc}")
         b.res["attempts"] = b.attempt_timelines()
