@@ -463,9 +463,9 @@ def check_compile_caches(cfg: Config) -> list[Check]:
         dirs = compile_caches.for_job(j, cfg.supervisor.state_dir)
         name = f"compile-cache:{j.name}"
         if not dirs:
-            why = ('compile_cache = "off"' if j.compile_cache == "off" else
-                   "the built-in trainer does not use Warp" if j.workflow == "builtin" and not j.command else
-                   "Ray container jobs keep the image's caches")
+            if j.workflow == "builtin" and not j.command:
+                continue  # the built-in trainer does not use Warp: nothing to say
+            why = 'compile_cache = "off"' if j.compile_cache == "off" else "Ray container jobs keep the image's caches"
             out.append(Check(name, "skip", f"no compile caches ({why})"))
             continue
         listing = ", ".join(f"{d.name} {d.host} ({compile_caches.size_bytes(d.host) / 2**20:.1f} MiB)" for d in dirs)
