@@ -221,3 +221,24 @@ def test_doctor_lists_each_jobs_caches_and_fails_an_unwritable_one(tmp_path):
     assert "compile-cache:toy" not in checks  # the built-in trainer has no Warp: no line
     bad = checks["compile-cache:blocked"]
     assert bad.status == "fail" and "caches/blocked/warp" in bad.detail and "compile_cache" in bad.fix
+
+
+def test_the_warm_spare_is_started_with_the_jobs_warp_cache(tmp_path):
+    """The spare (spare.py `_start`) builds its env with launch.trainer_env: a booted spare imports Warp at boot."""
+    from os_fakes import FakeOs
+
+    from isaacd.jobs.model import JobState
+    from isaacd.runtimes.process import ProcessRuntime
+    from isaacd.spare import SpareKeeper
+    from isaacd.workflows.launcher import Program
+
+    job = parse_config(f'[[jobs]]\nname = "p"\nlog_root = "{tmp_path}/logs"\ncommand = ["x"]\n', "t.toml",
+                       tmp_path).jobs[0]
+    kernel = FakeOs()
+    kernel.add(1, pid=100)
+    keeper = SpareKeeper(job, ProcessRuntime(kernel), tmp_path / "state", lambda *a, **k: None, oscalls=kernel)
+    program = Program(prefix=["python3", "shim.py", "train.py"], suffix=[], shim=True,
+                      spare_head=["python3", "shim.py"], target=("train.py",))
+    keeper.tick(JobState.RUNNING, program, 10.0)
+    (call,) = kernel.spawns
+    assert call.env["WARP_CACHE_PATH"] == str(tmp_path / "state" / "caches" / "p" / "warp")
