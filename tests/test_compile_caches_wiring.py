@@ -127,6 +127,11 @@ def test_a_container_mounts_the_caches_and_its_warp_cache_path_is_the_mount(tmp_
                  f'image = "{IMAGE_23}"\nenvironment = {{ WARP_CACHE_PATH = "/mine" }}')
     assert container_spec(own, cc.for_job(own, tmp_path / "state")).env["WARP_CACHE_PATH"] == "/mine"
     assert "WARP_CACHE_PATH" not in container_spec(job, []).env  # compile_cache = "off"
+    mine = job_of(tmp_path, 'runtime = "podman"\nworkflow = "rsl_rl"',
+                  f'image = "{IMAGE_23}"\nvolumes = ["/data/kit:/isaac-sim/kit/cache"]')
+    kit = [v for v in container_spec(mine, cc.for_job(mine, tmp_path / "state")).volumes
+           if v[1] == "/isaac-sim/kit/cache"]
+    assert kit == [("/data/kit", "/isaac-sim/kit/cache", "")]  # the user's own volume at that place wins
 
 
 # ---- the launch: prepared, or refused naming the directory and the key -----------------------------
