@@ -18,6 +18,17 @@ What reads them, as read upstream:
   `~/.cache/nvidia/GLCache` and `~/.nv/ComputeCache` on volumes; `docker/.env.base` has the user's home at
   `/root`. The same four are mounted here, at the same places.
 
+Which jobs get which (`for_job`, the rules the README states):
+- the built-in trainer without a `command` gets none: it is isaacd's torch-only toy trainer, Warp is never imported,
+  so a directory would only clutter status and doctor;
+- Ray jobs with `container = true` get none (see for_job: the node may not have the head's directory);
+- every other job gets the Warp cache (a `command` job may well run Isaac Lab itself);
+- Kit's caches only for containers of Isaac Sim-based images: a train-script job (rsl_rl, rl_games, skrl; Isaac Lab
+  1.x/2.x, or a 3.x source checkout in an image), not the kit-less 3.x form (the package in the launcher's Python,
+  `launcher = ["/opt/isaaclab-venv/bin/python"]`, or an image whose reference says "kitless"), not `command` jobs
+  (isaacd cannot tell what they run). Kit never boots in a process-runtime job's own directories here: the host's
+  `~/.cache/ov` etc. already survive a restart there.
+
 This module only says where; the launch adds the environment and the volumes, `doctor` and `isaacd status` show
 the directories and their sizes.
 """
@@ -28,6 +39,10 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .config import JobConfig
 
 WARP_ENV = "WARP_CACHE_PATH"
 CONTAINER_CACHE_ROOT = "/var/cache/isaacd"  # inside containers: where the Warp cache is mounted
@@ -101,6 +116,20 @@ def prepare(dirs: list[CacheDir]) -> str | None:
     return None
 
 
+def writable_problem(dirs: list[CacheDir]) -> str | None:
+    """prepare()'s answer without creating anything (for `isaacd doctor`): a directory that exists must be writable,
+    one that does not must be creatable (its nearest existing parent writable)."""
+    for d in dirs:
+        p = d.host
+        while not p.exists() and p != p.parent:
+            p = p.parent
+        if not os.access(p, os.W_OK | os.X_OK):
+            what = "is" if p == d.host else f"cannot be created: {p}"
+            return (f"the {d.name} compile cache {d.host} {what} not writable by isaacd (uid {os.getuid()}); "
+                    "fix its owner or mode, or set compile_cache = \"off\" for the job")
+    return None
+
+
 def size_bytes(path: Path) -> int:
     """Bytes under `path` (files only; what vanishes during the walk is skipped: a trainer may be writing)."""
     total = 0
@@ -111,3 +140,25 @@ def size_bytes(path: Path) -> int:
             except OSError:
                 pass
     return total
+
+
+def kit_image(job: "JobConfig") -> bool:
+    """The job's container image carries Isaac Sim, so Kit boots there and its caches matter (see the rules above)."""
+    from .workflows.launcher import pip_installed  # the workflows import config: kept out of import time
+
+    if not job.in_container or job.workflow == "builtin" or job.command:
+        return False
+    return not pip_installed(job) and "kitless" not in job.container.image.lower()
+
+
+def for_job(job: "JobConfig", state_dir: Path) -> list[CacheDir]:
+    """The job's caches by its `compile_cache` key (none for the built-in trainer without a command: no Warp)."""
+    if job.workflow == "builtin" and not job.command:
+        return []
+    if job.runtime == "ray" and job.in_container:
+        # the trainer's node may be another machine: a bind mount of a directory only the head has makes
+        # `podman run` fail there (podman does not create bind sources); such containers keep the image's caches
+        return []
+    image = job.container.image if job.in_container else None
+    root = scope_dir(state_dir, job.name, job.compile_cache, image)
+    return cache_dirs(root, in_container=job.in_container, kit=kit_image(job))

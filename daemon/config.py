@@ -296,6 +296,10 @@ class JobConfig(_Model):
     # ...and only while snapshots cost at most this share of training time (copy + write, measured): a real task's
     # ~1 s iterations get one every iteration; a toy at 0.1 s/iteration one every few. 0: no budget.
     snapshot_budget: Annotated[float, Field(ge=0, le=1)] = 0.01
+    # Compile caches that survive a restart (daemon/compile_caches.py): Warp's kernel cache (WARP_CACHE_PATH) and, in
+    # containers of Isaac Sim-based images, Kit's caches, in <state_dir>/caches/<job> ("job"), one directory per
+    # image shared by its jobs ("image"; process-runtime jobs: per job), or none ("off").
+    compile_cache: str = "job"
     restart: RestartPolicy = RestartPolicy()
     oom: OomPolicy = OomPolicy()  # CUDA out of memory at start-up: retry once, or step num_envs down
     container: ContainerConfig = ContainerConfig()
@@ -332,6 +336,14 @@ class JobConfig(_Model):
         if self.nproc_per_node is not None:
             return self.nproc_per_node
         return len(self.gpus) if isinstance(self.gpus, list) and len(self.gpus) > 1 else 1
+
+    @field_validator("compile_cache")
+    @classmethod
+    def _compile_cache(cls, v: str) -> str:
+        if v not in ("job", "image", "off"):
+            raise ValueError(f'compile_cache = "{v}": must be "job" (a directory per job), "image" (one per image, '
+                             'shared) or "off" (no cache directories)')
+        return v
 
     @field_validator("device")
     @classmethod

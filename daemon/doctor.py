@@ -454,9 +454,34 @@ def check_workflows(cfg: Config) -> list[Check]:
     return out
 
 
+def check_compile_caches(cfg: Config) -> list[Check]:
+    """Each job's compile caches (issue 21): where they are, how big, and whether isaacd can write them."""
+    from . import compile_caches
+
+    out = []
+    for j in cfg.jobs:
+        dirs = compile_caches.for_job(j, cfg.supervisor.state_dir)
+        name = f"compile-cache:{j.name}"
+        if not dirs:
+            if j.workflow == "builtin" and not j.command:
+                continue  # the built-in trainer does not use Warp: nothing to say
+            why = 'compile_cache = "off"' if j.compile_cache == "off" else "Ray container jobs keep the image's caches"
+            out.append(Check(name, "skip", f"no compile caches ({why})"))
+            continue
+        listing = ", ".join(f"{d.name} {d.host} ({compile_caches.size_bytes(d.host) / 2**20:.1f} MiB)" for d in dirs)
+        problem = compile_caches.writable_problem(dirs)
+        if problem is not None:
+            out.append(Check(name, "fail", problem, f"chown the directory to isaacd's user, or set compile_cache = "
+                                                    f"\"off\" for job {j.name}"))
+        else:
+            out.append(Check(name, "pass", listing))
+    return out
+
+
 CHECKS: list[Callable[[Config], Check | list[Check]]] = [
     check_driver, check_nvml, check_cdi, check_podman, check_quadlet, check_systemd, check_memlock,
     check_images, check_shm, check_disk, check_ports, check_listeners, check_workflows, check_backup,
+    check_compile_caches,
 ]
 
 

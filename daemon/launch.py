@@ -13,6 +13,8 @@ from pathlib import Path
 from isaacd_trainer.shim_protocol import (LAUNCH_TOKEN_ENV, SHIM_EVENTS_ENV, SNAPSHOT_BUDGET_ENV,
                                           SNAPSHOT_EVERY_ENV, SNAPSHOT_MIN_SECONDS_ENV)
 
+from .compile_caches import CacheDir
+from .compile_caches import trainer_env as cache_env
 from .config import JobConfig
 from .observations.checkpoints import Checkpoint
 from .workflows import Resolved, resolve
@@ -87,7 +89,8 @@ def wandb_run_id(job: JobConfig, first_started_at: float) -> str:
 
 
 def trainer_env(job: JobConfig, shim_events: Path | None = None, token: str | None = None,
-                wandb_run: str | None = None) -> dict[str, str]:
+                wandb_run: str | None = None, caches: list[CacheDir] | None = None) -> dict[str, str]:
+    """`caches`: the job's compile caches (compile_caches.for_job): WARP_CACHE_PATH unless the job sets it."""
     env = {k: v for k, v in os.environ.items()
            if k not in TRAINER_ENV_DROP and k not in (SHIM_EVENTS_ENV, LAUNCH_TOKEN_ENV)}
     if job.ranks > 1 and isinstance(job.gpus, list) and job.gpus:
@@ -98,6 +101,7 @@ def trainer_env(job: JobConfig, shim_events: Path | None = None, token: str | No
         # environment may still name another run)
         env.update({"WANDB_RUN_ID": wandb_run, "WANDB_RESUME": "allow"})
     env.update(job.environment)
+    env.update(cache_env(caches or [], job.environment))
     env.setdefault("PYTHONUNBUFFERED", "1")
     if shim_events is not None:
         env[SHIM_EVENTS_ENV] = str(shim_events)

@@ -105,6 +105,9 @@ def format_status(status: Status | Mapping[str, Any], now: float | None = None,
         backup = backup_note(j, now)
         if backup:
             notes.append(backup)
+        caches = compile_cache_note(j)
+        if caches:
+            notes.append(caches)
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, *rows]:
         lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
@@ -131,6 +134,16 @@ def envs_note(j: JobStatus) -> str | None:
         return None
     return (f"  {j.name}: num_envs {used} in use of {configured} configured, stepped down after CUDA out of "
             f"memory at start-up; `isaacd restart {j.name}` tries {configured} again")
+
+
+def compile_cache_note(j: JobStatus) -> str | None:
+    """Where the job's compile caches are and how big ("?" until the first walk, which runs off the tick)."""
+    if not j.compile_caches:
+        return None
+    root = os.path.commonpath([c.path for c in j.compile_caches])
+    sizes = ", ".join(f"{c.name} {'?' if c.size_bytes is None else f'{c.size_bytes / 2**20:.1f} MiB'}"
+                      for c in j.compile_caches)
+    return f"  {j.name} compile caches in {root}: {sizes}"
 
 
 def _spare_note(j: JobStatus) -> str | None:

@@ -36,7 +36,7 @@ from isaacd_trainer.shim_protocol import (BOOTED_ARGV_ENV, GO_ARGV, GO_ATTEMPT_E
                                           GO_RESUME, SPARE_CONTROL_ENV, SPARE_DEVICE_ENV, SPARE_FLAG, SPARE_PLAIN_ENV,
                                           SPARE_PRELOAD_ENV, STAGING_ENV, ShimEvent)
 
-from . import launch
+from . import compile_caches, launch
 from .config import JobConfig
 from .jobs.model import JobState
 from .logs import log
@@ -162,7 +162,7 @@ class SpareKeeper:
             self.log.warning("spare_not_started", error=str(exc))
             self.retry_at = now + RETRY_MAX
             return
-        env = launch.trainer_env(self.cfg, events, token)
+        env = launch.trainer_env(self.cfg, events, token, caches=compile_caches.for_job(self.cfg, self.state_dir))
         env[SPARE_CONTROL_ENV] = str(control)
         env[SPARE_DEVICE_ENV] = self.cfg.device
         preload = (BUILTIN_PRELOAD if self.cfg.workflow == "builtin" else LIBRARY_PRELOAD.get(self.cfg.workflow, [])) \

@@ -115,9 +115,9 @@ listen = "127.0.0.1:9835"
 # image = "localhost/isaacd-isaaclab:2.3.2"     # containers/Containerfile.isaaclab
 # shm_size = "16g"
 # ports = ["6006"]                              # always published on 127.0.0.1 only
-# volumes = ["/data/isaacd/cache/kit:/isaac-sim/kit/cache", "/data/isaacd/cache/ov:/root/.cache/ov",
-#            "/data/isaacd/cache/glcache:/root/.cache/nvidia/GLCache",
-#            "/data/isaacd/cache/computecache:/root/.nv/ComputeCache"]
+# Warp's and Kit's caches are mounted from <state_dir>/caches/<job> by default (compile_cache = "job" | "image" |
+# "off" in [[jobs]]); a volume of your own at one of their places wins, e.g.
+# volumes = ["/data/isaacd/cache/kit:/isaac-sim/kit/cache"]
 """
 
 

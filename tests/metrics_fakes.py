@@ -37,6 +37,7 @@ def fake_job(name: str, *, pids: list[int] | None = None, state: str = "running"
                    "key": "run/model_90.pt", "size": 1000}, "lag_iterations": 10, "error": "upload to ...: refused",
                    "error_since": now - 60.0, "retry_at": now + 30.0, "failures_total": 4, "bytes_total": 123456,
                    "uploads_total": 9, "restoring": None},
+        "compile_caches": [{"name": "warp", "path": f"/var/lib/isaacd/caches/{name}/warp", "size_bytes": 4096}],
     }
 
 

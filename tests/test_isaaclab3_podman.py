@@ -87,7 +87,7 @@ def test_real_isaac_lab_in_podman_kill_stop_start_completed_exactly(tmp_path, po
     job = builtin_job(name, workflow="rsl_rl", launcher=[str(PY)], task="Isaac-Cartpole-Direct", num_envs=16,
                       device="cpu", max_iterations=total, save_interval=5, stop_timeout=60.0, runtime="podman",
                       isaaclab_version="3.0", log_root=str(tmp_path / "logs"),
-                      environment={"ISAACSIM_ASSET_ROOT": str(ASSET_ROOT)},
+                      environment={"ISAACSIM_ASSET_ROOT": str(ASSET_ROOT), "WARP_CACHE_PATH": str(warp)},
                       container={"image": "/:O", "shm_size": "1g", "volumes": [f"{warp}:{warp}"]})
     # the divergence watchdog off: a value-loss spike right after a resume of a barely trained cart-pole would roll
     # the run back (this is about crashes and resumes; the watchdog has tests of its own)

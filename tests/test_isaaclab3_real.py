@@ -43,7 +43,10 @@ def il3_job(name: str, library: str = "rsl_rl", lab: Path | None = None, **over)
     """A job on the real Isaac Lab: pip form (launcher = the venv's python) unless `lab` names a checkout."""
     fields: dict = {"workflow": library, "task": TASK, "num_envs": 16, "device": "cpu", "max_iterations": 30,
                     "save_interval": 5, "stop_timeout": 60.0,
-                    "environment": {"ISAACSIM_ASSET_ROOT": str(ASSET_ROOT)}}
+                    # the user's Warp kernel cache, as before compile_cache: each test's own <state_dir>/caches
+                    # would compile every kernel again (tests/test_compile_caches_e2e.py covers the job's cache)
+                    "environment": {"ISAACSIM_ASSET_ROOT": str(ASSET_ROOT),
+                                    "WARP_CACHE_PATH": str(Path.home() / ".cache" / "warp")}}
     if lab is None:
         fields["launcher"] = [str(PY)]
     else:
@@ -233,7 +236,7 @@ def test_uv_launcher_and_one_wandb_run_across_a_jobs_attempts(tmp_path, supervis
     sp = supervisor_factory(write_config(tmp_path, il3_job(
         "wb", max_iterations=14, launcher=launcher, extra_args=["agent.logger=wandb"],
         environment={"ISAACSIM_ASSET_ROOT": str(ASSET_ROOT), "WANDB_MODE": "offline", "WANDB_DIR": str(wb),
-                     "WANDB_SILENT": "true"})))
+                     "WANDB_SILENT": "true", "WARP_CACHE_PATH": str(Path.home() / ".cache" / "warp")})))
     assert wait_for(lambda: started(sp, "wb"), 30, what="started")[0]["argv"][:6] == launcher
     first, _, _ = kill_at_resume_point(sp, "wb", 3)  # uv's pid: the supervisor reaps its Python child with it
     wait_for(lambda: len(started(sp, "wb")) == 2, 60, what="restart")

@@ -22,7 +22,7 @@ from isaacd.render import format_status
 from isaacd.runner import JobRunner
 from isaacd.status import types as status_types
 from isaacd.status.types import (
-    BackupStatus, BackupUpload, CheckpointStatus, JobStatus, SpareStatus, Status, SupervisorInfo, WatchdogStatus,
+    BackupStatus, BackupUpload, CheckpointStatus, CompileCacheStatus, JobStatus, SpareStatus, Status, SupervisorInfo, WatchdogStatus,
     WatchdogTripCount,
 )
 from isaacd.store import StateStore
@@ -40,7 +40,7 @@ WIRE_KEYS = [
     "mean_reward", "fps", "resume_from", "redo_until", "scalars", "last_progress_time", "checkpoint", "restarts",
     "num_envs", "num_envs_configured", "cuda_ooms", "last_restart_reason", "restarts_by_reason", "rollbacks",
     "run_dir", "attempt", "started_at", "backoff_until", "stopping_then", "parked_by", "persist_error", "spare",
-    "log_path", "watchdogs", "watchdog_trips", "backup",
+    "log_path", "watchdogs", "watchdog_trips", "backup", "compile_caches",
 ]
 
 
@@ -70,6 +70,8 @@ def rich_job(name: str = "anymal", **changes: Any) -> JobStatus:
                             last_upload=BackupUpload(iteration=90, time=NOW - 400, key="run/model_90.pt", size=1000),
                             lag_iterations=10, error="upload refused", error_since=NOW - 60, retry_at=NOW + 30,
                             failures_total=4, bytes_total=123456, uploads_total=9, restoring="fetching"),
+        compile_caches=(CompileCacheStatus(name="warp", path="/var/lib/isaacd/caches/anymal/warp", size_bytes=4096),
+                        CompileCacheStatus(name="ov", path="/var/lib/isaacd/caches/anymal/kit/ov")),
     )
     return dataclasses.replace(job, **changes)
 
@@ -110,6 +112,8 @@ def test_the_json_keeps_the_wire_shape_scripts_read():
     assert SpareStatus(state="none").to_json() == {"state": "none", "reason": None}
     assert set(job["watchdogs"]["xid"]) == {"state", "since", "detail", "action", "actions", "actions_by_class"}
     assert set(job["watchdogs"]["no_progress"]) == {"state", "since", "detail", "action", "actions"}
+    assert job["compile_caches"] == [{"name": "warp", "path": "/var/lib/isaacd/caches/anymal/warp", "size_bytes": 4096},
+                                     {"name": "ov", "path": "/var/lib/isaacd/caches/anymal/kit/ov", "size_bytes": None}]
     assert list(job["backup"]) == ["url", "last_upload", "lag_iterations", "error", "error_since", "retry_at",
                                    "failures_total", "bytes_total", "uploads_total", "restoring"]
     st = rich_status().to_json()

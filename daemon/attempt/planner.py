@@ -2,7 +2,8 @@
 chooses the checkpoint (rejecting those the trainer cannot load, fetching the bucket's newest when the disk has
 none), and numbers, seeds and spells out the attempt. It answers with a `LaunchPlan` for the starter
 (starter.py), a `LaunchRefused` for the machine to decide on (jobs/machine.py settles the job, not this), or a
-`WaitingForCheckpoint` while the backup fetches one. It saves nothing and starts nothing."""
+`WaitingForCheckpoint` while the backup fetches one. It saves nothing and starts nothing; it only makes the
+directories the launch needs (the job's workdir, its compile caches: refused, naming the directory, when it cannot)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import launch
+from .. import compile_caches, launch
 from ..backup.keeper import Fetching, JobBackup
 from ..clock import Clock
 from ..config import JobConfig
@@ -20,6 +21,7 @@ from ..jobs.messages import LaunchRefused, Settle
 from ..jobs.model import LaunchIntent
 from ..observations.checkpoints import Checkpoint
 from ..runtimes.base import LaunchSpec
+from ..runtimes.container_spec import hand_to_container_user
 from ..store import Attempt, JobHistory
 from ..workflows import WorkflowError, resolve
 from ..workflows.launcher import Program
@@ -113,14 +115,21 @@ class LaunchPlanner:
         # a step-down after a CUDA out-of-memory at start-up (jobs/machine.py) reaches the trainer as --num_envs
         job = cfg if num_envs == cfg.num_envs else cfg.model_copy(update={"num_envs": num_envs})
         args = launch.trainer_args(job, resume, seed, resolved)
+        caches = compile_caches.for_job(cfg, self.state_dir)
+        problem = compile_caches.prepare(caches)
+        if problem is not None:  # a directory isaacd cannot write: the operator has to fix it, a retry cannot
+            return LaunchRefused(f"cannot start: compile_cache: {problem}", settle=Settle.FAILED)
+        if cfg.in_container:  # Isaac Lab 3 kit-less images run as uid 1000
+            hand_to_container_user(cfg, [c.host for c in caches])
         env = launch.trainer_env(cfg, shim_events if program.shim else None, token,
-                                 wandb_run=launch.wandb_run_id(cfg, first_started_at))
+                                 wandb_run=launch.wandb_run_id(cfg, first_started_at), caches=caches)
         keeper = self.backup_keeper() if cfg.runtime == "ray" else None
         if keeper is not None:  # a node without the shared log_root fetches and uploads itself (backup/remote.py)
             env.update(keeper.node_env(wf, resume))
         spec = LaunchSpec(job=cfg, argv=program.argv(args), trainer_args=args, env=env,
                           cwd=launch.workdir(cfg, self.state_dir),
-                          log_path=self.state_dir / "logs" / f"{cfg.name}.log", attempt=number, token=token)
+                          log_path=self.state_dir / "logs" / f"{cfg.name}.log", attempt=number, token=token,
+                          caches=tuple(caches))
         return LaunchPlan(attempt, spec, program, args, seed, num_envs, shim_events if program.shim else None,
                           run_dirs_before, spare_token)
 

@@ -73,6 +73,9 @@ METRICS: tuple[MetricDef, ...] = (
     _g("isaacd_job_spare_memory_bytes", ("job",), "Resident memory of the job's warm spare trainer (host RAM)."),
     _g("isaacd_job_spare_gpu_memory_bytes", ("job",),
        "GPU memory the warm spare holds (its CUDA context), as the spare measured it."),
+    _g("isaacd_job_compile_cache_bytes", ("job", "cache"),
+       "Bytes in the job's compile cache directory (cache=warp, kit, ov, glcache, computecache), measured at most "
+       "once a minute off the supervisor's tick."),
     # ---- backup ([jobs.backup], daemon/backup/): present for jobs with a backup target
     _g("isaacd_backup_last_success_timestamp_seconds", ("job",),
        "Unix time the newest checkpoint in the job's backup target was uploaded (from its manifest)."),

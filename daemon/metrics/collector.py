@@ -236,6 +236,8 @@ class IsaacdCollector(Collector):
             f.add("isaacd_job_spare_gpu_memory_bytes", [name], _num(spare.cuda_memory_bytes))
         elif spare is not None:
             f.add("isaacd_job_spare_ready", [name], 0)
+        for cache in job.compile_caches:
+            f.add("isaacd_job_compile_cache_bytes", [name, str(cache.name)], _num(cache.size_bytes))
         backup = job.backup
         if backup is not None:  # a job with a backup target ([jobs.backup])
             last = backup.last_upload

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..compile_caches import CacheDir
 from ..config import JobConfig
 from ..jobs.messages import ReasonClass
 from .view import RuntimeView
@@ -58,6 +59,8 @@ class LaunchSpec:
     # ISAACD_LAUNCH_TOKEN, container label isaacd.token, unit-file header), so `find` can tell
     # whether a launch the state store never heard back from happened. "" = the runtime makes one.
     token: str = ""
+    # the job's compile caches (compile_caches.for_job), prepared: container runtimes mount them
+    caches: tuple[CacheDir, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import launch
+from ..compile_caches import container_volumes
+from ..compile_caches import trainer_env as cache_trainer_env
 from ..config import JobConfig, memory_bytes
 from ..gpu import assign as gpu_assign
 from ..store import StateStore
@@ -225,6 +227,11 @@ class ContainerSpec:
         workdir = launch.container_workdir(job)
         volumes.append((log_root, f"{workdir}/logs", ""))
         env = container_env(job)
+        # the compile caches (prepared and handed to container.user by the planner): Warp's, and Kit's for
+        # Isaac Sim-based images, at upstream's places (compile_caches.py)
+        caches = list(spec.caches)
+        volumes.extend(container_volumes(caches))
+        env.update(cache_trainer_env(caches, env))
         shim_events = spec.env.get(launch.SHIM_EVENTS_ENV)
         if job.shim and not job.command:
             volumes.extend((host, inside, "ro") for host, inside in shim_mounts())  # the shim and its protocol

@@ -103,6 +103,26 @@ class SpareStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class CompileCacheStatus:
+    """One of the job's compile caches (compile_caches.py): its host directory and size (None: not measured yet)."""
+
+    name: str
+    path: str
+    size_bytes: int | None = None
+
+    def to_json(self) -> JSON:
+        return {"name": self.name, "path": self.path, "size_bytes": self.size_bytes}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> CompileCacheStatus:
+        return cls(name=raw.get("name", ""), path=raw.get("path", ""), size_bytes=raw.get("size_bytes"))
+
+
+def _caches(v: Any) -> tuple[CompileCacheStatus, ...]:
+    return tuple(CompileCacheStatus.from_json(c) for c in _tuple(v) if isinstance(c, Mapping))
+
+
+@dataclass(frozen=True, slots=True)
 class BackupUpload:
     """The newest checkpoint in the bucket."""
 
@@ -243,6 +263,7 @@ class JobStatus:
     watchdogs: dict[str, WatchdogStatus] = field(default_factory=dict)  # by watchdog name
     watchdog_trips: tuple[WatchdogTripCount, ...] = ()
     backup: BackupStatus | None = None
+    compile_caches: tuple[CompileCacheStatus, ...] = ()  # where its compile caches are, and how big
 
     def to_json(self) -> JSON:
         return {f.name: _to_json(getattr(self, f.name)) for f in fields(self)}
@@ -259,7 +280,7 @@ _JOB_PARTS: Mapping[str, Callable[[Any], Any]] = {
     "pids": _tuple, "scalars": _dict, "cuda_ooms": _nested(dict), "restarts_by_reason": _dict,
     "resume_from": _nested(CheckpointStatus.from_json), "checkpoint": _nested(CheckpointStatus.from_json),
     "spare": _nested(SpareStatus.from_json), "backup": _nested(BackupStatus.from_json),
-    "watchdogs": _watchdogs, "watchdog_trips": _trips,
+    "watchdogs": _watchdogs, "watchdog_trips": _trips, "compile_caches": _caches,
 }
 
 

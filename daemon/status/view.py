@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
+from .. import compile_caches
+from ..cache_sizes import SIZES, SizeSampler
 from ..clock import Clock
 from ..config import JobConfig
 from ..gpu.assign import status_gpus
@@ -18,7 +20,7 @@ from ..runtimes.base import Handle, Runtime
 from ..runtimes.view import RuntimeView
 from ..store import JobHistory
 from ..workflows import Resolved
-from .types import BackupStatus, CheckpointStatus, JobStatus, SpareStatus, WatchdogTripCount
+from .types import BackupStatus, CheckpointStatus, CompileCacheStatus, JobStatus, SpareStatus, WatchdogTripCount
 
 
 class LiveView(Protocol):
@@ -102,6 +104,12 @@ def checkpoint_status(c: Checkpoint | None) -> CheckpointStatus | None:
     return None if c is None else CheckpointStatus(iteration=c.iteration, path=str(c.path), time=c.mtime)
 
 
+def compile_cache_status(cfg: JobConfig, state_dir: Path, sizes: SizeSampler = SIZES) -> tuple[CompileCacheStatus, ...]:
+    """The job's compile caches with their last measured sizes (walked off the tick: cache_sizes.py)."""
+    return tuple(CompileCacheStatus(name=d.name, path=str(d.host), size_bytes=sizes.size(d.host))
+                 for d in compile_caches.for_job(cfg, state_dir))
+
+
 def job_status(r: RunnerView) -> JobStatus:
     """The job now: a fresh value each tick, never changed afterwards."""
     h, m, live, cfg = r.history, r.model, r.live, r.cfg
@@ -166,4 +174,5 @@ def job_status(r: RunnerView) -> JobStatus:
         watchdog_trips=tuple(WatchdogTripCount(watchdog=k.split("/")[0], action=k.split("/")[1], count=v)
                              for k, v in m.watchdog_trips),
         backup=BackupStatus.from_json(r.backup.status()) if r.backup is not None else None,
+        compile_caches=compile_cache_status(cfg, r.state_dir),
     )
