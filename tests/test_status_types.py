@@ -243,30 +243,26 @@ class _Reads(ast.NodeVisitor):
             self.types[node.targets[0].id] = c
         self.generic_visit(node)
 
-    def visit_For(self, node: ast.For) -> None:
-        it = node.iter
+    def _bind_loop(self, iterable: ast.expr, target: ast.expr) -> None:
+        """`for x in rows` / `for k, x in sorted(d.items())` (loops and comprehensions): x's type."""
+        it = iterable
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "sorted" and it.args:
             it = it.args[0]
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr == "items":
             c = _element(self._type_of(it.func.value))
-            if c and isinstance(node.target, ast.Tuple) and isinstance(node.target.elts[1], ast.Name):
-                self.types[node.target.elts[1].id] = c
-        elif (c := _element(self._type_of(it))) and isinstance(node.target, ast.Name):
-            self.types[node.target.id] = c
+            if c and isinstance(target, ast.Tuple) and isinstance(target.elts[1], ast.Name):
+                self.types[target.elts[1].id] = c
+        elif (c := _element(self._type_of(it))) and isinstance(target, ast.Name):
+            self.types[target.id] = c
+
+    def visit_For(self, node: ast.For) -> None:
+        self._bind_loop(node.iter, node.target)
         self.generic_visit(node)
 
     visit_AsyncFor = visit_For  # type: ignore[assignment]
 
     def visit_comprehension(self, node: ast.comprehension) -> None:
-        it = node.iter
-        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "sorted" and it.args:
-            it = it.args[0]
-        if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr == "items":
-            c = _element(self._type_of(it.func.value))
-            if c and isinstance(node.target, ast.Tuple) and isinstance(node.target.elts[1], ast.Name):
-                self.types[node.target.elts[1].id] = c
-        elif (c := _element(self._type_of(node.iter))) and isinstance(node.target, ast.Name):
-            self.types[node.target.id] = c
+        self._bind_loop(node.iter, node.target)
         self.generic_visit(node)
 
     def visit_ListComp(self, node: ast.ListComp) -> None:

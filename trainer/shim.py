@@ -1036,20 +1036,7 @@ def spare_main(extra: list[str]) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     emit(ShimEvent.SPARE_GO, argv=argv, cwd=cwd, waited_seconds=round(time.monotonic() - t_ready, 6))
-    not_applied = _apply_env(env)
-    _Events.reopen()
-    if log is not None:
-        lfd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(lfd, 1)
-        os.dup2(lfd, 2)
-        os.close(lfd)
-    if not_applied:
-        print(f"[isaacd-shim] spare: these variables differ from the spare's and cannot change in a running process: "
-              f"{', '.join(not_applied)}", file=sys.stderr, flush=True)
-    if cwd:
-        os.chdir(cwd)
+    _take_go(env, cwd, log)
     if plain:
         # a trainer isaacd runs without the shim (skrl, rl_games): from here on exactly `python SCRIPT args`
         for k in [k for k in os.environ if k.startswith(P.SPARE_ENV_PREFIX)] + [P.SHIM_EVENTS_ENV]:
@@ -1198,8 +1185,8 @@ def _staging_problem(run_dir: str | None, staging: str | None) -> str | None:
     return None
 
 
-def _become_attempt(env: dict, cwd: str | None, log: str | None) -> None:
-    """The go's environment, events file, output and working directory (as ``spare_main`` does for its go)."""
+def _take_go(env: dict, cwd: str | None, log: str | None) -> None:
+    """A go's environment, events file, output and working directory: this process becomes the attempt's."""
     not_applied = _apply_env(env)
     _Events.reopen()
     if log is not None:
@@ -1214,6 +1201,11 @@ def _become_attempt(env: dict, cwd: str | None, log: str | None) -> None:
               f"{', '.join(not_applied)}", file=sys.stderr, flush=True)
     if cwd:
         os.chdir(cwd)
+
+
+def _become_attempt(env: dict, cwd: str | None, log: str | None) -> None:
+    """A booted spare's go: as ``spare_main``'s, and the spare's own variables gone (the train script runs on)."""
+    _take_go(env, cwd, log)
     for k in [k for k in os.environ if k.startswith(P.SPARE_ENV_PREFIX)]:
         os.environ.pop(k, None)
 

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..config import JobConfig
-from ..jobs.model import JobModel, JobState
-from ..observations.tensorboard import ScalarPoint, TensorBoardTail
-from ..runtimes.base import Handle, Runtime
-from ..store import Attempt, JobHistory
+from ..jobs.model import JobState
+from ..observations.tensorboard import ScalarPoint
+from ..store import Attempt
+from .source import RunnerParts
 
 
 @dataclass(frozen=True)
@@ -34,42 +34,8 @@ class JobSignals:
     waiting: bool = False  # the runtime has not placed the trainer yet (ray: no room): not a hang
 
 
-class LiveSignals(Protocol):
-    """The current attempt's trainer, as far as the watchdogs' signals read it (runner._Live)."""
-
-    @property
-    def handle(self) -> Handle | None: ...
-
-    @property
-    def tail(self) -> TensorBoardTail | None: ...
-
-    @property
-    def started_mono(self) -> float | None: ...
-
-    @property
-    def new_points(self) -> list[ScalarPoint]: ...
-
-    @property
-    def pids(self) -> list[int]: ...
-
-
-class SignalSource(Protocol):
+class SignalSource(RunnerParts, Protocol):
     """What a job's signals are built from (the runner's attributes of these names)."""
-
-    @property
-    def cfg(self) -> JobConfig: ...
-
-    @property
-    def model(self) -> JobModel: ...
-
-    @property
-    def history(self) -> JobHistory: ...
-
-    @property
-    def live(self) -> LiveSignals: ...
-
-    @property
-    def runtime(self) -> Runtime: ...
 
     @property
     def last_progress_mono(self) -> float | None: ...

@@ -13,27 +13,13 @@ from ..cache_sizes import SIZES, SizeSampler
 from ..clock import Clock
 from ..config import JobConfig
 from ..gpu.assign import status_gpus
-from ..jobs.model import JobModel, JobState
+from ..jobs.model import JobState
 from ..observations.checkpoints import Checkpoint
-from ..observations.tensorboard import TensorBoardTail, finite_or_none
-from ..runtimes.base import Handle, Runtime
+from ..observations.tensorboard import finite_or_none
 from ..runtimes.view import RuntimeView
-from ..store import JobHistory
 from ..workflows import Resolved
+from .source import RunnerParts
 from .types import BackupStatus, CheckpointStatus, CompileCacheStatus, JobStatus, SpareStatus, WatchdogTripCount
-
-
-class LiveView(Protocol):
-    """The current attempt's trainer, as far as the status reads it (runner._Live)."""
-
-    @property
-    def handle(self) -> Handle | None: ...
-
-    @property
-    def tail(self) -> TensorBoardTail | None: ...
-
-    @property
-    def pids(self) -> list[int]: ...
 
 
 class StatusSource(Protocol):
@@ -42,24 +28,9 @@ class StatusSource(Protocol):
     def status(self) -> dict[str, Any]: ...
 
 
-class RunnerView(Protocol):
+class RunnerView(RunnerParts, Protocol):
     """What a job's status is built from: the runner's attributes of these names (read-only here, so plain
     attributes of narrower types satisfy them)."""
-
-    @property
-    def cfg(self) -> JobConfig: ...
-
-    @property
-    def model(self) -> JobModel: ...
-
-    @property
-    def history(self) -> JobHistory: ...
-
-    @property
-    def live(self) -> LiveView: ...
-
-    @property
-    def runtime(self) -> Runtime: ...
 
     @property
     def resolved(self) -> Resolved | None: ...
