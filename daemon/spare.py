@@ -48,6 +48,7 @@ from .spare_mode import Mode, booted_resume, choose_mode, gpu_rooms, host_room, 
 from .workflows.launcher import Program
 from .observations.shim_events import ShimEvents
 
+BOOTED_WANDB_PLACEHOLDER = "isaacd-booted-spare"  # never a run: the go replaces it before wandb.init
 BOOT_LOG_TAIL = 2000  # characters of a failed boot's output quoted in its spare_exited event
 RETRY_MIN, RETRY_MAX = 5.0, 300.0  # a spare that keeps dying is retried less and less often
 BUILTIN_PRELOAD = ["isaacd_trainer.cli", "isaacd_trainer.train_v2", "isaacd_trainer.runtime",
@@ -178,6 +179,11 @@ class SpareKeeper:
             cwd, log_path = stage_booted(staging)
             env[BOOTED_ARGV_ENV] = json.dumps(program.go_argv(boot_args))
             env[STAGING_ENV] = str(staging)
+            # with agent.logger=wandb, upstream's train_rsl_rl._run pins a W&B run id at boot (isaaclab_rl/utils/
+            # wandb.py announce_new_run: `wandb.util.generate_id()` unless WANDB_RUN_ID is set; wandb 0.31 has no
+            # generate_id, so the boot died). No W&B run starts before learn() (rsl_rl's logger calls wandb.init
+            # there), and the go brings the attempt's WANDB_RUN_ID/WANDB_RESUME (go_message): a placeholder here
+            env.setdefault("WANDB_RUN_ID", BOOTED_WANDB_PLACEHOLDER)
         spec = LaunchSpec(job=self.cfg, argv=program.spare_head + [SPARE_FLAG], trainer_args=[], env=env,
                           cwd=cwd, log_path=log_path, token=token)
         try:

@@ -280,6 +280,9 @@ def test_a_booted_spare_is_staged_and_a_failed_boot_falls_back_to_imports(tmp_pa
     assert spec.cwd == staging / "work" and (staging / "work" / "logs").is_dir()
     assert spec.log_path == staging / "boot.log"  # its boot's output is not the job log's
     assert json.loads(spec.env["ISAACD_SPARE_BOOT_ARGV"]) == program.go_argv(launch.trainer_args(cfg, None))
+    # upstream pins a W&B run id at boot unless one is set (wandb 0.31 cannot make one: the boot died); the go
+    # brings the attempt's real one before rsl_rl's wandb.init in learn()
+    assert spec.env["WANDB_RUN_ID"] == "isaacd-booted-spare"
     assert rec.named("spare_started")[-1]["mode"] == "booted"
     assert keeper.status()["mode"] == "booted"
 
