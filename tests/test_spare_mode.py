@@ -72,6 +72,9 @@ def test_choose_mode():
     assert mode == "imports" and "--no-resume_optimizer_state" in why
     assert choose_mode("booted", job(), True, roomy, fallback="died during its boot") == ("imports",
                                                                                          "died during its boot")
+    mode, why = choose_mode("auto", job(extra_args=["agent.logger=wandb"]), True, roomy)
+    assert mode == "imports" and "W&B" in why  # auto: a W&B job keeps the imports-only spare
+    assert choose_mode("booted", job(extra_args=["agent.logger=wandb"]), True, roomy) == ("booted", None)
 
 
 def test_rooms_from_the_published_gpu_status_and_meminfo():
