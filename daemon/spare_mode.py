@@ -98,7 +98,7 @@ def choose_mode(setting: str, job: JobConfig, rsl_rl_hook: bool, rooms: list[Roo
         # understood: auto stays imports-only here (spare = "booted" still boots)
         return "imports", "the W&B logger (agent.logger=wandb): auto keeps the spare imports-only"
     if job.workflow != "rsl_rl":
-        return "imports", "the built-in trainer boots in about a second: imports-only (spare = \"booted\" to boot it)"
+        return "imports", "the built-in trainer boots in about a second: imports-only (spare = booted boots it)"
     problem = room_problem(rooms)
     return ("imports", problem) if problem is not None else ("booted", None)
 

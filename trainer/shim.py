@@ -1181,7 +1181,7 @@ def _staging_problem(run_dir: str | None, staging: str | None) -> str | None:
     real, root = os.path.realpath(run_dir), os.path.realpath(os.path.join(staging, P.STAGING_WORK))
     if os.path.commonpath([real, root]) != root:
         return (f"the train script wrote its run dir {run_dir} outside the spare's working directory (an absolute "
-                "log path): a booted spare would show up as a run of the job; use spare = \"imports\"")
+                "log path): a booted spare would show up as a run of the job; use spare = imports")
     return None
 
 
