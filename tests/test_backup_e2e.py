@@ -48,6 +48,9 @@ def test_a_lost_disk_resumes_from_the_bucket_and_a_dead_store_never_stops_traini
     job = builtin_job("cp", max_iterations=MAX_ITERATIONS, save_interval=5, spare=False, num_envs=16,
                       extra_args=["agent.num_steps_per_env=8"],
                       backup={"url": f"s3://{bucket}/isaacd", "endpoint_url": s3.endpoint, "keep": 3})
+    # the divergence watchdog off: this is about the bucket, and the toy's value loss can spike 30x at random
+    # (CI run of 2026-12-04: a rollback mid-test left the job `stopping` where it asserts `running`)
+    job += "\n[jobs.watchdogs.divergence]\nenabled = false\n"
     cfg = write_config(tmp_path, job)
     env = s3.env()
     t0 = time.monotonic()
