@@ -93,9 +93,9 @@ def choose_mode(setting: str, job: JobConfig, rsl_rl_hook: bool, rooms: list[Roo
     if setting == "booted":
         return "booted", None
     if any(a.replace(" ", "") in WANDB_LOGGER_ARGS for a in job.extra_args):
-        # upstream pins a W&B run at boot (isaaclab_rl/utils/wandb.py announce_new_run); and in our uv + W&B test
-        # a booted spare beside the trainer made the trainer's graceful stop end in SIGINT (exit 130), not yet
-        # understood: auto stays imports-only here (spare = "booted" still boots)
+        # upstream pins a W&B run at boot (isaaclab_rl/utils/wandb.py announce_new_run); the spare boots with a
+        # placeholder id the go replaces (spare.py), but no booted W&B run is tested end to end yet: auto stays
+        # imports-only here (spare = "booted" still boots)
         return "imports", "the W&B logger (agent.logger=wandb): auto keeps the spare imports-only"
     if job.workflow != "rsl_rl":
         return "imports", "the built-in trainer boots in about a second: imports-only (spare = booted boots it)"
