@@ -21,6 +21,7 @@ from .jobs.messages import ReasonClass
 from .runtimes.base import ExitStatus, Handle
 from .runtimes.container_spec import container_name
 from .runtimes.quadlet import unit_name
+from .store import StateStore
 
 
 def show_logs(cfg: Config, job: str, follow: bool = False, lines: int = 50) -> int:
@@ -32,7 +33,8 @@ def show_logs(cfg: Config, job: str, follow: bool = False, lines: int = 50) -> i
         cmd = ["journalctl", "--no-pager", "-n", str(lines), "-u", unit_name(job)] + (["-f"] if follow else [])
         return subprocess.call(cmd)
     if job_cfg.runtime == "podman":
-        cmd = ["podman", "logs", "--tail", str(lines)] + (["-f"] if follow else []) + [container_name(job)]
+        container = attempt_container(cfg, job)
+        cmd = ["podman", "logs", "--tail", str(lines)] + (["-f"] if follow else []) + [container]
         return subprocess.call(cmd)
     path = cfg.supervisor.state_dir / "logs" / f"{job}.log"
     try:
@@ -54,6 +56,17 @@ def show_logs(cfg: Config, job: str, follow: bool = False, lines: int = 50) -> i
                 if os.stat(path).st_size < fh.tell():
                     fh.seek(0)  # truncated/rotated
     return 0
+
+
+def attempt_container(cfg: Config, job: str) -> str:
+    """The container of the job's newest attempt: the job's own name, or a warm spare's that took the attempt over
+    (container_spec.spare_container_name)."""
+    try:
+        attempt = StateStore(cfg.supervisor.state_dir).load(job).current
+    except Exception:  # noqa: BLE001 - no history yet, or one we cannot read: the name a cold launch gives
+        attempt = None
+    name = (attempt.handle or {}).get("container") if attempt is not None else None
+    return str(name) if name else container_name(job)
 
 
 # ---- why a trainer exited, in its own words -----------------------------------------------------

@@ -9,9 +9,18 @@ new trainer is training. Costs: one idle Python process with torch imported (RSS
 `isaacd_job_spare_memory_bytes`) and, on a GPU, one CUDA context of GPU memory.
 
 A spare never trains unasked and never writes into run dirs: it exits by itself when its parent (this
-supervisor) dies or its FIFO is closed, and the runner kills it when the job comes to rest (stopped,
-completed, failed). Only where it fits: process runtime, one rank, the shim on (for skrl and rl_games, which run
-without it, the shim file only hosts the spare: at go it runs the train script as plain Python would).
+supervisor) dies or its FIFO is closed (the supervisor holds one end open for the spare's life, so its death
+closes it), and the runner kills it when the job comes to rest (stopped, completed, failed). Only where it fits:
+process or podman runtime, one rank, the shim on (for skrl and rl_games, which run without it, the shim file only
+hosts the spare on the process runtime: at go it runs the train script as plain Python would).
+
+Container spares (runtime = "podman"): a second container of the job's spec (`LaunchSpec.spare`,
+container_spec.from_launch) under a name of its own, with the job's GPUs, image, mounts and compile caches, no
+published ports (a job with container.ports gets no spare), and this job's spare dir and the attempts' events dir
+mounted at the same paths. At the go the attempt's token is the spare's (saved before the go line is written, as a
+launch saves its token before the spawn), so the runtime polls, signals, adopts and finds the container as the
+attempt's; its command line and cwd in the go are the container's (container_args, container_workdir), and its
+output stays in `podman logs`. The systemd runtime has no spare (a unit per spare is not built).
 
 Booted spares (issue 21; which mode a job gets: spare_mode.py). The spare runs the job's train script with its
 fresh-start command line and parks at the runner's learn(). Everything the boot writes (Isaac Lab's run dir with
@@ -34,7 +43,7 @@ from typing import Any, Callable
 
 from isaacd_trainer.shim_protocol import (BOOTED_ARGV_ENV, GO_ARGV, GO_ATTEMPT_ENV, GO_CWD, GO_ENV, GO_LOG, GO_PLAIN,
                                           GO_RESUME, SPARE_CONTROL_ENV, SPARE_DEVICE_ENV, SPARE_FLAG, SPARE_PLAIN_ENV,
-                                          SPARE_PRELOAD_ENV, STAGING_ENV, ShimEvent)
+                                          SPARE_PRELOAD_ENV, STAGING_ENV, STAGING_WORK, ShimEvent)
 
 from . import compile_caches, launch
 from .config import JobConfig
@@ -42,12 +51,14 @@ from .jobs.model import JobState
 from .logs import log
 from .oscalls import HOST_OS, OsCalls, ProcFs
 from .runtimes.base import Handle, LaunchSpec, Runtime
+from .runtimes.container_spec import container_args, container_device_arg, hand_to_container_user
 from .runtimes.proctree import process_tree
 from .status.types import Status
 from .spare_mode import Mode, booted_resume, choose_mode, gpu_rooms, host_room, spare_setting
 from .workflows.launcher import Program
 from .observations.shim_events import ShimEvents
 
+SPARE_RUNTIMES = ("process", "podman")  # systemd: a unit per spare is not built (issue 21's closing note)
 BOOTED_WANDB_PLACEHOLDER = "isaacd-booted-spare"  # never a run: the go replaces it before wandb.init
 BOOT_LOG_TAIL = 2000  # characters of a failed boot's output quoted in its spare_exited event
 RETRY_MIN, RETRY_MAX = 5.0, 300.0  # a spare that keeps dying is retried less and less often
@@ -61,8 +72,10 @@ LIBRARY_PRELOAD = {"skrl": ["skrl.agents.torch.ppo", "skrl.trainers.torch", "hyd
 
 def spare_fits(job: JobConfig, program: Program | None) -> str | None:
     """Why this job cannot have a spare, or None."""
-    if job.runtime != "process":
-        return f'runtime = "{job.runtime}": spares run on the process runtime only'
+    if job.runtime not in SPARE_RUNTIMES:
+        return f'runtime = "{job.runtime}": spares run on the process and podman runtimes'
+    if job.in_container and job.container.ports:
+        return "container.ports: a spare's container cannot publish the ports the attempt holds"
     if job.ranks > 1:
         return "several ranks: torchrun starts them, a spare cannot stand in"
     if program is None or program.spare_head is None:
@@ -90,6 +103,9 @@ class _Spare:
     mode: Mode = "imports"
     staging: Path | None = None  # booted: the dir holding everything its boot wrote
     boot_args: list[str] = field(default_factory=list)  # booted: the fresh-start flags it runs with
+    # our end of its FIFO, held open (read-write, so it never blocks) for the spare's life: when this supervisor
+    # dies the kernel closes it, the spare reads EOF and exits. A container spare cannot see its parent die
+    keepalive: int | None = None
 
 
 class SpareKeeper:
@@ -157,15 +173,19 @@ class SpareKeeper:
         mode, self.mode_reason = self._mode(program)
         control = base / f"control-{token}.fifo"
         events = base / f"events-{token}.jsonl"
+        in_container = self.cfg.in_container
         try:
             self.oscalls.mkfifo(control, 0o600)
+            keepalive = self.oscalls.open_fd(control, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
+            control.unlink(missing_ok=True)
             self.log.warning("spare_not_started", error=str(exc))
             self.retry_at = now + RETRY_MAX
             return
-        env = launch.trainer_env(self.cfg, events, token, caches=compile_caches.for_job(self.cfg, self.state_dir))
+        caches = compile_caches.for_job(self.cfg, self.state_dir)
+        env = launch.trainer_env(self.cfg, events, token, caches=caches)
         env[SPARE_CONTROL_ENV] = str(control)
-        env[SPARE_DEVICE_ENV] = self.cfg.device
+        env[SPARE_DEVICE_ENV] = container_device_arg(self.cfg) if in_container else self.cfg.device
         preload = (BUILTIN_PRELOAD if self.cfg.workflow == "builtin" else LIBRARY_PRELOAD.get(self.cfg.workflow, [])) \
             + list(self.cfg.spare_preload)
         env[SPARE_PRELOAD_ENV] = ",".join(preload)
@@ -177,25 +197,32 @@ class SpareKeeper:
         if mode == "booted":
             staging, boot_args = base / token, launch.trainer_args(self.cfg, None)
             cwd, log_path = stage_booted(staging)
-            env[BOOTED_ARGV_ENV] = json.dumps(program.go_argv(boot_args))
+            env[BOOTED_ARGV_ENV] = json.dumps(program.go_argv(container_args(self.cfg, boot_args) if in_container
+                                                              else boot_args))
             env[STAGING_ENV] = str(staging)
             # with agent.logger=wandb, upstream's train_rsl_rl._run pins a W&B run id at boot (isaaclab_rl/utils/
             # wandb.py announce_new_run: `wandb.util.generate_id()` unless WANDB_RUN_ID is set; wandb 0.31 has no
             # generate_id, so the boot died). No W&B run starts before learn() (rsl_rl's logger calls wandb.init
             # there), and the go brings the attempt's WANDB_RUN_ID/WANDB_RESUME (go_message): a placeholder here
             env.setdefault("WANDB_RUN_ID", BOOTED_WANDB_PLACEHOLDER)
+        mounts: tuple[Path, ...] = ()
+        if in_container:  # a second container of the job's spec (container_spec.from_launch, LaunchSpec.spare)
+            mounts = (base, self._attempts_events_dir())
+            hand_to_container_user(self.cfg, [base, control, *staging_dirs(staging)])
         spec = LaunchSpec(job=self.cfg, argv=program.spare_head + [SPARE_FLAG], trainer_args=[], env=env,
-                          cwd=cwd, log_path=log_path, token=token)
+                          cwd=cwd, log_path=log_path, token=token, caches=tuple(caches), spare=in_container,
+                          container_argv=tuple(program.spare_head + [SPARE_FLAG]), same_path_mounts=mounts)
         try:
             handle = self.runtime.start(spec)
         except Exception as exc:  # noqa: BLE001 - a spare that cannot start is no reason to touch the job
+            self.oscalls.close_fd(keepalive)
             control.unlink(missing_ok=True)
             remove_staging(staging)
             self._event("spare_exited", detail=f"failed to start: {exc}", retry_in_seconds=RETRY_MAX)
             self.retry_at = now + RETRY_MAX
             return
         self.spare = _Spare(handle, token, control, ShimEvents(events), now, mode=mode, staging=staging,
-                            boot_args=boot_args)
+                            boot_args=boot_args, keepalive=keepalive)
         self._event("spare_started", pid=handle.pid, mode=mode, **({"imports_only_because": self.mode_reason}
                                                                     if self.mode_reason else {}))
 
@@ -218,7 +245,9 @@ class SpareKeeper:
                 self.booted_off = f"a booted spare could not take an attempt ({resume}): imports-only from now on"
                 self.kill(resume)
                 return None
-            go = {**go, GO_RESUME: resume, GO_LOG: str(self.state_dir / "logs" / f"{self.cfg.name}.log")}
+            go = {**go, GO_RESUME: resume}
+            if not self.cfg.in_container:  # a container's output stays where it is (podman logs)
+                go[GO_LOG] = str(self.state_dir / "logs" / f"{self.cfg.name}.log")
         line = (json.dumps(go) + "\n").encode()
         try:
             fd = self.oscalls.open_fd(sp.control, os.O_WRONLY | os.O_NONBLOCK)
@@ -237,8 +266,8 @@ class SpareKeeper:
             return None
         self.oscalls.close_fd(fd)
         self.spare = None
-        sp.control.unlink(missing_ok=True)
-        if sp.mode == "booted":  # its boot wrote to boot.log; from the go on it writes to the job log
+        self._release(sp)
+        if GO_LOG in go:  # a booted spare's boot wrote to boot.log; from the go on it writes to the job log
             sp.handle.state["log_path"] = go[GO_LOG]
         # the attempt's output starts here: what the dead trainer wrote after the spare started is not the
         # attempt's (its exit reason and a CUDA out-of-memory are read from this offset on, joblogs.py)
@@ -261,10 +290,28 @@ class SpareKeeper:
         self._drop(sp)
         self._event("spare_stopped", pid=sp.handle.pid, reason=why)
 
+    def _release(self, sp: _Spare) -> None:
+        """Our end of its FIFO and the FIFO's name: after the go (the line is in the pipe) or when it is dropped."""
+        if sp.keepalive is not None:
+            try:
+                self.oscalls.close_fd(sp.keepalive)
+            except OSError:
+                pass
+            sp.keepalive = None
+        sp.control.unlink(missing_ok=True)
+
+    def _attempts_events_dir(self) -> Path:
+        """Where the attempts' side channels are (launch.shim_events_path): a container spare needs it mounted, the
+        go hands it the attempt's events file there."""
+        d = launch.shim_events_path(self.state_dir, self.cfg, 1).parent
+        d.mkdir(parents=True, exist_ok=True)
+        hand_to_container_user(self.cfg, [d])
+        return d
+
     def _drop(self, sp: _Spare) -> None:
         if self.spare is sp:
             self.spare = None
-        sp.control.unlink(missing_ok=True)
+        self._release(sp)
         remove_staging(sp.staging)  # died or killed unused: nothing of its boot may stay
         try:
             self.runtime.cleanup(sp.handle)
@@ -341,9 +388,14 @@ class SpareKeeper:
 
 def stage_booted(staging: Path) -> tuple[Path, Path]:
     """A booted spare's staging dir: (its cwd, `work/` with a real `logs/`; its output, `boot.log`)."""
-    work = staging / "work"
+    work = staging / STAGING_WORK
     (work / "logs").mkdir(parents=True, exist_ok=True)
     return work, staging / "boot.log"
+
+
+def staging_dirs(staging: Path | None) -> list[Path]:
+    """A booted spare's staging and the dirs its boot writes into (handed to a numeric container.user)."""
+    return [] if staging is None else [staging, staging / STAGING_WORK, staging / STAGING_WORK / "logs"]
 
 
 def remove_staging(staging: Path | None) -> None:

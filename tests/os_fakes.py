@@ -71,7 +71,9 @@ class FakeOs:
         self._next_pid = first_pid
         self._clock_ticks = 50_000
         self.our_pid = our_pid
-        self.fifo_writes: dict[int, bytes] = {}
+        self.fifo_writes: dict[int, bytes] = {}  # by fd, what was written (fds never written to are absent)
+        self.open_fds: dict[int, tuple[str, int]] = {}  # fd -> (path, flags), until closed
+        self._next_fd = 100
 
     # ---- setting the scene ----------------------------------------------------------------------
     def add(self, ppid: int, *, pgid: int | None = None, sid: int | None = None, env: Mapping[str, str] = {},
@@ -170,16 +172,16 @@ class FakeOs:
         Path(path).touch(mode)
 
     def open_fd(self, path: Path, flags: int) -> int:
-        fd = 100 + len(self.fifo_writes)
-        self.fifo_writes[fd] = b""
+        fd, self._next_fd = self._next_fd, self._next_fd + 1
+        self.open_fds[fd] = (str(path), flags)
         return fd
 
     def write_fd(self, fd: int, data: bytes) -> int:
-        self.fifo_writes[fd] += data
+        self.fifo_writes[fd] = self.fifo_writes.get(fd, b"") + data
         return len(data)
 
     def close_fd(self, fd: int) -> None:
-        pass
+        self.open_fds.pop(fd, None)
 
     def file_size(self, path: str | Path) -> int:
         return Path(path).stat().st_size

@@ -88,7 +88,8 @@ def test_real_isaac_lab_in_podman_kill_stop_start_completed_exactly(tmp_path, po
                       device="cpu", max_iterations=total, save_interval=5, stop_timeout=60.0, runtime="podman",
                       isaaclab_version="3.0", log_root=str(tmp_path / "logs"),
                       environment={"ISAACSIM_ASSET_ROOT": str(ASSET_ROOT), "WARP_CACHE_PATH": str(warp)},
-                      container={"image": "/:O", "shm_size": "1g", "volumes": [f"{warp}:{warp}"]})
+                      container={"image": "/:O", "shm_size": "1g", "volumes": [f"{warp}:{warp}"]},
+                      spare="off")  # a cold container restart; the spare container: the test below
     # the divergence watchdog off: a value-loss spike right after a resume of a barely trained cart-pole would roll
     # the run back (this is about crashes and resumes; the watchdog has tests of its own)
     sp = supervisor_factory(write_config(tmp_path, job + "\n[jobs.watchdogs.divergence]\nenabled = false\n"))

@@ -458,7 +458,7 @@ def test_supervisor_podman_job_resumes_adopts_and_stops(tmp_path, podman_url, su
     jobs = builtin_job(name, runtime="podman", launcher=[str(TRAINER.with_name("python"))], save_interval=1,
                        log_root=str(tmp_path / "logs"),
                        extra_args=["agent.num_steps_per_env=8"], restart={"backoff_initial": 0.2},
-                       container={"image": "/:O", "shm_size": "256m"})
+                       container={"image": "/:O", "shm_size": "256m"}, spare="off")  # spares: the next test
     cfg = write_config(tmp_path, jobs)
     sup = supervisor_factory(cfg)
 
@@ -493,3 +493,75 @@ def test_supervisor_podman_job_resumes_adopts_and_stops(tmp_path, podman_url, su
     assert ex["code"] == 0 and not ex["external_stop"]  # the shim caught SIGINT and saved
     saved = [e for e in sup.events(name) if e["event"] == "trainer_saved_on_stop"]
     assert saved and saved[-1]["checkpoint"]  # reported through the side channel mounted into the container
+
+
+def _containers(job: str, running_only: bool = False) -> dict[str, str]:
+    """name -> id of the job's containers (running ones, or all)."""
+    out = subprocess.run(["podman", "ps", "--format", "{{.Names}} {{.ID}}", "--filter", f"label=isaacd.job={job}"]
+                         + ([] if running_only else ["-a"]), capture_output=True, text=True).stdout
+    return dict(line.split() for line in out.splitlines() if line.strip())
+
+
+def _spare_ready(sup, name: str, not_pid: int | None = None):  # noqa: ANN001, ANN202
+    j = sup.job(name)
+    s = j["spare"]
+    return j["state"] == "running" and s.get("state") == "ready" and s.get("pid") != not_pid and j
+
+
+@pytest.mark.slow
+def test_a_spare_container_takes_the_attempt_over_and_dies_with_its_supervisor(tmp_path, podman_url,
+                                                                              supervisor_factory, cleanup_containers):
+    """runtime = "podman" with a warm spare: a second container of the job's spec, parked; at a crash it becomes the
+    attempt (its container, its logs); a supervisor killed with SIGKILL takes its parked spare with it, the next one
+    adopts the attempt and does not duplicate it; ended spare containers are removed at the next launch."""
+    name = f"ss{uuid.uuid4().hex[:6]}"
+    cleanup_containers.append(name)
+    jobs = builtin_job(name, runtime="podman", launcher=[str(TRAINER.with_name("python"))], save_interval=1,
+                       log_root=str(tmp_path / "logs"), extra_args=["agent.num_steps_per_env=8"],
+                       restart={"backoff_initial": 0.2}, container={"image": "/:O", "shm_size": "256m"},
+                       spare="imports")
+    cfg = write_config(tmp_path, jobs)
+    sup = supervisor_factory(cfg)
+    j = wait_for(lambda: _spare_ready(sup, name), 180, what="a ready spare")
+    spare_pid = j["spare"]["pid"]
+    live = _containers(name, running_only=True)
+    spares = [n for n in live if n.startswith(f"isaaclab-job-{name}-spare-")]
+    assert len(live) == 2 and len(spares) == 1 and f"isaaclab-job-{name}" in live, live
+    assert "warm spare" in sup.cli("status").stdout
+
+    # kill -9 of the trainer: the spare's container is the next attempt's, under its own name
+    os.kill(j["pid"], signal.SIGKILL)
+    wait_for(lambda: len([e for e in sup.events(name) if e["event"] == "started"]) == 2, 60, what="the takeover")
+    s = [e for e in sup.events(name) if e["event"] == "started"][-1]
+    assert s["warm_spare"] is True and s["pid"] == spare_pid and s["resume_from"] is not None
+    j = wait_for(lambda: (x := sup.job(name))["state"] == "running" and (x["iteration"] or 0)
+                 > s["resume_from"]["iteration"] and x, 60, what="training in the spare's container")
+    assert j["container_id"].startswith(live[spares[0]]) or live[spares[0]].startswith(j["container_id"][:12])
+    logs = sup.cli("logs", name, "-n", "100000").stdout
+    # `isaacd logs` follows the attempt into the spare's container: its output starts at the resume point (the
+    # crashed first container's, `isaaclab-job-<name>`, starts at iteration 0)
+    r = s["resume_from"]["iteration"]
+    assert f"Learning iteration {r}/" in logs and "Learning iteration 0/" not in logs, logs[-2000:]
+
+    # a new spare parks; the supervisor dies (SIGKILL): the parked spare's container exits by itself (EOF on its
+    # FIFO), the attempt's runs on
+    j = wait_for(lambda: _spare_ready(sup, name, spare_pid), 180, what="a second ready spare")
+    parked = next(n for n in _containers(name, running_only=True) if n != spares[0])
+    attempt_cid = j["container_id"]
+    sup.stop(signal.SIGKILL)
+    wait_for(lambda: parked not in _containers(name, running_only=True), 30, what="the parked spare gone")
+    assert spares[0] in _containers(name, running_only=True)
+    sup = supervisor_factory(cfg)
+    wait_for(lambda: any(e["event"] == "adopted" for e in sup.events(name)), 60, what="adoption")
+    assert sup.job(name)["container_id"] == attempt_cid and sup.job(name)["restarts"] == 1
+
+    # stop: the attempt (the former spare) saves and exits 0; at rest no container of the job runs
+    sup.cli("stop", name)
+    wait_for(lambda: sup.job(name)["state"] == "stopped", 60, what="stopped")
+    assert [e for e in sup.events(name) if e["event"] == "exited"][-1]["code"] == 0
+    wait_for(lambda: not _containers(name, running_only=True), 30, what="no container of the job running")
+    # the next launch removes the ended spare containers (the killed parked one, the former attempt's)
+    sup.cli("start", name)
+    wait_for(lambda: sup.job(name)["state"] == "running", 60, what="running again")
+    ended = [n for n, _ in _containers(name).items() if n in (parked, spares[0])]
+    assert ended == [], ended

@@ -11,7 +11,7 @@ from pathlib import Path
 from .. import launch
 from ..jobs.messages import LaunchRefused
 from ..runtimes.base import ExitStatus, Handle, Runtime
-from ..runtimes.container_spec import hand_to_container_user
+from ..runtimes.container_spec import container_args, hand_to_container_user
 from ..spare import SpareKeeper, go_message
 from .crashpoint import crash_point
 from .observer import AttemptObserver
@@ -68,9 +68,11 @@ class AttemptStarter:
 
     def _hand_to_spare(self, plan: LaunchPlan) -> Handle | None:
         """Give the attempt's command line to the ready spare; its handle, or None to start cold."""
-        resume = plan.attempt.resume_from or {}
-        taken = self.spares.take(go_message(plan.program.go_argv(plan.args), plan.spec.cwd,
-                                            plan.program.plain_spare, plan.spec.env),
+        resume, cfg = plan.attempt.resume_from or {}, self.setting.cfg
+        # a container spare is handed the command line and cwd the attempt's container would have run
+        args = container_args(cfg, plan.args) if cfg.in_container else plan.args
+        cwd = Path(launch.container_workdir(cfg)) if cfg.in_container else plan.spec.cwd
+        taken = self.spares.take(go_message(plan.program.go_argv(args), cwd, plan.program.plain_spare, plan.spec.env),
                                  attempt_args=plan.args, checkpoint=resume.get("path"))  # a booted spare needs both
         if taken is None:
             return None

@@ -61,6 +61,13 @@ class LaunchSpec:
     token: str = ""
     # the job's compile caches (compile_caches.for_job), prepared: container runtimes mount them
     caches: tuple[CacheDir, ...] = ()
+    # a warm spare (spare.py), not an attempt: a container runtime names its container as a spare of the job
+    # (spare_container_name), runs `container_argv` in it instead of the trainer's command, publishes no ports
+    # (the attempt holds them) and mounts `same_path_mounts` at the same path inside (the spare's FIFO, events file
+    # and staging; the attempts' events dir, which the go hands it)
+    spare: bool = False
+    container_argv: tuple[str, ...] = ()
+    same_path_mounts: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)

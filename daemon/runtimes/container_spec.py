@@ -34,6 +34,9 @@ from ..store import StateStore
 from ..workflows import resolve
 from ..workflows.base import AGENT_DEVICE_KEYS
 from ..workflows.launcher import shim_mounts
+from isaacd_trainer.shim_protocol import (LAUNCH_TOKEN_ENV, SNAPSHOT_BUDGET_ENV, SNAPSHOT_EVERY_ENV,
+                                          SNAPSHOT_MIN_SECONDS_ENV, SPARE_ENV_PREFIX)
+
 from .base import LaunchSpec, RuntimeFailure
 from .host import SYSTEMD_SERVICE_ENV, containers_conf_ulimits, memlock_ulimit
 from .unit_syntax import sd_escape, sd_join, sd_quote
@@ -56,11 +59,29 @@ CONTAINER_BASE_ENV = {
 TOKEN_LABEL = "isaacd.token"
 LEGACY_TOKEN_LABEL = "isaacd.launch"
 
+# what a spare's container takes from its LaunchSpec.env besides ISAACD_SPARE_* (an attempt's container takes the
+# job's environment only): its token, and the W&B placeholder a booted boot needs (spare.py)
+SPARE_CARRIED_ENV = (LAUNCH_TOKEN_ENV, "WANDB_RUN_ID")
+SNAPSHOT_SETTINGS_ENV = (SNAPSHOT_EVERY_ENV, SNAPSHOT_MIN_SECONDS_ENV, SNAPSHOT_BUDGET_ENV)
+
 LOOPBACK_NAMES = {"127.0.0.1", "::1", "localhost"}
 
 
 def container_name(job: str) -> str:
     return f"{CONTAINER_PREFIX}{job}"
+
+
+SPARE_INFIX = "-spare-"
+
+
+def spare_container_name(job: str, token: str) -> str:
+    """A warm spare's container (spare.py): its own name, so it never takes the attempt's. At the go it becomes the
+    attempt under this name (the token on its label is the attempt's); `isaacd logs` follows the attempt's handle."""
+    return f"{container_name(job)}{SPARE_INFIX}{token[:12]}"
+
+
+def is_spare_container(job: str, name: str) -> bool:
+    return name.lstrip("/").startswith(container_name(job) + SPARE_INFIX)
 
 
 # ---- pieces of the spec ---------------------------------------------------------------------
@@ -150,14 +171,15 @@ def prepare_log_root(job: JobConfig) -> None:
 
 
 def hand_to_container_user(job: JobConfig, dirs: list[Path]) -> None:
-    """chown existing `dirs` to a numeric container.user, so a non-root trainer can write there."""
+    """chown existing `dirs` (or files: a spare's FIFO) to a numeric container.user, so a non-root trainer can write
+    there."""
     m = re.fullmatch(r"(\d+)(?::(\d+))?", (job.container.user or "").strip())
     if not m:
         return
     uid = int(m.group(1))
     gid = int(m.group(2)) if m.group(2) else uid
     for d in dirs:
-        if d.is_dir():
+        if d.exists():
             try:
                 os.chown(d, uid, gid)
             except OSError:
@@ -170,6 +192,12 @@ def container_command(job: JobConfig, trainer_args: list[str]) -> list[str]:
     Inside the container CDI numbers the job's GPUs from 0, so `--device` is rewritten to match, and so are
     isaacd's own `agent.device=`-style overrides (the policy's device; a user's own values are left alone).
     """
+    return resolve(job).program(in_container=True).argv(container_args(job, trainer_args))
+
+
+def container_args(job: JobConfig, trainer_args: list[str]) -> list[str]:
+    """The trainer's flags as the container sees them: `--device` and isaacd's `agent.device=`-style overrides
+    renumbered to the container's GPUs (a spare's boot and go command lines are rewritten the same way)."""
     inner = container_device_arg(job)
     ours = {f"{key}={job.device}" for key in AGENT_DEVICE_KEYS}
     args = list(trainer_args)
@@ -178,8 +206,7 @@ def container_command(job: JobConfig, trainer_args: list[str]) -> list[str]:
             args[i + 1] = inner
         elif a in ours:
             args[i] = f"{a.split('=', 1)[0]}={inner}"
-    prog = resolve(job).program(in_container=True)
-    return prog.argv(args)
+    return args
 
 
 def container_env(job: JobConfig) -> dict[str, str]:
@@ -217,7 +244,7 @@ class ContainerSpec:
     @classmethod
     def from_launch(cls, spec: LaunchSpec, token: str, attempt: int) -> "ContainerSpec":
         job = spec.job
-        cmd = container_command(job, spec.trainer_args)
+        cmd = list(spec.container_argv) if spec.spare else container_command(job, spec.trainer_args)
         log_root = str(job.log_root)
         volumes = [parse_volume(v, job.name) for v in job.container.volumes]
         # the log root at the same absolute path: checkpoint discovery, run-dir detection and
@@ -239,6 +266,11 @@ class ContainerSpec:
                 # the side channel at the same path in and out of the container
                 volumes.append((str(Path(shim_events).parent), str(Path(shim_events).parent), ""))
                 env[launch.SHIM_EVENTS_ENV] = shim_events
+                # the shim's snapshot settings (JobConfig.snapshot_*), as the process runtime passes them
+                env.update({k: spec.env[k] for k in SNAPSHOT_SETTINGS_ENV if k in spec.env})
+        if spec.spare:  # its FIFO, events and staging; the attempts' events dir; its own settings (ISAACD_SPARE_*)
+            volumes.extend((str(d), str(d), "") for d in spec.same_path_mounts)
+            env.update({k: v for k, v in spec.env.items() if k.startswith(SPARE_ENV_PREFIX) or k in SPARE_CARRIED_ENV})
         seen: set[str] = set()
         vols = []
         for v in volumes:
@@ -249,14 +281,14 @@ class ContainerSpec:
         if image.startswith("/"):
             image, rootfs = None, job.container.image
         return cls(
-            job=job.name, name=container_name(job.name), image=image, rootfs=rootfs,
-            entrypoint=cmd[0], args=cmd[1:], env=env, volumes=vols,
-            ports=[parse_port(p, job.name) for p in job.container.ports], devices=cdi_devices(job),
+            job=job.name, name=spare_container_name(job.name, token) if spec.spare else container_name(job.name),
+            image=image, rootfs=rootfs, entrypoint=cmd[0], args=cmd[1:], env=env, volumes=vols,
+            ports=[] if spec.spare else [parse_port(p, job.name) for p in job.container.ports], devices=cdi_devices(job),
             shm_size=job.container.shm_size, ulimits=container_ulimits(),
             labels={"isaacd.job": job.name, "isaacd.attempt": str(attempt), TOKEN_LABEL: token},
             workdir=workdir, user=job.container.user, stop_timeout=max(1, int(round(job.stop_timeout))),
             attempt=attempt, token=token,
-            description=f"isaacd job {job.name} (attempt {attempt})",
+            description=f"isaacd job {job.name} ({'warm spare' if spec.spare else f'attempt {attempt}'})",
         )
 
     def volume_arg(self, v: tuple[str, str, str]) -> str:

@@ -18,6 +18,10 @@ shm size, memlock, the log root at the same path, loopback-only ports, `isaacd.*
   inspect. A running container of the job that nobody adopted is stopped before the new one is
   created (SIGINT, SIGKILL after STALE_STOP_MAX), one look per poll.
 - Launch token: label `isaacd.token=<LaunchSpec.token>`; `find` lists containers by it.
+- Warm spares (spare.py, issue 21): a `LaunchSpec.spare` is a second container of the job's spec under a name of
+  its own (`isaaclab-job-<job>-spare-<token>`), no published ports; at the go it becomes the attempt as it is (the
+  attempt's token is the spare's, saved before the go), so `poll`, `signal`, `adopt` and `find` treat it like any
+  launch. Ended spare containers are removed at the job's next launch.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from ..config import Config, JobConfig
 from ..logs import log
 from .base import ExitStatus, Handle, LaunchSpec, RuntimeFailure
 from .container_runtime import STALE_KILL_WAIT, STALE_STOP_MAX, ContainerRuntime
-from .container_spec import LEGACY_TOKEN_LABEL, TOKEN_LABEL, container_name, prepare_log_root
+from .container_spec import LEGACY_TOKEN_LABEL, TOKEN_LABEL, container_name, is_spare_container, prepare_log_root
 from .host import clean_env, podman_binary
 from .proctree import process_tree
 from .worker import Slot, Worker
@@ -175,6 +179,7 @@ class PodmanRuntime(ContainerRuntime):
                 self._stop_stale(job, name, old, slot)
                 return
             old.remove(force=True, v=True)
+        self._remove_ended_spares(client, job)
         resp = client.api.post("/containers/create", data=json.dumps(body),
                                headers={"content-type": "application/json"})
         if resp.status_code >= 400:
@@ -196,6 +201,22 @@ class PodmanRuntime(ContainerRuntime):
         cancel = self._launch_done(slot, None)
         if cancel is not None:  # a stop arrived while the container was being created
             self._api_kill(job, cid, cancel)
+
+    @staticmethod
+    def _remove_ended_spares(client: Any, job: str) -> None:
+        """Worker: the job's ended spare containers (killed unused, or taken over as an attempt that has ended): a
+        launch removes them as it replaces the attempt's own exited container. Running ones are left alone: the
+        parked spare, or the attempt one became (a leftover of a previous supervisor is killed by its token)."""
+        try:
+            for c in client.containers.list(all=True, filters={"label": f"isaacd.job={job}"}):
+                attrs = c.attrs or {}
+                state = attrs.get("State")
+                state = state.get("Status") if isinstance(state, dict) else state
+                names = attrs.get("Names") or [attrs.get("Name") or ""]
+                if is_spare_container(job, str(names[0])) and state not in RUNNING_STATES:
+                    c.remove(force=True, v=True)
+        except Exception as exc:  # noqa: BLE001 - housekeeping, never a reason to fail a launch
+            log.info("podman_spare_cleanup_failed", job=job, error=str(exc))
 
     def _stop_stale(self, job: str, name: str, old: Any, slot: Slot) -> None:
         """SIGINT to a running container of the job that nobody adopted, SIGKILL after STALE_STOP_MAX."""
