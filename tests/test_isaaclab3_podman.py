@@ -144,3 +144,65 @@ def test_real_isaac_lab_in_podman_kill_stop_start_completed_exactly(tmp_path, po
     for bad in ("Error parsing override", "unrecognized arguments", "error: argument", "Could not override",
                 "Torch not compiled with CUDA", "Traceback"):
         assert bad not in out, bad
+
+
+def test_a_booted_spare_container_takes_over_exactly_as_a_cold_resume(tmp_path, podman_api, supervisor_factory):
+    """Issue 21 item 3 on the real Isaac Lab 3.0: a booted spare in a second container of the job's spec. It boots
+    the train script into its staging (mounted at the same path), parks at learn(), and at a kill -9 becomes the
+    attempt in its own container: the checkpoint isaacd chose, the run dir a cold start would make, its TensorBoard
+    steps; `isaacd logs` shows its output."""
+    total = 400
+    name = f"ibs{uuid.uuid4().hex[:6]}"
+    podman_api.append(name)
+    warp = Path.home() / ".cache" / "warp"
+    warp.mkdir(parents=True, exist_ok=True)
+    job = builtin_job(name, workflow="rsl_rl", launcher=[str(PY)], task="Isaac-Cartpole-Direct", num_envs=16,
+                      device="cpu", max_iterations=total, save_interval=5, stop_timeout=60.0, runtime="podman",
+                      isaaclab_version="3.0", log_root=str(tmp_path / "logs"), spare="booted",
+                      environment={"ISAACSIM_ASSET_ROOT": str(ASSET_ROOT), "WARP_CACHE_PATH": str(warp)},
+                      container={"image": "/:O", "shm_size": "1g", "volumes": [f"{warp}:{warp}"]})
+    sp = supervisor_factory(write_config(tmp_path, job + "\n[jobs.watchdogs.divergence]\nenabled = false\n"))
+
+    def ready():  # noqa: ANN202
+        x = sp.job(name)
+        s = x["spare"]
+        return x["state"] == "running" and (x["iteration"] or 0) >= 3 and s.get("state") == "ready" \
+            and s.get("mode") == "booted" and x
+
+    j = wait_for(ready, 3 * BOOT, interval=0.2, what="a booted spare container ready")
+    exp = Path(j["run_dir"]).parent
+    assert [d.name for d in exp.iterdir()] == [Path(j["run_dir"]).name]  # the boot's run is staged, not here
+    spare_container = next(n for n in subprocess.run(
+        ["podman", "ps", "--format", "{{.Names}}", "--filter", f"label=isaacd.job={name}"], capture_output=True,
+        text=True).stdout.split() if n.startswith(f"isaaclab-job-{name}-spare-"))
+    os.kill(j["pid"], signal.SIGSTOP)
+    point = newest_complete(run_dirs(sp, name)[0]).iteration
+    os.kill(j["pid"], signal.SIGKILL)
+    t_kill = time.time()
+    wait_for(lambda: len(started(sp, name)) == 2, 60, what="the takeover")
+    s = started(sp, name)[-1]
+    assert s["warm_spare"] is True and s["pid"] == j["spare"]["pid"] and s["resume_from"]["iteration"] == point
+    wait_for(lambda: len(run_dirs(sp, name)) == 2 and (x := sp.job(name))["state"] == "running"
+             and (x["iteration"] or 0) >= point + 2, BOOT, what="training again in the spare's container")
+    print(f"real Isaac Lab 3.0 in Podman, CPU, booted spare container: kill -9 -> training again "
+          f"{time.time() - t_kill:.1f} s")
+    assert sp.job(name)["container_id"] == subprocess.run(
+        ["podman", "inspect", "-f", "{{.Id}}", spare_container], capture_output=True, text=True).stdout.strip()
+
+    sp.cli("stop", name)
+    wait_for(lambda: sp.job(name)["state"] == "stopped", 120, what="stopped")
+    saved = events(sp, name, "trainer_saved_on_stop")[-1]
+    assert events(sp, name, "exited")[-1]["code"] == 0
+    dirs = run_dirs(sp, name)
+    assert len(dirs) == 2 and sorted(d.name for d in exp.iterdir()) == sorted(d.name for d in dirs)
+    logged = [steps(d) for d in dirs]
+    assert set().union(*map(set, logged)) == set(range(saved["iteration"] + 1)) and logged[1][0] == point
+    agent = (dirs[1] / "params" / "agent.yaml").read_text()
+    assert f"max_iterations: {total - point}\n" in agent and f"load_checkpoint: {s['resume_from']['path']}\n" in agent
+    staging = tmp_path / "state" / "spare" / name
+    wait_for(lambda: not [d for d in staging.iterdir() if d.is_dir()], 30, what="no staging left")
+    res = sp.cli("logs", name, "-n", "100000")
+    out = res.stdout + res.stderr  # podman logs keeps the container's two streams apart
+    assert "booted spare: took over as the attempt" in out and f"Learning iteration {point}/" in out, out[-3000:]
+    assert "Learning iteration 0/" not in out  # the first container's output: not the attempt's
+    assert "Traceback" not in out
