@@ -17,6 +17,11 @@
 #   4. run carry=[".dw4"]    command: bash bench/isaaclab3_h200.sh process   (installs into /tmp/site; process bench)
 #   5. run carry=[".il3deb"] command: bash bench/isaaclab3_h200.sh podman    (Podman + CDI; podman bench)
 #
+# Issue 21's figures, after the three stash calls: `booted` (process runtime, kill -9 with a booted spare), `cpu`
+# (the same on the host's CPUs, 16 envs), `throughput` (off / booted alternating, three repeats: the ratio), and
+# with .il3deb carried `containers` (Podman + CDI, the job's own compile cache: no spare, then a booted spare
+# container). The first of them carries .dw4 and installs.
+#
 # If a call after the first reports warm: false, the machine is new and /tmp is empty: start again from call 1.
 # Each call writes $OUT/log (everything, timestamped); calls 4 and 5 also $OUT/isaaclab3-h200-<runtime>.json
 # (the bench's results, rewritten after every phase), .txt (its table) and -state.tar.gz (the supervisor's journal,
@@ -94,8 +99,8 @@ bench() {  # $1 runtime, then extra args; TAG names the result files (default: t
   local tag=${TAG:-$rt}
   local budget; budget=$(( $(left) - 25 ))
   if [ "$budget" -lt 120 ]; then echo "SKIP $rt: only $budget s left in this call"; return 1; fi
-  log "bench/isaaclab3_recovery.py --runtime $rt --device cuda:0 --num-envs $NUM_ENVS --max-iterations $MAX_IT --kills $KILLS (deadline $budget s)"
-  $PY "$REPO/bench/isaaclab3_recovery.py" --python "$PY" --device cuda:0 --runtime "$rt" --num-envs "$NUM_ENVS" \
+  log "bench/isaaclab3_recovery.py --runtime $rt --device ${DEVICE:-cuda:0} --num-envs $NUM_ENVS --max-iterations $MAX_IT --kills $KILLS $* (deadline $budget s)"
+  $PY "$REPO/bench/isaaclab3_recovery.py" --python "$PY" --device "${DEVICE:-cuda:0}" --runtime "$rt" --num-envs "$NUM_ENVS" \
     --max-iterations "$MAX_IT" --save-interval "$SAVE" --kills "$KILLS" --asset-root "$REPO/tests/isaaclab3/asset_root" \
     --workdir "$W" --deadline "$budget" --out "$OUT/isaaclab3-h200-$tag.json" "$@" 2>&1 | tee "$OUT/isaaclab3-h200-$tag.txt"
   local rc=${PIPESTATUS[0]}
@@ -155,11 +160,20 @@ if ok["off"] and ok["booted"]:
           f"(medians {statistics.median(ok['booted'])} / {statistics.median(ok['off'])})")
 PYEOF
     ;;
+  containers)  # issue 21: Podman + CDI with the job's own compile cache (compile_cache = "job", --warp-cache ""):
+    # cold container restarts (spare off), then a booted spare container (item 3)
+    stash; install || exit 1
+    podman_up || exit 1
+    TAG=podman-nospare bench podman --gpus 0 --spare off --warp-cache ""
+    TAG=podman-booted bench podman --gpus 0 --spare booted --warp-cache "" ;;
+  cpu)  # issue 21: the CPU goal (16 envs, booted spare) on this host's 16 cores, no GPU used
+    stash; install || exit 1
+    DEVICE=cpu NUM_ENVS=16 KILLS=${KILLS_CPU:-3} TAG=cpu-booted bench process --spare booted --max-iterations 300 ;;
   all)
     stash; install || exit 1
     bench process
     podman_up && bench podman --gpus 0 ;;
-  *) echo "usage: $0 stash|process|podman|booted|throughput|all"; exit 2 ;;
+  *) echo "usage: $0 stash|process|podman|booted|throughput|containers|cpu|all"; exit 2 ;;
 esac
 rc=$?
 log "done ($MODE) rc $rc; $OUT: $(ls "$OUT" | tr '\n' ' ')"

@@ -178,7 +178,7 @@ class Bench:
         env = {"ISAACSIM_ASSET_ROOT": str(Path(a.asset_root).resolve())}
         if os.environ.get("PYTHONPATH"):  # e.g. /tmp/site on the H200: isaaclab and isaacd live there
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
-        if a.runtime == "podman" and a.warp_cache:
+        if a.warp_cache:  # one Warp kernel cache for every run (--warp-cache "": the job's own, compile_caches.py)
             env["WARP_CACHE_PATH"] = str(Path(a.warp_cache).expanduser().resolve())
         job: dict[str, Any] = {
             "workflow": "rsl_rl", "launcher": [a.python], "task": TASK, "num_envs": a.num_envs,
@@ -248,7 +248,11 @@ class Bench:
                  f"({fi['time'] - self.t_run:.1f} s after `isaacd run`)")
 
     def expect_spare(self) -> bool:
-        return self.a.runtime == "process" and not self.a.no_spare and self.a.spare != "off"
+        # process runtime: a spare unless switched off (auto); podman: when asked for (the podman runs without
+        # --spare measure cold container restarts, `--spare off` in bench/isaaclab3_h200.sh)
+        if self.a.runtime == "podman":
+            return self.a.spare in ("auto", "booted", "imports")
+        return not self.a.no_spare and self.a.spare != "off"
 
     def phase_throughput(self) -> None:
         """Training speed with the spare as configured, parked beside the trainer (a booted spare holds a second
