@@ -7,6 +7,8 @@ started from an image has none of them unless they live on a volume, so every co
 Where (one host directory per job by default, `compile_cache = "image"` shares one per image):
     <state_dir>/caches/<job>/warp                  -> WARP_CACHE_PATH (process runtime: the host path itself)
     <state_dir>/caches/<job>/kit/{kit,ov,glcache,computecache}  (containers of Isaac Sim-based images only)
+    <state_dir>/caches/<job>/cuda                  -> CUDA_CACHE_PATH (containers of kit-less images: the driver's
+                                                      JIT cache, which Kit's set carries as ComputeCache)
 
 What reads them, as read upstream:
 - Warp 1.17 `warp/_src/build.py` `init_kernel_cache`: `warp.config.kernel_cache_dir`, else the environment's
@@ -45,6 +47,9 @@ if TYPE_CHECKING:
     from .config import JobConfig
 
 WARP_ENV = "WARP_CACHE_PATH"
+# the CUDA driver's JIT cache (PTX compiled for this GPU; ~/.nv/ComputeCache by default, gone with a container)
+CUDA_ENV = "CUDA_CACHE_PATH"
+CACHE_ENV = {"warp": WARP_ENV, "cuda": CUDA_ENV}  # cache name -> the variable that points the trainer at it
 CONTAINER_CACHE_ROOT = "/var/cache/isaacd"  # inside containers: where the Warp cache is mounted
 CONTAINER_HOME = "/root"  # Isaac Lab's Isaac Sim-based images (docker/.env.base DOCKER_USER_HOME)
 ISAACSIM_ROOT = "/isaac-sim"  # docker/.env.base DOCKER_ISAACSIM_ROOT_PATH
@@ -84,17 +89,20 @@ def cache_dirs(root: Path | None, *, in_container: bool, kit: bool) -> list[Cach
     dirs = [CacheDir("warp", root / "warp", f"{CONTAINER_CACHE_ROOT}/warp" if in_container else None)]
     if in_container and kit:
         dirs += [CacheDir(name, root / "kit" / name, target) for name, target in KIT_TARGETS.items()]
+    elif in_container:  # Kit's set has ComputeCache at its own place; a kit-less image gets it by CUDA_CACHE_PATH
+        dirs.append(CacheDir("cuda", root / "cuda", f"{CONTAINER_CACHE_ROOT}/cuda"))
     return dirs
 
 
 def trainer_env(dirs: list[CacheDir], job_environment: dict[str, str]) -> dict[str, str]:
-    """WARP_CACHE_PATH for the trainer (and its spare), unless the job's environment sets it itself."""
-    if WARP_ENV in job_environment:
-        return {}
+    """WARP_CACHE_PATH (and, in a kit-less container, CUDA_CACHE_PATH) for the trainer and its spare, unless the
+    job's environment sets them itself."""
+    env = {}
     for d in dirs:
-        if d.name == "warp":
-            return {WARP_ENV: d.container or str(d.host)}
-    return {}
+        var = CACHE_ENV.get(d.name)
+        if var is not None and var not in job_environment:
+            env[var] = d.container or str(d.host)
+    return env
 
 
 def container_volumes(dirs: list[CacheDir]) -> list[tuple[str, str, str]]:

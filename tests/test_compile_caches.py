@@ -31,7 +31,17 @@ def test_a_container_of_an_isaac_sim_image_gets_warp_and_the_four_kit_caches_whe
     assert vols["/root/.nv/ComputeCache"] == str(tmp_path / "j" / "kit" / "computecache")
     assert cc.trainer_env(dirs, {}) == {"WARP_CACHE_PATH": "/var/cache/isaacd/warp"}
     kitless = cc.cache_dirs(tmp_path / "j", in_container=True, kit=False)
-    assert [t for _, t, _ in cc.container_volumes(kitless)] == ["/var/cache/isaacd/warp"]
+    assert [t for _, t, _ in cc.container_volumes(kitless)] == ["/var/cache/isaacd/warp", "/var/cache/isaacd/cuda"]
+
+
+def test_a_container_of_a_kitless_image_keeps_the_cuda_jit_cache_and_the_jobs_own_setting_wins(tmp_path):
+    """The CUDA driver's JIT cache (~/.nv/ComputeCache by default) is gone with each container: a kit-less image's
+    trainer is pointed at the job's directory by CUDA_CACHE_PATH (Kit images get it as ComputeCache above)."""
+    kitless = cc.cache_dirs(tmp_path / "j", in_container=True, kit=False)
+    assert cc.trainer_env(kitless, {}) == {"WARP_CACHE_PATH": "/var/cache/isaacd/warp",
+                                           "CUDA_CACHE_PATH": "/var/cache/isaacd/cuda"}
+    assert cc.trainer_env(kitless, {"CUDA_CACHE_PATH": "/scratch/cuda"}) == {"WARP_CACHE_PATH": "/var/cache/isaacd/warp"}
+    assert "cuda" not in [d.name for d in cc.cache_dirs(tmp_path / "j", in_container=False, kit=False)]
 
 
 def test_the_jobs_own_warp_cache_path_wins(tmp_path):

@@ -75,10 +75,10 @@ def test_a_train_script_job_in_an_isaac_lab_image_gets_warp_and_kit(tmp_path):
     ('runtime = "systemd"\nworkflow = "rsl_rl"\nisaaclab_version = "3.0"', 'image = "registry.local/isaaclab:kitless"'),
     ('runtime = "podman"\ncommand = ["python", "train.py"]', f'image = "{IMAGE_23}"'),  # isaacd cannot tell
 ])
-def test_kit_less_images_and_command_containers_get_only_warp(tmp_path, body, container):
+def test_kit_less_images_and_command_containers_get_warp_and_the_cuda_jit_cache_no_kit(tmp_path, body, container):
     job = job_of(tmp_path, body, container)
     assert not cc.kit_image(job)
-    assert names(cc.for_job(job, tmp_path / "state")) == ["warp"]
+    assert names(cc.for_job(job, tmp_path / "state")) == ["warp", "cuda"]
 
 
 def test_a_process_runtime_job_never_gets_kit_mounts_and_off_gets_nothing(tmp_path):
