@@ -166,6 +166,12 @@ PYEOF
     podman_up || exit 1
     TAG=podman-nospare bench podman --gpus 0 --spare off --warp-cache ""
     TAG=podman-booted bench podman --gpus 0 --spare booted --warp-cache "" ;;
+  containers-booted)  # issue 21 item 3 again after the podman exit-report fix: the job's compile cache (the default),
+    # then Warp's cache at the host's own ~/.cache/warp, mounted at the same path (as session 5 did by hand)
+    stash; install || exit 1
+    podman_up || exit 1
+    KILLS=3 TAG=podman-booted bench podman --gpus 0 --spare booted --warp-cache ""
+    TAG=podman-booted-hostwarp bench podman --gpus 0 --spare booted ;;
   cpu)  # issue 21: the CPU goal (16 envs, booted spare) on this host's 16 cores, no GPU used
     stash; install || exit 1
     DEVICE=cpu NUM_ENVS=16 KILLS=${KILLS_CPU:-3} TAG=cpu-booted bench process --spare booted --max-iterations 300 ;;
