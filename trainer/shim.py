@@ -33,7 +33,10 @@ the shim loads it from there by path, so no isaacd needs to be installed in the 
   (unless rsl_rl just saved exactly that), ``stopped`` is reported and ``learn()`` returns normally, so the
   script's own cleanup runs and the process exits 0. A second signal exits at once with status 128+signum,
   except the same signal again within 1 s: a wrapper such as ``uv run`` forwards the signal its process group
-  already delivered, and that is still the first request. With torch.distributed initialised
+  already delivered, and that is still the first request. When this process is not its process group's leader (a
+  wrapper started it), ``learn()`` returns only once that forwarded copy has come or the 1 s has passed: the
+  script's cleanup may set SIGINT to SIG_DFL (Isaac Lab 3.0's ``close_env``), where a copy still on its way would
+  kill the process. With torch.distributed initialised
   the ranks agree on the stop (all_reduce MAX of the flag at every boundary). The handler is installed again
   when ``learn()`` starts, since Isaac Sim may replace handlers while it boots.
 * The TensorBoard writer is flushed at every iteration boundary (rsl_rl's writer flushes only every 10 s).
@@ -222,10 +225,12 @@ emit = _Events.emit
 class _Stop:
     signum: int | None = None
     at: float = 0.0  # time.monotonic() of the first signal
+    duplicates = 0  # the same signal again inside the window (a wrapper's forwarded copy), absorbed
 
 
 # A wrapper between isaacd and Python (`uv run ... python`) forwards the signal the process group already got, so
-# the same signal arrives twice within milliseconds (uv 0.13 forwards SIGINT and SIGTERM: measured). That is one
+# the same signal arrives twice: uv (crates/uv/src/child.rs, run_to_completion) forwards SIGTERM at once and, when
+# its stdin is no terminal (isaacd's trainers), SIGINT 200 ms after it got it (uv 0.13: measured). That is one
 # request, not an operator insisting.
 _DUPLICATE_WINDOW_S = 1.0
 
@@ -254,6 +259,7 @@ def _exit_before_first_iteration(name: str) -> None:
 def _on_signal(signum: int, frame) -> None:
     if _Stop.signum is not None:
         if signum == _Stop.signum and time.monotonic() - _Stop.at < _DUPLICATE_WINDOW_S:
+            _Stop.duplicates += 1
             return
         os._exit(128 + signum)
     _Stop.signum, _Stop.at = signum, time.monotonic()
@@ -266,6 +272,29 @@ def _on_signal(signum: int, frame) -> None:
                     f"(again to exit at once)\n".encode())
     except OSError:
         pass
+
+
+def _forwarded_copy_wait_s(now: float, first_at: float, duplicates: int, group_leader: bool) -> float:
+    """How much longer a finished stop waits, before the script's own cleanup, for a wrapper's forwarded copy of the
+    signal. 0 when no copy can come (this process leads its process group: nothing between the sender and it), when
+    the copy came, or once the window is over (a signal after it is a second request anyway)."""
+    if group_leader or duplicates:
+        return 0.0
+    return max(0.0, first_at + _DUPLICATE_WINDOW_S - now)
+
+
+def _await_forwarded_copy() -> None:
+    """Called when the stop is done and ``learn()`` is about to return. Upstream's cleanup after ``learn()`` can set
+    SIGINT to SIG_DFL (Isaac Lab 3.0's ``close_env``: "another SIGINT forces exit"), so a forwarded copy landing
+    there would kill the process (exit 130 under uv) after a clean stop; the copy must land on our handler."""
+    if _Stop.signum is None:  # a rank told to stop by the others: no signal of its own
+        return
+    leader = os.getpgrp() == os.getpid()
+    while True:
+        left = _forwarded_copy_wait_s(time.monotonic(), _Stop.at, _Stop.duplicates, leader)
+        if left <= 0:
+            return
+        time.sleep(min(left, 0.02))  # short naps: the handler runs between them (PEP 475 resumes a whole sleep)
 
 
 def install_signal_handlers() -> None:
@@ -608,6 +637,7 @@ def _wrap_learn(orig):
              rsl_rl_version=_rsl_rl_version())
         if stop_enabled and _agree_to_stop():
             emit(ShimEvent.STOPPED, iteration=None, checkpoint=None)
+            _await_forwarded_copy()
             return None
 
         alg = self.alg
@@ -646,6 +676,7 @@ def _wrap_learn(orig):
                 saved = []
                 self.__dict__["_isaacd_in_learn"] = False
                 _stop_now(self, st)
+                _await_forwarded_copy()
                 return None
         finally:
             _restore(saved)
