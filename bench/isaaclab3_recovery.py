@@ -257,11 +257,14 @@ class Bench:
     def phase_throughput(self) -> None:
         """Training speed with the spare as configured, parked beside the trainer (a booted spare holds a second
         environment): the median of rsl_rl's Perf/total_fps over --throughput-iterations iterations, counted
-        from the first iteration after the spare is ready (with spare = "off": after --kill-after iterations)."""
+        from --throughput-from, or the first iteration after the spare is ready if that is later (the figure must
+        compare the same iterations: a cart-pole that has learned runs longer episodes, fewer resets per step)."""
         cur = self.started()[-1]
         j = self.train_until(cur["attempt"], self.a.kill_after, self.expect_spare(), "throughput: the spare parked")
         spare = j.get("spare") or {}
-        first = j["iteration"] + 1
+        first = max(j["iteration"] + 1, self.a.throughput_from)
+        if first > j["iteration"] + 1:
+            self.log(f"throughput: from iteration {first} (--throughput-from)")
         last = first + self.a.throughput_iterations - 1
         self.wait(lambda: (self.job()["iteration"] or 0) >= last + 1, self.a.boot_timeout,
                   f"throughput: iteration {last + 1}", interval=0.2)
@@ -647,6 +650,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="process runtime: the job's spare setting (default: isaacd's, auto)")
     ap.add_argument("--throughput-iterations", type=int, default=0,
                     help="instead of kills, stop and start: measure Perf/total_fps over this many iterations")
+    ap.add_argument("--throughput-from", type=int, default=90,
+                    help="the first iteration measured (later if the spare is ready later), the same for every run")
     ap.add_argument("--boot-timeout", type=float, default=400.0, help="seconds a launch may take to its first iteration")
     ap.add_argument("--iteration-timeout", type=float, default=5.0, help="seconds one iteration may take")
     ap.add_argument("--spare-wait", type=float, default=120.0)
