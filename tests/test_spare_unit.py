@@ -144,3 +144,30 @@ def test_status_shows_the_spares_memory_from_proc(world):
     _ready_spare(world)
     st = world["keeper"].status()
     assert st["state"] == "ready" and st["rss_bytes"] == 2048 * 1024 and st["preload_seconds"] == 4.2
+
+
+def _held_ends(kernel: FakeOs, control: Path) -> list[int]:
+    """Our open ends of a spare's FIFO (fds the keeper holds, not yet closed)."""
+    return [fd for fd, (path, _flags) in kernel.open_fds.items() if path == str(control)]
+
+
+def test_the_keeper_holds_its_end_of_the_fifo_until_the_go_so_a_spare_dies_with_its_supervisor(world):
+    """A container spare cannot see its parent die: it exits on EOF of its FIFO, which comes when the last writer
+    goes. The keeper holds one end open (read-write, never blocking, close-on-exec) for the spare's whole life; its
+    death closes it. After the go the line is in the pipe and the end is let go; a spare killed unused lets go too."""
+    import os
+
+    kernel: FakeOs = world["kernel"]
+    keeper: SpareKeeper = world["keeper"]
+    _ready_spare(world)
+    control = keeper.spare.control
+    (fd,) = _held_ends(kernel, control)
+    assert kernel.open_fds[fd][1] & os.O_RDWR and kernel.open_fds[fd][1] & os.O_CLOEXEC
+    assert keeper.take(GO) is not None
+    assert _held_ends(kernel, control) == [] and not control.exists()
+
+    keeper.tick(JobState.RUNNING, PROGRAM, 20.0)  # a new spare behind the new trainer
+    control = keeper.spare.control
+    assert len(_held_ends(kernel, control)) == 1
+    keeper.kill("test")
+    assert _held_ends(kernel, control) == [] and not control.exists()
