@@ -72,6 +72,9 @@ class OsCalls(ProcFs, Protocol):
 
     def file_size(self, path: str | Path) -> int: ...
 
+    def meminfo(self) -> str:
+        """/proc/meminfo ("" when it cannot be read)."""
+
 
 class HostOs:
     """The real kernel. One call per method, no logic: the logic is in the callers, under unit test."""
@@ -120,6 +123,13 @@ class HostOs:
 
     def file_size(self, path: str | Path) -> int:
         return os.path.getsize(path)
+
+    def meminfo(self) -> str:
+        try:
+            with open("/proc/meminfo", encoding="ascii", errors="replace") as fh:
+                return fh.read()
+        except OSError:
+            return ""
 
 
 HOST_OS: OsCalls = HostOs()  # the default everywhere; tests pass a fake at construction instead

@@ -93,14 +93,14 @@ class JobRunner:
                  clock: Clock | None = None, *, gpu_check: GpuCheck | None = None,
                  gpu_memory: Callable[[str, float | None], OomNote] | None = None,
                  published: Callable[[], Status] | None = None):
-        self.runtime, self.store, self.state_dir = runtime, store, state_dir
+        self.store, self.state_dir = store, state_dir
         self.clock: Clock = clock or SystemClock()
         self.setting = JobSetting.of(cfg)
         self.log = log.bind(job=cfg.name)
         self.record = JobRecord(self.setting, store, state_dir, self.clock)
         self.state_since = self.clock.wall()
         # published: the supervisor's last status, where a booted spare reads its room (GPU memory, trainer pid)
-        self.spares = SpareKeeper(cfg, runtime, state_dir, self.event, published=published)
+        self.spares = SpareKeeper(self.setting, runtime, state_dir, self.event, published=published)
         self.backup: JobBackup | None = None  # [jobs.backup]: uploads and the bucket fetch (daemon/backup/)
         self.launch_waits: str | None = None  # a launch waiting for the bucket's checkpoint: why
         self.observer = AttemptObserver(self.setting, runtime, self.clock, self.record, gpu_memory,
@@ -108,6 +108,20 @@ class JobRunner:
         self.planner = LaunchPlanner(self.setting, runtime.name, state_dir, self.clock, self.event,
                                      self._spare_token, self._backup_keeper, gpu_check)
         self.starter = AttemptStarter(self.setting, runtime, self.record, self.observer, self.spares)
+
+    @property
+    def runtime(self) -> Runtime:
+        return self.starter.runtime
+
+    @runtime.setter
+    def runtime(self, runtime: Runtime) -> None:
+        """A reload that changes the job's `runtime` (applied while no trainer runs): every part launches, watches
+        and keeps its spare with the new one; a spare of the old runtime goes first."""
+        if self.spares.runtime is not runtime:
+            self.spares.kill("the job's runtime changed")
+        for part in (self.observer, self.starter, self.spares):
+            part.runtime = runtime
+        self.planner.runtime_name = runtime.name
 
     @property
     def state(self) -> JobState:

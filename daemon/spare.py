@@ -46,6 +46,7 @@ from isaacd_trainer.shim_protocol import (BOOTED_ARGV_ENV, GO_ARGV, GO_ATTEMPT_E
                                           SPARE_PRELOAD_ENV, STAGING_ENV, STAGING_WORK, ShimEvent)
 
 from . import compile_caches, launch
+from .attempt.setting import JobSetting
 from .config import JobConfig
 from .jobs.model import JobState
 from .logs import log
@@ -61,6 +62,7 @@ from .observations.shim_events import ShimEvents
 SPARE_RUNTIMES = ("process", "podman")  # systemd: a unit per spare is not built (issue 21's closing note)
 BOOTED_WANDB_PLACEHOLDER = "isaacd-booted-spare"  # never a run: the go replaces it before wandb.init
 BOOT_LOG_TAIL = 2000  # characters of a failed boot's output quoted in its spare_exited event
+RSS_SCAN_INTERVAL = 2.0  # seconds between measurements of a spare's memory (a walk of /proc), as the trainer's pids
 RETRY_MIN, RETRY_MAX = 5.0, 300.0  # a spare that keeps dying is retried less and less often
 BUILTIN_PRELOAD = ["isaacd_trainer.cli", "isaacd_trainer.train_v2", "isaacd_trainer.runtime",
                    "isaacd_trainer.envs.cartpole", "hydra"]
@@ -106,26 +108,34 @@ class _Spare:
     # our end of its FIFO, held open (read-write, so it never blocks) for the spare's life: when this supervisor
     # dies the kernel closes it, the spare reads EOF and exits. A container spare cannot see its parent die
     keepalive: int | None = None
+    rss_bytes: int | None = None  # its process tree's resident memory, measured by tick (RSS_SCAN_INTERVAL)
+    rss_at: float = float("-inf")
 
 
 class SpareKeeper:
     """Keeps at most one spare for one job: starts it, watches it, hands it over, kills it."""
 
-    def __init__(self, cfg: JobConfig, runtime: Runtime, state_dir: Path, event: Callable[..., None],
+    def __init__(self, cfg: JobConfig | JobSetting, runtime: Runtime, state_dir: Path, event: Callable[..., None],
                  oscalls: OsCalls = HOST_OS, published: Callable[[], Status] | None = None):
-        self.cfg, self.runtime, self.state_dir, self._event = cfg, runtime, state_dir, event
+        # the runner's setting (a reload's new config reaches the next spare), or a config of its own (tests)
+        self.setting = cfg if isinstance(cfg, JobSetting) else JobSetting.of(cfg)
+        self.runtime, self.state_dir, self._event = runtime, state_dir, event
         self.oscalls = oscalls
         self.spare: _Spare | None = None
         self.retry_at = 0.0
         self._retry_delay = RETRY_MIN
         self.off_reason: str | None = None
-        self.log = log.bind(job=cfg.name)
+        self.log = log.bind(job=self.cfg.name)
         # booted spares: the supervisor's published status (GPU memory, the trainer's pid; None in unit tests),
         # why the next spare is imports-only, and why booted spares are off for this job (a failed boot)
         self.published = published
         self.mode_reason: str | None = None
         self.booted_off: str | None = None
         self._swept_at_rest = False
+
+    @property
+    def cfg(self) -> JobConfig:
+        return self.setting.cfg
 
     def enabled(self, program: Program | None) -> bool:
         if spare_setting(self.cfg.spare) == "off":
@@ -144,6 +154,7 @@ class SpareKeeper:
                     sp.facts = {k: ev.get(k) for k in ("preload_seconds", "rss_bytes", "device", "cuda_memory_bytes")}
                     self._retry_delay = RETRY_MIN
                     self._event("spare_ready", pid=sp.handle.pid, mode=sp.mode, **sp.facts)
+            self.measure_memory(now)
             status = self.runtime.poll(sp.handle)
             if status is not None:
                 boot = self._boot_failed(sp) if sp.mode == "booted" and not sp.ready else {}
@@ -225,6 +236,13 @@ class SpareKeeper:
                             boot_args=boot_args, keepalive=keepalive)
         self._event("spare_started", pid=handle.pid, mode=mode, **({"imports_only_because": self.mode_reason}
                                                                     if self.mode_reason else {}))
+
+    def measure_memory(self, now: float) -> None:
+        """The spare's process tree's resident memory, for status(): a walk of /proc, so at most every
+        RSS_SCAN_INTERVAL seconds of the tick, never in status() (which the status publisher calls)."""
+        sp = self.spare
+        if sp is not None and now - sp.rss_at >= RSS_SCAN_INTERVAL:
+            sp.rss_bytes, sp.rss_at = _tree_rss_bytes(sp.handle.pid, self.oscalls), now
 
     def ready_token(self) -> str | None:
         sp = self.spare
@@ -338,7 +356,7 @@ class SpareKeeper:
         sp = self.spare
         if sp is None:
             return {"state": "off" if self.off_reason else "none", "reason": self.off_reason}
-        rss = _tree_rss_bytes(sp.handle.pid, self.oscalls)
+        rss = sp.rss_bytes
         gpu = self._gpu_bytes_of(sp.handle.pid)  # live, from NVML through the GPU collector, when it is up
         return {"state": "ready" if sp.ready else "starting", "pid": sp.handle.pid, "mode": sp.mode,
                 "mode_reason": self.mode_reason if sp.mode == "imports" else None,
@@ -358,11 +376,8 @@ class SpareKeeper:
             else:
                 job = next((j for j in published.jobs if j.name == self.cfg.name), None) if published else None
                 pid = job.pid if job is not None else None
-                try:
-                    meminfo = Path("/proc/meminfo").read_text()
-                except OSError:
-                    meminfo = ""
-                rooms = host_room(meminfo, _tree_rss_bytes(pid, self.oscalls) if isinstance(pid, int) else None)
+                rooms = host_room(self.oscalls.meminfo(),
+                                  _tree_rss_bytes(pid, self.oscalls) if isinstance(pid, int) else None)
         return choose_mode(setting, self.cfg, program.shim and not program.plain_spare, rooms, self.booted_off)
 
     def _boot_failed(self, sp: _Spare) -> dict[str, Any]:

@@ -74,6 +74,7 @@ class FakeOs:
         self.fifo_writes: dict[int, bytes] = {}  # by fd, what was written (fds never written to are absent)
         self.open_fds: dict[int, tuple[str, int]] = {}  # fd -> (path, flags), until closed
         self._next_fd = 100
+        self.meminfo_text = ""  # /proc/meminfo as the test sets it
 
     # ---- setting the scene ----------------------------------------------------------------------
     def add(self, ppid: int, *, pgid: int | None = None, sid: int | None = None, env: Mapping[str, str] = {},
@@ -182,6 +183,9 @@ class FakeOs:
 
     def close_fd(self, fd: int) -> None:
         self.open_fds.pop(fd, None)
+
+    def meminfo(self) -> str:
+        return self.meminfo_text
 
     def file_size(self, path: str | Path) -> int:
         return Path(path).stat().st_size

@@ -253,3 +253,23 @@ def test_a_reload_reaches_every_part_of_the_runner(world):
     new = world["cfg"].model_copy(update={"stop_timeout": 3.0})
     r.cfg = new  # what supervisor.py does on a reload
     assert r.setting.cfg is new and r.observer.setting.cfg is new and r.planner.setting.cfg is new
+    assert r.spares.cfg is new  # the next spare is started with the new config (e.g. spare = "off")
+
+
+def test_a_reload_that_changes_the_runtime_launches_the_next_attempt_with_the_new_one(world):
+    """supervisor.reload sets `runner.runtime` when no trainer runs: the next start must go through it, not through
+    the runtime the runner was built with (the parts used to keep the old one)."""
+    r = runner(world)
+    tick(r, world)
+    (first,) = world["rt"].live()
+    r.handle_message(Stop(Origin.OPERATOR, "test"))
+    first.exit = ExitStatus(code=0)
+    for _ in range(5):
+        tick(r, world)
+    other = FakeRuntime()
+    other.name = "podman"
+    r.runtime = other  # what supervisor.py does on a reload that changes `runtime`
+    r.handle_message(Start(Origin.OPERATOR, "test"))
+    tick(r, world)
+    assert len(other.live()) == 1 and world["rt"].live() == []
+    assert r.history.attempts[-1].runtime == "podman" and r.runtime is other

@@ -362,6 +362,8 @@ def test_status_says_the_mode_and_measures_the_booted_spare_live(tmp_path):
     keeper.spare = _Spare(Handle("process", "cp", {"pid": os.getpid()}), "t", tmp_path / "f",
                           ShimEvents(tmp_path / "e.jsonl"), 0.0, ready=True, mode="booted",
                           facts={"cuda_memory_bytes": 1, "preload_seconds": 40.0})
+    assert keeper.status()["rss_bytes"] is None  # not measured yet (spare_ready said none): status walks no /proc
+    keeper.measure_memory(1.0)  # what the tick does, at most every RSS_SCAN_INTERVAL: its process tree
     st = keeper.status()
     assert st["state"] == "ready" and st["mode"] == "booted" and st["cuda_memory_bytes"] == 3 * GiB
     assert st["rss_bytes"] > 10 * 2**20 and st["preload_seconds"] == 40.0
