@@ -30,7 +30,8 @@ def show_logs(cfg: Config, job: str, follow: bool = False, lines: int = 50) -> i
         print(f"isaacd: {no_such_job(job, [j.name for j in cfg.jobs])}", file=sys.stderr)
         return 1
     if job_cfg.runtime == "systemd":
-        cmd = ["journalctl", "--no-pager", "-n", str(lines), "-u", unit_name(job)] + (["-f"] if follow else [])
+        unit = _attempt_handle(cfg, job).get("unit") or unit_name(job)  # a warm spare's unit that took it over
+        cmd = ["journalctl", "--no-pager", "-n", str(lines), "-u", str(unit)] + (["-f"] if follow else [])
         return subprocess.call(cmd)
     if job_cfg.runtime == "podman":
         container = attempt_container(cfg, job)
@@ -61,12 +62,17 @@ def show_logs(cfg: Config, job: str, follow: bool = False, lines: int = 50) -> i
 def attempt_container(cfg: Config, job: str) -> str:
     """The container of the job's newest attempt: the job's own name, or a warm spare's that took the attempt over
     (container_spec.spare_container_name)."""
+    name = _attempt_handle(cfg, job).get("container")
+    return str(name) if name else container_name(job)
+
+
+def _attempt_handle(cfg: Config, job: str) -> dict[str, Any]:
+    """The saved Handle.state of the job's newest attempt; {} when there is none (or no history we can read)."""
     try:
         attempt = StateStore(cfg.supervisor.state_dir).load(job).current
     except Exception:  # noqa: BLE001 - no history yet, or one we cannot read: the name a cold launch gives
         attempt = None
-    name = (attempt.handle or {}).get("container") if attempt is not None else None
-    return str(name) if name else container_name(job)
+    return dict(attempt.handle or {}) if attempt is not None else {}
 
 
 # ---- why a trainer exited, in its own words -----------------------------------------------------

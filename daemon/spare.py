@@ -11,16 +11,18 @@ new trainer is training. Costs: one idle Python process with torch imported (RSS
 A spare never trains unasked and never writes into run dirs: it exits by itself when its parent (this
 supervisor) dies or its FIFO is closed (the supervisor holds one end open for the spare's life, so its death
 closes it), and the runner kills it when the job comes to rest (stopped, completed, failed). Only where it fits:
-process or podman runtime, one rank, the shim on (for skrl and rl_games, which run without it, the shim file only
+process, podman or systemd runtime, one rank, the shim on (for skrl and rl_games, which run without it, the shim file only
 hosts the spare on the process runtime: at go it runs the train script as plain Python would).
 
-Container spares (runtime = "podman"): a second container of the job's spec (`LaunchSpec.spare`,
+Container spares (runtime = "podman" or "systemd"): a second container of the job's spec (`LaunchSpec.spare`,
 container_spec.from_launch) under a name of its own, with the job's GPUs, image, mounts and compile caches, no
 published ports (a job with container.ports gets no spare), and this job's spare dir and the attempts' events dir
 mounted at the same paths. At the go the attempt's token is the spare's (saved before the go line is written, as a
 launch saves its token before the spawn), so the runtime polls, signals, adopts and finds the container as the
 attempt's; its command line and cwd in the go are the container's (container_args, container_workdir), and its
-output stays in `podman logs`. The systemd runtime has no spare (a unit per spare is not built).
+output stays in `podman logs`. On the systemd runtime the spare's container runs in a unit of its own,
+`isaaclab-job-<job>-spare-<token12>.service` (its output in that unit's journal), whose file is removed once the
+spare, or the attempt it became, has ended (runtimes/systemd.py).
 
 Booted spares (issue 21; which mode a job gets: spare_mode.py). The spare runs the job's train script with its
 fresh-start command line and parks at the runner's learn(). Everything the boot writes (Isaac Lab's run dir with
@@ -59,7 +61,7 @@ from .spare_mode import Mode, booted_resume, choose_mode, gpu_rooms, host_room, 
 from .workflows.launcher import Program
 from .observations.shim_events import ShimEvents
 
-SPARE_RUNTIMES = ("process", "podman")  # systemd: a unit per spare is not built (issue 21's closing note)
+SPARE_RUNTIMES = ("process", "podman", "systemd")
 BOOTED_WANDB_PLACEHOLDER = "isaacd-booted-spare"  # never a run: the go replaces it before wandb.init
 BOOT_LOG_TAIL = 2000  # characters of a failed boot's output quoted in its spare_exited event
 RSS_SCAN_INTERVAL = 2.0  # seconds between measurements of a spare's memory (a walk of /proc), as the trainer's pids
@@ -75,7 +77,7 @@ LIBRARY_PRELOAD = {"skrl": ["skrl.agents.torch.ppo", "skrl.trainers.torch", "hyd
 def spare_fits(job: JobConfig, program: Program | None) -> str | None:
     """Why this job cannot have a spare, or None."""
     if job.runtime not in SPARE_RUNTIMES:
-        return f'runtime = "{job.runtime}": spares run on the process and podman runtimes'
+        return f'runtime = "{job.runtime}": spares run on the process, podman and systemd runtimes'
     if job.in_container and job.container.ports:
         return "container.ports: a spare's container cannot publish the ports the attempt holds"
     if job.ranks > 1:

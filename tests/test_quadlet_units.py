@@ -301,12 +301,43 @@ def chroot_tools():
     shutil.rmtree(work, ignore_errors=True)
 
 
+def spare_spec_for(job, token="0123456789abcdef0123456789abcdef") -> ContainerSpec:
+    """A warm spare's container (spare.py's LaunchSpec.spare): its own name, no ports, its dirs at the same path."""
+    ls = LaunchSpec(job=job, argv=[], trainer_args=[], cwd=Path("/"), log_path=Path("/tmp/x.log"), token=token,
+                    env={"ISAACD_SPARE_CONTROL": "/var/lib/isaacd/spare/j/control-x.fifo", "HOST_SECRET": "nope",
+                         "ISAACD_SPARE_PRELOAD": "isaacd_trainer.cli,hydra"},
+                    spare=True, container_argv=("/opt/venv/bin/python", "/opt/shim.py", "--isaacd-spare"),
+                    same_path_mounts=(Path("/var/lib/isaacd/spare/j"), Path("/var/lib/isaacd/shim/j")))
+    return ContainerSpec.from_launch(ls, token, 4)
+
+
 def _all_specs() -> list[tuple[str, ContainerSpec]]:
     out = []
     for name, toml in JOBS.items():
         out.append((name, spec_for(job_from(toml))))
-    out.append(("weird_args", spec_for(job_from(JOBS["builtin_rootfs"]), trainer_args=WEIRD)))
+    out.append(("spare", spare_spec_for(job_from(JOBS["rsl_rl_gpus"]))))
+    out.append(("weird_args", spec_for(job_from(JOBS["builtin_rootfs"]), trainer_args=WEIRD)))  # the last one
     return out
+
+
+def test_a_spares_unit_is_its_own():
+    """runtime = "systemd" spare (spare.py): a unit of its own named after its container, its file next to the job's,
+    no published ports, its dirs mounted at the same paths, the launch token in the header for `find`."""
+    from isaacd.runtimes.quadlet import launch_token_of, spare_unit_name, unit_name
+
+    cs = spare_spec_for(job_from(JOBS["rsl_rl_gpus"]))
+    assert cs.name == "isaaclab-job-anymal.rough_v2-spare-0123456789ab"
+    assert spare_unit_name("anymal.rough_v2", cs.token) == cs.name + ".service" != unit_name("anymal.rough_v2")
+    for text in (render_quadlet(cs), render_service(cs)):
+        assert "warm spare" in text.splitlines()[0] and "PublishPort" not in text and "--publish" not in text
+        assert "/var/lib/isaacd/spare/j:/var/lib/isaacd/spare/j" in text and "--isaacd-spare" in text
+        assert "HOST_SECRET" not in text and "ISAACD_SPARE_CONTROL" in text
+    p = Path("/tmp") / f"isaacd-spare-{os.getpid()}.service"
+    p.write_text(render_service(cs))
+    try:
+        assert launch_token_of(p) == cs.token
+    finally:
+        p.unlink()
 
 
 @pytest.mark.systemd

@@ -18,6 +18,14 @@ thread; a unit of the job still running unclaimed is stopped across polls before
 `find(job, token)`: the unit file carries the launch token (`# isaacd-launch: <token>`), and the
 attempt is the invocation that began after the file was written.
 
+Warm spares (spare.py, `LaunchSpec.spare`): a unit of its own, `isaaclab-job-<job>-spare-<token12>.service`
+(its file next to the job's, its container `spare_container_name`), so it never touches the job's unit, and
+the job unit's "never two of a job" stop never sees it. At the go it becomes the attempt as it is (the attempt's
+token is the spare's, in its file's header), so `poll`, `signal`, `adopt` and `find` treat it like any launch.
+An ended spare unit is stopped and its file removed (`daemon-reload`) by `cleanup` (a spare killed or dead
+unused, the attempt it became once ended), and any left over (a supervisor that died first) at the job's next
+launch; running ones are left alone (the parked spare, or the attempt one became).
+
 Who stopped it: isaacd stops a trainer with SIGINT to the container's processes (like Ctrl-C),
 then `podman kill -s KILL`; it never runs `systemctl stop`. A unit that left "active" before its
 main process exited was stopped by a stop job, i.e. by someone else (`systemctl stop` by an
@@ -37,7 +45,7 @@ from ..config import Config, JobConfig
 from ..logs import log
 from .base import ExitStatus, Handle, LaunchSpec, RuntimeFailure
 from .container_runtime import STALE_STOP_MAX, ContainerRuntime
-from .container_spec import ContainerSpec, container_name, prepare_log_root
+from .container_spec import ContainerSpec, container_name, prepare_log_root, spare_container_name
 from .host import cgroup_pids, podman_binary, podman_version, run_cmd
 from .view import RuntimeView
 from .quadlet import (
@@ -46,6 +54,8 @@ from .quadlet import (
     quadlet_binary,
     render_quadlet,
     render_service,
+    spare_unit_base,
+    spare_unit_prefix,
     unit_base,
     unit_name,
 )
@@ -99,17 +109,24 @@ class SystemdRuntime(ContainerRuntime):
     def _ctl(self, *args: str, check: bool = True, timeout: float = 60) -> str:
         return run_cmd([self.systemctl, *args], timeout=timeout, check=check).stdout
 
-    def show(self, unit: str, props: tuple[str, ...] = PROPS) -> dict[str, str]:
+    def show(self, unit: str, props: tuple[str, ...] = PROPS, keep: bool = True) -> dict[str, str]:
         out = self._ctl("show", unit, "-p", ",".join(props), timeout=30)
         res = {p: "" for p in props}
         for line in out.splitlines():
             k, _, v = line.partition("=")
             res[k] = v
-        self._props[unit] = res
+        if keep:
+            self._props[unit] = res
         return res
 
-    def unit_file(self, job: str) -> Path:
-        return self.quadlet_dir / f"{unit_base(job)}.container" if self.quadlet else self.unit_dir / unit_name(job)
+    def unit_file(self, job: str, spare_token: str | None = None) -> Path:
+        """The job's unit file, or with `spare_token` the file of that warm spare's unit of its own."""
+        base = spare_unit_base(job, spare_token) if spare_token else unit_base(job)
+        return self.quadlet_dir / f"{base}.container" if self.quadlet else self.unit_dir / f"{base}.service"
+
+    @staticmethod
+    def is_spare_unit(job: str, unit: str) -> bool:
+        return unit.startswith(spare_unit_prefix(job))
 
     def render(self, spec: ContainerSpec) -> str:
         return render_quadlet(spec) if self.quadlet else render_service(spec, self.podman or "/usr/bin/podman")
@@ -130,9 +147,10 @@ class SystemdRuntime(ContainerRuntime):
                                 "use runtime = \"podman\" (Podman API) or \"process\"")
         cs = self._container_spec(spec)
         text = self.render(cs)
-        unit = unit_name(job.name)
+        # a warm spare: a unit of its own beside the job's (named after its container, spare_container_name)
+        unit = f"{spare_unit_base(job.name, cs.token)}.service" if spec.spare else unit_name(job.name)
         prepare_log_root(job)
-        path = self.unit_file(job.name)
+        path = self.unit_file(job.name, cs.token if spec.spare else None)
         h = Handle("systemd", job.name, {"unit": unit, "container": cs.name, "unit_file": str(path),
                                           "token": cs.token, "attempt": cs.attempt, "started_at": time.time()})
         return self._queue_launch(h, unit, (job.name, job.stop_timeout, text))
@@ -148,10 +166,12 @@ class SystemdRuntime(ContainerRuntime):
         if before["ActiveState"] in ACTIVE_STATES:
             self._stop_stale(job, unit, before["ActiveState"], stop_timeout, slot)
             return
-        other = (self.unit_dir / unit_name(job)) if self.quadlet else \
-            (self.quadlet_dir / f"{unit_base(job)}.container")
-        if launch_token_of(other) is not None:  # ours, from the other mode (Podman was upgraded)
-            other.unlink(missing_ok=True)
+        if not self.is_spare_unit(job, unit):
+            other = (self.unit_dir / unit_name(job)) if self.quadlet else \
+                (self.quadlet_dir / f"{unit_base(job)}.container")
+            if launch_token_of(other) is not None:  # ours, from the other mode (Podman was upgraded)
+                other.unlink(missing_ok=True)
+        self._remove_ended_spares(job, keep=unit)  # the daemon-reload below unloads them
         _write_atomic(path, text)
         self._ctl("daemon-reload", timeout=120)
         props = self.show(unit)
@@ -167,6 +187,40 @@ class SystemdRuntime(ContainerRuntime):
         cancel = self._launch_done(slot, None)
         if cancel is not None:  # a stop that came meanwhile: the next look passes it on to the unit
             slot.cache["cancel_after_start"] = cancel
+
+    def _spare_unit_files(self, job: str) -> list[Path]:
+        """The job's spare unit files, in both modes, that isaacd wrote (they carry a launch token)."""
+        prefix = spare_unit_prefix(job)
+        found = []
+        for d, suffix in ((self.quadlet_dir, ".container"), (self.unit_dir, ".service")):
+            try:
+                names = sorted(e.name for e in os.scandir(d))
+            except OSError:
+                continue
+            found += [d / n for n in names if n.startswith(prefix) and n.endswith(suffix)
+                      and launch_token_of(d / n) is not None]
+        return found
+
+    def _remove_ended_spares(self, job: str, keep: str) -> bool:
+        """Worker: the unit files of the job's ended spare units (killed or dead unused, or the attempt one became,
+        ended), left by a supervisor that died before their `cleanup`. Running ones, and one with a job queued, are
+        left alone: the parked spare, or the attempt one became. True when a file went (a daemon-reload is due)."""
+        removed = False
+        for path in self._spare_unit_files(job):
+            unit = path.name.rsplit(".", 1)[0] + ".service"
+            if unit == keep:
+                continue
+            try:
+                p = self.show(unit, ("ActiveState", "Job"), keep=False)
+            except RuntimeFailure:
+                continue
+            if p["ActiveState"] in ACTIVE_STATES or p["Job"]:
+                continue
+            self._ctl("reset-failed", unit, check=False)
+            path.unlink(missing_ok=True)
+            removed = True
+            log.info("spare_unit_removed", job=job, unit=unit, file=str(path))
+        return removed
 
     def _stop_stale(self, job: str, unit: str, active: str, stop_timeout: float, slot: Slot) -> None:
         """Never two of a job: a unit still running here is not ours to keep (adoption would have taken
@@ -223,6 +277,11 @@ class SystemdRuntime(ContainerRuntime):
                     return None
                 return ExitStatus(detail=f"{unit} never started (LoadState={p['LoadState']}, "
                                          f"ActiveState={active}, Result={p['Result']}); see journalctl -u {unit}")
+        if inv == ours and "pid" not in st and active == "active" and p["ControlGroup"]:
+            # the container's first process (its PID 1), as the podman runtime's Handle.pid: events, a spare's RSS
+            payload = cgroup_pids(p["ControlGroup"], only_prefix="libpod-payload-")
+            if payload:
+                st["pid"] = min(payload)
         if inv == ours:
             main_exited = int(p["ExecMainExitTimestampMonotonic"] or 0) > 0 and p["MainPID"] in ("", "0")
             was_active = int(p["ActiveExitTimestampMonotonic"] or 0) > 0
@@ -399,6 +458,12 @@ class SystemdRuntime(ContainerRuntime):
                      self.unit_dir / unit_name(job.name)):
             if launch_token_of(path) == token:
                 return self._locate(job, path, {"token": token, "unit_file": str(path)})
+        # a warm spare's unit of its own: parked, or the attempt it took over (its token is the attempt's)
+        base = spare_unit_base(job.name, token)
+        for path in (self.quadlet_dir / f"{base}.container", self.unit_dir / f"{base}.service"):
+            if launch_token_of(path) == token:
+                return self._locate(job, path, {"token": token, "unit_file": str(path), "unit": f"{base}.service",
+                                                "container": spare_container_name(job.name, token)})
         return None
 
     def _locate(self, job: JobConfig, path: Path, state: dict[str, Any]) -> Handle | None:
@@ -436,22 +501,43 @@ class SystemdRuntime(ContainerRuntime):
 
     def cleanup(self, handle: Handle) -> bool:
         """`systemctl reset-failed` on the worker (a failed unit keeps the host "degraded"; isaacd has
-        recorded the exit already). The unit file stays: it documents the last attempt."""
+        recorded the exit already). The job unit's file stays: it documents the last attempt. A spare's unit
+        (killed or dead unused, or the attempt it took over, ended) is stopped (a SIGKILLed container's unit
+        may still be deactivating: one bounded `systemctl stop`) and its file removed."""
         slot = self._slot(handle)
         if slot.cleaned:
             return True
         if not slot.cleanup_queued:
             slot.cleanup_queued = True
-            unit = handle.state["unit"]
+            st = dict(handle.state)
+            unit = st["unit"]
+            spare = self.is_spare_unit(handle.job, unit)
 
             def release() -> None:
                 try:
-                    self._ctl("reset-failed", unit, check=False)
+                    if spare:
+                        self._release_spare_unit(handle.job, st, slot)
+                    else:
+                        self._ctl("reset-failed", unit, check=False)
                 finally:
                     slot.cleaned = True
 
             self.worker.submit(f"cleanup {unit}", release)
         return False
+
+    def _release_spare_unit(self, job: str, st: dict[str, Any], slot: Slot) -> None:
+        """Worker: a spare's unit is over for good: stopped, reset, its file removed, systemd reloaded."""
+        unit, path = st["unit"], Path(st["unit_file"])
+        cancel = slot.cache.pop("cancel_after_start", None)
+        if cancel is not None:  # killed while its launch ran: the unit started anyway
+            self._podman_kill(st, cancel)
+        if self.show(unit, ("ActiveState", "Job"), keep=False)["ActiveState"] in ACTIVE_STATES:
+            self._ctl("stop", unit, check=False, timeout=90)  # its container is dead or ends on SIGTERM
+        self._ctl("reset-failed", unit, check=False)
+        if path.exists() and launch_token_of(path) == st.get("token"):
+            path.unlink(missing_ok=True)
+            self._ctl("daemon-reload", timeout=120)
+            log.info("spare_unit_removed", job=job, unit=unit, file=str(path))
 
     def describe(self, handle: Handle) -> RuntimeView:
         self._slot(handle)
