@@ -77,8 +77,7 @@ def test_a_spare_unit_takes_the_attempt_over(tbed, mode):
     t.sh("systemctl stop isaaclab-supervisor 2>/dev/null; true")
     t.sh(f"podman rm -f -a >/dev/null 2>&1; rm -rf {H.STATE_DIR} {H.LOG_ROOT} "
          f"/etc/containers/systemd/{H.CONTAINER}* /etc/systemd/system/{H.CONTAINER}*; systemctl daemon-reload")
-    config = H.job_config(max_iterations=2000, backoff_initial=0.2).replace(
-        "[jobs.restart]", 'spare = "imports"\n\n[jobs.restart]')
+    config = H.job_config(max_iterations=2000, backoff_initial=0.2, spare="imports")
     H.install_supervisor(t, config)
     dropin = t.path("/etc/systemd/system/isaaclab-supervisor.service.d/mode.conf")
     dropin.parent.mkdir(parents=True, exist_ok=True)

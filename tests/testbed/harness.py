@@ -50,8 +50,10 @@ def make_testbed(name: str = "isaacd-tb") -> Testbed:
 
 
 def job_config(max_iterations: int = 400, backoff_initial: float = 0.5, num_envs: int = 64,
-               steps_per_env: int = 8) -> str:
-    extra = f'extra_args = ["agent.num_steps_per_env={steps_per_env}"]\n'
+               steps_per_env: int = 8, spare: str = "off") -> str:
+    """`spare`: off unless asked (test_systemd_spare.py): a spare's second container and unit would change what
+    the tests and bench/container-recovery.py count and time."""
+    extra = f'extra_args = ["agent.num_steps_per_env={steps_per_env}"]\nspare = "{spare}"\n'
     return f"""
 [supervisor]
 state_dir = "{STATE_DIR}"
