@@ -131,18 +131,23 @@ def _run(t, mode: str) -> None:
     assert f"Learning iteration {r}/" in logs and "Learning iteration 0/" not in logs, logs[-2000:]
     assert H.UNIT not in _active_units(t)  # the job's own unit is not restarted beside it
 
-    # 3. a new spare parks in a unit of its own; the supervisor restarts: the attempt is adopted in the spare's
-    # unit, the parked spare exits by itself (EOF on its FIFO) and its unit file goes at the next spare's launch
+    # 3. a new spare parks in a unit of its own; the supervisor dies (SIGKILL; Restart=on-failure brings it back):
+    # the parked spare exits by itself (EOF on its FIFO), the attempt runs on in the spare's unit and is adopted
+    # there; the next supervisor finds the dead spare by its token (find) and its unit file goes at the next
+    # spare's launch
     j = H.wait(lambda: _spare_ready(t, spare_pid), 180, "a second ready spare")
     parked_files = [f for f in _spare_files(t, mode) if f != spare_file]
     assert len(parked_files) == 1, _spare_files(t, mode)
     parked_unit = parked_files[0].rsplit(".", 1)[0] + ".service"
     assert _active_units(t) == sorted([spare_unit, parked_unit]), _active_units(t)
-    t.sh("systemctl restart isaaclab-supervisor", timeout=200)
-    H.wait(lambda: any(e["event"] == "adopted" for e in H.events(t)), 60, "adoption")
+    t.sh("systemctl kill -s SIGKILL isaaclab-supervisor")
+    H.wait(lambda: parked_unit not in _active_units(t), 60, "the parked spare gone with its supervisor")
+    assert spare_unit in _active_units(t)
+    H.wait(lambda: any(e["event"] == "adopted" for e in H.events(t)), 90, "adoption")
+    H.wait(lambda: any(e["event"] == "spare_stopped" and e.get("reason") == "left by the previous supervisor"
+                       for e in H.events(t)), 30, "the dead spare found by its token")
     j = H.wait_job(t, lambda x: x["state"] == "running", 60, "running after adoption")
     assert j["unit"] == spare_unit and j["restarts"] == 1 and len(_started(t)) == 2, j
-    H.wait(lambda: parked_unit not in _active_units(t), 60, "the parked spare gone with its supervisor")
     H.wait(lambda: _spare_ready(t), 180, "a third ready spare")
     H.wait(lambda: parked_files[0] not in _spare_files(t, mode), 30, "the dead spare's unit file removed")
     assert len(_active_units(t)) == 2 and spare_unit in _active_units(t), _active_units(t)
