@@ -155,6 +155,7 @@ class SpareKeeper:
                     sp.ready = True
                     sp.facts = {k: ev.get(k) for k in ("preload_seconds", "rss_bytes", "device", "cuda_memory_bytes")}
                     self._retry_delay = RETRY_MIN
+                    sp.rss_at = float("-inf")  # measured again below: what it holds parked, not while it booted
                     self._event("spare_ready", pid=sp.handle.pid, mode=sp.mode, **sp.facts)
             self.measure_memory(now)
             status = self.runtime.poll(sp.handle)

@@ -28,6 +28,7 @@ class FakeProcess:
     uid: int = OUR_UID
     start_time: int = 0
     comm: str = "python3"
+    rss_kib: int = 2048  # /proc/<pid>/status VmRSS
     state: str = "S"  # Z once it ended and its parent has not reaped it
     returncode: int | None = None  # Popen's convention: exit code, or -N for a death by signal N
     signals: list[int] = field(default_factory=list)
@@ -126,7 +127,7 @@ class FakeOs:
         if name == "environ":
             return b"".join(f"{k}={v}".encode() + b"\0" for k, v in p.env.items())
         if name == "status":
-            return f"Name:\t{p.comm}\nVmRSS:\t  2048 kB\n".encode()
+            return f"Name:\t{p.comm}\nVmRSS:\t  {p.rss_kib} kB\n".encode()
         raise FileNotFoundError(errno.ENOENT, f"/proc/{pid}/{name}")
 
     def proc_exists(self, pid: int) -> bool:

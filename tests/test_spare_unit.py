@@ -171,3 +171,21 @@ def test_the_keeper_holds_its_end_of_the_fifo_until_the_go_so_a_spare_dies_with_
     assert len(_held_ends(kernel, control)) == 1
     keeper.kill("test")
     assert _held_ends(kernel, control) == [] and not control.exists()
+
+
+def test_status_shows_the_memory_the_spare_holds_once_ready_not_what_it_had_while_booting(world):
+    """The tick measures the spare's memory at most every 2 s; the tick that sees spare_ready measures again, so a
+    ready spare never shows the few MB it had when it was still importing torch."""
+    kernel: FakeOs = world["kernel"]
+    keeper: SpareKeeper = world["keeper"]
+    keeper.tick(JobState.RUNNING, PROGRAM, 10.0)
+    sp = keeper.spare
+    kernel.procs[sp.handle.pid].rss_kib = 40 * 1024
+    keeper.tick(JobState.RUNNING, PROGRAM, 10.5)
+    assert keeper.status()["rss_bytes"] == 40 * 2**20
+    kernel.procs[sp.handle.pid].rss_kib = 900 * 1024  # torch imported, then ready, within the 2 s
+    events = world["state"] / "spare" / "p" / f"events-{sp.token}.jsonl"
+    events.write_text(json.dumps({"event": "spare_ready", "preload_seconds": 1.0}) + "\n")
+    keeper.tick(JobState.RUNNING, PROGRAM, 11.0)
+    st = keeper.status()
+    assert st["state"] == "ready" and st["rss_bytes"] == 900 * 2**20
