@@ -34,8 +34,8 @@ def show_logs(cfg: Config, job: str, follow: bool = False, lines: int = 50) -> i
         cmd = ["journalctl", "--no-pager", "-n", str(lines), "-u", str(unit)] + (["-f"] if follow else [])
         return subprocess.call(cmd)
     if job_cfg.runtime == "podman":
-        container = attempt_container(cfg, job)
-        cmd = ["podman", "logs", "--tail", str(lines)] + (["-f"] if follow else []) + [container]
+        container = _attempt_handle(cfg, job).get("container") or container_name(job)  # or a spare's, took over
+        cmd = ["podman", "logs", "--tail", str(lines)] + (["-f"] if follow else []) + [str(container)]
         return subprocess.call(cmd)
     path = cfg.supervisor.state_dir / "logs" / f"{job}.log"
     try:
@@ -59,15 +59,9 @@ def show_logs(cfg: Config, job: str, follow: bool = False, lines: int = 50) -> i
     return 0
 
 
-def attempt_container(cfg: Config, job: str) -> str:
-    """The container of the job's newest attempt: the job's own name, or a warm spare's that took the attempt over
-    (container_spec.spare_container_name)."""
-    name = _attempt_handle(cfg, job).get("container")
-    return str(name) if name else container_name(job)
-
-
 def _attempt_handle(cfg: Config, job: str) -> dict[str, Any]:
-    """The saved Handle.state of the job's newest attempt; {} when there is none (or no history we can read)."""
+    """The saved Handle.state of the job's newest attempt (its container or unit: the job's own, or a warm spare's
+    that took the attempt over); {} when there is none (or no history we can read)."""
     try:
         attempt = StateStore(cfg.supervisor.state_dir).load(job).current
     except Exception:  # noqa: BLE001 - no history yet, or one we cannot read: the name a cold launch gives

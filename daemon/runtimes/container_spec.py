@@ -77,11 +77,17 @@ SPARE_INFIX = "-spare-"
 def spare_container_name(job: str, token: str) -> str:
     """A warm spare's container (spare.py): its own name, so it never takes the attempt's. At the go it becomes the
     attempt under this name (the token on its label is the attempt's); `isaacd logs` follows the attempt's handle."""
-    return f"{container_name(job)}{SPARE_INFIX}{token[:12]}"
+    return f"{spare_name_prefix(job)}{token[:12]}"
+
+
+def spare_name_prefix(job: str) -> str:
+    """What the names of the job's spare containers, and of their systemd units and unit files, start with."""
+    return f"{container_name(job)}{SPARE_INFIX}"
 
 
 def is_spare_container(job: str, name: str) -> bool:
-    return name.lstrip("/").startswith(container_name(job) + SPARE_INFIX)
+    """A spare's container (podman lists names with a leading "/") or its unit (quadlet.spare_unit_name)."""
+    return name.lstrip("/").startswith(spare_name_prefix(job))
 
 
 # ---- pieces of the spec ---------------------------------------------------------------------

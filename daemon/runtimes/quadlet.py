@@ -20,8 +20,7 @@ import os
 from pathlib import Path
 
 from ..units import UNIT_NAME as SUPERVISOR_UNIT
-from .container_spec import (SPARE_INFIX, ContainerSpec, cli_words, container_name, is_spare_container,
-                             spare_container_name)
+from .container_spec import ContainerSpec, cli_words, container_name, is_spare_container, spare_container_name
 from .unit_syntax import sd_escape, sd_quote
 
 LAUNCH_TOKEN_HEADER = "# isaacd-launch: "
@@ -44,11 +43,6 @@ def spare_unit_base(job: str, token: str) -> str:
 
 def spare_unit_name(job: str, token: str) -> str:
     return f"{spare_unit_base(job, token)}.service"
-
-
-def spare_unit_prefix(job: str) -> str:
-    """What every spare unit (and unit file) of the job starts with."""
-    return f"{unit_base(job)}{SPARE_INFIX}"
 
 
 # ---- unit files -------------------------------------------------------------------------------

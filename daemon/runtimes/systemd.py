@@ -45,7 +45,8 @@ from ..config import Config, JobConfig
 from ..logs import log
 from .base import ExitStatus, Handle, LaunchSpec, RuntimeFailure
 from .container_runtime import STALE_STOP_MAX, ContainerRuntime
-from .container_spec import ContainerSpec, container_name, prepare_log_root, spare_container_name
+from .container_spec import (ContainerSpec, container_name, is_spare_container, prepare_log_root,
+                             spare_container_name, spare_name_prefix)
 from .host import cgroup_pids, podman_binary, podman_version, run_cmd
 from .view import RuntimeView
 from .quadlet import (
@@ -55,7 +56,7 @@ from .quadlet import (
     render_quadlet,
     render_service,
     spare_unit_base,
-    spare_unit_prefix,
+    spare_unit_name,
     unit_base,
     unit_name,
 )
@@ -124,10 +125,6 @@ class SystemdRuntime(ContainerRuntime):
         base = spare_unit_base(job, spare_token) if spare_token else unit_base(job)
         return self.quadlet_dir / f"{base}.container" if self.quadlet else self.unit_dir / f"{base}.service"
 
-    @staticmethod
-    def is_spare_unit(job: str, unit: str) -> bool:
-        return unit.startswith(spare_unit_prefix(job))
-
     def render(self, spec: ContainerSpec) -> str:
         return render_quadlet(spec) if self.quadlet else render_service(spec, self.podman or "/usr/bin/podman")
 
@@ -148,7 +145,7 @@ class SystemdRuntime(ContainerRuntime):
         cs = self._container_spec(spec)
         text = self.render(cs)
         # a warm spare: a unit of its own beside the job's (named after its container, spare_container_name)
-        unit = f"{spare_unit_base(job.name, cs.token)}.service" if spec.spare else unit_name(job.name)
+        unit = spare_unit_name(job.name, cs.token) if spec.spare else unit_name(job.name)
         prepare_log_root(job)
         path = self.unit_file(job.name, cs.token if spec.spare else None)
         h = Handle("systemd", job.name, {"unit": unit, "container": cs.name, "unit_file": str(path),
@@ -166,7 +163,7 @@ class SystemdRuntime(ContainerRuntime):
         if before["ActiveState"] in ACTIVE_STATES:
             self._stop_stale(job, unit, before["ActiveState"], stop_timeout, slot)
             return
-        if not self.is_spare_unit(job, unit):
+        if not is_spare_container(job, unit):
             other = (self.unit_dir / unit_name(job)) if self.quadlet else \
                 (self.quadlet_dir / f"{unit_base(job)}.container")
             if launch_token_of(other) is not None:  # ours, from the other mode (Podman was upgraded)
@@ -190,7 +187,7 @@ class SystemdRuntime(ContainerRuntime):
 
     def _spare_unit_files(self, job: str) -> list[Path]:
         """The job's spare unit files, in both modes, that isaacd wrote (they carry a launch token)."""
-        prefix = spare_unit_prefix(job)
+        prefix = spare_name_prefix(job)
         found = []
         for d, suffix in ((self.quadlet_dir, ".container"), (self.unit_dir, ".service")):
             try:
@@ -462,7 +459,8 @@ class SystemdRuntime(ContainerRuntime):
         base = spare_unit_base(job.name, token)
         for path in (self.quadlet_dir / f"{base}.container", self.unit_dir / f"{base}.service"):
             if launch_token_of(path) == token:
-                return self._locate(job, path, {"token": token, "unit_file": str(path), "unit": f"{base}.service",
+                return self._locate(job, path, {"token": token, "unit_file": str(path),
+                                                "unit": spare_unit_name(job.name, token),
                                                 "container": spare_container_name(job.name, token)})
         return None
 
@@ -511,7 +509,7 @@ class SystemdRuntime(ContainerRuntime):
             slot.cleanup_queued = True
             st = dict(handle.state)
             unit = st["unit"]
-            spare = self.is_spare_unit(handle.job, unit)
+            spare = is_spare_container(handle.job, unit)
 
             def release() -> None:
                 try:
