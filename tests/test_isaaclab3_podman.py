@@ -78,18 +78,22 @@ def podman_api(monkeypatch):
     sock.unlink(missing_ok=True)
 
 
+def il3_podman_job(tmp_path: Path, name: str, total: int, spare: str) -> str:
+    """The real Isaac Lab's cart-pole as a podman job on CPU, the host's Warp cache mounted at the same path."""
+    warp = Path.home() / ".cache" / "warp"
+    warp.mkdir(parents=True, exist_ok=True)
+    return builtin_job(name, workflow="rsl_rl", launcher=[str(PY)], task="Isaac-Cartpole-Direct", num_envs=16,
+                       device="cpu", max_iterations=total, save_interval=5, stop_timeout=60.0, runtime="podman",
+                       isaaclab_version="3.0", log_root=str(tmp_path / "logs"), spare=spare,
+                       environment={"ISAACSIM_ASSET_ROOT": str(ASSET_ROOT), "WARP_CACHE_PATH": str(warp)},
+                       container={"image": "/:O", "shm_size": "1g", "volumes": [f"{warp}:{warp}"]})
+
+
 def test_real_isaac_lab_in_podman_kill_stop_start_completed_exactly(tmp_path, podman_api, supervisor_factory):
     total = 10
     name = f"ilp{uuid.uuid4().hex[:6]}"
     podman_api.append(name)
-    warp = Path.home() / ".cache" / "warp"
-    warp.mkdir(parents=True, exist_ok=True)
-    job = builtin_job(name, workflow="rsl_rl", launcher=[str(PY)], task="Isaac-Cartpole-Direct", num_envs=16,
-                      device="cpu", max_iterations=total, save_interval=5, stop_timeout=60.0, runtime="podman",
-                      isaaclab_version="3.0", log_root=str(tmp_path / "logs"),
-                      environment={"ISAACSIM_ASSET_ROOT": str(ASSET_ROOT), "WARP_CACHE_PATH": str(warp)},
-                      container={"image": "/:O", "shm_size": "1g", "volumes": [f"{warp}:{warp}"]},
-                      spare="off")  # a cold container restart; the spare container: the test below
+    job = il3_podman_job(tmp_path, name, total, spare="off")  # a cold container restart; a spare's: the test below
     # the divergence watchdog off: a value-loss spike right after a resume of a barely trained cart-pole would roll
     # the run back (this is about crashes and resumes; the watchdog has tests of its own)
     sp = supervisor_factory(write_config(tmp_path, job + "\n[jobs.watchdogs.divergence]\nenabled = false\n"))
@@ -154,13 +158,7 @@ def test_a_booted_spare_container_takes_over_exactly_as_a_cold_resume(tmp_path, 
     total = 400
     name = f"ibs{uuid.uuid4().hex[:6]}"
     podman_api.append(name)
-    warp = Path.home() / ".cache" / "warp"
-    warp.mkdir(parents=True, exist_ok=True)
-    job = builtin_job(name, workflow="rsl_rl", launcher=[str(PY)], task="Isaac-Cartpole-Direct", num_envs=16,
-                      device="cpu", max_iterations=total, save_interval=5, stop_timeout=60.0, runtime="podman",
-                      isaaclab_version="3.0", log_root=str(tmp_path / "logs"), spare="booted",
-                      environment={"ISAACSIM_ASSET_ROOT": str(ASSET_ROOT), "WARP_CACHE_PATH": str(warp)},
-                      container={"image": "/:O", "shm_size": "1g", "volumes": [f"{warp}:{warp}"]})
+    job = il3_podman_job(tmp_path, name, total, spare="booted")
     sp = supervisor_factory(write_config(tmp_path, job + "\n[jobs.watchdogs.divergence]\nenabled = false\n"))
 
     def ready():  # noqa: ANN202

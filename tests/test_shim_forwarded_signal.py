@@ -8,7 +8,6 @@ close_env): a copy landing there killed a trainer that had stopped cleanly (exit
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -22,6 +21,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from test_shim_protocol import _shim_by_path  # noqa: E402
 from test_trainer import PY, procs, trainer_env, wait_for  # noqa: E402
 
 SHIM = Path(__file__).resolve().parent.parent / "trainer" / "shim.py"
@@ -29,16 +29,9 @@ UV = Path(sys.executable).parent / "uv"
 __all__ = ["procs"]  # the fixture
 
 
-def load_shim():  # noqa: ANN201
-    spec = importlib.util.spec_from_file_location("isaacd_shim_under_test", SHIM)
-    shim = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(shim)
-    return shim
-
-
 # ------------------------------------------------------------------------------------------------ the decision
 def test_a_wrapped_trainer_waits_out_the_window_for_the_forwarded_copy_before_cleanup():
-    shim = load_shim()
+    shim = _shim_by_path()  # the shim as the file it is run from
     w = shim._DUPLICATE_WINDOW_S
     assert shim._forwarded_copy_wait_s(now=100.05, first_at=100.0, duplicates=0, group_leader=False) == \
         pytest.approx(w - 0.05)
@@ -46,7 +39,7 @@ def test_a_wrapped_trainer_waits_out_the_window_for_the_forwarded_copy_before_cl
 
 
 def test_no_wait_once_the_copy_came_or_when_nothing_sits_between_the_sender_and_the_trainer():
-    shim = load_shim()
+    shim = _shim_by_path()  # the shim as the file it is run from
     assert shim._forwarded_copy_wait_s(now=100.05, first_at=100.0, duplicates=1, group_leader=False) == 0
     assert shim._forwarded_copy_wait_s(now=100.05, first_at=100.0, duplicates=0, group_leader=True) == 0
 
@@ -88,13 +81,19 @@ def shim_events(ev: Path, name: str) -> list[dict]:
     return [e for e in map(json.loads, lines) if e["event"] == name]
 
 
-@pytest.mark.timeout(120)
-def test_one_sigint_to_a_uv_launchers_group_saves_once_and_exits_0_through_upstreams_cleanup(tmp_path, procs):
-    p, ev = start_under_uv(tmp_path, close_seconds=1.0)
+def stopped_under_uv(tmp_path: Path, procs: list, close_seconds: float) -> tuple[subprocess.Popen, Path]:  # noqa: ANN001
+    """A trainer under uv, training; then one SIGINT to its process group, as ProcessRuntime.signal sends it."""
+    p, ev = start_under_uv(tmp_path, close_seconds)
     procs.append(p)
     wait_for(lambda: shim_events(ev, "first_iteration"), 90, "first_iteration", p)
     time.sleep(0.3)
-    os.killpg(p.pid, signal.SIGINT)  # ProcessRuntime.signal
+    os.killpg(p.pid, signal.SIGINT)
+    return p, ev
+
+
+@pytest.mark.timeout(120)
+def test_one_sigint_to_a_uv_launchers_group_saves_once_and_exits_0_through_upstreams_cleanup(tmp_path, procs):
+    p, ev = stopped_under_uv(tmp_path, procs, close_seconds=1.0)
     assert p.wait(60) == 0, (tmp_path / "err").read_text()[-3000:]
     assert "closed" in (tmp_path / "out").read_text()
     assert len(shim_events(ev, "stop_requested")) == 1 and shim_events(ev, "stopped")[0]["checkpoint"]
@@ -102,11 +101,7 @@ def test_one_sigint_to_a_uv_launchers_group_saves_once_and_exits_0_through_upstr
 
 @pytest.mark.timeout(120)
 def test_a_second_sigint_well_after_the_first_still_ends_upstreams_cleanup_at_once(tmp_path, procs):
-    p, ev = start_under_uv(tmp_path, close_seconds=30.0)
-    procs.append(p)
-    wait_for(lambda: shim_events(ev, "first_iteration"), 90, "first_iteration", p)
-    time.sleep(0.3)
-    os.killpg(p.pid, signal.SIGINT)
+    p, ev = stopped_under_uv(tmp_path, procs, close_seconds=30.0)
     wait_for(lambda: "Training time" in (tmp_path / "out").read_text(), 30, "learn() returned", p)
     time.sleep(1.5)  # past the window: a deliberate second request
     t = time.monotonic()

@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "testbed"))
 import harness as H  # noqa: E402
-import tb as testbed  # noqa: E402
+from test_systemd_testbed import booted_testbed  # noqa: E402
 
 pytestmark = [pytest.mark.systemd, pytest.mark.slow]
 
@@ -29,17 +29,7 @@ UNIT_DIRS = {"quadlet": ("/etc/containers/systemd", ".container"), "service": ("
 
 @pytest.fixture(scope="module")
 def tbed():
-    why = testbed.unavailable_reason()
-    if why:
-        pytest.skip(why)
-    t = H.make_testbed("isaacd-tb-spare")  # a name of its own: the other systemd tests may run beside it
-    try:
-        t.boot()
-    except testbed.TestbedUnavailable as exc:
-        t.stop()
-        pytest.skip(f"testbed does not boot here: {exc}")
-    yield t
-    t.stop()
+    yield from booted_testbed("isaacd-tb-spare")  # a name of its own: the other systemd tests may run beside it
 
 
 def _isaacd(t, *args: str, check: bool = True) -> str:

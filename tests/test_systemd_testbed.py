@@ -33,12 +33,12 @@ PROBE = Path(__file__).parent / "testbed" / "rt_probe.py"
 CALL_MS = 50
 
 
-@pytest.fixture(scope="module")
-def tbed():
+def booted_testbed(name: str):  # noqa: ANN201 - a fixture's generator
+    """The testbed `name` booted for a module's tests (skipped where it cannot run), stopped afterwards."""
     why = testbed.unavailable_reason()
     if why:
         pytest.skip(why)
-    t = H.make_testbed("isaacd-tb-test")
+    t = H.make_testbed(name)
     try:
         t.boot()
     except testbed.TestbedUnavailable as exc:
@@ -46,6 +46,11 @@ def tbed():
         pytest.skip(f"testbed does not boot here: {exc}")
     yield t
     t.stop()
+
+
+@pytest.fixture(scope="module")
+def tbed():
+    yield from booted_testbed("isaacd-tb-test")
 
 
 def _probe(t, env: str = "") -> dict:
