@@ -126,16 +126,17 @@ class Prom:
         except urllib.error.HTTPError as e:  # 400/422: bad query - the body says why
             return json.load(e)
 
-    def query(self, expr: str) -> dict:
-        return self.api("/api/v1/query", query=expr)
+    def query(self, expr: str, at: float | None = None) -> dict:
+        return self.api("/api/v1/query", query=expr, **({"time": f"{at:.3f}"} if at is not None else {}))
 
     def result(self, expr: str) -> list[dict]:
         r = self.query(expr)
         assert r.get("status") == "success", f"{expr}: {r.get('error')}"
         return r["data"]["result"]
 
-    def value(self, expr: str) -> float | None:
-        r = self.query(expr)
+    def value(self, expr: str, at: float | None = None) -> float | None:
+        """The expression's value now, or at the evaluation time `at` (to compare two series of one scrape)."""
+        r = self.query(expr, at)
         res = r.get("data", {}).get("result", [])
         if r.get("status") != "success" or not res:
             return None
@@ -286,8 +287,12 @@ def test_job_series_arrive_with_the_right_labels(stack):
     assert prom.value(f'isaacd_job_mean_reward{{instance="{a}",job="cp"}}') is not None
     assert (prom.value(f'isaacd_job_env_steps_per_second{{instance="{a}",job="cp"}}') or 0) > 0
     assert prom.value(f'time() - isaacd_job_last_progress_timestamp_seconds{{instance="{a}",job="cp"}}') < 60
-    ck = prom.value(f'isaacd_job_checkpoint_iteration{{instance="{a}",job="cp"}}')
-    assert ck is not None and ck <= it
+    # the checkpoint is never ahead of the iteration: both read at one evaluation time (so from one scrape); the
+    # trainer moves several iterations between two queries made at "now"
+    at = time.time()
+    ck = prom.value(f'isaacd_job_checkpoint_iteration{{instance="{a}",job="cp"}}', at)
+    it_then = prom.value(f'isaacd_job_iteration{{instance="{a}",job="cp"}}', at)
+    assert ck is not None and it_then is not None and ck <= it_then
     assert prom.value(f'isaacd_job_start_time_seconds{{instance="{a}",job="cp"}}') is not None
     assert prom.value(f'isaacd_job_gpu_assigned{{instance="{a}",job="cp",gpu="0"}}') == 1
     assert prom.value(f'isaacd_job_info{{instance="{a}",job="cp",runtime="process"}}') == 1
