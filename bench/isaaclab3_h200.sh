@@ -148,17 +148,7 @@ case "$MODE" in
       TAG=throughput-off-$i bench process --spare off --throughput-iterations "${TP_IT:-40}" --max-iterations 400
       TAG=throughput-booted-$i bench process --spare booted --throughput-iterations "${TP_IT:-40}" --max-iterations 400
     done
-    $PY - "$OUT" <<'PYEOF'
-import json, pathlib, statistics, sys
-out = pathlib.Path(sys.argv[1])
-fps = {m: [json.loads((out / f"isaaclab3-h200-throughput-{m}-{i}.json").read_text()).get("throughput", {}).get("median_fps")
-           for i in (1, 2, 3) if (out / f"isaaclab3-h200-throughput-{m}-{i}.json").exists()] for m in ("off", "booted")}
-print("median Perf/total_fps per repeat:", fps)
-ok = {m: [v for v in vs if v] for m, vs in fps.items()}
-if ok["off"] and ok["booted"]:
-    print(f"booted spare parked / no spare: {statistics.median(ok['booted']) / statistics.median(ok['off']):.3f}x "
-          f"(medians {statistics.median(ok['booted'])} / {statistics.median(ok['off'])})")
-PYEOF
+    $PY "$REPO/bench/throughput_ratio.py" "$OUT" isaaclab3-h200-throughput
     ;;
   containers)  # issue 21: Podman + CDI with the job's own compile cache (compile_cache = "job", --warp-cache ""):
     # cold container restarts (spare off), then a booted spare container (item 3)

@@ -53,6 +53,17 @@ class Deadline(Exception):
     pass
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of one process (all its threads), from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def host_cpu_ticks() -> list[int]:
+    """The host's CPU time by kind (user nice system idle iowait irq softirq steal ...), /proc/stat's "cpu" line."""
+    return [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+
+
 class Bench:
     def __init__(self, a: argparse.Namespace):
         self.a = a
@@ -266,9 +277,16 @@ class Bench:
         if first > j["iteration"] + 1:
             self.log(f"throughput: from iteration {first} (--throughput-from)")
         last = first + self.a.throughput_iterations - 1
-        self.wait(lambda: (self.job()["iteration"] or 0) >= last + 1, self.a.boot_timeout,
-                  f"throughput: iteration {last + 1}", interval=0.2)
+        # The trainer's own CPU seconds per iteration over the same window: on a shared VM the wall-clock fps moves
+        # with the hypervisor's steal time (measured: ±15 % between runs here), its CPU time does not.
+        start = self.wait(lambda: (x := self.job())["iteration"] is not None and x["iteration"] >= first and
+                          (x["iteration"], cpu_seconds(x["pid"]), host_cpu_ticks()), self.a.boot_timeout,
+                          f"throughput: iteration {first}", interval=0.02)
+        end = self.wait(lambda: (x := self.job())["iteration"] is not None and x["iteration"] >= last + 1 and
+                        (x["iteration"], cpu_seconds(x["pid"]), host_cpu_ticks()), self.a.boot_timeout,
+                        f"throughput: iteration {last + 1}", interval=0.02)
         fps = [v for step, v in tb_scalars(Path(j["run_dir"]), "Perf/total_fps") if first <= step <= last]
+        ticks = [b - a for a, b in zip(start[2], end[2])]
         after = self.job().get("spare") or {}
         self.res["throughput"] = {
             "spare": self.a.spare or "auto", "spare_state": spare.get("state"), "spare_mode": spare.get("mode"),
@@ -276,6 +294,9 @@ class Bench:
             "spare_still_ready": after.get("state") == spare.get("state") and after.get("pid") == spare.get("pid"),
             "iterations": [first, last], "samples": len(fps),
             "median_fps": round(statistics.median(fps), 1) if fps else None,
+            "trainer_cpu_seconds_per_iteration": round((end[1] - start[1]) / max(1, end[0] - start[0]), 5),
+            "cpu_iterations": [start[0], end[0]],
+            "host_steal_share": round(ticks[7] / max(1, sum(ticks)), 4) if len(ticks) > 7 else None,
         }
         self.log(f"throughput: {self.res['throughput']}")
 
