@@ -9,6 +9,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from helpers import SupervisorProc  # noqa: E402
 
+# A suite started as a background job of a non-interactive shell (`cmd &` in a script, nohup) inherits SIGINT
+# ignored, and so would every trainer and CLI it starts: Ctrl-C tests then hang on processes that never see the
+# signal (session 8: `(nohup bash -c '... .ci/run' &)` failed four such tests). Ignored signals survive exec, handled
+# ones do not, so a handler here gives the children SIGINT back as a user's terminal delivers it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 @pytest.fixture
 def supervisor_factory(tmp_path):
