@@ -277,8 +277,9 @@ class Bench:
         if first > j["iteration"] + 1:
             self.log(f"throughput: from iteration {first} (--throughput-from)")
         last = first + self.a.throughput_iterations - 1
-        # The trainer's own CPU seconds per iteration over the same window: on a shared VM the wall-clock fps moves
-        # with the hypervisor's steal time (measured: ±15 % between runs here), its CPU time does not.
+        # The trainer's own CPU seconds per iteration over the same window, and the host's steal share: on a shared
+        # VM the wall-clock fps also moves with the hypervisor's steal time, which CPU time does not count. (On this
+        # 2-core VM both still moved by 29-41 % between runs of one arm: bench/results/issue21-cpu-throughput.)
         start = self.wait(lambda: (x := self.job())["iteration"] is not None and x["iteration"] >= first and
                           (x["iteration"], cpu_seconds(x["pid"]), host_cpu_ticks()), self.a.boot_timeout,
                           f"throughput: iteration {first}", interval=0.02)
