@@ -29,6 +29,8 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _supervised import CLK_TCK, cpu_ticks  # noqa: E402
 
 from backup_fakes import SeaweedS3, fake_checkpoint  # noqa: E402
 from helpers import SupervisorProc, builtin_job, wait_for, write_config  # noqa: E402
@@ -50,11 +52,6 @@ def iterations_per_second(run_dir: Path) -> float:
     acc.Reload()
     ev = acc.Scalars("Perf/total_fps")
     return (ev[-1].step - ev[0].step) / (ev[-1].wall_time - ev[0].wall_time)
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def one_run(root: Path, s3: SeaweedS3, backup: bool, iterations: int, save_interval: int
@@ -80,7 +77,7 @@ def one_run(root: Path, s3: SeaweedS3, backup: bool, iterations: int, save_inter
                      what="the last checkpoint uploaded")
             entries = json.loads(s3.fs().cat_file(f"{bucket}/isaacd/cp/manifest.json"))["checkpoints"]
         assert sp.proc is not None
-        supervisor_cpu = cpu_seconds(sp.proc.pid)  # the uploader thread runs in the supervisor's process
+        supervisor_cpu = cpu_ticks(sp.proc.pid) / CLK_TCK  # the uploader thread runs in the supervisor's process
     finally:
         sp.stop()
     return iterations_per_second(run_dir), entries, supervisor_cpu

@@ -44,6 +44,9 @@ from typing import Any, Callable
 
 from isaacd.control import request
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _supervised import CLK_TCK, cpu_ticks  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 JOB = "il3"
 TASK = "Isaac-Cartpole-Direct"
@@ -51,12 +54,6 @@ TASK = "Isaac-Cartpole-Direct"
 
 class Deadline(Exception):
     pass
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of one process (all its threads), from /proc/<pid>/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def host_cpu_ticks() -> list[int]:
@@ -281,10 +278,10 @@ class Bench:
         # VM the wall-clock fps also moves with the hypervisor's steal time, which CPU time does not count. (On this
         # 2-core VM both still moved by 29-41 % between runs of one arm: bench/results/issue21-cpu-throughput.)
         start = self.wait(lambda: (x := self.job())["iteration"] is not None and x["iteration"] >= first and
-                          (x["iteration"], cpu_seconds(x["pid"]), host_cpu_ticks()), self.a.boot_timeout,
+                          (x["iteration"], cpu_ticks(x["pid"]) / CLK_TCK, host_cpu_ticks()), self.a.boot_timeout,
                           f"throughput: iteration {first}", interval=0.02)
         end = self.wait(lambda: (x := self.job())["iteration"] is not None and x["iteration"] >= last + 1 and
-                        (x["iteration"], cpu_seconds(x["pid"]), host_cpu_ticks()), self.a.boot_timeout,
+                        (x["iteration"], cpu_ticks(x["pid"]) / CLK_TCK, host_cpu_ticks()), self.a.boot_timeout,
                         f"throughput: iteration {last + 1}", interval=0.02)
         fps = [v for step, v in tb_scalars(Path(j["run_dir"]), "Perf/total_fps") if first <= step <= last]
         ticks = [b - a for a, b in zip(start[2], end[2])]
