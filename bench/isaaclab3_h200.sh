@@ -144,7 +144,7 @@ case "$MODE" in
     TAG=booted bench process --spare booted ;;
   throughput)  # issue 21: training speed with a booted spare parked beside the trainer vs no spare, alternating
     stash; install || exit 1
-    for i in 1 2 3; do
+    for i in $(seq "${TP_FIRST:-1}" "${TP_LAST:-3}"); do   # a second warm call can add repeats: TP_FIRST=3 TP_LAST=5
       TAG=throughput-off-$i bench process --spare off --throughput-iterations "${TP_IT:-40}" --max-iterations 400
       TAG=throughput-booted-$i bench process --spare booted --throughput-iterations "${TP_IT:-40}" --max-iterations 400
     done
@@ -172,5 +172,10 @@ case "$MODE" in
   *) echo "usage: $0 stash|process|podman|booted|throughput|containers|cpu|all"; exit 2 ;;
 esac
 rc=$?
+# At most 8 files come back from a call: past 7, everything but the log travels as one tar (unpack it here).
+if [ "$(ls "$OUT" | wc -l)" -gt 7 ]; then
+  (cd "$OUT" && tar -cf "isaaclab3-h200-$MODE-results.tar" --exclude=log --exclude='*-results.tar' . \
+     && find . -maxdepth 1 -type f ! -name log ! -name '*-results.tar' -delete)
+fi
 log "done ($MODE) rc $rc; $OUT: $(ls "$OUT" | tr '\n' ' ')"
 exit $rc
