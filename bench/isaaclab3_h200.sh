@@ -98,7 +98,7 @@ bench() {  # $1 runtime, then extra args; TAG names the result files (default: t
   local rt=$1; shift
   local tag=${TAG:-$rt}
   local budget; budget=$(( $(left) - 25 ))
-  if [ "$budget" -lt 120 ]; then echo "SKIP $rt: only $budget s left in this call"; return 1; fi
+  if [ "$budget" -lt "${MIN_LEFT:-120}" ]; then echo "SKIP $rt: only $budget s left in this call"; return 1; fi
   log "bench/isaaclab3_recovery.py --runtime $rt --device ${DEVICE:-cuda:0} --num-envs $NUM_ENVS --max-iterations $MAX_IT --kills $KILLS $* (deadline $budget s)"
   $PY "$REPO/bench/isaaclab3_recovery.py" --python "$PY" --device "${DEVICE:-cuda:0}" --runtime "$rt" --num-envs "$NUM_ENVS" \
     --max-iterations "$MAX_IT" --save-interval "$SAVE" --kills "$KILLS" --asset-root "$REPO/tests/isaaclab3/asset_root" \

@@ -61,6 +61,26 @@ def host_cpu_ticks() -> list[int]:
     return [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
 
 
+def gpu_sm_util_by_pid(gpu_index: int, since_s: float) -> dict[int, int] | None:
+    """The highest SM utilisation (%) NVML sampled for each process on the GPU since `since_s` (epoch seconds), or
+    None where there is no NVML or the driver keeps no per-process samples. A parked spare that holds a CUDA context
+    but submits no work has no samples, or samples of 0 %."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        try:
+            h = pynvml.nvmlDeviceGetHandleByIndex(gpu_index)
+            samples = pynvml.nvmlDeviceGetProcessUtilization(h, int(since_s * 1e6))
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no pynvml, no GPU, or NVML_ERROR_NOT_FOUND (no samples since then)
+        return None
+    out: dict[int, int] = {}
+    for x in samples:
+        out[x.pid] = max(out.get(x.pid, 0), int(x.smUtil))
+    return out
+
+
 class Bench:
     def __init__(self, a: argparse.Namespace):
         self.a = a
@@ -277,12 +297,23 @@ class Bench:
         # The trainer's own CPU seconds per iteration over the same window, and the host's steal share: on a shared
         # VM the wall-clock fps also moves with the hypervisor's steal time, which CPU time does not count. (On this
         # 2-core VM both still moved by 29-41 % between runs of one arm: bench/results/issue21-cpu-throughput.)
+        # The spare's own CPU seconds and NVML's per-process SM samples over the window say whether the parked
+        # spare does any work at all while the trainer runs (its cost would be CPU or GPU time taken from it).
+        spare_pid = spare.get("pid") if isinstance(spare.get("pid"), int) else None
+
+        def spare_cpu() -> float | None:
+            try:
+                return cpu_ticks(spare_pid) / CLK_TCK if spare_pid else None
+            except (OSError, ValueError, IndexError):
+                return None
         start = self.wait(lambda: (x := self.job())["iteration"] is not None and x["iteration"] >= first and
-                          (x["iteration"], cpu_ticks(x["pid"]) / CLK_TCK, host_cpu_ticks()), self.a.boot_timeout,
-                          f"throughput: iteration {first}", interval=0.02)
+                          (x["iteration"], cpu_ticks(x["pid"]) / CLK_TCK, host_cpu_ticks(), spare_cpu(), time.time()),
+                          self.a.boot_timeout, f"throughput: iteration {first}", interval=0.02)
         end = self.wait(lambda: (x := self.job())["iteration"] is not None and x["iteration"] >= last + 1 and
-                        (x["iteration"], cpu_ticks(x["pid"]) / CLK_TCK, host_cpu_ticks()), self.a.boot_timeout,
-                        f"throughput: iteration {last + 1}", interval=0.02)
+                        (x["iteration"], cpu_ticks(x["pid"]) / CLK_TCK, host_cpu_ticks(), spare_cpu(), time.time()),
+                        self.a.boot_timeout, f"throughput: iteration {last + 1}", interval=0.02)
+        sm = gpu_sm_util_by_pid(0, start[4]) if self.a.device.startswith("cuda") else None
+        trainer_pid = self.job().get("pid")
         fps = [v for step, v in tb_scalars(Path(j["run_dir"]), "Perf/total_fps") if first <= step <= last]
         ticks = [b - a for a, b in zip(start[2], end[2])]
         after = self.job().get("spare") or {}
@@ -295,6 +326,11 @@ class Bench:
             "trainer_cpu_seconds_per_iteration": round((end[1] - start[1]) / max(1, end[0] - start[0]), 5),
             "cpu_iterations": [start[0], end[0]],
             "host_steal_share": round(ticks[7] / max(1, sum(ticks)), 4) if len(ticks) > 7 else None,
+            "window_seconds": round(end[4] - start[4], 2),
+            "spare_cpu_seconds_in_window": (round(end[3] - start[3], 3)
+                                            if start[3] is not None and end[3] is not None else None),
+            "gpu_sm_util_max_by_pid": ({str(p): u for p, u in sm.items()} if sm is not None else None),
+            "trainer_pid": trainer_pid, "spare_pid": spare_pid,
         }
         self.log(f"throughput: {self.res['throughput']}")
 

@@ -1,7 +1,9 @@
 """Issue 21's throughput figure from the alternating runs of bench/isaaclab3_recovery.py --throughput-iterations:
 the median of each run's median Perf/total_fps, booted spare parked over no spare, and the same for the trainer's
 CPU seconds per iteration (no spare over booted: above 1 means slower with the spare), which the host's steal
-time does not move.
+time does not move. Also each repeat's own ratio (booted i over off i, the runs next to each other in time) with
+their median and geometric mean, and what the parked spare itself did over its windows (CPU seconds, NVML's SM
+samples for its pid).
 
     python bench/throughput_ratio.py OUT_DIR PREFIX     # reads OUT_DIR/PREFIX-{off,booted}-{1,2,3}.json
 """
@@ -22,6 +24,7 @@ def main(argv: list[str]) -> int:
     cpu: dict[str, list[float]] = {}
     steal: dict[str, list[float]] = {}
     windows: dict[str, list[list[int]]] = {}
+    idle: list[str] = []
     for mode in ("off", "booted"):
         for path in sorted(out.glob(f"{prefix}-{mode}-*.json")):
             tp = json.loads(path.read_text()).get("throughput") or {}
@@ -31,6 +34,12 @@ def main(argv: list[str]) -> int:
             if tp.get("trainer_cpu_seconds_per_iteration"):
                 cpu.setdefault(mode, []).append(tp["trainer_cpu_seconds_per_iteration"])
                 steal.setdefault(mode, []).append(tp.get("host_steal_share"))
+            if mode == "booted" and tp.get("spare_cpu_seconds_in_window") is not None:
+                sm = tp.get("gpu_sm_util_max_by_pid")
+                spare_sm = None if sm is None else sm.get(str(tp.get("spare_pid")), "no samples")
+                idle.append(f"{path.stem}: spare {tp['spare_cpu_seconds_in_window']} CPU s in "
+                            f"{tp.get('window_seconds')} s, SM % max {spare_sm} (trainer "
+                            f"{None if sm is None else sm.get(str(tp.get('trainer_pid')), 'no samples')})")
     print("median Perf/total_fps per repeat:", fps)
     print("iterations measured per repeat:", windows)
     if not (fps.get("off") and fps.get("booted")):
@@ -38,6 +47,11 @@ def main(argv: list[str]) -> int:
         return 1
     off, booted = statistics.median(fps["off"]), statistics.median(fps["booted"])
     print(f"booted spare parked / no spare: {booted / off:.3f}x (medians {booted} / {off})")
+    pairs = [b / o for o, b in zip(fps["off"], fps["booted"])]
+    print(f"per repeat (booted i / off i): {[round(r, 3) for r in pairs]}; median {statistics.median(pairs):.3f}x, "
+          f"geometric mean {statistics.geometric_mean(pairs):.3f}x")
+    for line in idle:
+        print(line)
     if cpu.get("off") and cpu.get("booted"):
         c_off, c_booted = statistics.median(cpu["off"]), statistics.median(cpu["booted"])
         print("trainer CPU seconds per iteration per repeat:", cpu, "host steal share:", steal)
