@@ -145,8 +145,9 @@ case "$MODE" in
   throughput)  # issue 21: training speed with a booted spare parked beside the trainer vs no spare, alternating
     stash; install || exit 1
     for i in $(seq "${TP_FIRST:-1}" "${TP_LAST:-3}"); do   # a second warm call can add repeats: TP_FIRST=3 TP_LAST=5
-      TAG=throughput-off-$i bench process --spare off --throughput-iterations "${TP_IT:-40}" --max-iterations 400
-      TAG=throughput-booted-$i bench process --spare booted --throughput-iterations "${TP_IT:-40}" --max-iterations 400
+      for m in ${TP_MODES:-off booted}; do   # TP_MODES="booted off": the booted arm first (a short call)
+        TAG=throughput-$m-$i bench process --spare "$m" --throughput-iterations "${TP_IT:-40}" --max-iterations 400
+      done
     done
     $PY "$REPO/bench/throughput_ratio.py" "$OUT" isaaclab3-h200-throughput
     ;;
