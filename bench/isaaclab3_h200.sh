@@ -21,6 +21,9 @@
 # (the same on the host's CPUs, 16 envs), `throughput` (off / booted alternating, three repeats: the ratio), and
 # with .il3deb carried `containers` (Podman + CDI, the job's own compile cache: no spare, then a booted spare
 # container). The first of them carries .dw4 and installs.
+# `throughput` takes TP_IT (iterations per window, 40), TP_FIRST..TP_LAST (repeats, 1..3) and TP_MODES (arm order,
+# "off booted"); its first run pays Warp's kernel compile (~2 min on a new machine), the rest ~50 s each, so three
+# repeats fit one call only with BUDGET raised (565 worked, 397 s). MIN_LEFT (120 s) is what a run needs to start.
 #
 # If a call after the first reports warm: false, the machine is new and /tmp is empty: start again from call 1.
 # Each call writes $OUT/log (everything, timestamped); calls 4 and 5 also $OUT/isaaclab3-h200-<runtime>.json
