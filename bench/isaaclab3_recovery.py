@@ -63,8 +63,9 @@ def host_cpu_ticks() -> list[int]:
 
 def gpu_sm_util_by_pid(gpu_index: int, since_s: float) -> dict[int, int] | None:
     """The highest SM utilisation (%) NVML sampled for each process on the GPU since `since_s` (epoch seconds), or
-    None where there is no NVML or the driver keeps no per-process samples. A parked spare that holds a CUDA context
-    but submits no work has no samples, or samples of 0 %."""
+    None where there is no NVML or the driver keeps no per-process samples. NVML returns one sample per process "that
+    had some non-zero utilization during the last sample period" (NVML API reference, nvmlDeviceGetProcessUtilization),
+    so a parked spare that holds a CUDA context but submits no work has no entry at all."""
     try:
         import pynvml
         pynvml.nvmlInit()
