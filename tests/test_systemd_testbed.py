@@ -95,6 +95,12 @@ def _check_probe(out: dict) -> None:
     rep = out["replace_slow"]
     assert rep["running"] == 1 and out["slow_max_running"] == 1 and rep["seconds"] >= 3.5, rep
     assert max(rep["max_call_ms"].values()) < CALL_MS, rep
+    # an ended spare's unit still stopping (4 s) does not hold up the worker: another attempt's kill is carried out
+    # and seen first; the spare's unit is stopped and its file gone after
+    rel = out["slow_spare_release"]
+    print("slow_spare_release", rel)
+    assert rel["attempt"]["signal"] == 9 and rel["kill_seen_s"] < 3 <= rel["spare_released_s"], rel
+    assert not rel["spare_file_left"] and rel["spare_unit_state"] == "inactive", rel
     # no Runtime method, over the whole probe, kept the caller (the supervisor's tick) waiting
     assert max(out["max_call_ms"].values()) < CALL_MS, out["max_call_ms"]
 

@@ -65,6 +65,9 @@ from .worker import Slot, Worker
 __all__ = ["SystemdRuntime"]
 
 ACTIVE_STATES = ("active", "activating", "deactivating", "reloading", "refreshing")
+# an ended spare's unit still stopping: looked at again every SPARE_STOP_LOOK_S, SIGKILLed after SPARE_STOP_GRACE_S
+SPARE_STOP_LOOK_S = 0.5
+SPARE_STOP_GRACE_S = 90.0
 PROPS = ("LoadState", "ActiveState", "SubState", "Result", "Job", "InvocationID", "MainPID", "ExecMainPID",
          "ExecMainCode", "ExecMainStatus", "ControlGroup", "ActiveExitTimestampMonotonic",
          "ExecMainExitTimestampMonotonic", "ExecMainStartTimestampMonotonic", "InactiveExitTimestampMonotonic")
@@ -501,7 +504,8 @@ class SystemdRuntime(ContainerRuntime):
         """`systemctl reset-failed` on the worker (a failed unit keeps the host "degraded"; isaacd has
         recorded the exit already). The job unit's file stays: it documents the last attempt. A spare's unit
         (killed or dead unused, or the attempt it took over, ended) is stopped (a SIGKILLed container's unit
-        may still be deactivating: one bounded `systemctl stop`) and its file removed."""
+        may still be deactivating: `systemctl stop --no-block`, looked at again every SPARE_STOP_LOOK_S, never
+        waited for on the worker) and its file removed."""
         slot = self._slot(handle)
         if slot.cleaned:
             return True
@@ -512,30 +516,49 @@ class SystemdRuntime(ContainerRuntime):
             spare = is_spare_container(handle.job, unit)
 
             def release() -> None:
+                done = True
                 try:
                     if spare:
-                        self._release_spare_unit(handle.job, st, slot)
+                        done = self._release_spare_unit(handle.job, st, slot)
                     else:
                         self._ctl("reset-failed", unit, check=False)
                 finally:
-                    slot.cleaned = True
+                    if done:
+                        slot.cleaned = True
+                    else:  # its unit is still stopping: look again later, the worker serves the other jobs meanwhile
+                        self.worker.submit_after(SPARE_STOP_LOOK_S, f"cleanup {unit}", release)
 
             self.worker.submit(f"cleanup {unit}", release)
         return False
 
-    def _release_spare_unit(self, job: str, st: dict[str, Any], slot: Slot) -> None:
-        """Worker: a spare's unit is over for good: stopped, reset, its file removed, systemd reloaded."""
+    def _release_spare_unit(self, job: str, st: dict[str, Any], slot: Slot) -> bool:
+        """Worker, one look: a spare's unit is over for good: stopped, reset, its file removed, systemd reloaded.
+        False while its stop is under way (`systemctl stop --no-block`; SIGKILL after SPARE_STOP_GRACE_S, given up
+        10 s later: the file stays for the job's next launch to sweep); True once done."""
         unit, path = st["unit"], Path(st["unit_file"])
         cancel = slot.cache.pop("cancel_after_start", None)
         if cancel is not None:  # killed while its launch ran: the unit started anyway
             self._podman_kill(st, cancel)
         if self.show(unit, ("ActiveState", "Job"), keep=False)["ActiveState"] in ACTIVE_STATES:
-            self._ctl("stop", unit, check=False, timeout=90)  # its container is dead or ends on SIGTERM
+            now = time.monotonic()
+            stop_sent = slot.cache.get("spare_stop_sent")
+            if stop_sent is None:  # its container is dead or ends on the stop signal
+                slot.cache["spare_stop_sent"] = now
+                self._ctl("stop", "--no-block", unit, check=False)
+            elif now - stop_sent >= SPARE_STOP_GRACE_S + 10:
+                log.warning("spare_unit_stop_failed", job=job, unit=unit, seconds=round(now - stop_sent),
+                            detail="the spare's unit would not stop; its file stays until the job's next launch")
+                return True
+            elif now - stop_sent >= SPARE_STOP_GRACE_S and not slot.cache.get("spare_kill_sent"):
+                slot.cache["spare_kill_sent"] = True
+                self._ctl("kill", "-s", "SIGKILL", unit, check=False)
+            return False
         self._ctl("reset-failed", unit, check=False)
         if path.exists() and launch_token_of(path) == st.get("token"):
             path.unlink(missing_ok=True)
             self._ctl("daemon-reload", timeout=120)
             log.info("spare_unit_removed", job=job, unit=unit, file=str(path))
+        return True
 
     def describe(self, handle: Handle) -> RuntimeView:
         self._slot(handle)

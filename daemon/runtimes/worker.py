@@ -80,6 +80,14 @@ class Worker:
                     self._thread.start()
         self._q.put((what, fn))
 
+    def submit_after(self, delay: float, what: str, fn: Callable[[], None]) -> None:
+        """Queue `fn` once `delay` seconds have passed: a task that looked once and must look again later (a unit
+        still stopping) comes back this way instead of sleeping on the worker. The wait is a daemon timer thread,
+        so a supervisor that exits meanwhile does not wait for it."""
+        timer = threading.Timer(delay, self.submit, (what, fn))
+        timer.daemon = True
+        timer.start()
+
     def pending(self) -> int:
         return self._q.qsize()
 

@@ -319,6 +319,28 @@ def main() -> None:
     out["slow_max_running"] = most
     rt_new.kill(h2)
     wait_exit(rt_new, h2)
+
+    # 10. an ended spare's unit that takes its time to stop (its container saves for 4 s on the stop signal) does
+    # not hold up the runtime's worker: another attempt's kill on the same runtime is carried out and its exit
+    # seen meanwhile, and the spare's unit file still goes once its unit has stopped
+    sp = rts.start(dataclasses.replace(spec(sl, [], token="tok-spare-slow"), spare=True,
+                                       container_argv=("sh", "-c", SLOW)))
+    wait_running(rts, sp)
+    ha = rts.start(spec(sl, []))
+    wait_running(rts, ha)
+    t0 = time.monotonic()
+    rts.cleanup(sp)  # queues the release: the stop of a unit whose container takes 4 s
+    time.sleep(0.3)  # the release's first look has run
+    rts.kill(ha)
+    st = wait_exit(rts, ha)
+    kill_seen = time.monotonic() - t0
+    while not rts.cleanup(sp):
+        assert time.monotonic() - t0 < 60, "the spare's unit was never released"
+        time.sleep(0.05)
+    out["slow_spare_release"] = {
+        "kill_seen_s": round(kill_seen, 2), "spare_released_s": round(time.monotonic() - t0, 2),
+        "attempt": ex(st), "spare_file_left": Path(sp.state["unit_file"]).exists(),
+        "spare_unit_state": rts.show(sp.state["unit"], ("ActiveState",), keep=False)["ActiveState"]}
     out["max_call_ms"] = dict(ALL)
 
     print(json.dumps(out))
