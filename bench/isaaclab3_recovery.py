@@ -627,6 +627,12 @@ def environment(a: argparse.Namespace) -> dict[str, Any]:
     try:
         rev = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%h"], capture_output=True, text=True,
                              timeout=10).stdout.strip() or None
+        # the device machine's copy keeps the git HEAD of a session's first call while its working tree is the
+        # caller's: say that the tree differs from that commit rather than name a commit that is not what ran
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=30).stdout.strip()
+        if rev and dirty:
+            rev += "+changes"
     except OSError:
         rev = None
     info.update({"host": platform.node(), "cpus": os.cpu_count(), "isaacd_rev": rev,
