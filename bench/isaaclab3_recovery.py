@@ -314,10 +314,10 @@ class Bench:
                         (x["iteration"], cpu_ticks(x["pid"]) / CLK_TCK, host_cpu_ticks(), spare_cpu(), time.time()),
                         self.a.boot_timeout, f"throughput: iteration {last + 1}", interval=0.02)
         sm = gpu_sm_util_by_pid(0, start[4]) if self.a.device.startswith("cuda") else None
-        trainer_pid = self.job().get("pid")
         fps = [v for step, v in tb_scalars(Path(j["run_dir"]), "Perf/total_fps") if first <= step <= last]
         ticks = [b - a for a, b in zip(start[2], end[2])]
-        after = self.job().get("spare") or {}
+        now_job = self.job()
+        trainer_pid, after = now_job.get("pid"), now_job.get("spare") or {}
         self.res["throughput"] = {
             "spare": self.a.spare or "auto", "spare_state": spare.get("state"), "spare_mode": spare.get("mode"),
             "spare_rss_bytes": spare.get("rss_bytes"), "spare_cuda_memory_bytes": spare.get("cuda_memory_bytes"),

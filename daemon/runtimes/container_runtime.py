@@ -79,7 +79,8 @@ class ContainerRuntime(SlottedRuntime):
         """Worker: never two of a job. One step of stopping a container of the job that is still running unclaimed
         (adoption would have taken it), one per launch step and never waiting: `stop` once (unless `may_stop` is
         False: it is stopping already), `kill` once `grace` seconds have passed, and a failed launch, which `stuck`
-        (the seconds since the first step) explains, STALE_KILL_WAIT seconds after that."""
+        (the seconds since the first step) explains, STALE_KILL_WAIT seconds after that. The systemd runtime
+        releases an ended spare's unit with the same steps, one per look."""
         now = time.monotonic()
         since = slot.cache.setdefault("stale_since", now)
         if may_stop and not slot.cache.get("stale_stop_sent"):

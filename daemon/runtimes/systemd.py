@@ -534,24 +534,22 @@ class SystemdRuntime(ContainerRuntime):
     def _release_spare_unit(self, job: str, st: dict[str, Any], slot: Slot) -> bool:
         """Worker, one look: a spare's unit is over for good: stopped, reset, its file removed, systemd reloaded.
         False while its stop is under way (`systemctl stop --no-block`; SIGKILL after SPARE_STOP_GRACE_S, given up
-        10 s later: the file stays for the job's next launch to sweep); True once done."""
+        STALE_KILL_WAIT later: the file stays for the job's next launch to sweep); True once done."""
         unit, path = st["unit"], Path(st["unit_file"])
         cancel = slot.cache.pop("cancel_after_start", None)
         if cancel is not None:  # killed while its launch ran: the unit started anyway
             self._podman_kill(st, cancel)
         if self.show(unit, ("ActiveState", "Job"), keep=False)["ActiveState"] in ACTIVE_STATES:
-            now = time.monotonic()
-            stop_sent = slot.cache.get("spare_stop_sent")
-            if stop_sent is None:  # its container is dead or ends on the stop signal
-                slot.cache["spare_stop_sent"] = now
-                self._ctl("stop", "--no-block", unit, check=False)
-            elif now - stop_sent >= SPARE_STOP_GRACE_S + 10:
-                log.warning("spare_unit_stop_failed", job=job, unit=unit, seconds=round(now - stop_sent),
-                            detail="the spare's unit would not stop; its file stays until the job's next launch")
+            # its container is dead or ends on the stop signal: the stale unit's stepwise stop, one step per look
+            try:
+                self._stop_stale_step(slot, SPARE_STOP_GRACE_S,
+                                      lambda: self._ctl("stop", "--no-block", unit, check=False),
+                                      lambda: self._ctl("kill", "-s", "SIGKILL", unit, check=False),
+                                      lambda s: f"{unit} would not stop ({s:.0f} s); its file stays until the "
+                                                f"job's next launch")
+            except RuntimeFailure as exc:
+                log.warning("spare_unit_stop_failed", job=job, unit=unit, detail=str(exc))
                 return True
-            elif now - stop_sent >= SPARE_STOP_GRACE_S and not slot.cache.get("spare_kill_sent"):
-                slot.cache["spare_kill_sent"] = True
-                self._ctl("kill", "-s", "SIGKILL", unit, check=False)
             return False
         self._ctl("reset-failed", unit, check=False)
         if path.exists() and launch_token_of(path) == st.get("token"):
