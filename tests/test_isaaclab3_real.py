@@ -77,14 +77,16 @@ def kill_at_resume_point(sp, job: str, at_least: int, spare: bool = False) -> tu
     """kill -9 the trainer once it has done `at_least` iterations (and, with `spare`, a warm spare is ready).
 
     Frozen first (SIGSTOP), so the newest complete checkpoint or snapshot cannot move between the look and the
-    kill. Returns (that resume point's iteration, the kill's time, the killed attempt's run dir)."""
-    def ready():  # noqa: ANN202
-        x = sp.job(job)
-        return (x["state"] == "running" and (x["iteration"] or 0) >= at_least
-                and (not spare or x["spare"].get("state") == "ready") and x)
-
-    j = wait_for(ready, BOOT, interval=0.2, what=f"iteration {at_least}" + (" and a ready spare" if spare else ""))
+    kill. With `spare`, the trainer stays frozen while the spare boots: the kill point follows the test, not the
+    race between the trainer's iterations and the spare's boot (a spare ready only at iteration 27 of 30 left the
+    next kill waiting for an iteration that never came). Returns (that resume point's iteration, the kill's time,
+    the killed attempt's run dir)."""
+    j = wait_for(lambda: (x := sp.job(job))["state"] == "running" and (x["iteration"] or 0) >= at_least and x,
+                 BOOT, interval=0.2, what=f"iteration {at_least}")
     os.kill(j["pid"], signal.SIGSTOP)
+    if spare:
+        wait_for(lambda: sp.job(job)["spare"].get("state") == "ready", BOOT, interval=0.2,
+                 what="a ready spare beside the frozen trainer")
     points = [c for d in run_dirs(sp, job) if (c := newest_complete(d)) is not None]
     os.kill(j["pid"], signal.SIGKILL)
     t = time.time()
