@@ -7,6 +7,7 @@ in a config that validated completely.
 
 from __future__ import annotations
 
+import difflib
 import re
 import sys
 from dataclasses import dataclass
@@ -499,6 +500,12 @@ def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | N
     return None
 
 
+def _did_you_mean(key: str, allowed: list[str]) -> str:
+    """"; did you mean `max_iterations`?" for a typo: the fix, before the list of every allowed key."""
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+    return f"; did you mean `{close[0]}`?" if close else ""
+
+
 def _issues_from(err: ValidationError, raw: dict[str, Any]) -> list[ConfigIssue]:
     issues = []
     for e in err.errors():
@@ -506,7 +513,8 @@ def _issues_from(err: ValidationError, raw: dict[str, Any]) -> list[ConfigIssue]
         key = _key_path(loc, raw)
         if e["type"] == "extra_forbidden":
             allowed = _allowed_keys(Config, loc)
-            msg = "unknown key" + (f"; allowed keys here: {', '.join(allowed)}" if allowed else "")
+            msg = "unknown key" + _did_you_mean(str(loc[-1]), allowed or []) + \
+                (f"; allowed keys here: {', '.join(allowed)}" if allowed else "")
         else:
             msg = e["msg"].removeprefix("Value error, ")
             if e["type"].endswith("_type") or e["type"] in ("int_from_float",):

@@ -20,7 +20,10 @@ GOOD_JOB = '[[jobs]]\nname = "a"\n'
 BAD = [
     # (toml text, key path expected in the message, words expected in the message)
     ('[supervisor]\nbogus = 1\n', "supervisor.bogus", "unknown key; allowed keys here: control_socket"),
-    ('[supervisr]\n', "supervisr", "unknown key; allowed keys here: gpu, jobs, metrics, ray, supervisor"),
+    ('[supervisr]\n', "supervisr",
+     "unknown key; did you mean `supervisor`?; allowed keys here: gpu, jobs, metrics, ray, supervisor"),
+    ('[[jobs]]\nname = "a"\nmax_iteration = 50\n', 'jobs[0] (name = "a").max_iteration',
+     "unknown key; did you mean `max_iterations`?; allowed keys here: "),
     ('[supervisor]\nsocket_mode = "0666"\n', "supervisor.socket_mode", "other"),
     ('[supervisor]\nlog_level = "loud"\n', "supervisor.log_level", "'debug', 'info', 'warning' or 'error'"),
     ('[metrics]\nlisten = "9835"\n', "metrics.listen", "host:port"),
@@ -34,7 +37,7 @@ BAD = [
     ('[[jobs]]\nname = "a"\nruntime = "docker"\n', 'jobs[0] (name = "a").runtime', "'process', 'podman', 'systemd' or 'ray'"),
     ('[[jobs]]\nname = "a"\nextra_args = ["--resume"]\n', 'jobs[0] (name = "a").extra_args', "set by isaacd"),
     ('[[jobs]]\nname = "a"\n[jobs.restart]\nmax_restart = 3\n', 'jobs[0] (name = "a").restart.max_restart',
-     "allowed keys here: backoff_factor"),
+     "did you mean `max_restarts`?; allowed keys here: backoff_factor"),
     ('[[jobs]]\nname = "a"\n[jobs.restart]\nbackoff_initial = 10.0\nbackoff_max = 1.0\n',
      'jobs[0] (name = "a").restart', "backoff_max must be >= backoff_initial"),
     ('[[jobs]]\nname = "a"\n[jobs.watchdogs.nope]\nx = 1\n', 'jobs[0] (name = "a").watchdogs.nope',
