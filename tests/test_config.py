@@ -263,3 +263,18 @@ def test_process_job_device_outside_its_gpus_is_rejected(tmp_path):
     # containers count cuda:N inside the container, among the GPUs CDI passes: not checked
     parse_config('[[jobs]]\nname = "a"\nruntime = "podman"\ngpus = [0]\ndevice = "cuda:1"\n'
                  '[jobs.container]\nimage = "x"\n', "x.toml", tmp_path)
+
+
+def test_shipped_example_names_every_runtime_and_workflow_and_both_install_forms():
+    """etc/isaacd.toml is where a new user reads what a job can be: every value the config accepts, from the model."""
+    import re
+    import typing
+
+    from isaacd.config import JobConfig
+
+    text = (REPO / "etc" / "isaacd.toml").read_text()
+    for key in ("runtime", "workflow"):
+        line = re.search(rf"^{key} = .*(?:\n#\s{{20,}}.*)*", text, re.M).group(0)  # the key's line and its comment
+        for value in typing.get_args(JobConfig.model_fields[key].annotation):
+            assert re.search(rf"\b{value}\b", line), f"{key} comment lacks {value}: {line}"
+    assert re.search(r'^# launcher = \["/', text, re.M) and "isaaclab_dir =" in text  # pip/uv and checkout forms

@@ -46,7 +46,7 @@ def resolve(job: JobConfig) -> Resolved:
             flavour = resume_flavour(Path(script).with_name("cli_args.py"))
         if flavour is None:
             flavour = "bool" if (gen.major, gen.minor) <= (2, 0) else "store_true"
-        wf: Workflow = RslRl(gen, flavour)
+        wf: Workflow = RslRl(gen, flavour, builtin=job.workflow == "builtin")
     elif library == "rl_games":
         wf = RlGames(gen, job)
     elif library == "skrl":

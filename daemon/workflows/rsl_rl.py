@@ -40,13 +40,15 @@ class RslRl(Workflow):
     library = "rsl_rl"
     layout = RSL_RL_LAYOUT
 
-    def __init__(self, generation: Generation, resume_flag: str):
+    def __init__(self, generation: Generation, resume_flag: str, builtin: bool = False):
         self.generation = generation
         self.resume_flag = resume_flag  # "bool" | "store_true"
         self.unified = generation.major >= 3  # scripts/reinforcement_learning/train.py --rl_library rsl_rl
         kind = ("--checkpoint <file>" if self.unified else
                 "type=bool --resume" if resume_flag == "bool" else "store_true --resume")
-        self.contract = f"Isaac Lab {generation.label} rsl_rl: {kind} (from {generation.source})"
+        # the `started` event's words: the built-in trainer's in a person's terms (its flags are isaacd's business)
+        self.contract = (f"built-in trainer (Isaac Lab {generation.label} contract)" if builtin else
+                         f"Isaac Lab {generation.label} rsl_rl: {kind} (from {generation.source})")
 
     def experiment_dir(self, job: JobConfig) -> Path:
         return job.log_root / "rsl_rl" / job.experiment_name
