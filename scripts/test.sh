@@ -3,22 +3,53 @@
 # (Debian's prometheus/promtool, prometheus-alertmanager, systemd; Podman via tests/testbed/host-setup.sh;
 # the real Isaac Lab 3.0.0 in .venv-isaaclab3 via scripts/isaaclab3-venv.sh), then runs pytest.
 # Everything it uses is in this repository.
+#   scripts/test.sh                      # the whole suite: everything above is set up (what CI runs)
+#   scripts/test.sh tests/FILE.py ...    # only what the named files' pytest markers ask for (pyproject.toml):
+#                                        # prometheus, systemd (+ Podman), podman, isaaclab3; none: just pytest
+# ISAACD_TEST_PLAN=1 prints what would be set up, and runs nothing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || scripts/install.sh
 export DEBIAN_FRONTEND=noninteractive
+# The test paths among the arguments (FILE, DIR, FILE::test); none (or only options, e.g. -k) is the whole suite.
+paths=()
+for a in "$@"; do
+  p=${a%%::*}
+  { [ -f "$p" ] || [ -d "$p" ]; } && paths+=("$p")
+done
+if [ ${#paths[@]} -eq 0 ]; then
+  wants="prometheus systemd podman isaaclab3"
+else
+  wants=$(grep -rhoE --include='*.py' 'pytest\.mark\.(prometheus|systemd|podman|isaaclab3)\b' "${paths[@]}" \
+          | sed 's/pytest\.mark\.//' | sort -u | paste -sd' ')
+fi
+want() { [[ " $wants " == *" $1 "* ]]; }
+if [ -n "${ISAACD_TEST_PLAN:-}" ]; then
+  echo "test.sh sets up: ${wants:-nothing}"
+  exit 0
+fi
+[ ${#paths[@]} -gt 0 ] && echo "test.sh: ${paths[*]} need: ${wants:-no setup beyond .venv}"
 need=()
-command -v promtool >/dev/null 2>&1 || need+=(prometheus)
-command -v prometheus-alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
-command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+if want prometheus; then
+  command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+  command -v prometheus-alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
+fi
+if want systemd; then
+  command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+fi
 if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
   apt-get update -qq >/dev/null 2>&1 || true
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null 2>&1 || echo "test.sh: could not install ${need[*]}"
 fi
 # prometheus' postinst may try to start a service; we start our own on loopback in the tests.
-for setup in tests/testbed/host-setup.sh; do
-  if [ -r "$setup" ] && [ "$(id -u)" = 0 ]; then bash "$setup" || echo "test.sh: $setup failed; podman tests will say why"; fi
-done
+# Podman: for the podman tests and the systemd ones (the host's systemd-analyze verify needs /usr/bin/podman).
+if want podman || want systemd; then
+  for setup in tests/testbed/host-setup.sh; do
+    if [ -r "$setup" ] && [ "$(id -u)" = 0 ]; then bash "$setup" || echo "test.sh: $setup failed; podman tests will say why"; fi
+  done
+fi
 # the real Isaac Lab 3.0.0 (kit-less) for tests/test_isaaclab3_real.py: cached like install.sh (~90 s the first time)
-scripts/isaaclab3-venv.sh || echo "test.sh: scripts/isaaclab3-venv.sh failed; tests/test_isaaclab3_real.py will say why"
+if want isaaclab3; then
+  scripts/isaaclab3-venv.sh || echo "test.sh: scripts/isaaclab3-venv.sh failed; tests/test_isaaclab3_real.py will say why"
+fi
 exec .venv/bin/python -m pytest -q -ra -p no:cacheprovider "$@"

@@ -29,7 +29,7 @@ from test_isaaclab3_real import _real_isaaclab, assert_clean_log, il3_job  # noq
 
 from isaacd.observations.checkpoints import newest_complete
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.isaaclab3]
 
 RUN_NAME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}_bs$")
 

@@ -29,7 +29,7 @@ from isaaclab3_helpers import ASSET_ROOT, BOOT, PY, events, run_dirs, started, s
 
 from isaacd.observations.checkpoints import newest_complete
 
-pytestmark = [pytest.mark.podman, pytest.mark.slow]
+pytestmark = [pytest.mark.podman, pytest.mark.slow, pytest.mark.isaaclab3]
 
 def _problem() -> str | None:
     if os.geteuid() != 0:

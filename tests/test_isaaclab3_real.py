@@ -27,7 +27,7 @@ from isaaclab3_helpers import ASSET_ROOT, BOOT, PY, TASK, events, run_dirs, star
 
 from isaacd.observations.checkpoints import newest_complete
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.isaaclab3]
 
 
 @pytest.fixture(autouse=True)

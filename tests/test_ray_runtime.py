@@ -364,6 +364,7 @@ def _podman_runs_containers() -> str | None:
     return None if r.returncode == 0 else (r.stderr.strip().splitlines() or ["podman run failed"])[-1]
 
 
+@pytest.mark.podman
 def test_a_containerised_job_runs_in_podman_on_its_node(cluster, tmp_path, supervisor_factory):
     """[jobs.ray] container = true: the actor on the node runs `podman run` of the job's container (here the
     host's rootfs as an overlay image with this venv's python, as the podman runtime's e2e does); a killed

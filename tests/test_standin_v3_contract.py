@@ -212,6 +212,7 @@ def test_configure_seed_deterministic():
 
 # ------------------------------------------------------------------------------------------ against the real one
 @pytest.mark.slow
+@pytest.mark.isaaclab3
 @pytest.mark.parametrize("argv, rc, needle", [
     (["--headless"], 2, "unrecognized arguments: --headless"),
     (["--resume", "--load_run", "x"], 2, "unrecognized arguments: --load_run"),
