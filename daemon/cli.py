@@ -124,14 +124,14 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 def cmd_job(args: argparse.Namespace) -> int:
     client = Client(args)
-    if args.command == "start":
+    if args.command in ("start", "restart"):  # a restart of a completed job is a start (jobs/machine.py)
         from .render import iterations_done
 
         job = _job_or_fail(Status.from_json(client({"cmd": "status"})), args.job)
         done = iterations_done(job)
         if job.state == "completed" and (done is None or job.max_iterations is None or done >= job.max_iterations):
             # Starting it would launch a trainer asked for 0 more iterations and leave an empty run dir.
-            print(f"{args.job} is complete ({done}/{job.max_iterations} iterations); nothing to start. "
+            print(f"{args.job} is complete ({done}/{job.max_iterations} iterations); nothing to {args.command}. "
                   f"To train it further, raise its max_iterations in the config, then `isaacd reload` "
                   f"and `isaacd start {args.job}`. To train it from scratch, move its run dirs (see "
                   f"`isaacd events {args.job}`) out of its log_root first; isaacd never deletes checkpoints.")
@@ -231,11 +231,13 @@ _COMMANDS: list[tuple[str, str, str]] = [
      "Ask the job's trainer to save and exit (SIGINT), SIGKILL after its stop_timeout. The job stays stopped, "
      "also across supervisor restarts, until `isaacd start`."),
     ("start", "start a stopped job",
-     "Start a stopped or failed job; it resumes from its newest complete checkpoint. A completed job is not "
-     "started again: raise its max_iterations first."),
+     "Start a stopped or failed job; it resumes from its newest complete checkpoint. A start while the job is "
+     "stopping is remembered: the trainer stops, then the job starts. A completed job is not started again: raise "
+     "its max_iterations first."),
     ("restart", "stop and resume a job from its newest complete checkpoint",
      "Stop the job's trainer gracefully and launch it again at once, resuming from its newest complete "
-     "checkpoint. Applies config changes made since it started."),
+     "checkpoint. Applies config changes made since it started. On a completed job it does what start does "
+     "(no restart is counted)."),
     ("reload", "re-read the config (same as SIGHUP); a bad file changes nothing",
      "Re-read the config file the supervisor was started with. A broken file changes nothing (exit 2); a valid "
      "change applies to each job at its next start, and running trainers are never killed by a reload."),

@@ -32,6 +32,7 @@ from .exitwatch import ExitWatcher
 from .gpumemory import OomNote
 from .jobs import JobState
 from .jobs.messages import Command, Restart, Start, Stop
+from .jobs.machine import Refused
 from .jobs.model import Origin
 from .locate import EMBEDDED_DEFAULT_NAME
 from .logs import log
@@ -232,7 +233,7 @@ class Supervisor:
             return runner.handle_message(cmd)
         except Exception:  # noqa: BLE001 - one job's bug must not take the supervisor down
             log.exception("job_command_failed", job=job, command=type(cmd).__name__)
-            return "failed: see the supervisor log"
+            return Refused("failed: see the supervisor log")
 
     def _publish(self) -> None:
         """Build the next status snapshot (under self.lock); readers get it without a lock."""
@@ -419,4 +420,6 @@ class Supervisor:
                 raise KeyError(f"no job named {job!r}; jobs: {', '.join(self.runners) or 'none'}")
             reply = self.send(job, make()) or "ok"
             self._publish()  # the caller's next `status` shows what the command did
-            return reply
+        if isinstance(reply, Refused):  # not carried out: the client says why and exits non-zero
+            raise ValueError(f"{job}: {reply}")
+        return reply

@@ -274,7 +274,8 @@ def test_stopping_for_restart_backs_off_for_no_time_and_counts_as_operator():
 def test_stopping_operator_stop_outranks_a_restart_in_flight():
     j = Job().running().send(Restart(Origin.WATCHDOG, "watchdog no_progress"))
     j.send(Stop(Origin.OPERATOR, "operator stop"))
-    assert j.reply == "already stopping" and j.m.stop is not None and j.m.stop.then == Then.STOP
+    assert j.reply == "already stopping; the restart under way is called off"
+    assert j.m.stop is not None and j.m.stop.then == Then.STOP
     j.send(crash())
     assert j.m.state == S.STOPPED and j.m.reason == "operator stop"
 
@@ -290,6 +291,47 @@ def test_stopping_for_shutdown_is_not_remembered():
     assert (j.m.state, j.m.final) == (S.STOPPED, False)
 
 
+def test_stopping_operator_start_is_saved_then_the_job_stops_and_starts_uncounted():
+    j = Job().running().send(Stop(Origin.OPERATOR, "operator stop")).send(Start(Origin.OPERATOR, "operator start"))
+    assert j.reply == "starting once stopped (the stop under way finishes first)"
+    assert j.m.stop is not None and j.m.stop.then == Then.START and Persist in [type(e) for e in j.effects]
+    assert JobModel.from_json(j.m.to_json()) == j.m  # a new supervisor carries the start on
+    j.send(Start(Origin.OPERATOR, "operator start"))
+    assert j.reply == "already starting once stopped" and j.effects == []
+    j.send(crash())
+    assert [(e["old"], e["new"]) for e in j.events("state")] == [("stopping", "stopped"), ("stopped", "pending")]
+    assert (j.m.state, j.m.final, j.m.restarts, j.m.stop) == (S.PENDING, False, 0, None)
+
+
+def test_stopping_operator_stop_calls_off_a_start_asked_during_it():
+    j = Job().running().send(Stop(Origin.OPERATOR, "operator stop")).send(Start(Origin.OPERATOR, "operator start"))
+    j.send(Stop(Origin.OPERATOR, "operator stop"))
+    assert j.reply == "already stopping; the start asked during the stop is called off"
+    j.send(crash())
+    assert (j.m.state, j.m.final) == (S.STOPPED, True)
+
+
+def test_stopping_shutdown_after_a_start_asked_during_the_stop_rests_for_the_next_supervisor():
+    j = Job().running().send(Stop(Origin.OPERATOR, "operator stop")).send(Start(Origin.OPERATOR, "operator start"))
+    j.send(Stop(Origin.SHUTDOWN, "supervisor shutdown", final=False)).send(crash())
+    assert (j.m.state, j.m.final) == (S.STOPPED, False)  # not final: the next supervisor starts it
+
+
+def test_stopping_for_shutdown_refuses_an_operator_start_or_restart_with_the_reason():
+    for cmd in (Start(Origin.OPERATOR, "operator start"), Restart(Origin.OPERATOR, "operator restart")):
+        j = Job().running().send(Stop(Origin.SHUTDOWN, "supervisor shutdown", final=False)).send(cmd)
+        assert isinstance(j.reply, machine.Refused) and "the supervisor is shutting down" in j.reply
+        assert j.m.stop is not None and j.m.stop.then == Then.STOP and j.effects == []
+
+
+def test_stopping_operator_restart_is_saved_then_relaunched_and_counted_as_operator():
+    j = Job().running().send(trip("stop", "no_progress"))
+    j.send(Restart(Origin.OPERATOR, "operator restart"))
+    assert j.reply == "restarting once stopped (the stop under way finishes first)"
+    j.send(crash())
+    assert j.m.state == S.BACKING_OFF and dict(j.m.restarts_by_reason) == {"operator": 1}
+
+
 def test_stopping_removed_job_back_in_the_config_restarts():
     j = Job().running().send(Stop(Origin.CONFIG, "removed from config", final=False))
     j.send(Restart(Origin.CONFIG, "back in the config")).send(crash())
@@ -301,6 +343,16 @@ def test_stopping_removed_job_back_in_the_config_restarts():
 def test_at_rest_start_is_pending_and_not_a_restart(rest):
     j = Job(state=rest, final=True).send(Start(Origin.OPERATOR, "operator start"))
     assert (j.m.state, j.m.final, j.m.restarts, j.reply) == (S.PENDING, False, 0, "starting")
+
+
+def test_completed_restart_is_a_start_and_not_counted():
+    j = Job(state=S.COMPLETED, final=True).send(Restart(Origin.OPERATOR, "operator restart"))
+    assert (j.m.state, j.m.restarts, j.m.restarts_by_reason, j.reply) == (S.PENDING, 0, (), "starting")
+
+
+def test_running_restart_answers_restarting():
+    j = Job().running().send(Restart(Origin.OPERATOR, "operator restart"))
+    assert (j.m.state, j.reply) == (S.STOPPING, "restarting")
 
 
 def test_stopped_restart_is_pending_and_counted_as_operator():

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, replace
 
 from . import policy as P
 from .effects import Effect, Event, Forget, Kill, Launch, Persist, Signal
-from .messages import (Adopted, CudaOom, Exited, LaunchRefused, LaunchUnfinished, Message, Progressed, ReasonClass,
-                       Restart, Settle, Start, Stop, Tick, WatchdogAction, WatchdogTrip)
+from .messages import (Adopted, CudaOom, Exited, LaunchOverdue, LaunchRefused, LaunchUnfinished, Message, Progressed,
+                       ReasonClass, Restart, Settle, Start, Stop, Tick, WatchdogAction, WatchdogTrip)
 from .model import JobModel, JobState, LaunchIntent, Origin, StopIntent, Then, bump, check_transition
 
 S = JobState
@@ -38,11 +38,18 @@ class Context:
     oom: P.OomLimits = NoStepDown()  # [jobs.oom]
 
 
+class Refused(str):
+    """A reply saying that the command was not carried out, and why: the operator's client exits non-zero.
+
+    A str, so a reply reads the same either way; an answer that the job already is where the command would
+    take it ("already running") is no refusal."""
+
+
 @dataclass(frozen=True)
 class Decision:
     model: JobModel
     effects: tuple[Effect, ...] = ()
-    reply: str | None = None  # the answer to a command, for the operator
+    reply: str | None = None  # the answer to a command, for the operator, in the command's own word
 
 
 @dataclass
@@ -63,6 +70,8 @@ def decide(m: JobModel, msg: Message, ctx: Context) -> Decision:
         new, reply = _progressed(m, msg, ctx, out), None
     elif isinstance(msg, LaunchRefused):
         new, reply = _launch_refused(m, msg, ctx, out), None
+    elif isinstance(msg, LaunchOverdue):
+        new, reply = _launch_overdue(m, msg, ctx, out), None
     elif isinstance(msg, Exited):
         new, reply = _exited(m, msg, ctx, out), None
     elif isinstance(msg, Start):
@@ -108,7 +117,10 @@ def _launch(m: JobModel, intent: LaunchIntent, ctx: Context, out: _Out) -> JobMo
 
 
 def _requested_restart_class(origin: Origin) -> ReasonClass:
-    """A restart someone asked for: an operator's (or a config reload's) is no crash loop, a watchdog's is."""
+    """A restart someone asked for: an operator's (or a config reload's) is no crash loop, a watchdog's is; a
+    launch killed at its own deadline counts as a lost launch."""
+    if origin == Origin.LAUNCH:
+        return ReasonClass.LOST
     return ReasonClass.OPERATOR if origin in (Origin.OPERATOR, Origin.CONFIG) else ReasonClass.WATCHDOG
 
 
@@ -160,6 +172,29 @@ def _launch_refused(m: JobModel, msg: LaunchRefused, ctx: Context, out: _Out) ->
     return _schedule_restart(m, msg.reason, ReasonClass.LOST, 0.0, False, ctx, out, crash_loop=msg.crash_loop)
 
 
+def _launch_overdue(m: JobModel, msg: LaunchOverdue, ctx: Context, out: _Out) -> JobModel:
+    """A wait of the launch ran past its deadline (a spare that does not take the attempt over): SIGKILL now, no
+    grace (it answers nothing), saved first; its exit then starts the job cold at once (the stop's RESTART)."""
+    if m.state != S.STARTING:
+        return m
+    out.add(Event(msg.event, dict(msg.fields)))
+    intent = StopIntent(msg.reason, Origin.LAUNCH, Then.RESTART, ctx.now, final=False, killed=True)
+    new = _to(m, S.STOPPING, msg.reason, ctx, out, stop=intent)
+    out.add(Persist(), Kill())
+    return new
+
+
+def _relaunch_cold(m: JobModel, reason: str, ctx: Context, out: _Out) -> JobModel:
+    """The spare handed the attempt ended before its first step: no backoff (the spare failed, not the job's trainer,
+    and the next launch starts cold), outside the crash-loop window."""
+    counted = _count_restart(m, reason, ReasonClass.LOST, ctx, in_window=False)
+    out.add(Event("restart_scheduled", {"reason": reason, "delay_seconds": 0.0}))
+    new = _to(counted, S.BACKING_OFF, f"{reason}; starting cold at once", ctx, out, stop=None,
+              launch=LaunchIntent(reason, Origin.LAUNCH), backoff_until=ctx.now, backoff_seconds=0.0)
+    out.add(Persist())
+    return new
+
+
 def _exited(m: JobModel, msg: Exited, ctx: Context, out: _Out) -> JobModel:
     if not m.state.active:
         return m
@@ -169,9 +204,14 @@ def _exited(m: JobModel, msg: Exited, ctx: Context, out: _Out) -> JobModel:
         if stop.then in (Then.STOP, Then.PARK):
             return _rest(m, S.STOPPED, stop.reason, stop.final, ctx, out,
                          parked_by=THERMAL_WATCHDOG if stop.then == Then.PARK else None)
+        if stop.then == Then.START:  # an operator's start came during the stop: stopped, then started
+            rested = _rest(m, S.STOPPED, stop.reason, True, ctx, out)
+            return _start(rested, Start(Origin.OPERATOR, START_AFTER_STOP), ctx, out)[0]
         # a restart or rollback someone asked for: go again at once, resuming; no backoff
         cls = _requested_restart_class(stop.origin)
-        counted = _count_restart(m, stop.reason, cls, ctx, in_window=cls != ReasonClass.OPERATOR)
+        # an operator's restart is no crash loop; nor is a launch killed at its deadline (the next one starts cold)
+        counted = _count_restart(m, stop.reason, cls, ctx,
+                                 in_window=cls not in (ReasonClass.OPERATOR, ReasonClass.LOST))
         intent = LaunchIntent(stop.reason, stop.origin, stop.before_iteration, stop.new_seed)
         new = _to(counted, S.BACKING_OFF, stop.reason, ctx, out, stop=None, launch=intent, backoff_until=ctx.now,
                   backoff_seconds=0.0)
@@ -184,6 +224,8 @@ def _exited(m: JobModel, msg: Exited, ctx: Context, out: _Out) -> JobModel:
         return _rest(m, S.COMPLETED, msg.finished_early, True, ctx, out)
     if msg.external_stop:
         return _rest(m, S.STOPPED, f"operator stop outside isaacd ({msg.description})", True, ctx, out)
+    if msg.handover_failed is not None and m.state == S.STARTING:
+        return _relaunch_cold(m, f"{msg.handover_failed} ({msg.description})", ctx, out)
     if msg.cuda_oom is not None:
         return _cuda_oom(m, msg, msg.cuda_oom, ctx, out)
     reason = msg.description if not msg.success else "exited with code 0 before max_iterations"
@@ -276,6 +318,8 @@ def _start(m: JobModel, cmd: Start, ctx: Context, out: _Out) -> tuple[JobModel, 
         # only the watchdog that parked the job may resume it; an operator's stop stays a stop
         if m.state != S.STOPPED or m.parked_by != THERMAL_WATCHDOG:
             return m, "not parked"
+    if m.state == S.STOPPING and m.stop is not None and cmd.origin == Origin.OPERATOR:
+        return _after_the_stop(m, m.stop, Then.START, cmd.reason, out)
     if m.state.active or m.state == S.PENDING:
         return m, f"already {m.state.value}"
     if m.state == S.BACKING_OFF:
@@ -295,20 +339,54 @@ def _stop(m: JobModel, cmd: Stop, ctx: Context, out: _Out) -> tuple[JobModel, st
         return _begin_stop(m, intent, ctx, out), "stopping"
     if m.state == S.STOPPING and m.stop is not None:
         cur = m.stop
-        # a stop outranks a restart in flight, and an operator's stop outranks a shutdown's
-        upgraded = replace(cur, then=then if cur.then == Then.RESTART else cur.then,
-                                 final=cur.final or cmd.final,
-                                 reason=cmd.reason if cur.then == Then.RESTART or (cmd.final and not cur.final)
-                                 else cur.reason, origin=cmd.origin if cmd.final and not cur.final else cur.origin)
+        if cur.then == Then.START and not cmd.final:
+            # a shutdown (or a config removal) during a stop that an operator's start follows: the trainer stops
+            # now, and the job is not kept stopped, so the next supervisor (or the job's return) starts it
+            upgraded = replace(cur, then=then, final=False, reason=cmd.reason, origin=cmd.origin)
+        else:
+            # a stop outranks a restart or start in flight, and an operator's stop outranks a shutdown's
+            upgraded = replace(cur, then=then if cur.then in (Then.RESTART, Then.START) else cur.then,
+                               final=cur.final or cmd.final,
+                               reason=cmd.reason if cur.then == Then.RESTART or (cmd.final and not cur.final)
+                               else cur.reason, origin=cmd.origin if cmd.final and not cur.final else cur.origin)
         if upgraded != cur:
             out.add(Event("stop_changed", {"reason": upgraded.reason, "then": upgraded.then.value,
                                            "final": upgraded.final}))
             out.add(Persist())
-        return m.with_(stop=upgraded), "already stopping"
+        dropped = {Then.RESTART: "; the restart under way is called off",
+                   Then.START: "; the start asked during the stop is called off"}.get(cur.then, "")
+        return m.with_(stop=upgraded), f"already stopping{dropped if upgraded.then != cur.then else ''}"
     if m.state in (S.PENDING, S.BACKING_OFF):
         return _rest(m, S.STOPPED, cmd.reason, cmd.final, ctx, out,
                      parked_by=THERMAL_WATCHDOG if cmd.park else None), "stopped"
     return m, f"not running ({m.state.value})"
+
+
+START_AFTER_STOP = "operator start (isaacd start, asked during a stop)"
+
+
+def _after_the_stop(m: JobModel, cur: StopIntent, then: Then, reason: str, out: _Out) -> tuple[JobModel, str]:
+    """An operator's start (then=START) or restart (then=RESTART) while the trainer stops: remembered in the stop
+    intent and saved, so the job stops and then starts, also across a supervisor restart. A stop that ends this
+    supervisor's watch (a shutdown, a config removal) refuses it: the job's start is not this supervisor's to give."""
+    verb = "start" if then == Then.START else "restart"
+    word = "starting" if then == Then.START else "restarting"
+    if cur.origin in (Origin.SHUTDOWN, Origin.CONFIG) and not cur.final:
+        why = ("the supervisor is shutting down; the next one resumes this job" if cur.origin == Origin.SHUTDOWN
+               else "it is stopping because it was removed from the config; put it back and `isaacd reload`")
+        return m, Refused(f"not {word}: {why}")
+    if cur.then == Then.RESTART:  # a restart under way launches it again anyway
+        return m, "already restarting"
+    if cur.then == then:
+        return m, f"already {word} once stopped"
+    # a start keeps the stop's reason and origin (the job rests stopped for it first); a restart is the operator's
+    new = replace(cur, then=then) if then == Then.START else replace(cur, then=then, reason=reason,
+                                                                      origin=Origin.OPERATOR)
+    out.add(Event("stop_changed", {"reason": new.reason, "then": then.value, "final": new.final,
+                                   "detail": f"operator {verb} during the stop: the trainer stops, then the job "
+                                             f"{'starts' if then == Then.START else 'restarts'}"}))
+    out.add(Persist())
+    return m.with_(stop=new), f"{word} once stopped (the stop under way finishes first)"
 
 
 def _configured_num_envs(m: JobModel, ctx: Context, out: _Out) -> JobModel:
@@ -328,18 +406,24 @@ def _restart(m: JobModel, cmd: Restart, ctx: Context, out: _Out) -> tuple[JobMod
     if m.state in (S.STARTING, S.RUNNING):
         intent = StopIntent(cmd.reason, cmd.origin, Then.RESTART, ctx.now + ctx.stop_timeout,
                             before_iteration=cmd.before_iteration, new_seed=cmd.new_seed)
-        return _begin_stop(m, intent, ctx, out), "stopping"
+        return _begin_stop(m, intent, ctx, out), "restarting"
     if m.state == S.STOPPING and m.stop is not None:
         if cmd.origin == Origin.CONFIG and not m.stop.final and m.stop.then == Then.STOP:
             # the job is back in the config before its removal stop finished: go on training
             out.add(Event("stop_changed", {"reason": cmd.reason, "then": Then.RESTART.value, "final": False}))
             out.add(Persist())
             return m.with_(stop=replace(m.stop, then=Then.RESTART, reason=cmd.reason)), "restarting"
+        if cmd.origin == Origin.OPERATOR:
+            return _after_the_stop(m, m.stop, Then.RESTART, cmd.reason, out)
         return m, "already stopping"
     if m.state == S.BACKING_OFF:
-        return _launch(m, m.launch, ctx, out), "starting"
+        return _launch(m, m.launch, ctx, out), "restarting"
     if m.state == S.PENDING:
         return m, "already pending"
+    if m.state == S.COMPLETED:
+        # nothing to restart: a completed job starts as `isaacd start` starts it (it trains only if max_iterations
+        # were raised; else the launch is refused as complete), and no restart is counted
+        return _start(m, Start(cmd.origin, cmd.reason), ctx, out)
     cls = _requested_restart_class(cmd.origin)
     counted = _count_restart(m, cmd.reason, cls, ctx, in_window=cls != ReasonClass.OPERATOR)
     new = _to(counted, S.PENDING, cmd.reason, ctx, out,

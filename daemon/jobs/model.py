@@ -68,6 +68,7 @@ class Origin(str, enum.Enum):
     CONFIG = "config"  # a reload removed or re-added the job
     SHUTDOWN = "shutdown"  # the supervisor is stopping; the next one resumes the job
     RECOVERY = "recovery"  # what a supervisor start found
+    LAUNCH = "launch"  # a launch's own deadline ran out (a spare that did not take the attempt over)
 
 
 class Then(str, enum.Enum):
@@ -76,6 +77,7 @@ class Then(str, enum.Enum):
     STOP = "stop"  # come to rest in stopped
     PARK = "park"  # stopped until the GPUs cool down (thermal)
     RESTART = "restart"  # launch again at once, resuming (rollback: from before an iteration)
+    START = "start"  # an operator's start came during the stop: come to rest, then start as `isaacd start` does
 
 
 @dataclass(frozen=True)
