@@ -166,3 +166,18 @@ def exit_with_log_tail(status: ExitStatus, handle: Handle | None) -> ExitStatus:
     return ExitWithOutput(code=status.code, signal=status.signal, oom_killed=status.oom_killed,
                           external_stop=status.external_stop, detail=status.detail, output_tail=tuple(lines),
                           key_line=_shorten(oom.line) if oom else key_line(lines), cuda_oom=oom)
+
+
+BOOT_LINE_BYTES = 4096  # the end of the output a booting trainer's last line is read from (a tick's read, not more)
+
+
+def last_output_line(handle: Handle | None) -> str | None:
+    """The trainer's last line of output since its attempt began (ANSI colours and progress-bar carriage returns
+    resolved), for `isaacd status` while it boots. None where the output is not a file here: the container runtimes
+    keep it in the journal or `podman logs` (`isaacd logs JOB` shows it)."""
+    log_path = handle.state.get("log_path") if handle is not None else None
+    if not log_path:
+        return None
+    offset = handle.state.get("log_offset") if handle is not None else None
+    lines = read_output_tail(Path(log_path), offset if isinstance(offset, int) else 0, BOOT_LINE_BYTES, 1)
+    return _shorten(lines[-1]) if lines else None

@@ -90,7 +90,10 @@ def format_status(status: Status | Mapping[str, Any], now: float | None = None,
                      _num(j.mean_reward), _num(j.fps, "{:.0f}"), ck_s, str(j.restarts),
                      age(j.started_at, now)])
         if j.state_reason and j.state in ("failed", "stopped", "backing-off", "stopping"):
-            notes.append(f"  {j.name}: {j.state_reason}")
+            notes.append(f"  {j.name}: {j.state_reason}{_then(j)}")
+        boot = boot_note(j)
+        if boot:
+            notes.append(boot)
         for story in (restart_story(j, events.get(j.name, []), now),
                       resume_story(j, events.get(j.name, []))):
             if story:
@@ -118,6 +121,31 @@ def format_status(status: Status | Mapping[str, Any], now: float | None = None,
         lines.append("")
         lines.append(format_gpus(st.gpus))
     return "\n".join(lines)
+
+
+def _then(j: JobStatus) -> str:
+    """What a stop leads to, when an operator's start or restart came during it."""
+    if j.state != "stopping":
+        return ""
+    return {"start": "; then it starts (`isaacd start` during the stop)", "restart": "; then it restarts"}.get(
+        j.stopping_then or "", "")
+
+
+def boot_note(j: JobStatus) -> str | None:
+    """"booting for 46s (environment for 12s); last output: ..." while a started trainer has no iteration yet."""
+    b = j.boot
+    if b is None or j.state != "starting":
+        return None
+    text = f"  {j.name}: booting for {_seconds(b.seconds)}"
+    if b.phase:
+        text += f" ({b.phase} for {_seconds(b.phase_seconds)})"
+    if b.last_line:
+        text += f"; last output: {b.last_line}"
+    return text
+
+
+def _seconds(s: float | None) -> str:
+    return "?" if s is None else age(0.0, s)
 
 
 def envs_cell(j: JobStatus) -> str:

@@ -187,3 +187,28 @@ def test_recovery_of_a_launch_no_trainer_carries_is_a_launch_unfinished(tmp_path
     spares = SpareKeeper(w2.cfg, w2.rt, w2.state_dir, lambda *a, **k: None)
     assert recovery_messages(w2.setting, w2.rt, w2.record, w2.observer, spares) == [LaunchUnfinished()]
     assert w2.record.history.current.exit is not None and w2.rt.trainers == {}  # closed, nothing launched here
+
+
+def test_a_boot_shows_how_far_it_got_and_its_last_line_and_a_stop_during_it_says_nothing_was_saved(tmp_path):
+    w = World(tmp_path)
+    w.trainer()
+    log = tmp_path / "cp.log"
+    log.write_text("earlier attempt's last words\n")
+    w.observer.live.handle = Handle("process", "cp", {"pid": 4001, "log_path": str(log), "log_offset": log.stat().st_size})
+    w.observe()
+    assert w.observer.live.boot_phase == (None, None) and w.observer.live.boot_line is None  # its own output only
+    with open(log, "a") as fh:
+        fh.write("\x1b[32m[INFO]: Creating the scene\x1b[0m\nWarp 1.9: compiling 10%\rWarp 1.9: compiling 60%\r")
+    w.shim_says({"event": "shim_started", "time": 100.0}, {"event": "env_creating", "task": "T", "time": 104.0})
+    w.observe(1.0)
+    assert w.observer.live.boot_phase == ("environment", 104.0)
+    assert w.observer.live.boot_line == "Warp 1.9: compiling 60%"
+    w.shim_says({"event": "env_created", "time": 140.0}, {"event": "runner_started", "time": 141.0},
+                {"event": "env_creating", "time": 150.0})  # an eval env later is no step back
+    w.observe()
+    assert w.observer.live.boot_phase == ("first iteration", 141.0)
+    w.shim_says({"event": "stopped", "iteration": None, "checkpoint": None, "before_first_iteration": True})
+    w.observe()
+    assert w.events("trainer_saved_on_stop") == []
+    (stopped,) = w.events("trainer_stopped")
+    assert stopped["detail"].startswith("stopped before the first checkpoint")

@@ -40,7 +40,7 @@ WIRE_KEYS = [
     "mean_reward", "fps", "resume_from", "redo_until", "scalars", "last_progress_time", "checkpoint", "restarts",
     "num_envs", "num_envs_configured", "cuda_ooms", "last_restart_reason", "restarts_by_reason", "rollbacks",
     "run_dir", "attempt", "started_at", "backoff_until", "stopping_then", "parked_by", "persist_error", "spare",
-    "log_path", "watchdogs", "watchdog_trips", "backup", "compile_caches",
+    "log_path", "watchdogs", "watchdog_trips", "backup", "compile_caches", "boot",
 ]
 
 
@@ -165,6 +165,17 @@ def test_status_renders_every_part_from_the_typed_value_and_from_its_json():
                  "backup ERROR since 60s ago: upload refused", "ray@gpu-node-2", "last reload rejected",
                  "GPUs: collector down: no NVML"):
         assert part in text, part
+
+
+def test_a_boot_and_a_start_after_a_stop_read_as_words_from_the_value_and_its_json():
+    booting = rich_job("il3", state="starting", boot=status_types.BootStatus(
+        seconds=46.2, phase="environment", phase_seconds=12.0, last_line="[INFO]: Creating the scene"))
+    stopping = rich_job("cp", state="stopping", state_reason="operator stop (isaacd stop)", stopping_then="start")
+    st = Status(jobs=(booting, stopping))
+    text = format_status(st, now=NOW)
+    assert text == format_status(st.to_json(), now=NOW)
+    assert "il3: booting for 46s (environment for 12s); last output: [INFO]: Creating the scene" in text
+    assert "cp: operator stop (isaacd stop); then it starts (`isaacd start` during the stop)" in text
 
 
 def test_metrics_read_the_typed_status_as_they_read_its_json():

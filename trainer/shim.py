@@ -22,7 +22,9 @@ the shim loads it from there by path, so no isaacd needs to be installed in the 
   ``argv``), ``checkpoint_loaded`` (``path``, ``iteration``), ``runner_started`` (``run_dir``,
   ``start_iteration``, ``num_learning_iterations``, ``runner_class``, ``rsl_rl_version``), ``checkpoint_saved``
   (``path``, ``iteration``), ``stop_requested`` (``signal``), ``stopped`` (``iteration``, ``checkpoint``),
-  ``learn_finished`` (``iteration``).
+  ``learn_finished`` (``iteration``); around the process's first ``gymnasium.make`` (Isaac Lab's scene build;
+  ``gymnasium.make`` is wrapped by the same import hook, and only when the side channel is on) ``env_creating``
+  (``task``) and ``env_created`` (``task``, ``seconds``): the daemon tells the boot's phase from these.
 * Stop before the first iteration (unless ``ISAACD_SHIM_SAVE_ON_STOP=0``): a SIGINT/SIGTERM before this process
   has completed any iteration (the script still booting, or the first iteration running) reports ``stopped``
   (``iteration`` None, ``checkpoint`` None, ``before_first_iteration`` true) and exits 0 at once: there is
@@ -769,9 +771,49 @@ def patch_runners_module(module) -> None:
             patch_runner_class(cls)
 
 
+class _Boot:
+    env_made = False  # this process's first gymnasium.make returned: later ones (an eval env) are no boot phase
+
+
+def _wrap_make(orig):
+    """``gymnasium.make`` reporting the process's first environment creation (``env_creating``, ``env_created``):
+    where Isaac Lab builds the scene, the longest part of a boot. Arguments, result and exceptions are make's own."""
+    def make(*args, **kwargs):
+        if _Boot.env_made:
+            return orig(*args, **kwargs)
+        task = args[0] if args else kwargs.get("id")
+        task = task if isinstance(task, str) else getattr(task, "id", None)  # an EnvSpec
+        t0 = time.monotonic()
+        emit(ShimEvent.ENV_CREATING, task=task)
+        env = orig(*args, **kwargs)
+        _Boot.env_made = True
+        emit(ShimEvent.ENV_CREATED, task=task, seconds=round(time.monotonic() - t0, 3))
+        return env
+
+    make.__wrapped__ = orig
+    make.__doc__ = orig.__doc__
+    make.__name__ = getattr(orig, "__name__", "make")
+    return make
+
+
+def patch_gymnasium(module) -> None:
+    """Only with a side channel to report to: without one, gymnasium stays exactly as installed."""
+    make = getattr(module, "make", None)
+    if not os.environ.get(P.SHIM_EVENTS_ENV) or make is None or getattr(make, _PATCHED, False):
+        return
+    wrapped = _wrap_make(make)
+    setattr(wrapped, _PATCHED, True)
+    module.make = wrapped
+
+
+# the modules the import hook patches right after they are executed
+_PATCHERS = {"rsl_rl.runners": patch_runners_module, "gymnasium": patch_gymnasium}
+
+
 class _PatchingLoader:
-    def __init__(self, inner):
+    def __init__(self, inner, patch=patch_runners_module):
         self._inner = inner
+        self._patch = patch
 
     def create_module(self, spec):
         create = getattr(self._inner, "create_module", None)
@@ -779,17 +821,19 @@ class _PatchingLoader:
 
     def exec_module(self, module):
         self._inner.exec_module(module)
-        patch_runners_module(module)
+        self._patch(module)
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
 
 
 class RunnerImportHook:
-    """``sys.meta_path`` finder: patches the runner classes right after ``rsl_rl.runners`` is executed."""
+    """``sys.meta_path`` finder: patches the runner classes right after ``rsl_rl.runners`` is executed, and
+    ``gymnasium.make`` right after ``gymnasium`` is."""
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != "rsl_rl.runners":
+        patch = _PATCHERS.get(fullname)
+        if patch is None:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -800,7 +844,7 @@ class RunnerImportHook:
         else:
             return None
         if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _PatchingLoader(spec.loader)
+            spec.loader = _PatchingLoader(spec.loader, patch)
         return spec
 
 
@@ -808,9 +852,10 @@ def install_import_hook() -> None:
     if any(isinstance(f, RunnerImportHook) for f in sys.meta_path):
         return
     sys.meta_path.insert(0, RunnerImportHook())
-    mod = sys.modules.get("rsl_rl.runners")
-    if mod is not None:  # already imported (not the normal case)
-        patch_runners_module(mod)
+    for name, patch in _PATCHERS.items():
+        mod = sys.modules.get(name)
+        if mod is not None:  # already imported (not the normal case)
+            patch(mod)
 
 
 # ----------------------------------------------------------------------------------------------- main

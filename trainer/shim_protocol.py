@@ -27,6 +27,8 @@ class ShimEvent(str, enum.Enum):
 
     SHIM_STARTED = "shim_started"  # script, argv
     CHECKPOINT_LOADED = "checkpoint_loaded"  # path, iteration
+    ENV_CREATING = "env_creating"  # task: the process's first gymnasium.make began (Isaac Lab builds its scene)
+    ENV_CREATED = "env_created"  # task, seconds: that make returned
     RUNNER_STARTED = "runner_started"  # run_dir, start_iteration, num_learning_iterations, runner_class, rsl_rl_version
     FIRST_ITERATION = "first_iteration"  # iteration
     CHECKPOINT_SAVED = "checkpoint_saved"  # path, iteration

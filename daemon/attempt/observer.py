@@ -14,7 +14,7 @@ from .. import launch
 from ..gpumemory import OomNote
 from ..jobs.messages import CudaOom, Exited, Message, Progressed
 from ..jobs.model import JobState
-from ..joblogs import ExitWithOutput, exit_with_log_tail
+from ..joblogs import ExitWithOutput, exit_with_log_tail, last_output_line
 from ..observations.checkpoints import Checkpoint, sweep_snapshot_temps
 from ..observations.shim_events import ShimEvents
 from ..observations.tensorboard import ScalarPoint, TensorBoardTail, finite_or_none
@@ -27,6 +27,7 @@ from .record import JobRecord
 from .setting import JobSetting, newest_checkpoint
 
 PIDS_SCAN_INTERVAL = 2.0
+BOOT_LINE_INTERVAL = 1.0  # a booting trainer's last output line is read this often, for `isaacd status`
 
 
 @dataclass
@@ -41,6 +42,14 @@ class LiveAttempt:
     new_points: list[ScalarPoint] = field(default_factory=list)
     pids: list[int] = field(default_factory=list)
     pids_scanned_at: float = float("-inf")
+    boot_line: str | None = None  # the trainer's last output line while it boots (a process runtime's log file)
+    boot_line_read_at: float = float("-inf")
+
+    @property
+    def boot_phase(self) -> tuple[str | None, float | None]:
+        """How far the boot got and since when (wall time), as far as the shim can tell (observations/shim_events.py)."""
+        r = self.shim.report if self.shim is not None else None
+        return (r.boot_phase, r.boot_phase_since) if r is not None else (None, None)
 
     @property
     def stop_seen_by_trainer(self) -> bool:
@@ -101,6 +110,9 @@ class AttemptObserver:
             attempt.handle = dict(live.handle.state)
             self.record.persist()
         self._poll_shim(attempt)
+        if self.record.model.state == JobState.STARTING and now - live.boot_line_read_at >= BOOT_LINE_INTERVAL:
+            live.boot_line_read_at = now
+            live.boot_line = last_output_line(live.handle)
         if live.tail is None:
             self._attach_run_dir(attempt)
         if live.tail is not None:
@@ -224,8 +236,12 @@ class AttemptObserver:
         if shim.report.rsl_rl_version:
             record.history.trainer_rsl_rl_version = shim.report.rsl_rl_version
         for stopped in news.stopped:
-            record.event("trainer_saved_on_stop", attempt=attempt.number, iteration=stopped.iteration,
-                         checkpoint=str(launch.host_path(cfg, stopped.checkpoint)) if stopped.checkpoint else None)
+            if stopped.checkpoint:
+                record.event("trainer_saved_on_stop", attempt=attempt.number, iteration=stopped.iteration,
+                             checkpoint=str(launch.host_path(cfg, stopped.checkpoint)))
+            else:  # nothing saved: say why, not a save of nothing
+                record.event("trainer_stopped", attempt=attempt.number, iteration=stopped.iteration,
+                             detail=unsaved_stop(stopped.iteration))
 
     def _attach_run_dir(self, attempt: Attempt) -> None:
         live = self.live
@@ -260,3 +276,13 @@ class AttemptObserver:
         if cfg.ranks > 1:
             new = [p for p in new if any(p.glob("events.out.tfevents.*"))]
         return new[-1] if new else None
+
+
+def unsaved_stop(iteration: int | None) -> str:
+    """Why a trainer that stopped on request saved no checkpoint (trainer/shim.py: a stop before the first
+    iteration exits at once; one after it saves through the runner, which needs its log dir and writer)."""
+    if iteration is None:
+        return ("stopped before the first checkpoint: no iteration of this attempt had finished (it was booting), "
+                "so there was nothing to save")
+    return (f"stopped after iteration {iteration} without a checkpoint: the runner had no log dir or log writer "
+            "to save into")

@@ -35,6 +35,16 @@ class ShimReport:
     stopped_checkpoint: str | None = None
     finished: bool = False
     rsl_rl_version: str | None = None
+    boot_phase: str | None = None  # how far the boot got (BOOT_PHASES), until the first iteration
+    boot_phase_since: float | None = None  # the trainer's wall time of the event that began it
+
+
+# What a boot is doing, by the event that began it (in boot order; a phase never goes back): the train script's
+# imports, the environment (the first gymnasium.make: Isaac Lab's scene), the runner's construction and checkpoint
+# load, the first iteration (learn() called; Isaac Lab compiles its Warp kernels in the first steps).
+BOOT_PHASES = {ShimEvent.SHIM_STARTED.value: "imports", ShimEvent.ENV_CREATING.value: "environment",
+               ShimEvent.ENV_CREATED.value: "runner", ShimEvent.RUNNER_STARTED.value: "first iteration"}
+_BOOT_ORDER = list(BOOT_PHASES.values())
 
 
 @dataclass(frozen=True)
@@ -93,6 +103,10 @@ class ShimEvents:
 
     def _fold(self, ev: dict[str, Any]) -> None:
         r, news, kind = self.report, self.news, ev.get("event")
+        phase = BOOT_PHASES.get(str(kind))
+        if phase is not None and (r.boot_phase is None or _BOOT_ORDER.index(phase) > _BOOT_ORDER.index(r.boot_phase)):
+            t = ev.get("time")
+            r.boot_phase, r.boot_phase_since = phase, float(t) if isinstance(t, (int, float)) else None
         if kind == ShimEvent.RUNNER_STARTED:
             r.run_dir = ev.get("run_dir") or r.run_dir
             r.start_iteration = ev.get("start_iteration")

@@ -30,6 +30,12 @@ class LiveAttemptView(Protocol):
     @property
     def pids(self) -> list[int]: ...
 
+    @property
+    def boot_line(self) -> str | None: ...
+
+    @property
+    def boot_phase(self) -> tuple[str | None, float | None]: ...
+
 
 class RunnerParts(Protocol):
     """The job's config, its saved model and history, its live attempt and its runtime."""

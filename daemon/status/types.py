@@ -103,6 +103,24 @@ class SpareStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class BootStatus:
+    """A starting attempt before its first iteration: how long it has been booting, how far it got (the shim's
+    phase: imports, environment, runner, first iteration) and the trainer's last output line."""
+
+    seconds: float | None = None  # since the attempt's launch
+    phase: str | None = None  # None: the shim has said nothing (not started yet, or no shim)
+    phase_seconds: float | None = None  # in this phase so far
+    last_line: str | None = None  # None where the output is not a file (container runtimes: `isaacd logs`)
+
+    def to_json(self) -> JSON:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> BootStatus:
+        return cls(**_kwargs(cls, raw))
+
+
+@dataclass(frozen=True, slots=True)
 class CompileCacheStatus:
     """One of the job's compile caches (compile_caches.py): its host directory and size (None: not measured yet)."""
 
@@ -264,6 +282,7 @@ class JobStatus:
     watchdog_trips: tuple[WatchdogTripCount, ...] = ()
     backup: BackupStatus | None = None
     compile_caches: tuple[CompileCacheStatus, ...] = ()  # where its compile caches are, and how big
+    boot: BootStatus | None = None  # starting, before its first iteration: how long, how far, its last output
 
     def to_json(self) -> JSON:
         return {f.name: _to_json(getattr(self, f.name)) for f in fields(self)}
@@ -280,6 +299,7 @@ _JOB_PARTS: Mapping[str, Callable[[Any], Any]] = {
     "pids": _tuple, "scalars": _dict, "cuda_ooms": _nested(dict), "restarts_by_reason": _dict,
     "resume_from": _nested(CheckpointStatus.from_json), "checkpoint": _nested(CheckpointStatus.from_json),
     "spare": _nested(SpareStatus.from_json), "backup": _nested(BackupStatus.from_json),
+    "boot": _nested(BootStatus.from_json),
     "watchdogs": _watchdogs, "watchdog_trips": _trips, "compile_caches": _caches,
 }
 

@@ -19,6 +19,7 @@ from ..observations.tensorboard import finite_or_none
 from ..runtimes.view import RuntimeView
 from ..workflows import Resolved
 from .source import RunnerParts
+from .types import BootStatus
 from .types import BackupStatus, CheckpointStatus, CompileCacheStatus, JobStatus, SpareStatus, WatchdogTripCount
 
 
@@ -79,6 +80,19 @@ def compile_cache_status(cfg: JobConfig, state_dir: Path, sizes: SizeSampler = S
     """The job's compile caches with their last measured sizes (walked off the tick: cache_sizes.py)."""
     return tuple(CompileCacheStatus(name=d.name, path=str(d.host), size_bytes=sizes.size(d.host))
                  for d in compile_caches.for_job(cfg, state_dir))
+
+
+def boot_status(r: RunnerView, desc: RuntimeView) -> BootStatus | None:
+    """While the attempt's trainer runs and has not logged its first iteration: how long it has been booting, the
+    phase the shim reported and its last output line (attempt/observer.py reads them)."""
+    attempt, live = r.history.current, r.live
+    if r.model.state != JobState.STARTING or live.handle is None or attempt is None or desc.waiting:
+        return None
+    now = r.clock.wall()
+    phase, since = live.boot_phase
+    return BootStatus(seconds=round(now - attempt.started_at, 1) if attempt.started_at else None, phase=phase,
+                      phase_seconds=round(max(now - since, 0.0), 1) if phase and since else None,
+                      last_line=live.boot_line)
 
 
 def job_status(r: RunnerView) -> JobStatus:
@@ -146,4 +160,5 @@ def job_status(r: RunnerView) -> JobStatus:
                              for k, v in m.watchdog_trips),
         backup=BackupStatus.from_json(r.backup.status()) if r.backup is not None else None,
         compile_caches=compile_cache_status(cfg, r.state_dir),
+        boot=boot_status(r, desc),
     )
