@@ -140,6 +140,11 @@ def cmd_job(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_backup(args: argparse.Namespace) -> int:
+    print(f"{args.job}: {Client(args)({'cmd': 'backup-' + args.action, 'job': args.job})}")
+    return 0
+
+
 def cmd_reload(args: argparse.Namespace) -> int:
     client = Client(args)
     st = Status.from_json(client({"cmd": "status"}))
@@ -238,6 +243,10 @@ _COMMANDS: list[tuple[str, str, str]] = [
      "Stop the job's trainer gracefully and launch it again at once, resuming from its newest complete "
      "checkpoint. Applies config changes made since it started. On a completed job it does what start does "
      "(no restart is counted)."),
+    ("backup", "a job's backup target: `isaacd backup takeover JOB`",
+     "takeover JOB: this supervisor takes the job's bucket prefix over from another host now (its lease, "
+     "docs/backup.md), without waiting for that lease to expire: for a host that is gone for good. The other "
+     "supervisor, if it still runs, stops uploading at its next renewal. An event on both."),
     ("reload", "re-read the config (same as SIGHUP); a bad file changes nothing",
      "Re-read the config file the supervisor was started with. A broken file changes nothing (exit 2); a valid "
      "change applies to each job at its next start, and running trainers are never killed by a reload."),
@@ -283,6 +292,10 @@ def _add_arguments(name: str, s: argparse.ArgumentParser) -> Callable[[argparse.
         return cmd_job
     if name == "reload":
         return cmd_reload
+    if name == "backup":
+        s.add_argument("action", choices=["takeover"], help="takeover: take the job's bucket prefix over now")
+        s.add_argument("job", help=_JOB_HELP)
+        return cmd_backup
     if name == "logs":
         s.add_argument("job", help=_JOB_HELP)
         s.add_argument("-f", "--follow", action="store_true", help="keep printing new output until Ctrl-C")

@@ -116,7 +116,7 @@ def dispatch(sup: Controlled, req: Any) -> Any:
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
             raise RequestError(f"limit must be a whole number >= 0, got {json.dumps(limit)}")
         return sup.events(job, limit)
-    if cmd in ("stop", "start", "restart"):
+    if cmd in ("stop", "start", "restart", "backup-takeover"):
         job = _job_field(req)
         if job not in sup.job_names():
             raise _no_such_job(sup, job)
@@ -128,7 +128,7 @@ def dispatch(sup: Controlled, req: Any) -> Any:
     if cmd == "ping":
         return {"pid": os.getpid()}
     raise RequestError(f"unknown command {json.dumps(cmd)}; commands: status, events, stop, start, restart, "
-                       "reload, ping, nodes, cordon, uncordon")
+                       "backup-takeover, reload, ping, nodes, cordon, uncordon")
 
 
 def _ray_request(sup: Controlled, cmd: str, req: dict[str, Any]) -> Any:

@@ -23,7 +23,9 @@ from .attempt.record import JobRecord
 from .attempt.recovery import recovery_messages
 from .attempt.setting import JobSetting, lineage, validator
 from .attempt.starter import AttemptStarter
+from .backup.fingerprint import job_fingerprint
 from .backup.keeper import JobBackup
+from .backup.lease import Identity
 from .backup.uploader import Run as BackupRun
 from .clock import Clock, SystemClock
 from .config import JobConfig
@@ -239,9 +241,21 @@ class JobRunner:
             self.backup.close()
             self.backup = None
         if want is not None and self.backup is None and self.resolved is not None:
+            fingerprint = job_fingerprint(self.cfg, self.resolved, self.record.history.trainer_rsl_rl_version)
             self.backup = JobBackup(want, self.cfg.name, self.resolved.workflow.layout,
-                                    validator(self.setting, self.record.history))
+                                    validator(self.setting, self.record.history), Identity.here(self.state_dir),
+                                    fingerprint)
         return self.backup
+
+    def backup_takeover(self) -> str:
+        """`isaacd backup takeover JOB`: this supervisor takes the prefix's lease whoever holds it (an event)."""
+        keeper = self._backup_keeper()
+        if keeper is None:
+            raise ValueError(f"{self.cfg.name} has no [jobs.backup] target: nothing to take over")
+        self.event("backup_takeover_requested", url=keeper.store.url, origin="operator",
+                   detail="the prefix's lease is taken at the next step, whoever holds it; that holder stops "
+                          "writing at its next renewal")
+        return keeper.takeover()
 
     def _checkpoint_saved(self) -> None:
         if self.backup is not None:

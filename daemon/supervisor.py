@@ -412,6 +412,11 @@ class Supervisor:
     }
 
     def command(self, op: str, job: str) -> str:
+        if op == "backup-takeover":  # not the job's state: its backup keeper's lease (backup/lease.py)
+            with self.lock:
+                if job not in self.runners:
+                    raise KeyError(f"no job named {job!r}; jobs: {', '.join(self.runners) or 'none'}")
+                return self.runners[job].backup_takeover()
         make = self.OPERATOR_COMMANDS.get(op)
         if make is None:
             raise ValueError(f"unknown command {op!r}")

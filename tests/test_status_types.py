@@ -115,7 +115,7 @@ def test_the_json_keeps_the_wire_shape_scripts_read():
     assert job["compile_caches"] == [{"name": "warp", "path": "/var/lib/isaacd/caches/anymal/warp", "size_bytes": 4096},
                                      {"name": "ov", "path": "/var/lib/isaacd/caches/anymal/kit/ov", "size_bytes": None}]
     assert list(job["backup"]) == ["url", "last_upload", "lag_iterations", "error", "error_since", "retry_at",
-                                   "failures_total", "bytes_total", "uploads_total", "restoring"]
+                                   "failures_total", "bytes_total", "uploads_total", "restoring", "blocked", "lease"]
     st = rich_status().to_json()
     assert set(st) == {"jobs", "gpus", "supervisor"} and "gpus" not in Status().to_json()
 

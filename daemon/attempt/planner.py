@@ -125,7 +125,7 @@ class LaunchPlanner:
                                  wandb_run=launch.wandb_run_id(cfg, first_started_at), caches=caches)
         keeper = self.backup_keeper() if cfg.runtime == "ray" else None
         if keeper is not None:  # a node without the shared log_root fetches and uploads itself (backup/remote.py)
-            env.update(keeper.node_env(wf, resume))
+            env.update(keeper.node_env(wf, resume, token))  # the node writes the bucket for us, as this token
         spec = LaunchSpec(job=cfg, argv=program.argv(args), trainer_args=args, env=env,
                           cwd=launch.workdir(cfg, self.state_dir),
                           log_path=self.state_dir / "logs" / f"{cfg.name}.log", attempt=number, token=token,

@@ -40,6 +40,10 @@ class BackupConfig(BaseModel):
     # isaacd's per-iteration snapshots (isaacd_snapshot_<N>.pt) are uploaded at most once per this many seconds;
     # the trainer's own checkpoints (model_N.pt, ...) are always uploaded
     snapshot_min_seconds: Annotated[float, Field(ge=0)] = 60.0
+    # one writer per <url>/<job>/ (issue 28): the supervisor that holds `lease.json` there renews it every third
+    # of this; another host takes it over only once it is this old (or by `isaacd backup takeover JOB`). Longer
+    # than a store outage you want to ride out, shorter than you would wait for a replacement host.
+    lease_seconds: Annotated[float, Field(ge=3, le=86400)] = 120.0
 
     @field_validator("url")
     @classmethod

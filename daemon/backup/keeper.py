@@ -5,6 +5,11 @@ this module's threads, and their news reaches the job's journal through `take_no
 A launch that needs the bucket waits for the fetch (the job stays `starting`, saying so) instead of blocking the
 supervisor. If the store stays unreachable for RESTORE_WAIT_SECONDS, the job starts without it (from scratch, as
 it would without a backup target), with an event that says so: a dead store never holds training hostage.
+
+Both the uploads and the fetch happen only under the prefix's lease (backup/lease.py): while another live
+supervisor holds it, the fetch waits like for an unreachable store (a replacement host takes it over once it
+expires, and resumes), and a manifest written for another experiment is never resumed from
+(`backup_restore_refused`, naming both).
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from typing import Any
 
 from ..observations.checkpoints import Checkpoint, CheckpointLayout
 from .config import BackupConfig
+from .fingerprint import describe, differences
+from .lease import Identity, Lease
 from .manifest import MANIFEST_KEY, Manifest, ManifestError
 from .notes import Notes
 from .objects import BackupError, ObjectStore
@@ -48,12 +55,17 @@ class _Fetch:
 
 
 class JobBackup:
-    def __init__(self, cfg: BackupConfig, job: str, layout: CheckpointLayout, validator: Validator | None = None):
+    def __init__(self, cfg: BackupConfig, job: str, layout: CheckpointLayout, validator: Validator | None = None,
+                 identity: Identity | None = None, fingerprint: dict[str, Any] | None = None):
+        """`identity`: who holds the prefix's lease (None: no lease, as in tools and older tests)."""
         self.cfg = cfg
         self.store = ObjectStore(cfg, job)
         self.notes = Notes()
         self.validator = validator
-        self.uploader = Uploader(self.store, cfg, layout, self.notes, validator)
+        self.fingerprint = fingerprint
+        self.lease = Lease(self.store, identity, fingerprint, cfg.lease_seconds, self.notes) \
+            if identity is not None else None
+        self.uploader = Uploader(self.store, cfg, layout, self.notes, validator, self.lease, fingerprint)
         self._lock = threading.Lock()
         self._fetch: _Fetch | None = None
         self._last_restored: Restored | None = None
@@ -62,12 +74,28 @@ class JobBackup:
     def set_runs(self, runs: list[Run]) -> None:
         self.uploader.set_runs(runs)
         self.uploader.start()  # the first call starts the thread (it loads the manifest: status after a restart)
+        if self.lease is not None:
+            self.lease.start()
+
+    def takeover(self) -> str:
+        """`isaacd backup takeover JOB`: take the prefix's lease at the next step, whoever holds it now."""
+        if self.lease is None:
+            return "no lease to take over"
+        self.lease.takeover()
+        self.lease.start()
+        self.uploader.kick()
+        f = self._fetch
+        if f is not None:
+            f.retry_at = 0.0  # a launch waiting for the lease tries again at once
+        return f"taking over {self.store.url}: see `isaacd events {self.store.job}`"
 
     def kick(self) -> None:
         self.uploader.kick()
 
     def close(self, drain_seconds: float = 0.0) -> None:
         self.uploader.stop(drain_seconds)
+        if self.lease is not None:
+            self.lease.stop()  # not given up: it expires, and this machine takes it back at once (lease.py)
 
     # ---- the fetch a launch asks for ------------------------------------------------------------
     def restore(self, bound: int | None, experiment_dir: Path) -> Checkpoint | Fetching | None:
@@ -99,6 +127,8 @@ class JobBackup:
                 return None
             if time.time() >= f.retry_at:
                 self._start(f)
+            if self.lease is not None and self.lease.other is not None:
+                return Fetching(f"waiting for the prefix's lease: {f.error}")
             return Fetching(f"backup target unreachable ({f.error}); retrying")
 
     def _start(self, f: _Fetch) -> None:
@@ -109,6 +139,10 @@ class JobBackup:
     def _fetch_now(self, f: _Fetch) -> None:
         t0 = time.monotonic()
         try:
+            lease = self.lease
+            if lease is not None and not lease.holds() and not lease.ensure():
+                self._held_elsewhere(f, lease)
+                return
             data = self.store.read_bytes(MANIFEST_KEY)
             try:
                 manifest = Manifest.from_bytes(self.store.job, data) if data is not None else Manifest(self.store.job)
@@ -116,6 +150,14 @@ class JobBackup:
                 self.notes.add("backup_manifest_unreadable", url=self.store.url, problem=str(exc),
                                detail="nothing can be restored from it")
                 manifest = Manifest(self.store.job)
+            diff = differences(self.fingerprint, manifest.fingerprint)
+            if diff and manifest.entries:
+                self.notes.add("backup_restore_refused", url=self.store.url, ours=describe(self.fingerprint),
+                               theirs=describe(manifest.fingerprint), differs=sorted(diff),
+                               detail="the bucket's checkpoints are another experiment's: never resumed from; "
+                                      "starting without them")
+                f.error, f.result = None, None
+                return
             got = restore_newest(self.store, manifest, f.experiment_dir, f.bound, self.notes, self.validator)
         except BackupError as exc:
             f.tries += 1
@@ -138,14 +180,29 @@ class JobBackup:
             self.notes.add("backup_restore_none", url=self.store.url,
                            detail="no checkpoint in the bucket verified: starting from scratch")
 
-    def node_env(self, workflow: Any, resume: Checkpoint | None) -> dict[str, str]:
+    def _held_elsewhere(self, f: _Fetch, lease: Lease) -> None:
+        """Another live supervisor holds the prefix: wait as for an unreachable store, and look again just after
+        its lease would expire (a replacement host takes over then and resumes)."""
+        f.tries += 1
+        f.error = lease.refusal() or "the prefix's lease is held elsewhere"
+        expires = (lease.other or {}).get("expires")
+        wait = expires - time.time() + 0.5 if isinstance(expires, (int, float)) else RESTORE_RETRY_MAX
+        f.retry_at = time.time() + max(0.5, min(wait, RESTORE_RETRY_MAX))
+
+    def node_env(self, workflow: Any, resume: Checkpoint | None, token: str | None = None) -> dict[str, str]:
         """For a Ray attempt: the target, and the bucket checkpoint it resumes from (if it does), so a node
-        without the shared log_root can fetch it and upload what the run writes (backup/remote.py)."""
+        without the shared log_root can fetch it and upload what the run writes (backup/remote.py). The node
+        writes for this supervisor: the lease names the attempt's `token` as its delegate (one writer)."""
         last = self._last_restored
         restore = (last.entry, last.checkpoint.path) if last is not None and resume is not None and \
             resume.path == last.checkpoint.path else None
+        writer = None
+        if self.lease is not None and token is not None:
+            self.lease.set_delegate(token)
+            self.lease.start()
+            writer = {"instance": self.lease.me.instance, "token": token}
         return node_env(self.cfg, self.store.job, workflow.library, getattr(workflow, "rollouts", None),
-                        resume.iteration if resume is not None else 0, restore)
+                        resume.iteration if resume is not None else 0, restore, writer, self.fingerprint)
 
     # ---- the read side -------------------------------------------------------------------------
     def take_notes(self) -> list[tuple[str, dict[str, Any]]]:

@@ -3,7 +3,11 @@ are (run, file, iteration in the job's count, sha256, size, when). It is written
 entry names an object that was complete when the entry was written; a restore trusts an object only when its
 bytes hash to the entry's sha256.
 
-One writer per job (the supervisor that runs it, or the Ray node that trains it without shared storage).
+One writer per prefix, enforced by the lease beside it (backup/lease.py): the supervisor that holds it, or the
+Ray node that trains the job for it (the attempt's token). Each write reads the manifest, adds to that copy and
+writes it back only if it did not change meanwhile (objects.write_if), so no writer's entry is lost to another's
+rewrite. The manifest records the job's fingerprint (backup/fingerprint.py): a restore refuses a manifest
+written for another task or experiment.
 """
 
 from __future__ import annotations
@@ -46,9 +50,11 @@ class Entry:
 class Manifest:
     job: str
     entries: list[Entry] = field(default_factory=list)
+    fingerprint: dict[str, Any] | None = None  # the job that wrote it; None: an older isaacd's manifest
 
     def to_bytes(self) -> bytes:
-        doc = {"format": FORMAT, "job": self.job, "checkpoints": [asdict(e) for e in self.newest_first()]}
+        doc = {"format": FORMAT, "job": self.job, "fingerprint": self.fingerprint,
+               "checkpoints": [asdict(e) for e in self.newest_first()]}
         return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
 
     @classmethod
@@ -58,9 +64,10 @@ class Manifest:
             if not isinstance(doc, dict) or doc.get("format") != FORMAT:
                 raise ManifestError(f"not an isaacd manifest of format {FORMAT}")
             entries = [Entry(**_entry_fields(e)) for e in doc.get("checkpoints") or []]
+            fp = doc.get("fingerprint")
         except (ValueError, TypeError) as exc:
             raise ManifestError(f"unreadable manifest: {exc}") from None
-        return cls(job, entries)
+        return cls(job, entries, fp if isinstance(fp, dict) else None)
 
     def newest_first(self) -> list[Entry]:
         # at one iteration the trainer's own checkpoint before isaacd's snapshot of it (as signals/checkpoints)

@@ -19,6 +19,8 @@ no credential: the config refuses one), never the client's settings.
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import uuid
 from pathlib import Path
@@ -32,6 +34,31 @@ S3_CLIENT_CONFIG = {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_a
 
 class BackupError(Exception):
     """A store operation failed (unreachable, refused, missing package); str() is safe to show and log."""
+
+
+class Conflict(BackupError):
+    """A conditional write lost: the object changed (or appeared) since it was read. Read again, decide again."""
+
+
+class Unsupported(BackupError):
+    """The store refused the conditional headers themselves (it cannot do compare-and-swap writes)."""
+
+
+# S3 error codes that mean "the precondition did not hold" (412), or "another conditional write to this key is in
+# flight" (409, AWS: "retry"); both are a lost race, never a broken store
+_S3_CONFLICT = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409", "NoSuchKey"}
+# ...and those a store answers when it does not implement If-Match / If-None-Match on PUT
+_S3_UNSUPPORTED = {"NotImplemented", "501"}
+
+
+def _s3_code(exc: BaseException) -> str | None:
+    """The S3 error code behind an exception s3fs translated (it keeps botocore's ClientError as the cause)."""
+    for e in (exc, exc.__cause__):
+        resp = getattr(e, "response", None)
+        if isinstance(resp, dict):
+            err = resp.get("Error") or {}
+            return str(err.get("Code") or resp.get("ResponseMetadata", {}).get("HTTPStatusCode") or "") or None
+    return None
 
 
 def _describe(exc: BaseException) -> str:
@@ -144,6 +171,97 @@ class ObjectStore:
             self._call("rename in", key, fs.mv, tmp, dest)
         else:
             self._call("write", key, fs.pipe_file, dest, data)
+
+    # ---- compare-and-swap documents (the lease, the manifest: issue 28) ---------------------------
+    @property
+    def conditional(self) -> bool:
+        """Whether this store can refuse a write whose precondition fails (s3: If-None-Match / If-Match on PUT;
+        file: link(2) for an exclusive create, a lock file around compare + rename for a replace)."""
+        return self.cfg.protocol in ("s3", "file")
+
+    def read_tagged(self, key: str) -> tuple[bytes, str | None] | None:
+        """The object's bytes and the tag a `write_if` names to replace exactly these bytes (S3: the ETag of the
+        same GET; file: their sha256); None when there is no such object."""
+        if self.cfg.protocol == "s3":
+            try:
+                return self._call("read", key, self._s3_get, key)
+            except FileNotFoundError:
+                return None
+        data = self.read_bytes(key)
+        return None if data is None else (data, hashlib.sha256(data).hexdigest())
+
+    def _s3_get(self, key: str) -> tuple[bytes, str | None]:
+        from fsspec.asyn import sync
+
+        fs = self.fs()
+        bucket, obj, _ = fs.split_path(self.path(key))
+
+        async def get() -> tuple[bytes, str | None]:
+            resp = await fs._call_s3("get_object", Bucket=bucket, Key=obj)
+            body = resp["Body"]
+            try:
+                data = await body.read()
+            finally:
+                body.close()
+            return data, resp.get("ETag")
+        return sync(fs.loop, get)
+
+    def write_if(self, key: str, data: bytes, tag: str | None) -> str | None:
+        """Write `data` only if the object is still what `read_tagged` returned as `tag` (None: only if there is
+        no such object). Raises Conflict when it is not, Unsupported when the store cannot check; returns the new
+        tag. A store without conditional writes (gs://) is written unconditionally: callers read back."""
+        if self.cfg.protocol == "file":
+            return self._file_write_if(key, data, tag)
+        if self.cfg.protocol != "s3":
+            self.write_bytes(key, data)
+            return None
+        fs, dest = self.fs(), self.path(key)
+        cond: dict[str, Any] = {"mode": "create"} if tag is None else {"IfMatch": tag}
+        try:
+            out = fs.pipe_file(dest, data, **cond)
+        except FileExistsError:  # s3fs's word for a 412 on If-None-Match
+            raise Conflict(f"write {self.url}/{key}: it was created meanwhile") from None
+        except FileNotFoundError:  # AWS: If-Match on a key that is gone -> 404
+            raise Conflict(f"write {self.url}/{key}: it was deleted meanwhile") from None
+        except Exception as exc:  # noqa: BLE001 - sorted below by the S3 error code
+            code = _s3_code(exc)
+            if code in _S3_CONFLICT:
+                raise Conflict(f"write {self.url}/{key}: changed meanwhile ({code})") from None
+            if code in _S3_UNSUPPORTED:
+                raise Unsupported(f"write {self.url}/{key}: the store does not do conditional writes ({code})") \
+                    from None
+            raise BackupError(f"write {self.url}/{key}: {_describe(exc)}") from None
+        return (out or {}).get("ETag") if isinstance(out, dict) else None
+
+    def _file_write_if(self, key: str, data: bytes, tag: str | None) -> str:
+        """link(2) of a complete temp file is an exclusive create (EEXIST if the name exists, also on NFS);
+        a replace holds `<key>.lock` (flock) while it compares the current bytes and renames over them."""
+        dest = Path(self.path(key))
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dest.with_name(f"{dest.name}.isaacd-upload-{uuid.uuid4().hex[:12]}")
+            tmp.write_bytes(data)
+            try:
+                if tag is None:
+                    try:
+                        os.link(tmp, dest)
+                    except FileExistsError:
+                        raise Conflict(f"write {self.url}/{key}: it was created meanwhile") from None
+                else:
+                    with open(dest.with_name(dest.name + ".lock"), "a") as lock:
+                        fcntl.flock(lock, fcntl.LOCK_EX)
+                        try:
+                            now = hashlib.sha256(dest.read_bytes()).hexdigest()
+                        except FileNotFoundError:
+                            now = None
+                        if now != tag:
+                            raise Conflict(f"write {self.url}/{key}: changed meanwhile")
+                        os.replace(tmp, dest)
+            finally:
+                tmp.unlink(missing_ok=True)
+        except OSError as exc:
+            raise BackupError(f"write {self.url}/{key}: {_describe(exc)}") from None
+        return hashlib.sha256(data).hexdigest()
 
     def delete(self, key: str) -> None:
         try:

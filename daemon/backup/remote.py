@@ -5,7 +5,9 @@ Without shared storage the supervisor on the head never sees the node's files, s
 - before the trainer starts, it fetches the checkpoint the supervisor chose from the bucket (`RESTORE_ENV`: key,
   sha256, size and the path the trainer's flags name), verifies the sha256 and puts it at that path;
 - while the trainer runs, an Uploader (the same code as the supervisor's) copies the run's checkpoints to the
-  bucket; the run dir comes from the shim's side channel on the node. After the trainer exits, one last pass,
+  bucket; the run dir comes from the shim's side channel on the node. It writes for the head's supervisor, the
+  prefix's one writer (issue 28): only while the lease names that supervisor's instance and this attempt's token
+  (`writer` in BACKUP_ENV; lease.DelegateGate), so a node of an earlier attempt still draining never writes. After the trainer exits, one last pass,
   before the actor reports the exit (the supervisor kills the actor right after).
 A node that does see the log_root (the marker check passes) does neither: the supervisor's own uploader does.
 """
@@ -21,21 +23,25 @@ from typing import Any
 
 from ..observations.checkpoints import RSL_RL_LAYOUT, CheckpointLayout
 from .config import BackupConfig
+from .lease import DelegateGate
 from .manifest import Entry
 from .notes import Notes
 from .objects import BackupError, ObjectStore
 from .uploader import Run, Uploader, sha256_of
 
-BACKUP_ENV = "ISAACD_BACKUP"  # {"config": {...}, "job", "library", "rollouts", "offset"}
+BACKUP_ENV = "ISAACD_BACKUP"  # {"config": {...}, "job", "library", "rollouts", "offset", "writer", "fingerprint"}
 RESTORE_ENV = "ISAACD_BACKUP_RESTORE"  # {"key", "sha256", "size", "mtime", "iteration", "path"}
 DRAIN_SECONDS = 60.0  # the last pass after the trainer exits
 
 
 def node_env(cfg: BackupConfig, job: str, library: str, rollouts: int | None, offset: int,
-             restore: tuple[Entry, Path] | None) -> dict[str, str]:
-    """What the supervisor puts into a Ray attempt's environment for its node."""
+             restore: tuple[Entry, Path] | None, writer: dict[str, str] | None = None,
+             fingerprint: dict[str, Any] | None = None) -> dict[str, str]:
+    """What the supervisor puts into a Ray attempt's environment for its node. `writer`: the head's lease
+    instance and the attempt's token (lease.DelegateGate)."""
     env = {BACKUP_ENV: json.dumps({"config": cfg.model_dump(), "job": job, "library": library,
-                                   "rollouts": rollouts, "offset": offset})}
+                                   "rollouts": rollouts, "offset": offset, "writer": writer,
+                                   "fingerprint": fingerprint})}
     if restore is not None:
         e, path = restore
         env[RESTORE_ENV] = json.dumps({"key": e.key, "sha256": e.sha256, "size": e.size, "mtime": e.mtime,
@@ -69,8 +75,10 @@ class NodeBackup:
         from ..workflows.validate import VALIDATOR
 
         library = spec.get("library") or "rsl_rl"
+        writer = spec.get("writer") or None
+        gate = DelegateGate(self.store, writer["instance"], writer["token"]) if writer else None
         self.uploader = Uploader(self.store, self.cfg, layout_for(library, spec.get("rollouts")), self.notes,
-                                 lambda c: VALIDATOR.problem(c, None, library))
+                                 lambda c: VALIDATOR.problem(c, None, library), gate, spec.get("fingerprint"))
         self._drain: threading.Thread | None = None
         self._shim: Any = None  # the shim's side channel on this node: the run dir to upload from
         self._shim_lock = threading.Lock()

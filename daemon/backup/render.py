@@ -1,4 +1,5 @@
-"""The backup line of `isaacd status`: last upload (iteration, age), lag in iterations, and any error."""
+"""The backup line of `isaacd status`: last upload (iteration, age), lag in iterations, any error, and who holds
+the prefix when it is not this supervisor (backup/lease.py) with the fix."""
 
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ def backup_note(job: JobStatus, now: float) -> str | None:
     if b.restoring:
         parts.append(f"fetching a checkpoint: {b.restoring}")
     line = f"  {job.name} backup {b.url}: {', '.join(parts)}"
+    if b.blocked:  # another supervisor holds the prefix, or it holds another experiment: who, and the fix
+        line += f"\n    backup PAUSED: {b.blocked}"
+    elif b.lease is not None and b.lease.conditional is False:
+        line += "\n    backup lease best-effort: this store ignores conditional writes (see `isaacd doctor`)"
     if b.error:
         retry = f"; retry in {max(0, int(b.retry_at - now))}s" if b.retry_at else ""
         line += f"\n    backup ERROR since {age(b.error_since, now)} ago: {b.error}{retry}"

@@ -10,7 +10,12 @@ first, what the bucket lacks:
   checkpoints, not a backlog it would delete again).
 A checkpoint is copied only when it is complete (a zip whose central directory and CRCs check out) and passes
 the same deep validation as the resume choice (loadable by this job's trainer, finite tensors, `iter` as named),
-and only if the file did not change while it was read. After the object, the manifest.
+and only if the file did not change while it was read. After the object, the manifest: read, added to and
+written back only if it did not change meanwhile (issue 28), so an entry of this writer is never dropped.
+
+Only while this supervisor holds the prefix's lease (backup/lease.py): while another live supervisor holds it,
+nothing is uploaded and `blocked` says who holds it and the fix. A manifest written for another experiment
+(backup/fingerprint.py) is never added to: `blocked` says so too.
 
 A store that fails (unreachable, refusing writes, no credentials) costs only this thread: the error is kept for
 `isaacd status`, counted, and the pass retried with exponential backoff; the next good pass catches up.
@@ -30,9 +35,10 @@ from typing import Any, Callable
 from ..logs import log
 from ..observations.checkpoints import SNAPSHOT_PREFIX, Checkpoint, CheckpointLayout, checkpoint_problem, list_checkpoints
 from .config import BackupConfig
+from .fingerprint import describe, differences
 from .manifest import MANIFEST_KEY, Entry, Manifest, ManifestError
 from .notes import Notes
-from .objects import BackupError, ObjectStore
+from .objects import BackupError, Conflict, ObjectStore
 
 SCAN_INTERVAL = 2.0  # s between passes when nothing kicks the uploader
 BACKOFF_INITIAL = 2.0  # s before the first retry after a failed pass
@@ -40,6 +46,11 @@ BACKOFF_MAX = 300.0
 MANIFEST_REREAD = 30.0  # s; see one_pass
 MAX_RUNS = 4  # the newest run dirs of the timeline looked at (older ones were uploaded or are superseded)
 HASH_CHUNK = 4 * 2**20
+COMMIT_TRIES = 3  # a manifest write that lost a race is read and applied again this many times
+
+
+class Blocked(BackupError):
+    """Not this supervisor's prefix to write (another holds the lease, or it holds another experiment)."""
 
 Validator = Callable[[Checkpoint], "str | None"]
 
@@ -67,8 +78,12 @@ def is_snapshot(path: Path) -> bool:
 
 class Uploader:
     def __init__(self, store: ObjectStore, cfg: BackupConfig, layout: CheckpointLayout, notes: Notes,
-                 validator: Validator | None = None):
+                 validator: Validator | None = None, lease: Any = None, fingerprint: dict[str, Any] | None = None):
         self.store, self.cfg, self.layout, self.notes, self.validator = store, cfg, layout, notes, validator
+        self.lease = lease  # lease.Lease, or lease.DelegateGate on a Ray node; None: unguarded (tests, tools)
+        self.fingerprint = fingerprint
+        self.blocked: str | None = None  # why this supervisor may not write the prefix now
+        self._mine: dict[str, Entry] = {}  # entries this writer put in the manifest (never dropped by a rewrite)
         self.log = log.bind(job=store.job, backup=store.url)
         self.manifest: Manifest | None = None
         self._runs: list[Run] = []
@@ -133,6 +148,8 @@ class Uploader:
             "failures_total": self.failures_total,
             "bytes_total": self.bytes_total,
             "uploads_total": self.uploads_total,
+            "blocked": self.blocked,
+            "lease": self.lease.status() if self.lease is not None else None,
         }
 
     # ---- the thread ------------------------------------------------------------------------
@@ -154,6 +171,8 @@ class Uploader:
 
     def _one_pass(self) -> None:
         try:
+            if self.lease is not None and not self.lease.holds() and not self.lease.ensure():
+                raise Blocked(self.lease.refusal() or f"{self.store.url}: the lease is not held yet")
             if self.manifest is None or (self.newest_local is None and
                                          time.monotonic() - self._manifest_read_mono >= MANIFEST_REREAD):
                 # nothing here to upload (a Ray job whose node uploads without the shared log_root): the bucket's
@@ -162,6 +181,9 @@ class Uploader:
                 self._manifest_read_mono = time.monotonic()
             for ckpt, run in self._candidates(self.manifest):
                 self._upload(ckpt, run, self.manifest)
+        except Blocked as exc:  # not a failing store: no backoff, looked at again next pass
+            self.blocked = str(exc)
+            return
         except BackupError as exc:
             self._failed(str(exc))
             return
@@ -173,6 +195,7 @@ class Uploader:
             self.notes.add("backup_recovered", url=self.store.url, failed_for_seconds=round(time.time() -
                            (self.error_since or time.time()), 1), last_iteration=self._uploaded_iteration(),
                            detail="uploads caught up")
+        self.blocked = None
         self.error = self.error_since = self.retry_at = None
         self._failed_passes = 0
 
@@ -189,11 +212,13 @@ class Uploader:
         self.error = error
 
     def _load_manifest(self) -> Manifest:
-        data = self.store.read_bytes(MANIFEST_KEY)
+        return self._parse_manifest(self.store.read_bytes(MANIFEST_KEY))
+
+    def _parse_manifest(self, data: bytes | None) -> Manifest:
         if data is None:
             return Manifest(self.store.job)
         try:
-            return Manifest.from_bytes(self.store.job, data)
+            m = Manifest.from_bytes(self.store.job, data)
         except ManifestError as exc:
             # never overwrite what we cannot read: keep it beside, start a new one
             aside = f"{MANIFEST_KEY}.unreadable-{int(time.time())}"
@@ -201,6 +226,38 @@ class Uploader:
             self.notes.add("backup_manifest_unreadable", url=self.store.url, problem=str(exc), kept_as=aside,
                            detail="a new manifest is started; the objects it named stay in the bucket")
             return Manifest(self.store.job)
+        diff = differences(self.fingerprint, m.fingerprint)
+        if diff:  # never mixed into, never rewritten: another experiment's index of its objects
+            raise Blocked(f"{self.store.url} holds the checkpoints of another experiment ({describe(m.fingerprint)}"
+                          f"; this job: {describe(self.fingerprint)}; differs in {', '.join(diff)}): nothing is "
+                          "uploaded there. Fix: give this job another name or [jobs.backup] url, or move that "
+                          "prefix's manifest.json away to start a new one there")
+        return m
+
+    def _commit(self, entry: Entry) -> list[Entry]:
+        """Add `entry` to the bucket's manifest: read it, apply, write it back only if unchanged meanwhile
+        (objects.write_if); a lost race is read and applied again. Returns the entries it displaced."""
+        for _ in range(COMMIT_TRIES):
+            if self.lease is not None and not self.lease.holds() and not self.lease.ensure():
+                raise Blocked(self.lease.refusal() or f"{self.store.url}: the lease lapsed")
+            got = self.store.read_tagged(MANIFEST_KEY)
+            fresh = self._parse_manifest(None if got is None else got[0])
+            for e in self._mine.values():  # ours, dropped by someone else's rewrite: put back
+                if fresh.get(e.key) is None:
+                    fresh.entries.append(e)
+            gone = fresh.add(entry) + fresh.prune(self.cfg.keep)
+            fresh.fingerprint = self.fingerprint or fresh.fingerprint
+            try:
+                self.store.write_if(MANIFEST_KEY, fresh.to_bytes(), None if got is None else got[1])
+            except Conflict:
+                continue
+            for g in gone:
+                self._mine.pop(g.key, None)
+            self._mine[entry.key] = entry
+            self.manifest = fresh
+            return gone
+        raise BackupError(f"{self.store.url}/{MANIFEST_KEY} changed under every one of {COMMIT_TRIES} writes: "
+                          "is another writer using this prefix?")
 
     def _uploaded_iteration(self) -> int | None:
         m = self.manifest
@@ -254,6 +311,8 @@ class Uploader:
 
     # ---- one upload --------------------------------------------------------------------------
     def _upload(self, c: Checkpoint, run: Run, manifest: Manifest) -> None:
+        if self.lease is not None and not self.lease.holds():  # lost mid-pass: not even the object
+            raise Blocked(self.lease.refusal() or f"{self.store.url}: the lease lapsed")
         problem = self.validator(c) if self.validator is not None else None
         if problem is not None and not c.path.exists():
             return  # the shim pruned an old snapshot meanwhile: nothing wrong with it
@@ -280,13 +339,9 @@ class Uploader:
             return  # no manifest entry names those bytes; the next pass uploads the new file
         entry = Entry(run=name, file=rel, iteration=c.iteration, sha256=digest, size=before.st_size,
                       time=time.time(), mtime=before.st_mtime, version_id=version)
-        saved = list(manifest.entries)
-        gone = manifest.add(entry) + manifest.prune(self.cfg.keep)
-        try:
-            self.store.write_bytes(MANIFEST_KEY, manifest.to_bytes())
-        except BackupError:
-            manifest.entries = saved  # the bucket's manifest does not have it: neither do we
-            raise
+        gone = self._commit(entry)  # on failure the bucket's manifest lacks it, and so does self.manifest
+        assert self.manifest is not None
+        manifest = self.manifest
         if is_snapshot(c.path):
             self._last_snapshot_mono = time.monotonic()
         self.uploads_total += 1

@@ -159,6 +159,24 @@ class BackupUpload:
 
 
 @dataclass(frozen=True, slots=True)
+class BackupLease:
+    """The prefix's lease (backup/lease.py): held by this supervisor, or refused and who holds it."""
+
+    state: str | None = None  # held, refused, error, none; "delegate" on a Ray node
+    holder: str | None = None  # the other holder, in words (host, machine-id, state dir, heartbeat, expiry)
+    expires: float | None = None  # unix: ours while held, the holder's while refused
+    conditional: bool | None = None  # the store refused a lost race (False: it ignores the headers)
+    fix: str | None = None
+
+    def to_json(self) -> JSON:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> BackupLease:
+        return cls(**_kwargs(cls, raw, {}))
+
+
+@dataclass(frozen=True, slots=True)
 class BackupStatus:
     """A job's backup target ([jobs.backup], backup/uploader.py): uploads, lag, the last error, a fetch under way."""
 
@@ -172,13 +190,16 @@ class BackupStatus:
     bytes_total: int | None = None
     uploads_total: int | None = None
     restoring: str | None = None  # "fetching", or why the fetch from the bucket failed
+    blocked: str | None = None  # why this supervisor may not write the prefix (backup/lease.py): holder and fix
+    lease: BackupLease | None = None
 
     def to_json(self) -> JSON:
         return {f.name: _to_json(getattr(self, f.name)) for f in fields(self)}
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> BackupStatus:
-        return cls(**_kwargs(cls, raw, {"last_upload": _nested(BackupUpload.from_json)}))
+        return cls(**_kwargs(cls, raw, {"last_upload": _nested(BackupUpload.from_json),
+                                        "lease": _nested(BackupLease.from_json)}))
 
 
 @dataclass(frozen=True, slots=True)
