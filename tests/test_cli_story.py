@@ -38,9 +38,44 @@ def test_completed_job_reads_as_complete_and_start_does_not_launch_it(tmp_path, 
     res = cli(sp, "start", "done")
     assert res.returncode == 0 and "done is complete (4/4 iterations)" in res.stdout, res.stdout + res.stderr
     assert "raise its max_iterations" in res.stdout
+    # a restart of a completed job answers as start does, and counts nothing (no operator restart in /metrics)
+    res = cli(sp, "restart", "done")
+    assert res.returncode == 0 and "done is complete (4/4 iterations); nothing to restart" in res.stdout, res.stderr
     time.sleep(1.0)  # a few supervisor ticks: a start that got through would have launched by now
     assert [e for e in sp.events("done") if e["event"] == "started"] == started
-    assert sp.job("done")["state"] == "completed"
+    j = sp.job("done")
+    assert (j["state"], j["restarts"], j["restarts_by_reason"]) == ("completed", 0, {})
+
+
+def test_a_boot_is_shown_and_stop_then_start_ends_running_with_each_verb_in_its_own_word(tmp_path, supervisor_factory):
+    """Built-in trainer (no gymnasium: its phases are imports and first iteration); each iteration >= 4 s."""
+    sp = supervisor_factory(write_config(tmp_path, builtin_job("cp", num_envs=16, max_iterations=1000, spare=False,
+                                                               extra_args=[*FAST, "--step_delay", "0.5"])))
+    j = wait_for(lambda: (x := sp.job("cp"))["boot"] and x["boot"]["phase"] == "first iteration" and x, 180,
+                 interval=0.05, what="the first iteration under way")
+    os.kill(j["pid"], signal.SIGSTOP)  # the boot holds still while it is looked at, stopped and started
+    try:
+        wait_for(lambda: sp.job("cp")["boot"]["last_line"], 10, what="the trainer's last output line")
+        text = cli(sp, "status").stdout
+        assert re.search(r"cp: booting for \d+s \(first iteration for \d+s\); last output: \S", text), text
+        stop = cli(sp, "stop", "cp")
+        time.sleep(0.1)
+        start = cli(sp, "start", "cp")
+        assert (stop.returncode, stop.stdout) == (0, "cp: stopping\n"), stop.stderr
+        assert (start.returncode, start.stdout) == (0, "cp: starting once stopped (the stop under way finishes "
+                                                       "first)\n"), start.stderr
+        assert "then it starts" in cli(sp, "status").stdout
+    finally:
+        os.kill(j["pid"], signal.SIGCONT)
+    j = wait_for(lambda: (x := sp.job("cp"))["state"] == "running" and x["attempt"] == 2 and x, 180,
+                 interval=0.2, what="running again after the stop")
+    assert j["restarts"] == 0 and j["boot"] is None
+    events = cli(sp, "events", "cp").stdout
+    assert "stopped before the first checkpoint" in events and "trainer_saved_on_stop" not in events
+
+    restart = cli(sp, "restart", "cp")
+    assert (restart.returncode, restart.stdout) == (0, "cp: restarting\n"), restart.stderr
+    wait_for(lambda: sp.job("cp")["restarts_by_reason"] == {"operator": 1}, 60, what="the operator restart counted")
 
 
 def test_restart_and_resume_are_told_without_nested_parentheses_or_raw_json(tmp_path, supervisor_factory):
