@@ -120,6 +120,25 @@ class RestartPolicy(_Model):
         return self
 
 
+class LaunchDeadlines(_Model):
+    """[jobs.launch]: how long each wait of a launch may last (issue 28; docs/launch-deadlines.md). A wait that runs
+    past its bound ends the attempt at once: the trainer (its process group, container or unit) is killed and the
+    job starts cold, with no backoff and outside the crash-loop window; the event says which wait and how long."""
+
+    # a parked spare acknowledges the go line (its `spare_go`) within milliseconds (measured: docs/launch-deadlines.md)
+    spare_ack_timeout: PositiveSeconds = 2.0
+    # then its first training step within max(spare_first_step_min, spare_first_step_iterations x the job's last
+    # measured iteration time); an imports-only spare, which still builds the environment, gets twice the job's
+    # last measured cold start-up on top (none measured yet: no first-step deadline, the no_progress watchdog's)
+    spare_first_step_iterations: PositiveSeconds = 10.0
+    spare_first_step_min: PositiveSeconds = 60.0
+    # the runtime reports the trainer's process (a podman/systemd container created and started on its worker)
+    runtime_start_timeout: PositiveSeconds = 300.0
+    # a spare that has not said `spare_ready` this long after its start is killed and started again later (its
+    # boot is off the launch path, yet a spare stuck in its boot would leave the job without one for good)
+    spare_boot_timeout: PositiveSeconds = 1800.0
+
+
 class OomPolicy(_Model):
     """[jobs.oom]: what a CUDA out-of-memory exit before the first iteration (start-up) does.
 
@@ -303,6 +322,7 @@ class JobConfig(_Model):
     compile_cache: str = "job"
     restart: RestartPolicy = RestartPolicy()
     oom: OomPolicy = OomPolicy()  # CUDA out of memory at start-up: retry once, or step num_envs down
+    launch: LaunchDeadlines = LaunchDeadlines()  # [jobs.launch]: the deadlines of a launch's waits (issue 28)
     container: ContainerConfig = ContainerConfig()
     ray: RayJobConfig = RayJobConfig()  # runtime = "ray": resources and node choice
     backup: BackupConfig | None = None  # [jobs.backup]: complete checkpoints copied to object storage (issue 22)

@@ -12,7 +12,7 @@ from typing import Any
 
 from .backup.render import backup_note
 from .durations import age
-from .status.types import JobStatus, Status
+from .status.types import JobStatus, LaunchWaitStatus, Status
 
 
 def _num(v: float | None, fmt: str = "{:.2f}") -> str:
@@ -101,6 +101,8 @@ def format_status(status: Status | Mapping[str, Any], now: float | None = None,
         envs = envs_note(j)
         if envs:
             notes.append(envs)
+        if j.launch_wait is not None and j.state == "starting":
+            notes.append(f"  {j.name}: {launch_wait_text(j.launch_wait)}")
         notes += _watchdog_notes(j, now)
         spare = _spare_note(j)
         if spare:
@@ -146,6 +148,12 @@ def boot_note(j: JobStatus) -> str | None:
 
 def _seconds(s: float | None) -> str:
     return "?" if s is None else age(0.0, s)
+
+
+def launch_wait_text(w: LaunchWaitStatus) -> str:
+    """"waiting for the spare's ack of the go: 1.2 s of 2 s" ([jobs.launch] sets the bounds)."""
+    bound = f" of {w.bound_seconds:g} s" if w.bound_seconds is not None else " (no deadline)"
+    return f"waiting for {w.label}: {w.waited_seconds:.1f} s{bound}"
 
 
 def envs_cell(j: JobStatus) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Generic, TypeVar, cast, overload
 
 from .attempt.crashpoint import crash_point
+from .attempt.deadlines import LaunchWait
 from .attempt.observer import AttemptObserver, LiveAttempt
 from .attempt.planner import GpuCheck, LaunchPlanner, WaitingForCheckpoint
 from .attempt.record import JobRecord
@@ -148,6 +149,11 @@ class JobRunner:
             return self.resolved.program(in_container=self.cfg.in_container)
         except WorkflowError:
             return None
+
+    @property
+    def launch_wait(self) -> LaunchWait | None:
+        """The wait a starting attempt is on (attempt/deadlines.py), as of the last tick."""
+        return self.observer.launch.wait if self.state == JobState.STARTING else None
 
     def _job_iteration(self, step: int | None, attempt: Any) -> int | None:
         return self.observer.job_iteration(step, attempt)

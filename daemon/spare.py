@@ -134,6 +134,9 @@ class SpareKeeper:
         self.mode_reason: str | None = None
         self.booted_off: str | None = None
         self._swept_at_rest = False
+        # the spare the last take() handed an attempt: its events file says when it acknowledged the go (the
+        # starter hands it to the observer, which holds the attempt to its deadlines: attempt/deadlines.py)
+        self.handed: _Spare | None = None
 
     @property
     def cfg(self) -> JobConfig:
@@ -158,6 +161,14 @@ class SpareKeeper:
                     sp.rss_at = float("-inf")  # measured again below: what it holds parked, not while it booted
                     self._event("spare_ready", pid=sp.handle.pid, mode=sp.mode, **sp.facts)
             self.measure_memory(now)
+            boot_limit = self.cfg.launch.spare_boot_timeout
+            if not sp.ready and now - sp.started > boot_limit:  # stuck in its boot: it would never be ready
+                if sp.mode == "booted":
+                    self.booted_off = "a booted spare's boot ran past spare_boot_timeout: imports-only from now on"
+                self.kill(f"not ready {now - sp.started:.0f} s after its start ([jobs.launch] spare_boot_timeout = "
+                          f"{boot_limit:g} s)")
+                self.retry_at, self._retry_delay = now + self._retry_delay, min(self._retry_delay * 2, RETRY_MAX)
+                return
             status = self.runtime.poll(sp.handle)
             if status is not None:
                 boot = self._boot_failed(sp) if sp.mode == "booted" and not sp.ready else {}
@@ -287,6 +298,7 @@ class SpareKeeper:
             return None
         self.oscalls.close_fd(fd)
         self.spare = None
+        self.handed = sp
         self._release(sp)
         if GO_LOG in go:  # a booted spare's boot wrote to boot.log; from the go on it writes to the job log
             sp.handle.state["log_path"] = go[GO_LOG]

@@ -92,7 +92,9 @@ Warm spare: ``shim.py --isaacd-spare`` (no script) does the state-free start-up 
   started with and exits 0 if it changed (``spare_exited`` ``parent exited``). EOF without a line (a writer opened
   and closed the FIFO): exit 0 (``spare_exited`` ``eof``). A line that is no valid go message: ``spare_failed``
   (``error``), exit 2. A spare writes nothing but its own events file before go.
-* Go: ``spare_go`` (``argv``, ``cwd``, ``waited_seconds``) on the spare's events file; then ``os.environ.update(env)``
+* Go: ``spare_go`` (``argv``, ``cwd``, ``waited_seconds``) on the spare's events file: the ack isaacd holds the
+  spare to (``[jobs.launch] spare_ack_timeout``; the test seam ``ISAACD_SHIM_TEST_FREEZE_AT_GO`` = ``before_ack`` /
+  ``after_ack`` stops the spare itself just before / after it); then ``os.environ.update(env)``
   (new ``PYTHONPATH`` entries are also put on ``sys.path``; ``OMP_NUM_THREADS`` is applied through
   ``torch.set_num_threads``; ``PYTHONUNBUFFERED`` makes stdout/stderr write-through; changed variables that cannot
   take effect any more, e.g. ``CUDA_VISIBLE_DEVICES``, are named on stderr), the events writer is reopened (the go
@@ -1054,6 +1056,13 @@ def _apply_env(env: dict[str, str]) -> list[str]:
     return not_applied
 
 
+def _test_freeze(point: str) -> None:
+    """The test seam ``ISAACD_SHIM_TEST_FREEZE_AT_GO`` (shim_protocol.py): stop this process here, as a spare stuck
+    in a driver call would stand; only SIGCONT or SIGKILL move it on. isaacd never sets it."""
+    if os.environ.get(P.TEST_FREEZE_AT_GO_ENV) == point:
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
 def _spare_quit(signum, frame) -> None:
     emit(ShimEvent.SPARE_EXITED, reason=signal.Signals(signum).name)
     os._exit(0)
@@ -1111,7 +1120,9 @@ def spare_main(extra: list[str]) -> None:
     # until the env is applied; then the shim's save-on-stop ones, unless the job's env switches them off)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _test_freeze("before_ack")
     emit(ShimEvent.SPARE_GO, argv=argv, cwd=cwd, waited_seconds=round(time.monotonic() - t_ready, 6))
+    _test_freeze("after_ack")
     _take_go(env, cwd, log)
     if plain:
         # a trainer isaacd runs without the shim (skrl, rl_games): from here on exactly `python SCRIPT args`
@@ -1221,7 +1232,9 @@ def _park_booted(runner, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         os._exit(2)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _test_freeze("before_ack")
     emit(P.ShimEvent.SPARE_GO, argv=argv, cwd=cwd, waited_seconds=round(time.monotonic() - t_ready, 6), mode="booted")
+    _test_freeze("after_ack")
     _become_attempt(env, cwd, log)
     install_signal_handlers()
     _announce_target(argv)  # shim_started on the attempt's events file, as a cold start's first event

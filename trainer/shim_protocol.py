@@ -66,6 +66,10 @@ SPARE_PLAIN_ENV = "ISAACD_SPARE_PLAIN"  # "1": at go, run the target as plain Py
 BOOTED_ARGV_ENV = "ISAACD_SPARE_BOOT_ARGV"  # JSON list: SCRIPT.py args | -m MODULE args (the fresh-start form)
 STAGING_ENV = "ISAACD_SPARE_STAGING"  # the daemon's staging dir of this spare; the boot runs in its work/
 STAGING_WORK = "work"  # <staging>/work is the boot's cwd; its logs/ is a real directory, never the job's log_root
+# a test seam (issue 28), never set by isaacd: a spare that reads its go line stops itself (SIGSTOP) "before_ack"
+# (the line consumed, no spare_go) or "after_ack" (spare_go written, no first step): a spare that never answers,
+# made by the real shim, so the supervisor's hand-over deadlines are tested on a real process
+TEST_FREEZE_AT_GO_ENV = "ISAACD_SHIM_TEST_FREEZE_AT_GO"
 # what a go line's env carries of the attempt's own environment (the spare was spawned with the spare's values)
 GO_ATTEMPT_ENV = (SHIM_EVENTS_ENV, SNAPSHOT_EVERY_ENV, SNAPSHOT_MIN_SECONDS_ENV, SNAPSHOT_BUDGET_ENV)
 

@@ -23,6 +23,7 @@ from ..clock import Clock
 from ..store import Attempt
 from ..workflows.validate import VALIDATOR
 from .crashpoint import crash_point
+from .launch_watch import LaunchWatch
 from .record import JobRecord
 from .setting import JobSetting, newest_checkpoint
 
@@ -73,11 +74,15 @@ class AttemptObserver:
         self.last_progress_wall: float | None = None
         self.checkpoint: Checkpoint | None = None  # newest on the timeline, as of `checkpoint_scanned_at`
         self.checkpoint_scanned_at = float("-inf")
+        self.launch = LaunchWatch(setting, record)  # the starting attempt's waits and their deadlines
 
     # ---- the attempt's start and end ------------------------------------------------------
-    def started(self, handle: Handle, shim_events: Path | None, run_dirs_before: set[str]) -> None:
+    def started(self, handle: Handle, shim_events: Path | None, run_dirs_before: set[str],
+                spare: tuple[ShimEvents, str] | None = None) -> None:
+        """`spare`: the events and mode of the spare handed this attempt (held to the hand-over's deadlines)."""
         self.live = LiveAttempt(handle=handle, shim=ShimEvents(shim_events) if shim_events else None,
                                 started_mono=self.clock.monotonic(), run_dirs_at_launch=run_dirs_before)
+        self.launch.begin(self.live.started_mono or 0.0, self.clock.wall(), spare, measure_startup=True)
 
     def adopt(self, attempt: Attempt, handle: Handle) -> None:
         """A live trainer a supervisor start found: watch it as if we had started it."""
@@ -86,6 +91,7 @@ class AttemptObserver:
                                 # the trainer may not have made its run dir yet: earlier attempts' dirs are not it
                                 run_dirs_at_launch={Path(a.run_dir).name for a in self.record.history.attempts
                                                     if a.run_dir})
+        self.launch.begin(self.live.started_mono or 0.0, self.clock.wall(), None, measure_startup=False)
         self._poll_shim(attempt)
         self._attach_run_dir(attempt)
 
@@ -104,8 +110,11 @@ class AttemptObserver:
             return []
         out: list[Message] = []
         status = self.runtime.poll(live.handle)
-        if self.record.model.state == JobState.STARTING and self.runtime.describe(live.handle).waiting:
+        starting = self.record.model.state == JobState.STARTING
+        desc = self.runtime.describe(live.handle) if starting else None
+        if desc is not None and desc.waiting:
             live.started_mono = now  # not placed yet (no room): the watchdogs' warm-up starts when it is
+            self.launch.placed(now)
         if live.handle.state != attempt.handle:  # the runtime learnt more (container id, unit invocation)
             attempt.handle = dict(live.handle.state)
             self.record.persist()
@@ -126,6 +135,12 @@ class AttemptObserver:
                 self.scalars.update(prog.latest)
                 if prog.last_step is not None:
                     out.append(Progressed(prog.last_step))
+            self.launch.points(live.new_points, now)
+        if desc is not None and status is None:  # a wait of the launch past its deadline: the machine decides
+            overdue = self.launch.observe(now, attempt.number, desc.pid, bool(desc.waiting),
+                                          live.shim.report if live.shim else None)
+            if overdue is not None:
+                out.append(overdue)
         if status is None:
             if now - live.pids_scanned_at >= PIDS_SCAN_INTERVAL:  # a /proc walk: not every tick
                 live.pids_scanned_at = now
@@ -143,9 +158,10 @@ class AttemptObserver:
         moved = attempt.checkpoint_at_exit is not None and attempt.checkpoint_at_exit > start
         reached_max = status.success and self._reached_max()
         finished = self._finished_early(attempt) if status.success and not reached_max else None
+        handover = self.launch.handover_failed() if self.record.model.state == JobState.STARTING else None
         return Exited(status.describe(), status.reason_class, status.success, status.external_stop,
                       reached_max=reached_max, ran_seconds=ran, moved_forward=moved, finished_early=finished,
-                      cuda_oom=self._cuda_oom(attempt, status))
+                      cuda_oom=self._cuda_oom(attempt, status), handover_failed=handover)
 
     def record_exit(self, attempt: Attempt, status: ExitStatus) -> None:
         """The facts of an ended attempt, saved before the machine decides what they mean."""

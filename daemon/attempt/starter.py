@@ -54,7 +54,9 @@ class AttemptStarter:
                 return LaunchRefused(f"failed to start: {exc}")
         crash_point("launch.after_effect")
         attempt.handle = dict(handle.state)
-        self.observer.started(handle, plan.shim_events, plan.run_dirs_before)
+        handed = self.spares.handed if warm else None  # held to the hand-over's deadlines (attempt/deadlines.py)
+        self.observer.started(handle, plan.shim_events, plan.run_dirs_before,
+                              spare=(handed.events, handed.mode) if handed is not None else None)
         record.persist()
         contract = self.setting.resolved.workflow.contract if self.setting.resolved else None
         record.event("started", **started_event(plan, handle.pid, self.setting.cfg, contract, warm))

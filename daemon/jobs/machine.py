@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, replace
 
 from . import policy as P
 from .effects import Effect, Event, Forget, Kill, Launch, Persist, Signal
-from .messages import (Adopted, CudaOom, Exited, LaunchRefused, LaunchUnfinished, Message, Progressed, ReasonClass,
-                       Restart, Settle, Start, Stop, Tick, WatchdogAction, WatchdogTrip)
+from .messages import (Adopted, CudaOom, Exited, LaunchOverdue, LaunchRefused, LaunchUnfinished, Message, Progressed,
+                       ReasonClass, Restart, Settle, Start, Stop, Tick, WatchdogAction, WatchdogTrip)
 from .model import JobModel, JobState, LaunchIntent, Origin, StopIntent, Then, bump, check_transition
 
 S = JobState
@@ -70,6 +70,8 @@ def decide(m: JobModel, msg: Message, ctx: Context) -> Decision:
         new, reply = _progressed(m, msg, ctx, out), None
     elif isinstance(msg, LaunchRefused):
         new, reply = _launch_refused(m, msg, ctx, out), None
+    elif isinstance(msg, LaunchOverdue):
+        new, reply = _launch_overdue(m, msg, ctx, out), None
     elif isinstance(msg, Exited):
         new, reply = _exited(m, msg, ctx, out), None
     elif isinstance(msg, Start):
@@ -115,7 +117,10 @@ def _launch(m: JobModel, intent: LaunchIntent, ctx: Context, out: _Out) -> JobMo
 
 
 def _requested_restart_class(origin: Origin) -> ReasonClass:
-    """A restart someone asked for: an operator's (or a config reload's) is no crash loop, a watchdog's is."""
+    """A restart someone asked for: an operator's (or a config reload's) is no crash loop, a watchdog's is; a
+    launch killed at its own deadline counts as a lost launch."""
+    if origin == Origin.LAUNCH:
+        return ReasonClass.LOST
     return ReasonClass.OPERATOR if origin in (Origin.OPERATOR, Origin.CONFIG) else ReasonClass.WATCHDOG
 
 
@@ -167,6 +172,29 @@ def _launch_refused(m: JobModel, msg: LaunchRefused, ctx: Context, out: _Out) ->
     return _schedule_restart(m, msg.reason, ReasonClass.LOST, 0.0, False, ctx, out, crash_loop=msg.crash_loop)
 
 
+def _launch_overdue(m: JobModel, msg: LaunchOverdue, ctx: Context, out: _Out) -> JobModel:
+    """A wait of the launch ran past its deadline (a spare that does not take the attempt over): SIGKILL now, no
+    grace (it answers nothing), saved first; its exit then starts the job cold at once (the stop's RESTART)."""
+    if m.state != S.STARTING:
+        return m
+    out.add(Event(msg.event, dict(msg.fields)))
+    intent = StopIntent(msg.reason, Origin.LAUNCH, Then.RESTART, ctx.now, final=False, killed=True)
+    new = _to(m, S.STOPPING, msg.reason, ctx, out, stop=intent)
+    out.add(Persist(), Kill())
+    return new
+
+
+def _relaunch_cold(m: JobModel, reason: str, ctx: Context, out: _Out) -> JobModel:
+    """The spare handed the attempt ended before its first step: no backoff (the spare failed, not the job's trainer,
+    and the next launch starts cold), outside the crash-loop window."""
+    counted = _count_restart(m, reason, ReasonClass.LOST, ctx, in_window=False)
+    out.add(Event("restart_scheduled", {"reason": reason, "delay_seconds": 0.0}))
+    new = _to(counted, S.BACKING_OFF, f"{reason}; starting cold at once", ctx, out, stop=None,
+              launch=LaunchIntent(reason, Origin.LAUNCH), backoff_until=ctx.now, backoff_seconds=0.0)
+    out.add(Persist())
+    return new
+
+
 def _exited(m: JobModel, msg: Exited, ctx: Context, out: _Out) -> JobModel:
     if not m.state.active:
         return m
@@ -181,7 +209,9 @@ def _exited(m: JobModel, msg: Exited, ctx: Context, out: _Out) -> JobModel:
             return _start(rested, Start(Origin.OPERATOR, START_AFTER_STOP), ctx, out)[0]
         # a restart or rollback someone asked for: go again at once, resuming; no backoff
         cls = _requested_restart_class(stop.origin)
-        counted = _count_restart(m, stop.reason, cls, ctx, in_window=cls != ReasonClass.OPERATOR)
+        # an operator's restart is no crash loop; nor is a launch killed at its deadline (the next one starts cold)
+        counted = _count_restart(m, stop.reason, cls, ctx,
+                                 in_window=cls not in (ReasonClass.OPERATOR, ReasonClass.LOST))
         intent = LaunchIntent(stop.reason, stop.origin, stop.before_iteration, stop.new_seed)
         new = _to(counted, S.BACKING_OFF, stop.reason, ctx, out, stop=None, launch=intent, backoff_until=ctx.now,
                   backoff_seconds=0.0)
@@ -194,6 +224,8 @@ def _exited(m: JobModel, msg: Exited, ctx: Context, out: _Out) -> JobModel:
         return _rest(m, S.COMPLETED, msg.finished_early, True, ctx, out)
     if msg.external_stop:
         return _rest(m, S.STOPPED, f"operator stop outside isaacd ({msg.description})", True, ctx, out)
+    if msg.handover_failed is not None and m.state == S.STARTING:
+        return _relaunch_cold(m, f"{msg.handover_failed} ({msg.description})", ctx, out)
     if msg.cuda_oom is not None:
         return _cuda_oom(m, msg, msg.cuda_oom, ctx, out)
     reason = msg.description if not msg.success else "exited with code 0 before max_iterations"

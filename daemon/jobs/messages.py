@@ -137,9 +137,21 @@ class Exited:
     ran_seconds: float = 0.0
     moved_forward: bool = False  # it left a newer checkpoint than it started from
     cuda_oom: CudaOom | None = None  # set with reason_class CUDA_OOM
+    # a spare handed the attempt ended before its first step (killed, crashed): why; the job starts cold at once
+    handover_failed: str | None = None
 
 
-Observation = Tick | Progressed | LaunchRefused | Exited
+@dataclass(frozen=True)
+class LaunchOverdue:
+    """A wait of the starting attempt ran past its deadline (attempt/deadlines.py): the trainer is to be killed and
+    the job started cold at once. `event` and `fields` are the journal's account (spare_handover_timeout, ...)."""
+
+    reason: str
+    event: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+Observation = Tick | Progressed | LaunchRefused | Exited | LaunchOverdue
 
 
 # ---- what a supervisor start finds (attempt/recovery.py) -------------------------------------

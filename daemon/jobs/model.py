@@ -68,6 +68,7 @@ class Origin(str, enum.Enum):
     CONFIG = "config"  # a reload removed or re-added the job
     SHUTDOWN = "shutdown"  # the supervisor is stopping; the next one resumes the job
     RECOVERY = "recovery"  # what a supervisor start found
+    LAUNCH = "launch"  # a launch's own deadline ran out (a spare that did not take the attempt over)
 
 
 class Then(str, enum.Enum):

@@ -5,7 +5,7 @@ the trainer's environment). The shim writes each line with one O_APPEND write, s
 whole lines except, at worst, a torn last one after a crash: that one is left for the next poll
 and skipped once a newer line follows it. The event names and the variable are the shim protocol's
 (isaacd_trainer/shim_protocol.py, which the shim itself loads); folded here: shim_started, checkpoint_loaded,
-runner_started, checkpoint_saved, stop_requested, stopped, learn_finished.
+runner_started, checkpoint_saved, stop_requested, stopped, learn_finished, first_iteration, and a spare's spare_go.
 
 Their meaning is read here once: `poll` folds each event into the attempt's `report` (everything said so far)
 and into `news` (what arrived since `take_news`), so readers look at typed fields, never at event names.
@@ -37,6 +37,8 @@ class ShimReport:
     rsl_rl_version: str | None = None
     boot_phase: str | None = None  # how far the boot got (BOOT_PHASES), until the first iteration
     boot_phase_since: float | None = None  # the trainer's wall time of the event that began it
+    first_iteration: int | None = None  # the first iteration of this process's learn() is done
+    go_time: float | None = None  # a spare's events: the wall time it acknowledged the go line (spare_go)
 
 
 # What a boot is doing, by the event that began it (in boot order; a phase never goes back): the train script's
@@ -125,5 +127,9 @@ class ShimEvents:
             news.stopped.append(TrainerStopped(ev.get("iteration"), str(saved) if saved else None))
         elif kind == ShimEvent.LEARN_FINISHED:
             r.finished = True
+        elif kind == ShimEvent.FIRST_ITERATION:
+            r.first_iteration = ev.get("iteration")
+        elif kind == ShimEvent.SPARE_GO:
+            r.go_time = ev.get("time") if isinstance(ev.get("time"), (int, float)) else 0.0
         elif kind == ShimEvent.SHIM_STARTED:
             r.rsl_rl_version = ev.get("rsl_rl_version") or r.rsl_rl_version

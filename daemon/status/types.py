@@ -121,6 +121,25 @@ class BootStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class LaunchWaitStatus:
+    """The wait a starting job is on (attempt/deadlines.py): the spare's ack, its first step, the runtime's start."""
+
+    what: str  # spare_ack, spare_first_step, runtime_start
+    label: str  # "the spare's ack of the go"
+    waited_seconds: float
+    bound_seconds: float | None = None  # None: no deadline on this wait ([jobs.launch])
+
+    def to_json(self) -> JSON:
+        return {"what": self.what, "label": self.label, "waited_seconds": self.waited_seconds,
+                "bound_seconds": self.bound_seconds}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> LaunchWaitStatus:
+        return cls(what=raw.get("what", ""), label=raw.get("label", ""),
+                   waited_seconds=raw.get("waited_seconds") or 0.0, bound_seconds=raw.get("bound_seconds"))
+
+
+@dataclass(frozen=True, slots=True)
 class CompileCacheStatus:
     """One of the job's compile caches (compile_caches.py): its host directory and size (None: not measured yet)."""
 
@@ -303,6 +322,7 @@ class JobStatus:
     watchdog_trips: tuple[WatchdogTripCount, ...] = ()
     backup: BackupStatus | None = None
     compile_caches: tuple[CompileCacheStatus, ...] = ()  # where its compile caches are, and how big
+    launch_wait: LaunchWaitStatus | None = None  # starting: the wait it is on, how long so far, its deadline
     boot: BootStatus | None = None  # starting, before its first iteration: how long, how far, its last output
 
     def to_json(self) -> JSON:
@@ -320,6 +340,7 @@ _JOB_PARTS: Mapping[str, Callable[[Any], Any]] = {
     "pids": _tuple, "scalars": _dict, "cuda_ooms": _nested(dict), "restarts_by_reason": _dict,
     "resume_from": _nested(CheckpointStatus.from_json), "checkpoint": _nested(CheckpointStatus.from_json),
     "spare": _nested(SpareStatus.from_json), "backup": _nested(BackupStatus.from_json),
+    "launch_wait": _nested(LaunchWaitStatus.from_json),
     "boot": _nested(BootStatus.from_json),
     "watchdogs": _watchdogs, "watchdog_trips": _trips, "compile_caches": _caches,
 }

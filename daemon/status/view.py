@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from .. import compile_caches
 from ..cache_sizes import SIZES, SizeSampler
 from ..clock import Clock
+from ..attempt.deadlines import LaunchWait
 from ..config import JobConfig
 from ..gpu.assign import status_gpus
 from ..jobs.model import JobState
@@ -20,7 +21,8 @@ from ..runtimes.view import RuntimeView
 from ..workflows import Resolved
 from .source import RunnerParts
 from .types import BootStatus
-from .types import BackupStatus, CheckpointStatus, CompileCacheStatus, JobStatus, SpareStatus, WatchdogTripCount
+from .types import (BackupStatus, CheckpointStatus, CompileCacheStatus, JobStatus, LaunchWaitStatus, SpareStatus,
+                    WatchdogTripCount)
 
 
 class StatusSource(Protocol):
@@ -62,6 +64,9 @@ class RunnerView(RunnerParts, Protocol):
 
     @property
     def launch_waits(self) -> str | None: ...
+
+    @property
+    def launch_wait(self) -> LaunchWait | None: ...
 
     @property
     def state_dir(self) -> Path: ...
@@ -110,6 +115,9 @@ def job_status(r: RunnerView) -> JobStatus:
     if r.launch_waits is not None or (m.state == JobState.STARTING and desc.waiting):
         reason = f"{m.reason}; waiting: {waiting}"
     resume_from = attempt.resume_from if attempt else None
+    lw = r.launch_wait
+    launch_wait = LaunchWaitStatus(lw.what, lw.label, round(lw.waited(r.clock.monotonic()), 1), lw.bound) \
+        if lw is not None else None
     return JobStatus(
         name=cfg.name,
         state=m.state.value,
@@ -128,6 +136,7 @@ def job_status(r: RunnerView) -> JobStatus:
         unit=desc.unit,
         node=desc.node,
         waiting=waiting,
+        launch_wait=launch_wait,
         iteration=r.iteration if r.iteration is not None else h.last_iteration,
         max_iterations=cfg.max_iterations,
         mean_reward=finite_or_none(prog.mean_reward if prog else r.scalars.get("Train/mean_reward",

@@ -1,0 +1,117 @@
+"""Issue 28 part 1 end to end on real processes: a spare that does not take the attempt over is killed at its
+deadline and the job starts cold at once. The built-in trainer (real rsl_rl, CPU) through the real shim; the faults
+are real: SIGSTOP of the parked spare (frozen: it never reads the go, never acks), SIGKILL of it after the go was
+written (killed during the hand-over), and the shim's own test seam ISAACD_SHIM_TEST_FREEZE_AT_GO=after_ack (it
+acks, then stops itself before its first step). One supervisor for the three stories."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from helpers import builtin_job, wait_for, write_config
+
+pytestmark = pytest.mark.slow
+
+ACK = 6.0  # spare_ack_timeout: long enough for `isaacd status` to be read inside the window on a loaded machine
+
+
+def events(sp, name):  # noqa: ANN001, ANN201
+    return [e for e in sp.events("cp") if e["event"] == name]
+
+
+def ready(sp, used):  # noqa: ANN001, ANN201
+    x = sp.job("cp")
+    return x["state"] == "running" and x["spare"].get("state") == "ready" and x["spare"]["pid"] not in used and x
+
+
+def killed_and_back(sp, j, before: int):  # noqa: ANN001, ANN201
+    """SIGKILL the trainer; (the warm start, the next start, seconds from the kill to running again)."""
+    os.kill(j["pid"], signal.SIGKILL)
+    t_kill = time.time()
+    warm = wait_for(lambda: len(x := events(sp, "started")) > before and x[before], 30, interval=0.05,
+                    what="the hand-over")
+    assert warm["warm_spare"] is True and warm["pid"] == j["spare"]["pid"]
+    return warm, t_kill
+
+
+def test_a_spare_that_does_not_take_over_is_killed_and_the_job_starts_cold(tmp_path, supervisor_factory):
+    cfg = builtin_job("cp", max_iterations=100000, save_interval=20, extra_args=["agent.num_steps_per_env=8"],
+                      snapshot_budget=0, environment={"ISAACD_SHIM_TEST_FREEZE_AT_GO": "after_ack"},
+                      launch={"spare_ack_timeout": ACK, "spare_first_step_min": 5.0,
+                              "spare_first_step_iterations": 1.0})
+    sp = supervisor_factory(write_config(tmp_path, cfg + "\n[jobs.watchdogs.divergence]\nenabled = false\n"))
+    wait_for(lambda: sp.job("cp")["state"] == "running", 180, what="the first (cold) start")
+    used: set[int] = set()
+
+    # 1. it acks the go, then stops itself: killed at the first-step deadline, then a cold start at once
+    j = wait_for(lambda: ready(sp, used), 180, what="a ready spare")
+    used.add(j["spare"]["pid"])
+    warm, t_kill = killed_and_back(sp, j, len(events(sp, "started")))
+    took = wait_for(lambda: events(sp, "spare_took_over"), 30, interval=0.05, what="the spare's ack")[-1]
+    assert took["pid"] == j["spare"]["pid"] and 0 <= took["ack_seconds"] < ACK, took
+    bound = took["first_step_bound_seconds"]
+    assert bound >= 5.0  # imports-only: the job's cold start-up on top of the floor
+    timeout = wait_for(lambda: events(sp, "spare_handover_timeout"), bound + 30, interval=0.1,
+                       what="the first-step deadline")[-1]
+    assert timeout["deadline"] == "first_step" and timeout["waited_seconds"] >= bound and timeout["mode"] == "imports"
+    back = wait_for(lambda: (x := sp.job("cp"))["state"] == "running" and x["attempt"] > warm["attempt"] and x,
+                    120, interval=0.05, what="training again after the first-step deadline")
+    cold_start = events(sp, "started")[-1]
+    assert cold_start["warm_spare"] is False and cold_start["attempt"] == warm["attempt"] + 1
+    assert back["restarts"] == 2  # the crash, and the cold start after the spare
+
+    # 2. frozen while parked (SIGSTOP): it never reads the go; status says what the job waits on; killed at the ack
+    # deadline, the job training again within its cold start-up plus that deadline
+    j = wait_for(lambda: ready(sp, used), 180, what="a second ready spare")
+    used.add(j["spare"]["pid"])
+    os.kill(j["spare"]["pid"], signal.SIGSTOP)
+    warm, t_kill = killed_and_back(sp, j, len(events(sp, "started")))
+    wait = wait_for(lambda: (x := sp.job("cp"))["launch_wait"] and x["launch_wait"]["what"] == "spare_ack"
+                    and x["launch_wait"], ACK, interval=0.05, what="the status of the wait")
+    assert wait["bound_seconds"] == ACK and wait["waited_seconds"] <= ACK
+    text = sp.cli("status").stdout
+    assert "cp: waiting for the spare's ack of the go: " in text and f"s of {ACK:g} s" in text, text
+    timeout = wait_for(lambda: len(x := events(sp, "spare_handover_timeout")) > 1 and x[-1], ACK + 30,
+                       interval=0.05, what="the ack deadline")
+    assert timeout["deadline"] == "ack" and timeout["ack_seconds"] is None and timeout["waited_seconds"] >= ACK
+    wait_for(lambda: (x := sp.job("cp"))["state"] == "running" and x["attempt"] > warm["attempt"], 120,
+             interval=0.05, what="training again after the ack deadline")
+    took = time.time() - t_kill
+    startup = cold_start_seconds(sp) or 0.0
+    print(f"frozen spare: kill -9 -> training again (cold) in {took:.1f} s; ack deadline {ACK:g} s, cold start-up "
+          f"{startup:.1f} s")
+    assert took < ACK + 3 * startup + 30, (took, startup)  # not the no_progress watchdog's 600 s
+    assert _gone(j["spare"]["pid"])  # killed, not left frozen
+
+    # 3. killed during the hand-over (after the go line was written, before it acked): a cold start at once
+    j = wait_for(lambda: ready(sp, used), 180, what="a third ready spare")
+    used.add(j["spare"]["pid"])
+    os.kill(j["spare"]["pid"], signal.SIGSTOP)
+    warm, _ = killed_and_back(sp, j, len(events(sp, "started")))
+    os.kill(j["spare"]["pid"], signal.SIGKILL)
+    wait_for(lambda: (x := sp.job("cp"))["state"] == "running" and x["attempt"] > warm["attempt"], 120,
+             interval=0.05, what="training again after the spare died in the hand-over")
+    sched = events(sp, "restart_scheduled")[-1]
+    assert sched["delay_seconds"] == 0.0 and sched["reason"].startswith("the spare ended before it acknowledged")
+    assert len(events(sp, "spare_handover_timeout")) == 2  # no deadline was needed
+    assert events(sp, "started")[-1]["warm_spare"] is False
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def cold_start_seconds(sp) -> float | None:  # noqa: ANN001
+    """The first (cold) attempt's start-up: its `started` event to the state `running`."""
+    evs = sp.events("cp")
+    start = next((e["time"] for e in evs if e["event"] == "started"), None)
+    run = next((e["time"] for e in evs if e["event"] == "state" and e.get("new") == "running"), None)
+    return run - start if start is not None and run is not None else None

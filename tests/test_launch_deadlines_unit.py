@@ -1,0 +1,127 @@
+"""Issue 28 part 1, the pure parts: which wait a starting attempt is on and its bound (attempt/deadlines.py), what
+the machine decides when one runs past it or the spare dies in the hand-over, and how status words the wait."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from isaacd.attempt.deadlines import (RUNTIME_START, SPARE_ACK, SPARE_FIRST_STEP, Handover, LaunchWait,
+                                      current_wait, first_step_bound, iteration_seconds, overdue_reason)
+from isaacd.config import LaunchDeadlines
+from isaacd.jobs import machine
+from isaacd.jobs.effects import Event, Kill, Launch, Persist
+from isaacd.jobs.messages import Exited, LaunchOverdue, ReasonClass, Tick
+from isaacd.jobs.model import JobModel, JobState, LaunchIntent, Origin
+from isaacd.render import launch_wait_text
+from isaacd.status.types import JobStatus, LaunchWaitStatus
+
+D = LaunchDeadlines()  # the defaults: ack 2 s, first step max(60 s, 10 iterations)
+S = JobState
+
+
+def test_the_defaults_are_the_documented_ones() -> None:
+    assert (D.spare_ack_timeout, D.spare_first_step_min, D.spare_first_step_iterations) == (2.0, 60.0, 10.0)
+    assert (D.runtime_start_timeout, D.spare_boot_timeout) == (300.0, 1800.0)
+
+
+def test_a_booted_spares_first_step_is_a_few_iterations_never_under_the_floor() -> None:
+    assert first_step_bound(D, "booted", 0.5, None) == 60.0  # 10 x 0.5 s is under the floor
+    assert first_step_bound(D, "booted", 9.0, None) == 90.0
+    assert first_step_bound(D, "booted", None, None) == 60.0  # not measured yet (a supervisor restart)
+
+
+def test_an_imports_only_spare_gets_the_jobs_cold_start_up_on_top_or_no_deadline() -> None:
+    assert first_step_bound(D, "imports", 1.0, 40.0) == 60.0 + 2 * 40.0
+    assert first_step_bound(D, "imports", 1.0, None) is None  # the no_progress watchdog's business then
+
+
+def test_the_waits_come_in_order_runtime_then_ack_then_first_step() -> None:
+    assert current_wait(D, 10.0, has_pid=False, placing=False, handover=None, stepped=False) == \
+        LaunchWait(RUNTIME_START, 10.0, 300.0)
+    assert current_wait(D, 10.0, has_pid=True, placing=False, handover=None, stepped=False) is None  # a cold boot
+    assert current_wait(D, 10.0, has_pid=False, placing=True, handover=None, stepped=False) is None  # ray: a queue
+    h = Handover("booted", go_mono=20.0, go_wall=1e9, first_step_bound=75.0)
+    assert current_wait(D, 10.0, True, False, h, False) == LaunchWait(SPARE_ACK, 20.0, 2.0)
+    h.acked_mono = 20.01
+    assert current_wait(D, 10.0, True, False, h, False) == LaunchWait(SPARE_FIRST_STEP, 20.01, 75.0)
+    assert current_wait(D, 10.0, True, False, h, stepped=True) is None
+
+
+def test_a_wait_is_overdue_only_past_its_bound_and_never_without_one() -> None:
+    w = LaunchWait(SPARE_ACK, 100.0, 2.0)
+    assert not w.overdue(102.0) and w.overdue(102.01) and w.waited(99.0) == 0.0
+    assert not LaunchWait(SPARE_FIRST_STEP, 100.0, None).overdue(1e9)
+    assert overdue_reason(w, 102.5) == ("spare hand-over timed out: no ack of the go in 2.5 s (bound 2 s, "
+                                        "[jobs.launch] spare_ack_timeout); killed, starting cold")
+
+
+def test_iteration_time_is_measured_between_two_steps() -> None:
+    assert iteration_seconds((10, 100.0), 14, 106.0) == 1.5
+    assert iteration_seconds(None, 14, 106.0) is None
+    assert iteration_seconds((14, 106.0), 14, 107.0) is None  # the same step again says nothing
+
+
+@dataclass(frozen=True)
+class Policy:
+    max_restarts: int = 1
+    window: float = 1000.0
+    backoff_initial: float = 30.0
+    backoff_max: float = 60.0
+    backoff_factor: float = 2.0
+    reset_after: float = 600.0
+    first_restart_immediate: bool = False
+
+
+def ctx(now: float) -> machine.Context:
+    return machine.Context("job", now, Policy(), stop_timeout=30.0)
+
+
+def starting() -> JobModel:
+    return JobModel(state=S.STARTING, launch=LaunchIntent("killed by signal 9 (SIGKILL)", Origin.CRASH),
+                    restart_times=(900.0,), restarts=1)
+
+
+def test_an_overdue_wait_kills_at_once_saved_first_and_its_exit_starts_cold_with_no_backoff() -> None:
+    d = machine.decide(starting(), LaunchOverdue("spare hand-over timed out", "spare_handover_timeout",
+                                                 {"deadline": "ack", "waited_seconds": 2.1}), ctx(1000.0))
+    assert d.model.state == S.STOPPING and d.model.stop is not None and d.model.stop.killed
+    kinds = [type(e) for e in d.effects]
+    assert kinds.index(Persist) < kinds.index(Kill)  # a supervisor killed in between finds the intent
+    assert Event("spare_handover_timeout", {"deadline": "ack", "waited_seconds": 2.1}) in d.effects
+    # SIGKILL, not SIGINT and stop_timeout: nothing of the trainer runs that could save anything
+    gone = machine.decide(d.model, Exited("killed by signal 9 (SIGKILL)", ReasonClass.SIGNAL, False), ctx(1000.2))
+    assert gone.model.state == S.BACKING_OFF and gone.model.backoff_until == 1000.2
+    # outside the crash-loop window (max_restarts = 1 already used by the crash), counted as a lost launch
+    assert gone.model.restart_times == (900.0,) and dict(gone.model.restarts_by_reason) == {"lost": 1}
+    again = machine.decide(gone.model, Tick(), ctx(1000.2))
+    assert again.model.state == S.STARTING and any(isinstance(e, Launch) for e in again.effects)
+
+
+def test_an_overdue_wait_after_the_job_moved_on_changes_nothing() -> None:
+    running = JobModel(state=S.RUNNING)
+    d = machine.decide(running, LaunchOverdue("late", "spare_handover_timeout"), ctx(1000.0))
+    assert d.model == running and d.effects == ()
+
+
+def test_a_spare_that_dies_in_the_hand_over_is_followed_by_a_cold_start_at_once() -> None:
+    msg = Exited("killed by signal 9 (SIGKILL)", ReasonClass.SIGNAL, False,
+                 handover_failed="the spare ended before it acknowledged the go")
+    d = machine.decide(starting(), msg, ctx(1000.0))
+    assert d.model.state == S.BACKING_OFF and d.model.backoff_until == 1000.0  # no backoff (30 s here)
+    assert d.model.restart_times == (900.0,)  # not in the window: max_restarts = 1 does not fail the job
+    assert Event("restart_scheduled", {"reason": "the spare ended before it acknowledged the go (killed by signal 9 "
+                                                 "(SIGKILL))", "delay_seconds": 0.0}) in d.effects
+    # the same exit of a trainer that was training is a crash like any other
+    crash = machine.decide(JobModel(state=S.RUNNING, restart_times=(900.0,)), msg, ctx(1000.0))
+    assert crash.model.state == S.FAILED
+
+
+def test_status_says_which_wait_and_how_long() -> None:
+    w = LaunchWaitStatus(SPARE_ACK, "the spare's ack of the go", 1.2, 2.0)
+    assert launch_wait_text(w) == "waiting for the spare's ack of the go: 1.2 s of 2 s"
+    assert launch_wait_text(LaunchWaitStatus(SPARE_FIRST_STEP, "the spare's first step", 3.0, None)) == \
+        "waiting for the spare's first step: 3.0 s (no deadline)"
+    row = JobStatus(name="cp", state="starting", launch_wait=w).to_json()
+    assert row["launch_wait"] == {"what": "spare_ack", "label": "the spare's ack of the go", "waited_seconds": 1.2,
+                                  "bound_seconds": 2.0}
+    assert JobStatus.from_json(row).launch_wait == w
