@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -214,7 +215,19 @@ def test_stop_while_isaac_lab_boots_ends_at_once_with_nothing_to_resume(tmp_path
     """Upstream boots for tens of seconds before its first iteration; a stop then has nothing worth saving."""
     sp = supervisor_factory(write_config(tmp_path, il3_job("boot", max_iterations=1000, spare=False)))
     wait_for(lambda: started(sp, "boot"), 30, what="started")
-    time.sleep(3)  # inside Isaac Lab's imports / scene build, long before an iteration
+    # status says what the boot is doing: Isaac Lab builds its scene in gymnasium.make (isaaclab_rl 3.0.0
+    # entrypoints/common.py create_isaaclab_env), which the shim reports
+    j = wait_for(lambda: (x := sp.job("boot"))["boot"] and x["boot"]["phase"] not in (None, "imports")
+                 and x["boot"]["last_line"] and x, BOOT, interval=0.05, what="the boot past its imports")
+    os.kill(j["pid"], signal.SIGSTOP)  # held still while it is looked at
+    try:
+        text = subprocess.run([str(BIN / "isaacd"), "--config", str(sp.config), "status"], capture_output=True,
+                              text=True, timeout=60).stdout
+    finally:
+        os.kill(j["pid"], signal.SIGCONT)
+    print(f"isaacd status during the real Isaac Lab's boot:\n{text}")
+    assert re.search(r"boot: booting for \d+s \((environment|runner|first iteration) for \d+s\); last output: \S",
+                     text), text
     assert sp.job("boot")["iteration"] is None
     t = time.time()
     sp.cli("stop", "boot")
@@ -223,6 +236,8 @@ def test_stop_while_isaac_lab_boots_ends_at_once_with_nothing_to_resume(tmp_path
     print(f"isaacd stop during the real Isaac Lab's boot: stopped after {took:.1f} s")
     assert events(sp, "boot", "exited")[-1]["code"] == 0
     assert took < 20  # the boot alone is 15-40 s here: the trainer did not wait for it
+    assert events(sp, "boot", "trainer_stopped")[-1]["detail"].startswith("stopped before the first checkpoint")
+    assert not events(sp, "boot", "trainer_saved_on_stop")
     for d in (tmp_path / "logs").rglob("*"):  # no checkpoint anywhere for a later resume (or `latest`) to pick
         assert not (d.is_file() and d.suffix == ".pt"), d
 
