@@ -224,3 +224,23 @@ def test_snapshot_names_the_shim_writes_are_the_ones_the_daemon_knows():
     assert not CHECKPOINT_RE.match(temp) and not temp.endswith(".pt")
     # the file format is the plain names, however an event is turned into text
     assert str(ShimEvent.STOPPED) == f"{ShimEvent.STOPPED}" == json.loads(json.dumps(ShimEvent.STOPPED)) == "stopped"
+
+
+def test_the_shim_reports_the_first_environment_creation_and_leaves_gymnasium_alone_without_a_side_channel(tmp_path):
+    """Isaac Lab builds its scene in ``gym.make(task, cfg=env_cfg)`` (isaaclab_rl 3.0.0 entrypoints/common.py
+    create_isaaclab_env): the shim says when the first one begins and ends; the call itself is gymnasium's."""
+    (tmp_path / "gymnasium").mkdir()
+    (tmp_path / "gymnasium" / "__init__.py").write_text("def make(id, **kwargs):\n    return ('env', id, kwargs)\n")
+    (tmp_path / "train.py").write_text("import gymnasium as gym\n"
+                                       "print(gym.make('Isaac-Cartpole-Direct', cfg=1), gym.make(id='Eval'))\n"
+                                       "print('wrapped' if hasattr(gym.make, '__wrapped__') else 'as installed')\n")
+    events = tmp_path / "events.jsonl"
+    r = run_isolated(SHIM, [str(tmp_path / "train.py")], {"PATH": "/usr/bin:/bin", SHIM_EVENTS_ENV: str(events)},
+                     tmp_path)
+    assert r.stdout == "('env', 'Isaac-Cartpole-Direct', {'cfg': 1}) ('env', 'Eval', {})\nwrapped\n", r.stderr
+    seen = ShimEvents(events)
+    assert [(e["event"], e.get("task")) for e in seen.poll()] == [
+        ("shim_started", None), ("env_creating", "Isaac-Cartpole-Direct"), ("env_created", "Isaac-Cartpole-Direct")]
+    assert seen.report.boot_phase == "runner"
+    r = run_isolated(SHIM, [str(tmp_path / "train.py")], {"PATH": "/usr/bin:/bin"}, tmp_path)
+    assert r.stdout.endswith("as installed\n"), r.stderr
