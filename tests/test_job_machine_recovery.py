@@ -79,3 +79,15 @@ def test_launch_unfinished_outside_starting_is_ignored():
         before = j.m
         j.send(LaunchUnfinished())
         assert j.m == before and j.effects == []
+
+
+def test_stopping_with_a_start_asked_during_it_adopted_stops_then_starts():
+    from isaacd.jobs.messages import Exited, Start
+    from isaacd.jobs.model import JobModel
+
+    j = stopping().send(Start(Origin.OPERATOR, "operator start"))
+    j.m = JobModel.from_json(j.m.to_json())  # what a new supervisor reads back
+    j.send(Adopted())
+    assert j.effects[0] == Signal(int(signal.SIGINT)) and j.events("stop_resumed")[0]["then"] == "start"
+    j.send(Exited("exited with code 0", "exit_code", success=True))
+    assert (j.m.state, j.m.restarts) == (S.PENDING, 0)
