@@ -15,7 +15,7 @@ TESTS = REPO / "tests"
 # What in a test file shows it needs a setup step, and the marker that asks scripts/test.sh for that step.
 USES = {
     "podman": r"\bpodman_url\b|_podman_works|\bpodman_api\b|_podman_runs_containers",
-    "isaaclab3": r"isaaclab3_helpers|\bREAL_PY\b|venv-isaaclab3",
+    "isaaclab3": r"isaaclab3_helpers|\bREAL_PY\b|ISAACLAB3_VENV",  # not the name in prose: captured output
     "prometheus": r"which\(\"(promtool|prometheus)\"\)|alertmanager",
     "systemd": r"\bbooted_testbed\b|\bchroot_tools\b|systemd-analyze",
 }
