@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
@@ -86,6 +87,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     if issues:
         raise CliError(str(ConfigError(str(path or EMBEDDED_DEFAULT_NAME), issues)), 2)
     print(f"{path or EMBEDDED_DEFAULT_NAME}: OK, {len(cfg.jobs)} job(s): {', '.join(j.name for j in cfg.jobs) or '-'}")
+    from .workflows import resolve
+
+    for j in cfg.jobs:  # the contract each job's trainer speaks: its Isaac Lab version and where it was read
+        print(f"  {j.name}: {resolve(j).workflow.contract}")  # (the launcher's probe is cached: no second run)
     return 0
 
 
@@ -97,29 +102,64 @@ def _job_or_fail(st: Status, name: str) -> JobStatus:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    client = Client(args)
+    if not args.watch:
+        print(_status_text(client, args))
+        return 0
+    while True:  # until Ctrl-C, which main() turns into exit 130 without a traceback (a closed pipe: 141)
+        text = _status_text(client, args)
+        if sys.stdout.isatty():
+            sys.stdout.write("\x1b[H\x1b[2J")  # cursor home, clear: each redraw replaces the last
+        print(f"every {args.interval:g} s, {time.strftime('%H:%M:%S')}; Ctrl-C to stop\n{text}", flush=True)
+        time.sleep(args.interval)
+
+
+def _status_text(client: Client, args: argparse.Namespace) -> str:
     from .render import format_status
 
-    client = Client(args)
     raw = client({"cmd": "status"})
     st = Status.from_json(raw)
     if args.job:
         st = replace(st, jobs=(_job_or_fail(st, args.job),))
         raw["jobs"] = [j for j in raw["jobs"] if j.get("name") == args.job]
     if args.json:  # the supervisor's JSON as it came: scripts may read fields this client does not know
-        print(json.dumps(raw, indent=2, default=str))
-        return 0
+        return json.dumps(raw, indent=2, default=str)
     # The restart and resume stories come from the event journal: only for jobs that restarted.
     events = {j.name: client({"cmd": "events", "job": j.name, "limit": 50}) for j in st.jobs if j.restarts}
-    print(format_status(st, events=events))
-    return 0
+    return format_status(st, events=events)
+
+
+FOLLOW_POLL = 1.0  # seconds between reads of the journal for `events -f`
+FOLLOW_WINDOW = 500  # events read at each poll; more arriving within one poll leaves a gap, said so
 
 
 def cmd_events(args: argparse.Namespace) -> int:
     from .render import format_events
 
-    events = Client(args)({"cmd": "events", "job": args.job, "limit": args.limit})
-    print(json.dumps(events, indent=1) if args.json else format_events(events))
-    return 0
+    client = Client(args)
+    events = client({"cmd": "events", "job": args.job, "limit": args.limit})
+    if not args.follow:
+        print(json.dumps(events, indent=1) if args.json else format_events(events))
+        return 0
+
+    def show(new: list[dict[str, Any]]) -> None:  # -f --json: one event a line, as it comes
+        if new:
+            print("\n".join(json.dumps(e) for e in new) if args.json else format_events(new), flush=True)
+
+    show(events)
+    seen = [e for e in events if e.get("event") != "journal_damaged"]  # that one is re-made at every read
+    last = seen[-1] if seen else None
+    while True:  # until Ctrl-C (exit 130, no traceback)
+        time.sleep(FOLLOW_POLL)
+        recent = [e for e in client({"cmd": "events", "job": args.job, "limit": FOLLOW_WINDOW})
+                  if e.get("event") != "journal_damaged"]
+        at = max((i for i, e in enumerate(recent) if e == last), default=None) if last is not None else -1
+        if at is None:
+            print(f"(more than {FOLLOW_WINDOW} events within {FOLLOW_POLL:g} s; earlier ones: `isaacd events "
+                  f"{args.job}`)", flush=True)
+            at = -1
+        show(recent[at + 1:])
+        last = recent[-1] if recent else last
 
 
 def cmd_job(args: argparse.Namespace) -> int:
@@ -133,8 +173,8 @@ def cmd_job(args: argparse.Namespace) -> int:
             # Starting it would launch a trainer asked for 0 more iterations and leave an empty run dir.
             print(f"{args.job} is complete ({done}/{job.max_iterations} iterations); nothing to {args.command}. "
                   f"To train it further, raise its max_iterations in the config, then `isaacd reload` "
-                  f"and `isaacd start {args.job}`. To train it from scratch, move its run dirs (see "
-                  f"`isaacd events {args.job}`) out of its log_root first; isaacd never deletes checkpoints.")
+                  f"and `isaacd start {args.job}`. To train it from scratch, `isaacd reset {args.job}` (its old "
+                  f"runs are kept, moved aside); isaacd never deletes checkpoints.")
             return 0
     print(f"{args.job}: {client({'cmd': args.command, 'job': args.job})}")
     return 0
@@ -165,7 +205,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     from .joblogs import show_logs
 
     cfg, _ = _load(args.config)
-    return show_logs(cfg, args.job, follow=args.follow, lines=args.lines)
+    return show_logs(cfg, args.job, follow=args.follow, lines=args.lines, attempt=args.attempt)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -215,6 +255,16 @@ def _positive(text: str) -> int:
     return n
 
 
+def _seconds(text: str) -> float:
+    try:
+        s = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not s >= 0.1:  # also NaN
+        raise argparse.ArgumentTypeError(f"must be 0.1 s or more, got {text}")
+    return s
+
+
 _JOB_HELP = "the job's name, as in the config and `isaacd status`"
 
 _COMMANDS: list[tuple[str, str, str]] = [
@@ -247,6 +297,11 @@ _COMMANDS: list[tuple[str, str, str]] = [
      "takeover JOB: this supervisor takes the job's bucket prefix over from another host now (its lease, "
      "docs/backup.md), without waiting for that lease to expire: for a host that is gone for good. The other "
      "supervisor, if it still runs, stops uploading at its next renewal. An event on both."),
+    ("reset", "train a job from scratch again, keeping its old runs",
+     "Train a stopped, completed or failed job from scratch: it starts at once from no checkpoint, and its old run "
+     "dirs are moved, whole, into a dated folder beside its experiment dir (`<experiment>.reset-<time>/`; "
+     "`isaacd events JOB` names it). Nothing is deleted. A job with a trainer is refused (exit 1): "
+     "`isaacd stop JOB` first. So is a job with a [jobs.backup] target, whose checkpoints it would resume from."),
     ("reload", "re-read the config (same as SIGHUP); a bad file changes nothing",
      "Re-read the config file the supervisor was started with. A broken file changes nothing (exit 2); a valid "
      "change applies to each job at its next start, and running trainers are never killed by a reload."),
@@ -281,13 +336,17 @@ def _add_arguments(name: str, s: argparse.ArgumentParser) -> Callable[[argparse.
     if name == "status":
         s.add_argument("job", nargs="?", help="show only this job")
         s.add_argument("--json", action="store_true", help="the full status as JSON, for scripts")
+        s.add_argument("-w", "--watch", action="store_true", help="redraw it every --interval seconds until Ctrl-C")
+        s.add_argument("--interval", type=_seconds, default=2.0, metavar="SECONDS",
+                       help="with --watch: seconds between redraws (default 2)")
         return cmd_status
     if name == "events":
         s.add_argument("job", help=_JOB_HELP)
         s.add_argument("--limit", type=_positive, default=None, metavar="N", help="only the newest N events")
-        s.add_argument("--json", action="store_true", help="the events as JSON, for scripts")
+        s.add_argument("--json", action="store_true", help="the events as JSON, for scripts (with -f: one a line)")
+        s.add_argument("-f", "--follow", action="store_true", help="keep printing new events until Ctrl-C")
         return cmd_events
-    if name in ("stop", "start", "restart"):
+    if name in ("stop", "start", "restart", "reset"):
         s.add_argument("job", help=_JOB_HELP)
         return cmd_job
     if name == "reload":
@@ -301,6 +360,8 @@ def _add_arguments(name: str, s: argparse.ArgumentParser) -> Callable[[argparse.
         s.add_argument("-f", "--follow", action="store_true", help="keep printing new output until Ctrl-C")
         s.add_argument("-n", "--lines", type=_positive, default=50, metavar="N",
                        help="how many lines of earlier output to print first (default 50)")
+        s.add_argument("--attempt", type=_positive, default=None, metavar="N",
+                       help="attempt N's output instead (`isaacd events JOB` numbers each start)")
         return cmd_logs
     if name == "doctor":
         s.add_argument("--json", action="store_true", help="the checks as JSON, for scripts")

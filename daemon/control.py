@@ -1,7 +1,7 @@
 """Control API: JSON over a Unix socket (one request line, one response line).
 
 The socket file is created with the configured mode (default 0600, root only) inside a directory
-only its owner can enter; `isaacd status|events|stop|start|restart|reload|nodes|cordon|uncordon` are its
+only its owner can enter; `isaacd status|events|stop|start|restart|reset|reload|nodes|cordon|uncordon` are its
 clients. The server sees the supervisor through `Controlled` and the ray runtime through `Fleet`, and imports
 neither: the clients import this module, and must not pay for pydantic (tests/test_cli.py).
 """
@@ -116,7 +116,7 @@ def dispatch(sup: Controlled, req: Any) -> Any:
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
             raise RequestError(f"limit must be a whole number >= 0, got {json.dumps(limit)}")
         return sup.events(job, limit)
-    if cmd in ("stop", "start", "restart", "backup-takeover"):
+    if cmd in ("stop", "start", "restart", "reset", "backup-takeover"):
         job = _job_field(req)
         if job not in sup.job_names():
             raise _no_such_job(sup, job)
@@ -128,7 +128,7 @@ def dispatch(sup: Controlled, req: Any) -> Any:
     if cmd == "ping":
         return {"pid": os.getpid()}
     raise RequestError(f"unknown command {json.dumps(cmd)}; commands: status, events, stop, start, restart, "
-                       "backup-takeover, reload, ping, nodes, cordon, uncordon")
+                       "reset, backup-takeover, reload, ping, nodes, cordon, uncordon")
 
 
 def _ray_request(sup: Controlled, cmd: str, req: dict[str, Any]) -> Any:

@@ -54,6 +54,14 @@ def resume_story(job: JobStatus, events: list[dict[str, Any]]) -> str | None:
             f"(reached before the restart); reward may dip until it catches up")
 
 
+def resumed_note(job: JobStatus) -> str | None:
+    """"resumed from checkpoint 20 (model_20.pt)" for an attempt that resumed, when there is nothing to redo."""
+    ck = job.resume_from
+    if ck is None or job.state not in ("starting", "running"):
+        return None
+    return f"resumed from checkpoint {ck.iteration} ({os.path.basename(ck.path)})"
+
+
 def restart_story(job: JobStatus, events: list[dict[str, Any]], now: float) -> str | None:
     """The last restart's reason, and the last crash's too when an operator restart came after it."""
     if not job.restarts:
@@ -95,7 +103,7 @@ def format_status(status: Status | Mapping[str, Any], now: float | None = None,
         if boot:
             notes.append(boot)
         for story in (restart_story(j, events.get(j.name, []), now),
-                      resume_story(j, events.get(j.name, []))):
+                      resume_story(j, events.get(j.name, [])) or resumed_note(j)):
             if story:
                 notes.append(f"  {j.name}: {story}")
         envs = envs_note(j)

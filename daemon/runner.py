@@ -22,6 +22,7 @@ from .attempt.observer import AttemptObserver, LiveAttempt
 from .attempt.planner import GpuCheck, LaunchPlanner, WaitingForCheckpoint
 from .attempt.record import JobRecord
 from .attempt.recovery import recovery_messages
+from .attempt.reset import set_runs_aside
 from .attempt.setting import JobSetting, lineage, validator
 from .attempt.starter import AttemptStarter
 from .backup.fingerprint import job_fingerprint
@@ -33,7 +34,7 @@ from .config import JobConfig
 from .gpumemory import OomNote
 from .jobs import machine
 from .jobs.effects import Effect, Event, Forget, Kill, Launch, Persist, Signal
-from .jobs.messages import Exited, LaunchRefused, LaunchUnfinished, Message, Tick
+from .jobs.messages import Exited, LaunchRefused, LaunchUnfinished, Message, Settle, Tick
 from .jobs.model import JobModel, JobState, LaunchIntent
 from .jobs.policy import num_envs_in_use
 from .logs import log
@@ -161,7 +162,7 @@ class JobRunner:
     # ---- messages in, effects out ----------------------------------------------------------
     def handle_message(self, msg: Message) -> str | None:
         ctx = machine.Context(self.cfg.name, self.clock.monotonic(), self.cfg.restart, self.cfg.stop_timeout,
-                              self.cfg.num_envs, self.cfg.oom)
+                              self.cfg.num_envs, self.cfg.oom, backup=self.cfg.backup is not None)
         decision = machine.decide(self.model, msg, ctx)
         old = self.model.state
         self.model = decision.model
@@ -198,12 +199,33 @@ class JobRunner:
 
     def _launch(self, intent: LaunchIntent) -> LaunchRefused | None:
         """Plan attempt N and carry the plan out; a refusal goes back to the machine."""
+        if intent.fresh:  # `isaacd reset`: the old runs go aside first (again, harmlessly, on a replayed launch)
+            refused = self._set_runs_aside()
+            if refused is not None:
+                return refused
         plan = self.planner.plan(intent, self.history, self.num_envs(), waited=self.launch_waits is not None)
         if isinstance(plan, WaitingForCheckpoint):
             self.launch_waits = plan.reason  # the tick asks again once it is here; the supervisor goes on
             return None
         self.launch_waits = None
         return plan if isinstance(plan, LaunchRefused) else self.starter.start(plan)
+
+    def _set_runs_aside(self) -> LaunchRefused | None:
+        """The reset's act (attempt/reset.py): the job's run dirs moved into a dated folder, and what status shows of
+        the old training (iteration, reward, checkpoint) dropped. A run dir that cannot be moved fails the job, with
+        the reason: training on would leave a run the next resume could pick up."""
+        try:
+            done = set_runs_aside(self.setting, self.history, self.clock.wall())
+        except OSError as exc:
+            return LaunchRefused(f"cannot reset: {exc.strerror}; fix that, then `isaacd reset {self.cfg.name}`",
+                                 settle=Settle.FAILED)
+        self.event("runs_set_aside", folder=str(done.folder) if done.folder else None,
+                   run_dirs=[dest for _, dest in done.moved],
+                   detail=f"{len(done.moved)} run dir(s) kept in {done.folder}" if done.folder else "no run dirs yet")
+        h, obs = self.history, self.observer
+        h.last_iteration = h.last_mean_reward = h.last_fps = None
+        obs.iteration, obs.scalars, obs.checkpoint = None, {}, None
+        return None
 
     def _spare_token(self, program: Program) -> str | None:
         return self.spares.ready_token() if self.spares.enabled(program) else None

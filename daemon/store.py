@@ -66,6 +66,7 @@ class Attempt:
     shim_events: str | None = None  # the launcher shim's side channel for this attempt (None: no shim)
     last_iteration: int | None = None  # the last iteration it logged: a resume redoes those after its checkpoint
     token: str | None = None  # given to the trainer at spawn and saved first: finds it if the handle was not saved
+    fresh: bool = False  # the first attempt after `isaacd reset`: the job's timeline starts here (attempt/setting.py)
 
 
 @dataclass
@@ -155,7 +156,7 @@ def _build(cls: Any, data: Any, where: str, **extra: Any) -> Any:
     kwargs = {k: v for k, v in data.items() if k in hints and k not in extra}
     for k, v in kwargs.items():
         kinds, nullable = hints[k]
-        ok = (v is None and nullable) or (isinstance(v, kinds) and not isinstance(v, bool))
+        ok = (v is None and nullable) or (isinstance(v, kinds) and (bool in kinds or not isinstance(v, bool)))
         if not ok:
             raise ValueError(f"{where + '.' if where else ''}{k}: unexpected value {v!r:.60}")
     try:

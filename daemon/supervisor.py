@@ -31,7 +31,7 @@ from .early_signals import take as take_early_signal
 from .exitwatch import ExitWatcher
 from .gpumemory import OomNote
 from .jobs import JobState
-from .jobs.messages import Command, Restart, Start, Stop
+from .jobs.messages import Command, Reset, Restart, Start, Stop
 from .jobs.machine import Refused
 from .jobs.model import Origin
 from .locate import EMBEDDED_DEFAULT_NAME
@@ -409,6 +409,7 @@ class Supervisor:
         "stop": lambda: Stop(Origin.OPERATOR, "operator stop (isaacd stop)"),
         "start": lambda: Start(Origin.OPERATOR, "operator start"),
         "restart": lambda: Restart(Origin.OPERATOR, "operator restart (isaacd restart)"),
+        "reset": lambda: Reset(Origin.OPERATOR, "operator reset (isaacd reset): training from scratch"),
     }
 
     def command(self, op: str, job: str) -> str:

@@ -25,7 +25,7 @@ from ..runtimes.container_spec import hand_to_container_user
 from ..store import Attempt, JobHistory
 from ..workflows import WorkflowError, resolve
 from ..workflows.launcher import Program
-from .setting import JobSetting, newest_checkpoint
+from .setting import JobSetting, newest_checkpoint, timeline_attempts
 
 GpuCheck = Callable[[JobConfig], "str | None"]
 
@@ -77,8 +77,10 @@ class LaunchPlanner:
             return LaunchRefused(f"cannot start: {exc.key}: {exc.message}", settle=Settle.FAILED)
         wf = resolved.workflow
         rejected: list[tuple[Checkpoint, str]] = []
-        resume = newest_checkpoint(self.setting, history, deep=True, before_iteration=intent.before_iteration,
-                                   rejected=rejected)
+        # a reset's launch resumes from nothing: its runner has set the old run dirs aside (attempt/reset.py)
+        resume = None if intent.fresh else newest_checkpoint(self.setting, history, deep=True,
+                                                              before_iteration=intent.before_iteration,
+                                                              rejected=rejected)
         for ckpt, why in rejected if not waited else ():  # said once, not at every retry
             self.event("checkpoint_rejected", path=str(ckpt.path), iteration=ckpt.iteration, problem=why)
         if resume is None and any(why.startswith("incompatible") for _, why in rejected):
@@ -87,7 +89,7 @@ class LaunchPlanner:
             return LaunchRefused(f"no checkpoint this trainer can load: {newest[0].path.name} is {newest[1]}. "
                                  "Run the job with the trainer that wrote it (image / isaaclab_dir), or move "
                                  "its run dirs away and `isaacd start` to train from scratch", settle=Settle.FAILED)
-        if resume is None and cfg.backup is not None:  # no usable checkpoint on disk: the bucket's newest
+        if resume is None and cfg.backup is not None and not intent.fresh:  # none on disk: the bucket's newest
             keeper = self.backup_keeper()
             bound = None if intent.before_iteration is None else intent.before_iteration - 1
             fetched = keeper.restore(bound, wf.experiment_dir(cfg)) if keeper is not None else None
@@ -108,8 +110,10 @@ class LaunchPlanner:
         token = spare_token or uuid.uuid4().hex
         attempt = Attempt(number=number, started_at=self.clock.wall(), reason=intent.reason,
                           resume_from=resume.as_json() if resume else None, runtime=self.runtime_name,
-                          shim_events=str(shim_events) if program.shim else None, token=token)
-        first_started_at = history.attempts[0].started_at if history.attempts else attempt.started_at
+                          shim_events=str(shim_events) if program.shim else None, token=token, fresh=intent.fresh)
+        # one W&B run per training: a reset starts a new one
+        timeline = [] if intent.fresh else timeline_attempts(history)
+        first_started_at = timeline[0].started_at if timeline else attempt.started_at
         exp = wf.experiment_dir(cfg)
         run_dirs_before = {p.name for p in exp.iterdir()} if exp.is_dir() else set()
         # a step-down after a CUDA out-of-memory at start-up (jobs/machine.py) reaches the trainer as --num_envs

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..config import JobConfig
 from ..observations.checkpoints import Checkpoint, Lineage, Validator, choose_resume
-from ..store import JobHistory
+from ..store import Attempt, JobHistory
 from ..workflows import Resolved, WorkflowError, resolve
 from ..workflows.validate import VALIDATOR, expected_rsl_rl_format
 
@@ -28,10 +28,16 @@ class JobSetting:
             return cls(cfg)  # said when the job launches (and by check-config / doctor before that)
 
 
+def timeline_attempts(history: JobHistory) -> list[Attempt]:
+    """The attempts of the job's current training: from its newest fresh start (`isaacd reset`) on, else all."""
+    fresh = max((i for i, a in enumerate(history.attempts) if a.fresh), default=0)
+    return history.attempts[fresh:]
+
+
 def lineage(history: JobHistory) -> list[Lineage]:
-    """The job's run dirs in launch order, each with the iteration it resumed from."""
+    """The job's run dirs in launch order, each with the iteration it resumed from (since its last reset)."""
     return [Lineage(Path(a.run_dir) if a.run_dir else None,
-                    a.resume_from["iteration"] if a.resume_from else None) for a in history.attempts]
+                    a.resume_from["iteration"] if a.resume_from else None) for a in timeline_attempts(history)]
 
 
 def validator(setting: JobSetting, history: JobHistory) -> Validator | None:

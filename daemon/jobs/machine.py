@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from . import policy as P
 from .effects import Effect, Event, Forget, Kill, Launch, Persist, Signal
 from .messages import (Adopted, CudaOom, Exited, LaunchOverdue, LaunchRefused, LaunchUnfinished, Message, Progressed,
-                       ReasonClass, Restart, Settle, Start, Stop, Tick, WatchdogAction, WatchdogTrip)
+                       ReasonClass, Reset, Restart, Settle, Start, Stop, Tick, WatchdogAction, WatchdogTrip)
 from .model import JobModel, JobState, LaunchIntent, Origin, StopIntent, Then, bump, check_transition
 
 S = JobState
@@ -36,6 +36,7 @@ class Context:
     stop_timeout: float
     num_envs: int = 0  # the configured num_envs
     oom: P.OomLimits = NoStepDown()  # [jobs.oom]
+    backup: bool = False  # the job has a [jobs.backup] target (a reset would resume from its checkpoints)
 
 
 class Refused(str):
@@ -80,6 +81,8 @@ def decide(m: JobModel, msg: Message, ctx: Context) -> Decision:
         new, reply = _stop(m, msg, ctx, out)
     elif isinstance(msg, Restart):
         new, reply = _restart(m, msg, ctx, out)
+    elif isinstance(msg, Reset):
+        new, reply = _reset(m, msg, ctx, out)
     elif isinstance(msg, WatchdogTrip):
         new, reply = _watchdog(m, msg, ctx, out)
     elif isinstance(msg, Adopted):
@@ -431,6 +434,28 @@ def _restart(m: JobModel, cmd: Restart, ctx: Context, out: _Out) -> tuple[JobMod
               parked_by=None, quick_failures=0)
     out.add(Persist())
     return new, "starting"
+
+
+def _reset(m: JobModel, cmd: Reset, ctx: Context, out: _Out) -> tuple[JobModel, str]:
+    """Train from scratch: from rest only (stopped, completed, failed), as a start that resumes from nothing; its launch
+    sets the old run dirs aside first (runner._launch). A job with a trainer, or one about to get one, is refused:
+    a reset that stopped a trainer itself would throw a running training away on a mistyped job name."""
+    if m.state not in (S.STOPPED, S.COMPLETED, S.FAILED):
+        return m, Refused(f"not reset: it is {m.state.value}; stop it first (`isaacd stop {ctx.job}`), then "
+                          f"`isaacd reset {ctx.job}`")
+    if ctx.backup:
+        # the bucket's checkpoints would be resumed from (and pruned against) as if they were this training's
+        return m, Refused("not reset: it has a [jobs.backup] target, whose checkpoints a launch with none on disk "
+                          "resumes from; give the job another [jobs.backup] url (or remove the section), "
+                          f"`isaacd reload`, then `isaacd reset {ctx.job}`")
+    out.add(Event("reset", {"reason": cmd.reason, "from_state": m.state.value,
+                            "detail": "training from scratch: the launch sets the old run dirs aside (kept, not "
+                                      "deleted) and resumes from no checkpoint"}))
+    new = _to(m, S.PENDING, cmd.reason, ctx, out, launch=LaunchIntent(cmd.reason, cmd.origin, fresh=True),
+              final=False, parked_by=None, quick_failures=0, startup_ooms=0, training_ooms=0, num_envs=None,
+              num_envs_of=None, rollbacks=0)
+    out.add(Persist())
+    return new, "reset: training from scratch; the old run dirs are kept (`isaacd events` says where)"
 
 
 def _watchdog(m: JobModel, trip: WatchdogTrip, ctx: Context, out: _Out) -> tuple[JobModel, str | None]:

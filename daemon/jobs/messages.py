@@ -70,6 +70,14 @@ class Restart:
 
 
 @dataclass(frozen=True)
+class Reset:
+    """`isaacd reset`: train the job again from scratch. Its old run dirs are kept, set aside at the launch."""
+
+    origin: Origin
+    reason: str
+
+
+@dataclass(frozen=True)
 class WatchdogTrip:
     """A watchdog's condition held long enough. The machine records it, applies the rollback bound and acts."""
 
@@ -86,7 +94,7 @@ class WatchdogTrip:
     note: str | None = None
 
 
-Command = Start | Stop | Restart | WatchdogTrip
+Command = Start | Stop | Restart | Reset | WatchdogTrip
 
 
 # ---- observations --------------------------------------------------------------------------

@@ -102,6 +102,7 @@ class LaunchIntent:
     origin: Origin = Origin.OPERATOR
     before_iteration: int | None = None
     new_seed: bool = False
+    fresh: bool = False  # `isaacd reset`: from no checkpoint, the job's old run dirs set aside first (kept)
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,8 @@ class JobModel:
             launch=LaunchIntent(reason=str(launch.get("reason", "initial")),
                                 origin=Origin(launch.get("origin", "operator")),
                                 before_iteration=launch.get("before_iteration"),
-                                new_seed=bool(launch.get("new_seed", False))),
+                                new_seed=bool(launch.get("new_seed", False)),
+                                fresh=bool(launch.get("fresh", False))),
             stop=None if stop is None else StopIntent(
                 reason=str(stop["reason"]), origin=Origin(stop["origin"]), then=Then(stop["then"]),
                 deadline=float(stop["deadline"]), final=bool(stop.get("final", True)),

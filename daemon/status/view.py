@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from .. import compile_caches
 from ..cache_sizes import SIZES, SizeSampler
+from ..attempt.setting import timeline_attempts
 from ..clock import Clock
 from ..attempt.deadlines import LaunchWait
 from ..config import JobConfig
@@ -144,7 +145,8 @@ def job_status(r: RunnerView) -> JobStatus:
         fps=finite_or_none(prog.fps if prog else r.scalars.get("Perf/total_fps", h.last_fps)),
         # a resumed run redoes the iterations after its checkpoint: say so until it has caught up
         resume_from=CheckpointStatus.from_json(resume_from) if resume_from else None,
-        redo_until=max((a.last_iteration for a in h.attempts[:-1] if a.last_iteration is not None), default=None),
+        redo_until=max((a.last_iteration for a in timeline_attempts(h)[:-1] if a.last_iteration is not None),
+                       default=None),  # since the last reset
         scalars=dict(r.scalars),
         last_progress_time=r.last_progress_wall,
         checkpoint=checkpoint_status(r._checkpoint),
