@@ -5,7 +5,7 @@
                          └────────exit / crash───────────┤  └──stop / restart──▶ stopping ──exit──▶ stopped
                                    (limit: failed)       ▼                          │
        starting ◀──backoff elapsed / start────── backing-off ◀──restart asked───────┘
-    stopped / completed / failed ──start──▶ pending
+    stopped / completed / failed ──start, reset (fresh: from no checkpoint)──▶ pending
 
 Anything not in TRANSITIONS is a bug, raised as InvalidTransition rather than silently applied. `JobModel`
 is everything `machine.decide` needs to decide, and nothing it does not: it is immutable, it is saved with
