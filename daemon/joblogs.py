@@ -79,7 +79,7 @@ def _print_log(fh: BinaryIO, path: Path, lines: int, follow: bool, end: int | No
 def show_attempt_logs(cfg: Config, job: str, number: int, follow: bool, lines: int) -> int:
     """`isaacd logs --attempt N JOB`: attempt N's output. The process and ray runtimes append every attempt to one
     file and save where each began (its handle's log_offset, runtimes/process.py): N's output runs from its offset to
-    the next attempt's. A systemd unit's journal is read over N's start and end; podman keeps only the newest
+    the next attempt's. A systemd unit's journal is read from N's start to the next's; podman keeps only the newest
     attempt's container (the next start replaces it), so an earlier one's output is gone there."""
     try:
         attempts = StateStore(cfg.supervisor.state_dir).load(job).attempts
@@ -99,8 +99,11 @@ def show_attempt_logs(cfg: Config, job: str, number: int, follow: bool, lines: i
         return 2
     st = a.handle or {}
     if a.runtime == "systemd" and st.get("unit"):
-        since = ["--since", f"@{int(a.started_at)}"] + ([] if a.ended_at is None else ["--until", f"@{int(a.ended_at) + 1}"])
-        return subprocess.call(["journalctl", "--no-pager", "-n", str(lines), "-u", str(st["unit"]), *since]
+        # from N's start to the next attempt's (whose output cannot come before it): journald stamps a line when it
+        # receives it, which may be after the supervisor saw the trainer end, so N's end would cut its last words
+        until = attempts[found + 1].started_at if not newest else None
+        window = ["--since", f"@{a.started_at:.6f}"] + ([] if until is None else ["--until", f"@{until:.6f}"])
+        return subprocess.call(["journalctl", "--no-pager", "-n", str(lines), "-u", str(st["unit"]), *window]
                                + (["-f"] if follow else []))
     if a.runtime == "podman":
         if not newest:
