@@ -1,4 +1,5 @@
-"""runtime = "ray" with a backup target on a node that does not share the job's log_root (issue 22).
+"""runtime = "ray" with a backup target on a node that does not share the job's log_root (issue 22), writing the
+bucket as the head supervisor's one writer through the attempt's token (issue 28).
 
 The node's half runs for real: the TrainerActor's code (as a Ray worker runs it on its node) with the supervisor's
 own choice of checkpoint. All nodes of the local test cluster (tests/test_ray_runtime.py) share this machine's
@@ -18,6 +19,8 @@ from helpers import wait_for
 
 from isaacd.backup.config import BackupConfig
 from isaacd.backup.keeper import Fetching, JobBackup
+from isaacd.backup.lease import Identity
+from isaacd.backup.remote import BACKUP_ENV, NodeBackup
 from isaacd.backup.uploader import Run, sha256_of
 from isaacd.runtimes.ray_actor import TrainerActor
 from isaacd.observations.checkpoints import RSL_RL_LAYOUT
@@ -50,13 +53,14 @@ def test_a_node_without_the_shared_log_root_resumes_from_the_bucket_and_uploads_
     first.uploader.set_runs([Run(old_run)])
     first.uploader.one_pass()
 
-    # the supervisor on the head: no checkpoint in its log_root, so the bucket's newest, verified
-    head = JobBackup(cfg, "cp", RSL_RL_LAYOUT)
+    # the supervisor on the head: no checkpoint in its log_root, so the bucket's newest, verified; it holds the
+    # prefix's lease (issue 28), and the node writes for it as the attempt's token
+    head = JobBackup(cfg, "cp", RSL_RL_LAYOUT, identity=Identity("head-machine", str(tmp_path / "state")))
     assert isinstance(head.restore(None, exp), Fetching)
     resume = wait_for(lambda: (r := head.restore(None, exp)) and not isinstance(r, Fetching) and r, 30,
                       what="the head's fetch")
     assert resume.iteration == 4 and resume.path == exp / old_run.name / "model_4.pt"
-    env = head.node_env(RslRl(Generation(2, 3, "test"), "store_true"), resume)
+    env = head.node_env(RslRl(Generation(2, 3, "test"), "store_true"), resume, token="t1")
     env["ISAACD_SHIM_EVENTS"] = str(tmp_path / "head-shim.jsonl")
     want = sha256_of(resume.path)
     resume.path.unlink()  # the node's log_root: empty (not the head's volume), no storage marker either
@@ -80,4 +84,17 @@ def test_a_node_without_the_shared_log_root_resumes_from_the_bucket_and_uploads_
     assert (newest["run"], newest["iteration"]) == (new_run.name, 6), manifest
     assert newest["sha256"] == sha256_of(new_run / "model_6.pt")
     assert st["backup"]["last_upload"]["iteration"] == 6 and st["backup"]["error"] is None
+    # one writer: the head's lease names its instance, and this attempt's token as the node that writes for it
+    lease = json.loads((tmp_path / "bucket" / "cp" / "lease.json").read_text())
+    assert lease["holder"]["machine_id"] == "head-machine" and lease["delegate"] == "t1"
+    # a node of another attempt (an old one, still draining) writes nothing
+    spec = json.loads(env[BACKUP_ENV])
+    spec["writer"]["token"] = "t0"
+    stale = NodeBackup({BACKUP_ENV: json.dumps(spec)})
+    fake_checkpoint(new_run / "model_8.pt", 8)
+    stale.uploader.set_runs([Run(new_run)])
+    stale.uploader.one_pass()
+    assert "t0" in (stale.uploader.blocked or "") and stale.uploader.uploads_total == 0, stale.uploader.blocked
+    assert json.loads((tmp_path / "bucket" / "cp" / "manifest.json").read_text())["checkpoints"][0]["iteration"] == 6
+    head.close()
 

@@ -7,6 +7,7 @@ One server for the module (it starts in ~4 s); each test has its own bucket.
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 
 import pytest
@@ -14,9 +15,10 @@ from backup_fakes import SECRET_KEY, SeaweedS3, fake_checkpoint, weed_binary
 
 from isaacd.backup.config import BackupConfig
 from isaacd.backup.doctor import check_backup
+from isaacd.backup.lease import Identity, Lease
 from isaacd.backup.manifest import Manifest
 from isaacd.backup.notes import Notes
-from isaacd.backup.objects import ObjectStore
+from isaacd.backup.objects import Conflict, ObjectStore
 from isaacd.backup.restore import restore_newest
 from isaacd.backup.uploader import Run, Uploader
 from isaacd.config import parse_config
@@ -79,12 +81,22 @@ def test_doctor_checks_credentials_reachability_and_writes(s3, bucket, tmp_path,
     def doctor(endpoint: str = s3.endpoint):
         cfg = parse_config(f'[[jobs]]\nname = "cp"\n[jobs.backup]\nurl = "s3://{bucket}/p"\n'
                            f'endpoint_url = "{endpoint}"\n', "t", tmp_path)
-        (c,) = check_backup(cfg)
+        c, *lease = check_backup(cfg)
         return c
 
     ok = doctor()
     assert ok.status == "pass" and "reachable and writable" in ok.detail and "credentials from env" in ok.detail
     assert s3.fs().find(f"{bucket}/p") == [], "the probe object was deleted"
+    # issue 28: this SeaweedFS refuses the conditional writes that must fail, and names the lease's holder
+    cfg = parse_config(f'[[jobs]]\nname = "cp"\n[jobs.backup]\nurl = "s3://{bucket}/p"\n'
+                       f'endpoint_url = "{s3.endpoint}"\n', "t", tmp_path)
+    (_, lease) = check_backup(cfg)
+    assert lease.status == "pass" and "no lease yet" in lease.detail and "refuses conditional writes" in lease.detail
+    other = Lease(ObjectStore(cfg.jobs[0].backup, "cp"), Identity("host-other", "/srv/isaacd"), None, 60, Notes())
+    assert other.ensure()
+    (_, lease) = check_backup(cfg)
+    assert lease.status == "fail" and "machine-id host-other" in lease.detail and "another name" in lease.fix
+    assert s3.fs().find(f"{bucket}/p") == [f"{bucket}/p/cp/lease.json"], "only the lease stays"
 
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY + "-wrong")
     bad = doctor()
@@ -99,3 +111,28 @@ def test_doctor_checks_credentials_reachability_and_writes(s3, bucket, tmp_path,
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     none = doctor()
     assert none.status == "fail" and "no AWS credentials" in none.detail and "AWS_ACCESS_KEY_ID" in none.fix
+
+
+def test_conditional_writes_let_exactly_one_of_racing_writers_win(s3, bucket):
+    """What the lease rests on (issue 28), against this SeaweedFS: If-None-Match: * and If-Match: <ETag> on PUT,
+    sent by s3fs as the daemon sends them, from six threads at once (each its own client)."""
+    cfg = BackupConfig(url=f"s3://{bucket}/p", endpoint_url=s3.endpoint)
+
+    def race(tag: str | None) -> list[str]:
+        out: list[str] = []
+
+        def write(i: int) -> None:
+            try:
+                ObjectStore(cfg, "cp").write_if("lease.json", f"writer {i}".encode(), tag)
+                out.append("won")
+            except Conflict:
+                out.append("lost")
+        threads = [threading.Thread(target=write, args=(i,)) for i in range(6)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        return sorted(out)
+
+    assert race(None) == ["lost"] * 5 + ["won"]  # create: one object, one winner
+    data, tag = ObjectStore(cfg, "cp").read_tagged("lease.json")
+    assert race(tag) == ["lost"] * 5 + ["won"]  # compare-and-swap on the ETag read
+    assert ObjectStore(cfg, "cp").read_tagged("lease.json")[0] != data

@@ -14,7 +14,7 @@ import uuid
 
 from .config import BackupConfig
 from .lease import FIX, LEASE_KEY, Identity, Verdict, decide, holder_text, machine_id, parse
-from .objects import BackupError, Conflict, ObjectStore, Unsupported
+from .objects import BackupError, Conflict, ObjectStore
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -82,8 +82,8 @@ def conditional_writes(store: ObjectStore) -> str | None:
                 store.write_if(key, b"2", again)
             except Conflict:
                 continue
-            except Unsupported as exc:
-                return str(exc)
+            if not store.conditional:
+                return "the store answers NotImplemented to If-None-Match / If-Match on PUT"
             return f"the store accepted {what}, which must fail"
         return None if tag is not None or store.local else "the store returned no ETag for a PUT"
     finally:

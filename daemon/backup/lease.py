@@ -39,7 +39,7 @@ from typing import Any, Mapping
 from ..logs import log
 from .fingerprint import Fingerprint, describe
 from .notes import Notes
-from .objects import BackupError, Conflict, ObjectStore, Unsupported
+from .objects import BackupError, Conflict, ObjectStore
 
 LEASE_KEY = "lease.json"
 FORMAT = 1
@@ -207,18 +207,15 @@ class Lease:
             return False
         new = self._doc(now, doc if verdict is Verdict.RENEW else None, doc)
         body = (json.dumps(new, indent=1, sort_keys=True) + "\n").encode()
-        try:
-            self.store.write_if(LEASE_KEY, body, tag if doc is not None else None)
-            if self.conditional is None and self.store.conditional:
-                self.conditional = True
-        except Unsupported:
+        self.store.write_if(LEASE_KEY, body, tag if doc is not None else None)
+        if self.store.conditional:
+            self.conditional = True
+        else:
             if self.conditional is not False:
                 self.notes.add("backup_lease_unconditional", url=self.store.url,
-                               detail="the store refuses conditional writes: the lease is written, then read back "
-                                      "(two hosts racing in the same second could both believe they hold it)")
+                               detail="the store cannot do conditional writes: the lease is written, then read back "
+                                      "(two hosts writing it in the same moment could both believe they hold it)")
             self.conditional = False
-            self.store.write_bytes(LEASE_KEY, body)
-        if not self.store.conditional or self.conditional is False:
             back = parse((self.store.read_tagged(LEASE_KEY) or (None, None))[0]) or {}
             if (back.get("holder") or {}).get("instance") != self.me.instance:
                 return False  # someone else's write landed after ours

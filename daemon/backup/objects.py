@@ -40,10 +40,6 @@ class Conflict(BackupError):
     """A conditional write lost: the object changed (or appeared) since it was read. Read again, decide again."""
 
 
-class Unsupported(BackupError):
-    """The store refused the conditional headers themselves (it cannot do compare-and-swap writes)."""
-
-
 # S3 error codes that mean "the precondition did not hold" (412), or "another conditional write to this key is in
 # flight" (409, AWS: "retry"); both are a lost race, never a broken store
 _S3_CONFLICT = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409", "NoSuchKey"}
@@ -75,6 +71,7 @@ class ObjectStore:
         self.url = f"{cfg.url}/{job}"  # what status and errors show
         self._fs: Any = None
         self._root = ""
+        self._no_cas = False  # the store answered NotImplemented to a conditional PUT (Alibaba OSS does)
 
     # ---- the filesystem object ---------------------------------------------------------
     def fs(self) -> Any:
@@ -177,7 +174,7 @@ class ObjectStore:
     def conditional(self) -> bool:
         """Whether this store can refuse a write whose precondition fails (s3: If-None-Match / If-Match on PUT;
         file: link(2) for an exclusive create, a lock file around compare + rename for a replace)."""
-        return self.cfg.protocol in ("s3", "file")
+        return self.cfg.protocol in ("s3", "file") and not self._no_cas
 
     def read_tagged(self, key: str) -> tuple[bytes, str | None] | None:
         """The object's bytes and the tag a `write_if` names to replace exactly these bytes (S3: the ETag of the
@@ -208,11 +205,12 @@ class ObjectStore:
 
     def write_if(self, key: str, data: bytes, tag: str | None) -> str | None:
         """Write `data` only if the object is still what `read_tagged` returned as `tag` (None: only if there is
-        no such object). Raises Conflict when it is not, Unsupported when the store cannot check; returns the new
-        tag. A store without conditional writes (gs://) is written unconditionally: callers read back."""
+        no such object). Raises Conflict when it is not; returns the new tag. A store that cannot check (gs:// in
+        isaacd; an S3 store that answers NotImplemented) is written unconditionally from then on, and
+        `conditional` turns False: callers that must know read back."""
         if self.cfg.protocol == "file":
             return self._file_write_if(key, data, tag)
-        if self.cfg.protocol != "s3":
+        if not self.conditional:
             self.write_bytes(key, data)
             return None
         fs, dest = self.fs(), self.path(key)
@@ -228,8 +226,9 @@ class ObjectStore:
             if code in _S3_CONFLICT:
                 raise Conflict(f"write {self.url}/{key}: changed meanwhile ({code})") from None
             if code in _S3_UNSUPPORTED:
-                raise Unsupported(f"write {self.url}/{key}: the store does not do conditional writes ({code})") \
-                    from None
+                self._no_cas = True
+                self.write_bytes(key, data)
+                return None
             raise BackupError(f"write {self.url}/{key}: {_describe(exc)}") from None
         return (out or {}).get("ETag") if isinstance(out, dict) else None
 
