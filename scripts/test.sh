@@ -13,9 +13,14 @@ cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 # The test paths among the arguments (FILE, DIR, FILE::test); none (or only options, e.g. -k) is the whole suite.
 paths=()
+prev=
 for a in "$@"; do
   p=${a%%::*}
-  { [ -f "$p" ] || [ -d "$p" ]; } && paths+=("$p")
+  case $prev in  # the value of an option is no test path (`--deselect tests/x.py::t` runs everything else)
+    --deselect|--ignore|--ignore-glob|-k|-m|-p|-c|--rootdir|--confcutdir|--basetemp|-o) ;;
+    *) { [ -f "$p" ] || [ -d "$p" ]; } && paths+=("$p") ;;
+  esac
+  prev=$a
 done
 if [ ${#paths[@]} -eq 0 ]; then
   wants="prometheus systemd podman isaaclab3"

@@ -31,6 +31,7 @@ def plan(*args: str) -> str:
 @pytest.mark.parametrize("args, wants", [
     ((), "prometheus systemd podman isaaclab3"),  # CI: `scripts/test.sh`, the full setup
     (("-k", "status"), "prometheus systemd podman isaaclab3"),  # no test path: the whole suite runs
+    (("--deselect", "tests/test_cli.py::test_x"), "prometheus systemd podman isaaclab3"),  # an option's value
     (("tests/test_workflows_installed.py",), "nothing"),
     (("tests/test_podman_runtime.py", "-x"), "podman"),
     (("tests/test_quadlet_units.py::test_sd_quote_shapes",), "systemd"),
