@@ -454,6 +454,30 @@ def check_workflows(cfg: Config) -> list[Check]:
     return out
 
 
+def check_tasks(cfg: Config) -> list[Check]:
+    """Each job's task against its trainer's registry, without booting the simulator (workflows/registry.py)."""
+    from .workflows import WorkflowError, resolve
+    from .workflows.registry import check_task
+
+    out = []
+    for j in cfg.jobs:
+        name = f"task:{j.name}"
+        try:
+            resolve(j)  # a job that cannot resolve is check_workflows' failure; its task is not asked
+            found = check_task(j)
+        except WorkflowError:
+            continue
+        if found is None:
+            out.append(Check(name, "skip", f"{j.task}: not checked (read only from the built-in trainer or a pip/uv "
+                                           "Isaac Lab 3.x without booting)"))
+        elif found.error is None:
+            out.append(Check(name, "pass", f"{j.task} is registered ({found.registry}, {found.count} tasks)"))
+        else:
+            hint = f'set task = "{found.closest}"' if found.closest else "set task to a registered id"
+            out.append(Check(name, "fail", f"{j.task}: {found.error}", f"{hint} in the [[jobs]] table of {j.name}"))
+    return out
+
+
 def check_compile_caches(cfg: Config) -> list[Check]:
     """Each job's compile caches (issue 21): where they are, how big, and whether isaacd can write them."""
     from . import compile_caches
@@ -480,7 +504,7 @@ def check_compile_caches(cfg: Config) -> list[Check]:
 
 CHECKS: list[Callable[[Config], Check | list[Check]]] = [
     check_driver, check_nvml, check_cdi, check_podman, check_quadlet, check_systemd, check_memlock,
-    check_images, check_shm, check_disk, check_ports, check_listeners, check_workflows, check_backup,
+    check_images, check_shm, check_disk, check_ports, check_listeners, check_workflows, check_tasks, check_backup,
     check_compile_caches,
 ]
 

@@ -47,9 +47,9 @@ def test_cpu_only_config_skips_gpu_checks(tmp_path):
     # nothing to check; the workflow resolves; what the host decides (podman, shm, disks, listeners) at
     # most warns, with a fix
     assert set(c) == {"nvidia_driver", "nvml", "cdi_spec", "podman", "quadlet", "systemd", "memlock", "shm",
-                      "disk:cpu", "disk:state", "container_ports", "listeners", "workflow:cpu"}
-    assert {n: c[n].status for n in ("cdi_spec", "memlock", "container_ports", "workflow:cpu")} == {
-        "cdi_spec": "skip", "memlock": "skip", "container_ports": "skip", "workflow:cpu": "pass"}
+                      "disk:cpu", "disk:state", "container_ports", "listeners", "workflow:cpu", "task:cpu"}
+    assert {n: c[n].status for n in ("cdi_spec", "memlock", "container_ports", "workflow:cpu", "task:cpu")} == {
+        "cdi_spec": "skip", "memlock": "skip", "container_ports": "skip", "workflow:cpu": "pass", "task:cpu": "pass"}
     for chk in c.values():
         assert chk.status != "fail" and not chk.detail.startswith("check crashed"), chk
         if chk.status == "warn":
@@ -183,3 +183,10 @@ def test_driver_version_parsing(monkeypatch, text, want, tmp_path):
     monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: text if str(self) == "/proc/driver/nvidia/version"
                         else real(self, *a, **k))
     assert doctor.driver_version() == want
+
+
+def test_a_task_the_trainer_does_not_register_fails_with_the_closest_id(tmp_path):
+    """Read from the built-in trainer's registry, without launching it (workflows/registry.py)."""
+    c = by_name(doctor.collect(cfg_of(tmp_path, CPU_JOB + 'task = "Isaacd-Cartpol-v0"\n')))
+    assert c["task:cpu"].status == "fail" and "gymnasium.error.NameNotFound" in c["task:cpu"].detail
+    assert c["task:cpu"].fix == 'set task = "Isaacd-Cartpole-v0" in the [[jobs]] table of cpu'

@@ -12,6 +12,8 @@ import copy
 import math
 from dataclasses import dataclass, field
 
+from isaacd_trainer.gymspec import check
+
 
 # Cart-pole environment parameters (see isaacd_trainer.envs.cartpole); overridable with ``env.<key>=<value>``.
 CARTPOLE_ENV_CFG: dict = {
@@ -116,9 +118,7 @@ TASKS: dict[str, TaskSpec] = {
 
 
 def get_task(name: str) -> TaskSpec:
-    try:
-        return TASKS[name]
-    except KeyError:
-        raise KeyError(
-            f"unknown task {name!r}; built-in tasks: {', '.join(sorted(TASKS))}"
-        ) from None
+    """The task, or what ``gym.spec(name)`` raises in Isaac Lab for an id its registry lacks (gymspec.py): the
+    exception upstream's train scripts let through, and so exit 1 on."""
+    check(name, TASKS)
+    return TASKS[name]

@@ -84,13 +84,18 @@ def _check_asset_root(job: JobConfig) -> None:
 
 
 def config_issues(cfg) -> list:  # noqa: ANN001 - Config -> list[ConfigIssue]; typed loosely to keep imports light
-    """What `check-config` and `doctor` can tell before a launch: script exists, generation known."""
+    """What `check-config` can tell before a launch: script exists, generation known, the trainer knows the task
+    (registry.py: asked of the job's Isaac Lab without booting it)."""
     from ..config import ConfigIssue
+    from .registry import task_problem
 
     issues = []
     for i, job in enumerate(cfg.jobs):
         try:
             resolve(job)
+            problem = task_problem(job)
         except WorkflowError as exc:
-            issues.append(ConfigIssue(f'jobs[{i}] (name = "{job.name}").{exc.key}', exc.message))
+            problem = exc
+        if problem is not None:
+            issues.append(ConfigIssue(f'jobs[{i}] (name = "{job.name}").{problem.key}', problem.message))
     return issues
