@@ -414,6 +414,10 @@ class Bench:
         fi = self.wait(lambda: self.shim_event(s["attempt"], "first_iteration"), 30, f"kill {k}: first_iteration")
         row["kill_to_first_iteration_s"] = round(fi["time"] - t_kill, 2)
         row["new_run_dir"] = j["run_dir"]
+        # issue 28: the spare's ack of the go (its spare_go time minus the go's), the figure spare_ack_timeout's
+        # margin rests on; None after a cold start
+        took = [e for e in self.events("spare_took_over") if e.get("attempt") == s["attempt"]]
+        row["spare_ack_seconds"] = took[-1].get("ack_seconds") if took else None
         ex = [e for e in self.events("exited") if e.get("attempt") == cur["attempt"]]
         if ex:
             row["exit"] = ex[-1].get("description") or ex[-1].get("detail")
@@ -421,7 +425,7 @@ class Bench:
         self.log(f"kill {k}: new pid {row['new_pid']} after {row['kill_to_new_pid_s']} s "
                  f"({'warm spare' if row['warm_spare'] else 'cold start'}), resumed from {row['resume_kind']} "
                  f"{row['resume_iteration']}, first iteration {row['kill_to_first_iteration_s']} s, "
-                 f"TensorBoard step {row['kill_to_tensorboard_step_s']} s")
+                 f"TensorBoard step {row['kill_to_tensorboard_step_s']} s, spare ack {row['spare_ack_seconds']} s")
 
     def phase_stop(self) -> None:
         cur = self.started()[-1]

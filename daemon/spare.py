@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,6 +113,7 @@ class _Spare:
     keepalive: int | None = None
     rss_bytes: int | None = None  # its process tree's resident memory, measured by tick (RSS_SCAN_INTERVAL)
     rss_at: float = float("-inf")
+    go_wall: float = 0.0  # when the go line was written (wall clock, as the spare's spare_go time: its ack latency)
 
 
 class SpareKeeper:
@@ -281,6 +283,7 @@ class SpareKeeper:
             if not self.cfg.in_container:  # a container's output stays where it is (podman logs)
                 go[GO_LOG] = str(self.state_dir / "logs" / f"{self.cfg.name}.log")
         line = (json.dumps(go) + "\n").encode()
+        sp.go_wall = time.time()
         try:
             fd = self.oscalls.open_fd(sp.control, os.O_WRONLY | os.O_NONBLOCK)
         except OSError as exc:  # ENXIO: nobody reads the FIFO any more (the spare is going away)

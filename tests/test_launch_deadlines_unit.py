@@ -125,3 +125,34 @@ def test_status_says_which_wait_and_how_long() -> None:
     assert row["launch_wait"] == {"what": "spare_ack", "label": "the spare's ack of the go", "waited_seconds": 1.2,
                                   "bound_seconds": 2.0}
     assert JobStatus.from_json(row).launch_wait == w
+
+
+def test_a_spare_stuck_in_its_boot_is_killed_at_spare_boot_timeout_and_tried_again_later(tmp_path) -> None:
+    """The spare keeper on a fake kernel (tests/os_fakes.py): a spare that never says spare_ready."""
+    import signal as _signal
+
+    from os_fakes import FakeOs
+    from test_spare_unit import PROGRAM
+
+    from isaacd.config import parse_config
+    from isaacd.runtimes.process import ProcessRuntime
+    from isaacd.spare import SpareKeeper
+
+    cfg = parse_config(f'[[jobs]]\nname = "p"\nlog_root = "{tmp_path}/logs"\n[jobs.launch]\nspare_boot_timeout = 100\n',
+                       "t.toml", tmp_path).jobs[0]
+    kernel = FakeOs()
+    kernel.add(1, pid=100)
+    said: list[tuple[str, dict]] = []
+    keeper = SpareKeeper(cfg, ProcessRuntime(kernel), tmp_path / "state", lambda name, **kw: said.append((name, kw)),
+                         oscalls=kernel)
+    keeper.tick(S.RUNNING, PROGRAM, 10.0)
+    sp = keeper.spare
+    assert sp is not None
+    keeper.tick(S.RUNNING, PROGRAM, 110.0)  # 100 s: not yet
+    assert keeper.spare is sp and kernel.group_signals == []
+    keeper.tick(S.RUNNING, PROGRAM, 110.5)
+    assert keeper.spare is None and kernel.group_signals == [(sp.handle.pid, _signal.SIGKILL)]
+    assert said[-1] == ("spare_stopped", {"pid": sp.handle.pid, "reason": "not ready 100 s after its start "
+                                                                          "([jobs.launch] spare_boot_timeout = 100 s)"})
+    keeper.tick(S.RUNNING, PROGRAM, 111.0)
+    assert keeper.spare is None  # tried again after the retry delay, not at once

@@ -29,13 +29,14 @@ class LaunchWatch:
         self.overdue_sent = False
         self.wait: LaunchWait | None = None  # as of the last tick, for `isaacd status`
 
-    def begin(self, now: float, wall: float, spare: tuple[ShimEvents, str] | None, measure_startup: bool) -> None:
-        """An attempt started (or was adopted: `measure_startup` False, no hand-over known)."""
+    def begin(self, now: float, spare: tuple[ShimEvents, str, float] | None, measure_startup: bool) -> None:
+        """An attempt started (or was adopted: `measure_startup` False, no hand-over known). `spare`: the handed
+        spare's events, mode and the wall time its go line was written (the deadline counts from `now`, just after)."""
         self.started, self.measure_startup = now, measure_startup
         self.stepped, self.overdue_sent, self.wait, self._prev_step = False, False, None, None
         self.handover, self.spare_events = None, None
         if spare is not None:
-            events, mode = spare
+            events, mode, wall = spare
             bound = first_step_bound(self.setting.cfg.launch, mode, self.iteration_seconds, self.cold_startup_seconds)
             self.handover, self.spare_events = Handover(mode, now, wall, bound), events
 

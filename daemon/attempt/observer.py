@@ -78,11 +78,12 @@ class AttemptObserver:
 
     # ---- the attempt's start and end ------------------------------------------------------
     def started(self, handle: Handle, shim_events: Path | None, run_dirs_before: set[str],
-                spare: tuple[ShimEvents, str] | None = None) -> None:
-        """`spare`: the events and mode of the spare handed this attempt (held to the hand-over's deadlines)."""
+                spare: tuple[ShimEvents, str, float] | None = None) -> None:
+        """`spare`: the events, mode and go time (wall) of the spare handed this attempt (held to the hand-over's
+        deadlines)."""
         self.live = LiveAttempt(handle=handle, shim=ShimEvents(shim_events) if shim_events else None,
                                 started_mono=self.clock.monotonic(), run_dirs_at_launch=run_dirs_before)
-        self.launch.begin(self.live.started_mono or 0.0, self.clock.wall(), spare, measure_startup=True)
+        self.launch.begin(self.live.started_mono or 0.0, spare, measure_startup=True)
 
     def adopt(self, attempt: Attempt, handle: Handle) -> None:
         """A live trainer a supervisor start found: watch it as if we had started it."""
@@ -91,7 +92,7 @@ class AttemptObserver:
                                 # the trainer may not have made its run dir yet: earlier attempts' dirs are not it
                                 run_dirs_at_launch={Path(a.run_dir).name for a in self.record.history.attempts
                                                     if a.run_dir})
-        self.launch.begin(self.live.started_mono or 0.0, self.clock.wall(), None, measure_startup=False)
+        self.launch.begin(self.live.started_mono or 0.0, None, measure_startup=False)
         self._poll_shim(attempt)
         self._attach_run_dir(attempt)
 

@@ -56,7 +56,7 @@ class AttemptStarter:
         attempt.handle = dict(handle.state)
         handed = self.spares.handed if warm else None  # held to the hand-over's deadlines (attempt/deadlines.py)
         self.observer.started(handle, plan.shim_events, plan.run_dirs_before,
-                              spare=(handed.events, handed.mode) if handed is not None else None)
+                              spare=(handed.events, handed.mode, handed.go_wall) if handed is not None else None)
         record.persist()
         contract = self.setting.resolved.workflow.contract if self.setting.resolved else None
         record.event("started", **started_event(plan, handle.pid, self.setting.cfg, contract, warm))
