@@ -50,7 +50,9 @@ def test_follow_history_and_reset_on_one_supervisor(tmp_path, supervisor_factory
                                 stderr=subprocess.PIPE)
 
     follow = popen("events", "-f", "cp")
-    read_until(follow, r"started\s+attempt=1")
+    start = read_until(follow, r"started\s+attempt=1.*warm_spare=\w+")
+    # the built-in demo's contract in a person's words, not its resume flag's
+    assert "contract=built-in trainer (Isaac Lab 2.3 contract)" in start and "store_true" not in start
     first = wait_for(lambda: (x := sp.job("cp"))["checkpoint"] and x["checkpoint"]["iteration"] >= 4 and x, 120,
                      what="a checkpoint past model_0.pt")
     os.kill(first["pid"], signal.SIGKILL)

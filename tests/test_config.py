@@ -88,6 +88,15 @@ def test_check_config_cli_prints_every_problem_and_exits_2(tmp_path):
     assert f'{path}: jobs[0] (name = "a").num_envs: Input should be greater than 0' in res.stderr
 
 
+def test_check_config_cli_names_the_key_a_typo_meant(tmp_path):
+    path = tmp_path / "host.toml"
+    path.write_text('[[jobs]]\nname = "a"\nmax_iteration = 50\n')
+    res = subprocess.run([ISAACD, "check-config", str(path)], capture_output=True, text=True)
+    assert res.returncode == 2
+    assert res.stderr.startswith(f'{path}: jobs[0] (name = "a").max_iteration: unknown key; did you mean '
+                                 f'`max_iterations`?; allowed keys here: '), res.stderr
+
+
 def test_oom_step_down_parses():
     cfg = parse_config('[[jobs]]\nname = "a"\nnum_envs = 1024\n[jobs.oom]\nstep_down = 0.5\nmin_num_envs = 256\n',
                        "host.toml", Path("/"))
