@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from .config import Config
+from .configfault import ConfigFault, Named, find_config_fault
 from .cudaoom import CudaOomLine, find_cuda_oom
 from .wording import no_such_job
 from .jobs.messages import ReasonClass
@@ -164,6 +165,7 @@ class ExitWithOutput(ExitStatus):
     output_tail: tuple[str, ...] = ()
     key_line: str = ""
     cuda_oom: CudaOomLine | None = None  # the output says the GPU ran out of memory
+    config_fault: ConfigFault | None = None  # the output says it cannot run as configured: no restart helps
 
     def describe(self) -> str:
         base = super().describe()
@@ -171,12 +173,17 @@ class ExitWithOutput(ExitStatus):
 
     @property
     def reason_class(self) -> ReasonClass:
+        if self.config_fault is not None:
+            return ReasonClass.CONFIG_ERROR
         return ReasonClass.CUDA_OOM if self.cuda_oom is not None else super().reason_class
 
     def as_json(self) -> dict[str, Any]:
         out = {**super().as_json(), "output_tail": list(self.output_tail)}
         if self.cuda_oom is not None:
             out["cuda_oom"] = {"kind": self.cuda_oom.kind, "line": self.cuda_oom.line}
+        if self.config_fault is not None:
+            out["config_error"] = {"kind": self.config_fault.kind, "line": self.config_fault.line,
+                                   "key": self.config_fault.key}
         return out
 
 
@@ -220,9 +227,10 @@ def _failed_by_itself(status: ExitStatus) -> bool:
     return status.code not in (None, 0)
 
 
-def exit_with_log_tail(status: ExitStatus, handle: Handle | None) -> ExitStatus:
+def exit_with_log_tail(status: ExitStatus, handle: Handle | None, named: Named | None = None) -> ExitStatus:
     """For a trainer that failed on its own, the same status quoting its last output (and recognising a CUDA
-    out-of-memory in it)."""
+    out-of-memory in it, or an error no restart can fix: `named` are the job's config values such an error may
+    name, configfault.named_in_config)."""
     if handle is None or not _failed_by_itself(status):
         return status
     log_path = handle.state.get("log_path")
@@ -235,9 +243,11 @@ def exit_with_log_tail(status: ExitStatus, handle: Handle | None) -> ExitStatus:
     if not lines:
         return status
     oom = find_cuda_oom(scanned)
+    fault = find_config_fault(scanned, status.code, named) if named is not None and oom is None else None
+    said = oom.line if oom else fault.line if fault else None
     return ExitWithOutput(code=status.code, signal=status.signal, oom_killed=status.oom_killed,
                           external_stop=status.external_stop, detail=status.detail, output_tail=tuple(lines),
-                          key_line=_shorten(oom.line) if oom else key_line(lines), cuda_oom=oom)
+                          key_line=_shorten(said) if said else key_line(lines), cuda_oom=oom, config_fault=fault)
 
 
 BOOT_LINE_BYTES = 4096  # the end of the output a booting trainer's last line is read from (a tick's read, not more)

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Callable
 
 from .. import launch
+from ..configfault import named_in_config
 from ..gpumemory import OomNote
-from ..jobs.messages import CudaOom, Exited, Message, Progressed
+from ..jobs.messages import CudaOom, Exited, Message, Progressed, TrainerConfigError
 from ..jobs.model import JobState
 from ..joblogs import ExitWithOutput, exit_with_log_tail, last_output_line
 from ..observations.checkpoints import Checkpoint, sweep_snapshot_temps
@@ -147,7 +148,10 @@ class AttemptObserver:
                 live.pids_scanned_at = now
                 live.pids = self.runtime.pids(live.handle)
             return out
-        status = exit_with_log_tail(status, live.handle)  # "exited with code 1: OSError: ... No space left"
+        cfg = self.setting.cfg  # the config values an error no restart can fix may name (an unknown task, ...)
+        named = named_in_config(cfg.task, cfg.agent, cfg.extra_args, cfg.spare_preload, cfg.environment,
+                                cfg.train_script)
+        status = exit_with_log_tail(status, live.handle, named)  # "exited with code 1: OSError: ... No space left"
         crash_point("exit.before_save")
         out.append(self.exited(attempt, status))
         return out
@@ -161,6 +165,7 @@ class AttemptObserver:
         finished = self._finished_early(attempt) if status.success and not reached_max else None
         handover = self.launch.handover_failed() if self.record.model.state == JobState.STARTING else None
         return Exited(status.describe(), status.reason_class, status.success, status.external_stop,
+                      config_error=self._config_error(status),
                       reached_max=reached_max, ran_seconds=ran, moved_forward=moved, finished_early=finished,
                       cuda_oom=self._cuda_oom(attempt, status), handover_failed=handover)
 
@@ -209,6 +214,13 @@ class AttemptObserver:
         note = self.gpu_memory(self.setting.cfg.name, attempt.started_at) if self.gpu_memory else None
         return CudaOom(found.kind, found.line, found.fix(), gpu=note.gpu if note else None,
                        trend=note.trend if note else None, facts=note.facts if note else {})
+
+    def _config_error(self, status: ExitStatus) -> TrainerConfigError | None:
+        """What the trainer's output said it cannot run with, and the key to change, as facts for the machine."""
+        if not isinstance(status, ExitWithOutput) or status.config_fault is None:
+            return None
+        found = status.config_fault
+        return TrainerConfigError(found.kind, found.what, found.line, found.key, found.fix(self.setting.cfg.name))
 
     def _finished_early(self, attempt: Attempt) -> str | None:
         """Called after _reached_max, which polled the tail to the end: the trainer's own stop rule, if it hit one."""

@@ -17,6 +17,7 @@ from .effects import Effect, Event, Forget, Kill, Launch, Persist, Signal
 from .messages import (Adopted, CudaOom, Exited, LaunchOverdue, LaunchRefused, LaunchUnfinished, Message, Progressed,
                        ReasonClass, Reset, Restart, Settle, Start, Stop, Tick, WatchdogAction, WatchdogTrip)
 from .model import JobModel, JobState, LaunchIntent, Origin, StopIntent, Then, bump, check_transition
+from .messages import TrainerConfigError
 
 S = JobState
 THERMAL_WATCHDOG = "gpu_temperature"
@@ -220,6 +221,8 @@ def _exited(m: JobModel, msg: Exited, ctx: Context, out: _Out) -> JobModel:
                   backoff_seconds=0.0)
         out.add(Persist())
         return new
+    if msg.config_error is not None and not msg.success:
+        return _config_error(m, msg.config_error, ctx, out)
     if msg.success and msg.reached_max:
         return _rest(m, S.COMPLETED, "max_iterations reached", True, ctx, out)
     if msg.success and msg.finished_early:
@@ -273,6 +276,17 @@ def _cuda_oom(m: JobModel, msg: Exited, oom: CudaOom, ctx: Context, out: _Out) -
                   f"processes have freed GPU memory")
         return _schedule_restart(m, reason, "cuda_oom", msg.ran_seconds, msg.moved_forward, ctx, out)
     return _rest(m, S.FAILED, _startup_oom_failure(in_use, times, oom, ctx), True, ctx, out)
+
+
+def _config_error(m: JobModel, err: TrainerConfigError, ctx: Context, out: _Out) -> JobModel:
+    """The trainer cannot run as configured (an unknown task, a rejected override or flag, a missing module or file):
+    every restart would fail the same way, each a full boot of the simulator. Failed at once, no restart counted,
+    with the trainer's own line and the key to change; `isaacd start` tries again once the config is fixed."""
+    out.add(Event("trainer_config_error", {"kind": err.kind, "line": err.line, "key": err.key, "fix": err.fix}))
+    said = err.line if len(err.line) <= 200 else err.line[:199] + "…"
+    reason = (f"{err.what} ({said}); a restart cannot fix this, so none was tried. Fix: {err.fix}; then "
+              f"`isaacd reload` and `isaacd start {ctx.job}`")
+    return _rest(m.with_(startup_ooms=0, training_ooms=0), S.FAILED, reason, True, ctx, out)
 
 
 def _startup_oom_failure(in_use: int, times: int, oom: CudaOom, ctx: Context) -> str:

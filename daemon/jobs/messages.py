@@ -40,6 +40,7 @@ class ReasonClass(enum.StrEnum):
     SIGNAL = "signal"  # killed by a signal
     OOM = "oom"  # OOM-killed by the kernel
     CUDA_OOM = "cuda_oom"  # out of GPU memory, by the trainer's last output
+    CONFIG_ERROR = "config_error"  # the trainer cannot run as configured (daemon/configfault.py): never restarted
     WATCHDOG = "watchdog"  # a watchdog asked for the restart (never an exit's class)
     OPERATOR = "operator"  # stopped outside isaacd, or an operator's restart
     LOST = "lost"  # the exit status is unknown (vanished while the supervisor was down), or the launch failed
@@ -133,6 +134,18 @@ class CudaOom:
 
 
 @dataclass(frozen=True)
+class TrainerConfigError:
+    """The trainer's output says it cannot run as configured (daemon/configfault.py): an unknown task, a rejected
+    Hydra override or flag, a missing module or file. A restart would fail the same way."""
+
+    kind: str  # unknown_task | unknown_agent | hydra_override | argparse | missing_module | missing_file
+    what: str  # "the trainer does not know the task"
+    line: str  # the trainer's own words
+    key: str  # the config key to change
+    fix: str  # what the operator changes, in a clause
+
+
+@dataclass(frozen=True)
 class Exited:
     """The trainer ended. Facts the runner gathered; what they mean is the machine's business."""
 
@@ -145,6 +158,7 @@ class Exited:
     ran_seconds: float = 0.0
     moved_forward: bool = False  # it left a newer checkpoint than it started from
     cuda_oom: CudaOom | None = None  # set with reason_class CUDA_OOM
+    config_error: TrainerConfigError | None = None  # set with reason_class CONFIG_ERROR
     # a spare handed the attempt ended before its first step (killed, crashed): why; the job starts cold at once
     handover_failed: str | None = None
 
