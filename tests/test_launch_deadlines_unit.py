@@ -97,6 +97,38 @@ def test_an_overdue_wait_kills_at_once_saved_first_and_its_exit_starts_cold_with
     assert again.model.state == S.STARTING and any(isinstance(e, Launch) for e in again.effects)
 
 
+def test_a_cold_launch_the_runtime_never_started_is_killed_and_its_exit_is_a_crash_like_any_other() -> None:
+    """runtime_start: the next launch would hang the same way, so no cold start at once outside the window."""
+    d = machine.decide(starting(), LaunchOverdue("the runtime did not start the trainer within 300 s",
+                                                 "launch_timeout", {"wait": "runtime_start"}, cold_now=False),
+                       ctx(1000.0))
+    assert d.model.state == S.STARTING and d.model.stop is None
+    assert [type(e) for e in d.effects] == [Event, Persist, Kill]
+    gone = machine.decide(d.model, Exited("stopped before container cp was created", ReasonClass.LOST, False),
+                          ctx(1001.0))
+    assert gone.model.state == S.FAILED  # max_restarts = 1 was used by the crash: counted in the window
+
+
+def test_a_podman_start_is_bounded_a_ray_start_is_not(tmp_path) -> None:
+    """Ray reports the remote pid only after its node pulled and started the container: no fixed bound there."""
+    from pathlib import Path
+
+    from isaacd.attempt.launch_watch import LaunchWatch
+    from isaacd.attempt.setting import JobSetting
+    from isaacd.config import parse_config
+
+    def watch(runtime: str, extra: str = "") -> LaunchWatch:
+        cfg = parse_config(f'{extra}[[jobs]]\nname = "p"\nruntime = "{runtime}"\n', "t.toml", Path(tmp_path)).jobs[0]
+        w = LaunchWatch(JobSetting.of(cfg), None)  # type: ignore[arg-type] - no hand-over: nothing is recorded
+        w.begin(0.0, None, measure_startup=True)
+        return w
+
+    late = watch("podman").observe(300.5, 1, None, False, None)
+    assert late is not None and late.event == "launch_timeout" and not late.cold_now
+    assert watch("podman").observe(299.0, 1, None, False, None) is None
+    assert watch("ray", '[ray]\naddress = "auto"\n').observe(1e6, 1, None, False, None) is None
+
+
 def test_an_overdue_wait_after_the_job_moved_on_changes_nothing() -> None:
     running = JobModel(state=S.RUNNING)
     d = machine.decide(running, LaunchOverdue("late", "spare_handover_timeout"), ctx(1000.0))

@@ -28,6 +28,10 @@ RUNTIME_START, SPARE_ACK, SPARE_FIRST_STEP = "runtime_start", "spare_ack", "spar
 LABELS = {RUNTIME_START: "the runtime to start the trainer", SPARE_ACK: "the spare's ack of the go",
           SPARE_FIRST_STEP: "the spare's first step"}
 COLD_STARTUP_FACTOR = 2.0  # an imports-only spare's first step: this many of the job's last cold start-ups on top
+# the runtimes whose start is bounded: ray reports the trainer's pid only once its node has pulled and started the
+# container, and a pull of an Isaac Lab image may take longer than any fixed bound (its placing and launching phases
+# show in `status` as `waiting`)
+BOUNDED_START_RUNTIMES = ("process", "podman", "systemd")
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,8 @@ def first_step_bound(d: LaunchDeadlines, mode: str, iteration_seconds: float | N
 
 def current_wait(d: LaunchDeadlines, started_mono: float, has_pid: bool, placing: bool,
                  handover: Handover | None, stepped: bool) -> LaunchWait | None:
-    """The wait a starting attempt is on, or None (placing, training, or a cold start's boot)."""
+    """The wait a starting attempt is on, or None (placing, training, or a cold start's boot). `has_pid`: the
+    runtime reported the trainer's process (pass True for a runtime whose start is not bounded here)."""
     if stepped or placing:
         return None
     if handover is not None:
@@ -93,7 +98,7 @@ def overdue_reason(wait: LaunchWait, now: float) -> str:
     """The one line an overdue wait ends the attempt with."""
     bound = f"{wait.bound:g} s" if wait.bound is not None else "no bound"
     if wait.what == RUNTIME_START:
-        return f"the runtime did not start the trainer within {bound} (runtime_start_timeout); killed, starting again"
+        return f"the runtime did not start the trainer within {bound} (runtime_start_timeout); killed"
     key = "spare_ack_timeout" if wait.what == SPARE_ACK else "spare_first_step_*"
     return (f"spare hand-over timed out: no {'ack of the go' if wait.what == SPARE_ACK else 'first step'} in "
             f"{wait.waited(now):.1f} s (bound {bound}, [jobs.launch] {key}); killed, starting cold")

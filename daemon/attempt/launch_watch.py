@@ -8,8 +8,8 @@ from __future__ import annotations
 from ..jobs.messages import LaunchOverdue
 from ..observations.shim_events import ShimEvents, ShimReport
 from ..observations.tensorboard import ScalarPoint
-from .deadlines import SPARE_ACK, Handover, LaunchWait, current_wait, first_step_bound, iteration_seconds, \
-    overdue_reason
+from .deadlines import BOUNDED_START_RUNTIMES, SPARE_ACK, Handover, LaunchWait, current_wait, first_step_bound, \
+    iteration_seconds, overdue_reason
 from .record import JobRecord
 from .setting import JobSetting
 
@@ -69,8 +69,9 @@ class LaunchWatch:
                                   first_step_bound_seconds=h.first_step_bound)
         if shim is not None and shim.first_iteration is not None:
             self._first_step(now)
-        self.wait = None if self.stepped else current_wait(self.setting.cfg.launch, self.started, pid is not None,
-                                                           placing, h, self.stepped)
+        started = pid is not None or self.setting.cfg.runtime not in BOUNDED_START_RUNTIMES
+        self.wait = None if self.stepped else current_wait(self.setting.cfg.launch, self.started, started, placing, h,
+                                                           self.stepped)
         if self.wait is None or self.overdue_sent or not self.wait.overdue(now):
             return None
         self.overdue_sent = True
@@ -82,7 +83,7 @@ class LaunchWatch:
         else:
             fields |= {"wait": w.what}
         return LaunchOverdue(overdue_reason(w, now), "spare_handover_timeout" if h is not None else "launch_timeout",
-                             fields)
+                             fields, cold_now=h is not None)
 
     def handover_failed(self) -> str | None:
         """Why an attempt a spare was handed ended before its first step, or None (not a hand-over, or it trained)."""

@@ -182,6 +182,9 @@ def _launch_overdue(m: JobModel, msg: LaunchOverdue, ctx: Context, out: _Out) ->
     if m.state != S.STARTING:
         return m
     out.add(Event(msg.event, dict(msg.fields)))
+    if not msg.cold_now:  # the same launch again would hang the same way: its exit is a crash (backoff, window)
+        out.add(Persist(), Kill())
+        return m
     intent = StopIntent(msg.reason, Origin.LAUNCH, Then.RESTART, ctx.now, final=False, killed=True)
     new = _to(m, S.STOPPING, msg.reason, ctx, out, stop=intent)
     out.add(Persist(), Kill())

@@ -166,11 +166,15 @@ class Exited:
 @dataclass(frozen=True)
 class LaunchOverdue:
     """A wait of the starting attempt ran past its deadline (attempt/deadlines.py): the trainer is to be killed and
-    the job started cold at once. `event` and `fields` are the journal's account (spare_handover_timeout, ...)."""
+    the job started cold at once. `event` and `fields` are the journal's account (spare_handover_timeout, ...).
+
+    `cold_now` False (a cold launch the runtime did not start): the next launch would be the same, so its exit is a
+    crash like any other (backoff, the crash-loop window), not a cold start at once outside it."""
 
     reason: str
     event: str
     fields: dict[str, Any] = field(default_factory=dict)
+    cold_now: bool = True
 
 
 Observation = Tick | Progressed | LaunchRefused | Exited | LaunchOverdue
