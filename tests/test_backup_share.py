@@ -10,6 +10,7 @@ One story per store:
    and uploads nothing more.
 3. B loses its disk (state dir and log_root deleted) and is started again: the same machine-id takes the lease
    back at once ("retake", not "expired") and resumes from the bucket.
+4. (file://) A is started again while B holds the prefix; `isaacd backup takeover cp` gives it to A at once.
 """
 
 from __future__ import annotations
@@ -132,6 +133,18 @@ def test_two_supervisors_on_one_prefix_one_writer_takeover_after_expiry_and_same
         restored = wait_for(lambda: _events(b, "backup_restored"), 60, what="B's restore after the lost disk")[0]
         assert restored["key"].startswith(f"{Path(b_run).name}/") or restored["key"].startswith(f"{a_run}/")
         assert not _events(b, "backup_lease_refused")
+
+        # 4. (file:// only: the command is the same whatever the store) A comes back while B holds the prefix, and
+        # the operator gives it to A at once: `isaacd backup takeover`, an event on both sides
+        if backup["url"].startswith("file://"):
+            a = _host(tmp_path, "host-a", 1, backup, env).start()
+            wait_for(lambda: "host-b" in (_backup(a).get("blocked") or ""), 60, what="A refused, naming B")
+            out = a.cli("backup", "takeover", "cp").stdout
+            assert "taking over" in out, out
+            forced = wait_for(lambda: _events(a, "backup_lease_taken_over"), 30, what="A's takeover")[0]
+            assert forced["how"] == "force" and "host-b" in forced["previous"], forced
+            assert _events(a, "backup_takeover_requested")
+            wait_for(lambda: _events(b, "backup_lease_lost"), 30, what="B learns it lost the prefix")
     finally:
         for sp in (a, b):
             if sp.proc is not None and sp.proc.poll() is None:
