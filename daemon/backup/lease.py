@@ -34,7 +34,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 from enum import Enum
-from typing import Any, Mapping
+from typing import Any, Mapping, Protocol
 
 from ..logs import log
 from .fingerprint import Fingerprint, describe
@@ -48,6 +48,18 @@ MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
 INSTANCE = uuid.uuid4().hex[:12]  # this supervisor process; a restart is a new instance
 FIX = ("give this job another name, or its [jobs.backup] another url, so each host has its own prefix; if that "
        "host is gone for good, `isaacd backup takeover {job}` (or wait until its lease expires)")
+
+
+class WriterGate(Protocol):
+    """What the uploader asks before it writes the prefix: `Lease` (a supervisor) or `DelegateGate` (a Ray node)."""
+
+    def holds(self, now: float | None = None) -> bool: ...
+
+    def ensure(self) -> bool: ...
+
+    def refusal(self) -> str | None: ...
+
+    def status(self) -> dict[str, Any]: ...
 
 
 def machine_id() -> str:

@@ -36,6 +36,7 @@ from ..logs import log
 from ..observations.checkpoints import SNAPSHOT_PREFIX, Checkpoint, CheckpointLayout, checkpoint_problem, list_checkpoints
 from .config import BackupConfig
 from .fingerprint import describe, differences
+from .lease import WriterGate
 from .manifest import MANIFEST_KEY, Entry, Manifest, ManifestError
 from .notes import Notes
 from .objects import BackupError, Conflict, ObjectStore
@@ -78,9 +79,10 @@ def is_snapshot(path: Path) -> bool:
 
 class Uploader:
     def __init__(self, store: ObjectStore, cfg: BackupConfig, layout: CheckpointLayout, notes: Notes,
-                 validator: Validator | None = None, lease: Any = None, fingerprint: dict[str, Any] | None = None):
+                 validator: Validator | None = None, lease: WriterGate | None = None,
+                 fingerprint: dict[str, Any] | None = None):
         self.store, self.cfg, self.layout, self.notes, self.validator = store, cfg, layout, notes, validator
-        self.lease = lease  # lease.Lease, or lease.DelegateGate on a Ray node; None: unguarded (tests, tools)
+        self.lease = lease  # None: unguarded (tests, tools)
         self.fingerprint = fingerprint
         self.blocked: str | None = None  # why this supervisor may not write the prefix now
         self._mine: dict[str, Entry] = {}  # entries this writer put in the manifest (never dropped by a rewrite)
