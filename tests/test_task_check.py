@@ -69,8 +69,26 @@ def test_builtin_task_check_names_the_closest_registered_id_with_its_version():
     assert task_problem(JobConfig(name="j")) is None
 
 
-def test_jobs_whose_registry_needs_a_boot_are_not_checked():
+def test_jobs_whose_registry_needs_a_boot_are_not_checked(tmp_path):
     """A 2.x checkout (Isaac Sim's Kit behind isaaclab_tasks), a raw command, an --external_callback's own tasks."""
-    assert check_task(JobConfig(name="j", workflow="rsl_rl", isaaclab_dir="/opt/IsaacLab", task="X-v0")) is None
+    (tmp_path / "VERSION").write_text("2.3.2\n")
+    assert check_task(JobConfig(name="j", workflow="rsl_rl", isaaclab_dir=str(tmp_path), task="X-v0")) is None
     assert check_task(JobConfig(name="j", command=["python", "train.py"], task="X-v0")) is None
     assert check_task(JobConfig(name="j", task="X-v0", extra_args=["--external_callback", "pkg.reg"])) is None
+
+
+@pytest.mark.isaaclab3
+def test_a_3x_checkout_is_asked_through_its_isaaclab_sh(tmp_path):
+    """The checkout's `isaaclab.sh -p` runs its Python; the real Isaac Lab 3.0.0's registry answers."""
+    if not PY.exists():
+        pytest.skip(f"{PY} missing: scripts/isaaclab3-venv.sh builds it")
+    lab = tmp_path / "IsaacLab"
+    (lab / "scripts" / "reinforcement_learning").mkdir(parents=True)
+    (lab / "VERSION").write_text("3.0.0\n")
+    (lab / "scripts" / "reinforcement_learning" / "train.py").write_text("")
+    (lab / "isaaclab.sh").write_text(f'#!/bin/sh\n[ "$1" = "-p" ] && shift\nexec {PY} "$@"\n')
+    (lab / "isaaclab.sh").chmod(0o755)
+    found = check_task(JobConfig(name="j", workflow="rsl_rl", isaaclab_dir=str(lab), task="Isaac-Cartpole-Direct-v0"))
+    assert found.error.startswith("gymnasium.error.DeprecatedEnv: Environment version `v0` for environment "
+                                  "`Isaac-Cartpole-Direct` doesn't exist.")
+    assert found.closest == "Isaac-Cartpole-Direct" and found.count > 100

@@ -7,7 +7,7 @@ catches it earlier, for `isaacd check-config` and `isaacd doctor`, with the clos
 built-in trainer
     Its registry (isaacd_trainer.tasks.TASKS) through the check its train scripts run (isaacd_trainer.gymspec, the
     text gymnasium prints), in this process: no subprocess, well under a millisecond.
-Isaac Lab 3.x installed in the launcher's Python (pip / uv, kit-less)
+Isaac Lab 3.x installed in the launcher's Python (pip / uv, kit-less), or a 3.x checkout (``isaaclab.sh -p``)
     The launcher runs a probe that registers the tasks the way the 3.0.0 train entry point does before its look-up,
     and nothing more: the ``isaaclab.tasks`` entry points (isaaclab/cli/__init__.py:48 ``load_external_tasks``, called
     by isaaclab_rl/entrypoints/dispatch.py:93), ``import isaaclab_tasks`` and, where installed,
@@ -16,8 +16,9 @@ Isaac Lab 3.x installed in the launcher's Python (pip / uv, kit-less)
     `isaacd check-config` on a pip-installed 3.0.0 job: README "check-config").
 not checked
     An Isaac Lab 2.x checkout or image (its isaaclab_tasks imports Isaac Sim's Kit modules: no look-up without the
-    app), container jobs (the registry is inside the image), a raw `command`, and a job whose extra_args name an
-    ``--external_callback`` (the callback registers tasks: running it here would run the user's code).
+    app), container jobs (the registry is inside the image), a raw `command`, an extension's own `train_script` (it
+    registers its tasks by importing its package), and a job whose extra_args name an ``--external_callback`` (the
+    callback registers tasks: running it here would run the user's code).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 
 from ..config import JobConfig
 from .base import WorkflowError
+from .detect import detect_generation, isaaclab_dir
 from .launcher import pip_installed
 
 PROBE_TIMEOUT_S = 120.0  # `uv run` may resolve the project first; the imports take ~2 s here
@@ -69,8 +71,13 @@ def check_task(job: JobConfig) -> TaskCheck | None:
         return None
     if job.workflow == "builtin":
         return _builtin(job.task)
-    if pip_installed(job) and not job.in_container:
+    if job.in_container or job.train_script is not None:
+        return None
+    if pip_installed(job):
         return _installed(job.launcher or [], job.task)
+    root = isaaclab_dir(job)
+    if root is not None and detect_generation(job).major >= 3:  # a 3.x checkout: its isaaclab.sh -p runs its Python
+        return _installed(list(job.launcher) if job.launcher else [str(root / "isaaclab.sh"), "-p"], job.task)
     return None
 
 
