@@ -3,8 +3,6 @@ the machine decides when one runs past it or the spare dies in the hand-over, an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from isaacd.attempt.deadlines import (RUNTIME_START, SPARE_ACK, SPARE_FIRST_STEP, Handover, LaunchWait,
                                       current_wait, first_step_bound, iteration_seconds, overdue_reason)
 from isaacd.config import LaunchDeadlines
@@ -14,6 +12,7 @@ from isaacd.jobs.messages import Exited, LaunchOverdue, ReasonClass, Tick
 from isaacd.jobs.model import JobModel, JobState, LaunchIntent, Origin
 from isaacd.render import launch_wait_text
 from isaacd.status.types import JobStatus, LaunchWaitStatus
+from test_job_machine import Policy
 
 D = LaunchDeadlines()  # the defaults: ack 2 s, first step max(60 s, 10 iterations)
 S = JobState
@@ -61,19 +60,12 @@ def test_iteration_time_is_measured_between_two_steps() -> None:
     assert iteration_seconds((14, 106.0), 14, 107.0) is None  # the same step again says nothing
 
 
-@dataclass(frozen=True)
-class Policy:
-    max_restarts: int = 1
-    window: float = 1000.0
-    backoff_initial: float = 30.0
-    backoff_max: float = 60.0
-    backoff_factor: float = 2.0
-    reset_after: float = 600.0
-    first_restart_immediate: bool = False
+# one restart in a long window (the crash before the hand-over used it), a backoff long enough to see
+POLICY = Policy(max_restarts=1, window=1000.0, backoff_initial=30.0, backoff_max=60.0, reset_after=600.0)
 
 
 def ctx(now: float) -> machine.Context:
-    return machine.Context("job", now, Policy(), stop_timeout=30.0)
+    return machine.Context("job", now, POLICY, stop_timeout=30.0)
 
 
 def starting() -> JobModel:
