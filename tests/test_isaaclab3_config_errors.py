@@ -9,26 +9,16 @@ Both failures happen in the trainer's first seconds (before the simulation), so 
 
 from __future__ import annotations
 
-import os
 import subprocess
 
 import pytest
 
 from helpers import BIN, wait_for, write_config
 from isaaclab3_helpers import BOOT, PY, TASK, started
-from test_isaaclab3_real import il3_job
+from test_isaaclab3_real import _real_isaaclab, il3_job  # noqa: F401 - the autouse fixture: skip/fail without the venv
 
 pytestmark = [pytest.mark.slow, pytest.mark.isaaclab3]
 WRONG = "Isaac-Cartpol-Direct"
-
-
-@pytest.fixture(autouse=True)
-def _real_isaaclab() -> None:
-    if not PY.exists():
-        why = f"{PY} missing: scripts/isaaclab3-venv.sh builds it (scripts/test.sh runs it)"
-        if os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
 
 
 def test_wrong_task_and_missing_module_fail_after_one_launch_and_the_fixed_task_trains(tmp_path, supervisor_factory):
