@@ -36,7 +36,8 @@ def fake_job(name: str, *, pids: list[int] | None = None, state: str = "running"
         "backup": {"url": f"s3://bucket/isaacd/{name}", "last_upload": {"iteration": 90, "time": now - 400.0,
                    "key": "run/model_90.pt", "size": 1000}, "lag_iterations": 10, "error": "upload to ...: refused",
                    "error_since": now - 60.0, "retry_at": now + 30.0, "failures_total": 4, "bytes_total": 123456,
-                   "uploads_total": 9, "restoring": None},
+                   "uploads_total": 9, "restoring": None,
+                   "lease": {"state": "held", "holder": None, "expires": now + 100.0, "conditional": True}},
         "compile_caches": [{"name": "warp", "path": f"/var/lib/isaacd/caches/{name}/warp", "size_bytes": 4096}],
     }
 

@@ -248,7 +248,8 @@ def test_status_and_metrics_show_the_last_upload_the_lag_and_the_error():
                    'isaacd_backup_last_iteration{job="anymal"}': 90.0,
                    'isaacd_backup_lag_iterations{job="anymal"}': 10.0,
                    'isaacd_backup_bytes_total{job="anymal"}': 123456.0,
-                   'isaacd_backup_failures_total{job="anymal"}': 4.0}
+                   'isaacd_backup_failures_total{job="anymal"}': 4.0,
+                   'isaacd_backup_lease_held{job="anymal"}': 1.0}
     no_backup = {**job, "backup": None}
     assert "backup" not in format_status({**fake_status([no_backup]), "gpus": None}, now=now)
     assert samples(fake_status([no_backup])) == {}

@@ -159,3 +159,30 @@ def test_a_restore_from_another_tasks_manifest_is_refused_naming_both(tmp_path):
     # num_envs and seed are not in the fingerprint: the same task resumes (a format not yet known is no difference)
     got, _ = restore({**other_fp, "checkpoint_format": None})
     assert got is not None and got.iteration == 4
+
+
+def test_status_and_metrics_name_the_holder_and_the_fix():
+    """What an operator reads while another supervisor holds the prefix: the status line and /metrics."""
+    from metrics_fakes import fake_job, fake_status
+    from prometheus_client import generate_latest
+
+    from isaacd.metrics import build_registry
+    from isaacd.render import format_status
+
+    now = time.time()
+    job = fake_job("cp", now=now)
+    refused = {"state": "refused", "holder": "host gpu-7 (machine-id host-a, state dir /var/lib/isaacd, pid 812)",
+               "expires": now + 100, "conditional": True, "fix": "give this job another name"}
+    job["backup"] = {**job["backup"], "error": None, "blocked": "s3://b/isaacd/cp is held by another supervisor: "
+                     "host gpu-7 (machine-id host-a, ...). Fix: give this job another name", "lease": refused}
+    text = format_status({**fake_status([job]), "gpus": None}, now=now)
+    assert "backup PAUSED: s3://b/isaacd/cp is held by another supervisor: host gpu-7" in text, text
+
+    def held(status: dict) -> list[str]:
+        out = generate_latest(build_registry(lambda: status, None, process_metrics=False)).decode()
+        return [line for line in out.splitlines() if line.startswith("isaacd_backup_lease_held")]
+
+    assert held(fake_status([job])) == ['isaacd_backup_lease_held{job="cp"} 0.0']
+    job["backup"] = {**job["backup"], "blocked": None, "lease": {**refused, "state": "held", "holder": None}}
+    assert held(fake_status([job])) == ['isaacd_backup_lease_held{job="cp"} 1.0']
+    assert "PAUSED" not in format_status({**fake_status([job]), "gpus": None}, now=now)

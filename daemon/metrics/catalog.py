@@ -86,6 +86,9 @@ METRICS: tuple[MetricDef, ...] = (
     _c("isaacd_backup_failures_total", ("job",),
        "Failed upload passes (store unreachable, write refused, no credentials) since isaacd started; each is "
        "retried with backoff."),
+    _g("isaacd_backup_lease_held", ("job",),
+       "1 while this supervisor holds the lease of the job's backup prefix (it may upload and resume from it), "
+       "0 while another supervisor holds it or it is not taken yet."),
     _g("isaacd_job_gpu_assigned", ("job", "gpu"), "1 for each GPU the job is configured to use (gpu = GPU key or UUID)."),
     _g("isaacd_watchdog_state", ("job", "watchdog", "state"),
        "1 for the watchdog's current state, 0 for the others (ok, pending, tripped, warmup, disabled)."),

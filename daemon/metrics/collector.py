@@ -247,6 +247,8 @@ class IsaacdCollector(Collector):
             f.add("isaacd_backup_lag_iterations", [name], _num(backup.lag_iterations))
             f.add("isaacd_backup_bytes_total", [name], _num(backup.bytes_total))
             f.add("isaacd_backup_failures_total", [name], _num(backup.failures_total))
+            if backup.lease is not None:  # one writer per prefix (backup/lease.py)
+                f.add("isaacd_backup_lease_held", [name], 1 if backup.lease.state == "held" else 0)
         for key in assigned_keys(job.gpus, snap):  # "all" -> every GPU; refs -> GPU keys
             f.add("isaacd_job_gpu_assigned", [name, key], 1)
         wds = job.watchdogs
