@@ -155,6 +155,11 @@ def test_supervisor_unit_end_to_end(tbed):
     exited = [e for e in H.events(t) if e["event"] == "exited"][-1]
     assert exited["signal"] == 9 and not exited["external_stop"]
     assert j["iteration"] >= started[-1]["resume_from"]["iteration"]  # rsl_rl re-runs the loaded iteration
+    # each attempt's own output, from the unit's journal (isaacd logs --attempt, docs/history.md)
+    one, two = (t.sh(f"{H.ISAACD} --config /etc/isaacd/isaacd.toml logs --attempt {n} -n 5000 {H.JOB}").stdout
+                for n in (1, 2))
+    assert "Learning iteration 0/" in one and "Loading model checkpoint" not in one, one[-2000:]
+    assert "Loading model checkpoint" in two and "Learning iteration 0/" not in two, two[-2000:]
     cid = H.containers(t)
     assert len(cid) == 1
 
