@@ -153,3 +153,21 @@ def test_a_runtime_that_fails_to_start_is_a_refusal_that_counts(tmp_path):
     refused = w.starter().start(plan)
     assert refused == LaunchRefused("failed to start: podman: no such image")
     assert w.record.history.current.exit is not None  # no open attempt left for recovery to adopt
+
+
+def test_a_resets_launch_resumes_from_nothing_and_starts_the_timeline_and_a_new_wandb_run(tmp_path):
+    """`isaacd reset`: even a checkpoint left on the timeline (a run dir its runner could not see) is not resumed, and
+    a restart after the fresh attempt counts only what came since."""
+    w = World(tmp_path)
+    fake_checkpoint(w.run_dir / "model_4.pt", 4)
+    w.ran()
+    before = w.plan()
+    w.clock.advance(3600.0)
+    fresh = w.plan(LaunchIntent("operator reset", Origin.OPERATOR, fresh=True))
+    assert isinstance(fresh, LaunchPlan) and fresh.attempt.resume_from is None and fresh.attempt.fresh
+    assert "--checkpoint" not in fresh.args
+    assert fresh.spec.env["WANDB_RUN_ID"] != before.spec.env["WANDB_RUN_ID"]
+    w.record.history.attempts.append(fresh.attempt)
+    after = w.plan(LaunchIntent("killed by signal 9", Origin.CRASH))
+    assert isinstance(after, LaunchPlan) and after.attempt.resume_from is None and not after.attempt.fresh
+    assert after.spec.env["WANDB_RUN_ID"] == fresh.spec.env["WANDB_RUN_ID"]
