@@ -293,15 +293,15 @@ _COMMANDS: list[tuple[str, str, str]] = [
      "Stop the job's trainer gracefully and launch it again at once, resuming from its newest complete "
      "checkpoint. Applies config changes made since it started. On a completed job it does what start does "
      "(no restart is counted)."),
-    ("backup", "a job's backup target: `isaacd backup takeover JOB`",
-     "takeover JOB: this supervisor takes the job's bucket prefix over from another host now (its lease, "
-     "docs/backup.md), without waiting for that lease to expire: for a host that is gone for good. The other "
-     "supervisor, if it still runs, stops uploading at its next renewal. An event on both."),
     ("reset", "train a job from scratch again, keeping its old runs",
      "Train a stopped, completed or failed job from scratch: it starts at once from no checkpoint, and its old run "
      "dirs are moved, whole, into a dated folder beside its experiment dir (`<experiment>.reset-<time>/`; "
      "`isaacd events JOB` names it). Nothing is deleted. A job with a trainer is refused (exit 1): "
      "`isaacd stop JOB` first. So is a job with a [jobs.backup] target, whose checkpoints it would resume from."),
+    ("backup", "a job's backup target: `isaacd backup takeover JOB`",
+     "takeover JOB: this supervisor takes the job's bucket prefix over from another host now (its lease, "
+     "docs/backup.md), without waiting for that lease to expire: for a host that is gone for good. The other "
+     "supervisor, if it still runs, stops uploading at its next renewal. An event on both."),
     ("reload", "re-read the config (same as SIGHUP); a bad file changes nothing",
      "Re-read the config file the supervisor was started with. A broken file changes nothing (exit 2); a valid "
      "change applies to each job at its next start, and running trainers are never killed by a reload."),
