@@ -9,8 +9,6 @@
 # ISAACD_TEST_PLAN=1 prints what would be set up, and runs nothing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-[ -x .venv/bin/python ] || scripts/install.sh
-export DEBIAN_FRONTEND=noninteractive
 # The test paths among the arguments (FILE, DIR, FILE::test); none (or only options, e.g. -k) is the whole suite.
 paths=()
 prev=
@@ -34,6 +32,8 @@ if [ -n "${ISAACD_TEST_PLAN:-}" ]; then
   exit 0
 fi
 [ ${#paths[@]} -gt 0 ] && echo "test.sh: ${paths[*]} need: ${wants:-no setup beyond .venv}"
+[ -x .venv/bin/python ] || scripts/install.sh
+export DEBIAN_FRONTEND=noninteractive
 need=()
 if want prometheus; then
   command -v promtool >/dev/null 2>&1 || need+=(prometheus)
