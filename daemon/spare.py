@@ -354,6 +354,17 @@ class SpareKeeper:
         except Exception:  # noqa: BLE001
             pass
 
+    def handed_to(self, token: str | None) -> tuple[ShimEvents, str, float] | None:
+        """The spare a previous supervisor handed the attempt with this launch token (the attempt keeps the spare's
+        token, and its events file is named by it): (its events, its mode, 0.0: the go's time is not known), for the
+        observer to hold a starting attempt adopted after a restart to the hand-over's deadlines; None if none."""
+        path = self.state_dir / "spare" / self.cfg.name / f"events-{token}.jsonl"
+        if not token or not path.is_file():
+            return None
+        said = ShimEvents(path).poll()
+        booted = any(e.get("event") == ShimEvent.SPARE_READY and e.get("mode") == "booted" for e in said)
+        return ShimEvents(path), "booted" if booted else "imports", 0.0
+
     def kill_leftover(self, token: str | None) -> None:
         """A spare from a previous supervisor (it exits by itself when its parent dies; make sure)."""
         finder = getattr(self.runtime, "find", None)

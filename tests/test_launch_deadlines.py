@@ -2,7 +2,8 @@
 deadline and the job starts cold at once. The built-in trainer (real rsl_rl, CPU) through the real shim; the faults
 are real: SIGSTOP of the parked spare (frozen: it never reads the go, never acks), SIGKILL of it after the go was
 written (killed during the hand-over), and the shim's own test seam ISAACD_SHIM_TEST_FREEZE_AT_GO=after_ack (it
-acks, then stops itself before its first step). One supervisor for the three stories."""
+acks, then stops itself before its first step). One supervisor for the stories (and its successor, for a hand-over
+the supervisor died in)."""
 
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ def test_a_spare_that_does_not_take_over_is_killed_and_the_job_starts_cold(tmp_p
                       snapshot_budget=0, environment={"ISAACD_SHIM_TEST_FREEZE_AT_GO": "after_ack"},
                       launch={"spare_ack_timeout": ACK, "spare_first_step_min": 5.0,
                               "spare_first_step_iterations": 1.0})
-    sp = supervisor_factory(write_config(tmp_path, cfg + "\n[jobs.watchdogs.divergence]\nenabled = false\n"))
+    path = write_config(tmp_path, cfg + "\n[jobs.watchdogs.divergence]\nenabled = false\n")
+    sp = supervisor_factory(path)
     wait_for(lambda: sp.job("cp")["state"] == "running", 180, what="the first (cold) start")
     used: set[int] = set()
 
@@ -100,6 +102,22 @@ def test_a_spare_that_does_not_take_over_is_killed_and_the_job_starts_cold(tmp_p
     assert sched["delay_seconds"] == 0.0 and sched["reason"].startswith("the spare ended before it acknowledged")
     assert len(events(sp, "spare_handover_timeout")) == 2  # no deadline was needed
     assert events(sp, "started")[-1]["warm_spare"] is False
+
+    # 4. the supervisor SIGKILLed during the hand-over to a frozen spare: the next one adopts the attempt, finds the
+    # hand-over by the spare's token (the attempt's) and holds it to the ack deadline from the adoption
+    j = wait_for(lambda: ready(sp, used), 180, what="a fourth ready spare")
+    used.add(j["spare"]["pid"])
+    os.kill(j["spare"]["pid"], signal.SIGSTOP)
+    warm, _ = killed_and_back(sp, j, len(events(sp, "started")))
+    sp.stop(signal.SIGKILL)
+    sp = supervisor_factory(path)
+    wait_for(lambda: events(sp, "adopted"), 30, what="the frozen attempt adopted")
+    timeout = wait_for(lambda: len(x := events(sp, "spare_handover_timeout")) > 2 and x[-1], ACK + 30,
+                       interval=0.1, what="the ack deadline after the restart")
+    assert timeout["deadline"] == "ack" and timeout["pid"] == j["spare"]["pid"] and timeout["ack_seconds"] is None
+    wait_for(lambda: (x := sp.job("cp"))["state"] == "running" and x["attempt"] > warm["attempt"], 120,
+             interval=0.05, what="training again after the restart")
+    assert _gone(j["spare"]["pid"])
 
 
 def _gone(pid: int) -> bool:

@@ -180,3 +180,41 @@ def test_a_spare_stuck_in_its_boot_is_killed_at_spare_boot_timeout_and_tried_aga
                                                                           "([jobs.launch] spare_boot_timeout = 100 s)"})
     keeper.tick(S.RUNNING, PROGRAM, 111.0)
     assert keeper.spare is None  # tried again after the retry delay, not at once
+
+
+def test_a_hand_over_found_after_a_supervisor_restart_is_held_to_its_deadlines_from_the_adoption(tmp_path) -> None:
+    """The attempt keeps its spare's token, so the spare's events file names it: frozen with the go (no spare_go),
+    the adopted attempt misses the ack deadline; one that had acked is held to its first step, with no made-up
+    ack latency."""
+    import json
+    from pathlib import Path
+
+    from isaacd.attempt.launch_watch import LaunchWatch
+    from isaacd.attempt.setting import JobSetting
+    from isaacd.config import parse_config
+    from isaacd.runtimes.process import ProcessRuntime
+    from isaacd.spare import SpareKeeper
+
+    cfg = parse_config('[[jobs]]\nname = "p"\n', "t.toml", Path(tmp_path)).jobs[0]
+    keeper = SpareKeeper(cfg, ProcessRuntime(), tmp_path / "state", lambda name, **kw: None)
+    spare_dir = tmp_path / "state" / "spare" / "p"
+    spare_dir.mkdir(parents=True)
+    ready = {"event": "spare_ready", "time": 5.0, "mode": "booted"}
+    (spare_dir / "events-frozen.jsonl").write_text(json.dumps(ready) + "\n")
+    (spare_dir / "events-acked.jsonl").write_text(json.dumps(ready) + "\n" + json.dumps({"event": "spare_go",
+                                                                                         "time": 9.0}) + "\n")
+    assert keeper.handed_to("gone") is None and keeper.handed_to(None) is None
+
+    said: list[str] = []
+    record = type("Record", (), {"event": lambda self, name, **kw: said.append(name)})()
+    frozen = LaunchWatch(JobSetting.of(cfg), record)  # type: ignore[arg-type]
+    frozen.begin(100.0, keeper.handed_to("frozen"), measure_startup=False)
+    assert frozen.observe(102.0, 3, 4242, False, None) is None
+    late = frozen.observe(102.5, 3, 4242, False, None)
+    assert late is not None and late.fields["deadline"] == "ack" and late.fields["mode"] == "booted" and late.cold_now
+
+    acked = LaunchWatch(JobSetting.of(cfg), record)  # type: ignore[arg-type]
+    acked.begin(100.0, keeper.handed_to("acked"), measure_startup=False)
+    assert acked.observe(150.0, 3, 4242, False, None) is None and said == []  # no spare_took_over without the go's time
+    assert acked.wait == LaunchWait(SPARE_FIRST_STEP, 150.0, 60.0)
+    assert acked.handover_failed() == "the spare ended after the go, before its first step"

@@ -64,9 +64,11 @@ class LaunchWatch:
             self.spare_events.poll()
             go = self.spare_events.report.go_time
             if go is not None:
-                h.acked_mono, h.ack_seconds = now, round(max(0.0, go - h.go_wall), 6) if go else None
-                self.record.event("spare_took_over", attempt=attempt, pid=pid, mode=h.mode, ack_seconds=h.ack_seconds,
-                                  first_step_bound_seconds=h.first_step_bound)
+                h.acked_mono = now
+                if go and h.go_wall:  # not after an adoption: the go's time died with the previous supervisor
+                    h.ack_seconds = round(max(0.0, go - h.go_wall), 6)
+                    self.record.event("spare_took_over", attempt=attempt, pid=pid, mode=h.mode,
+                                      ack_seconds=h.ack_seconds, first_step_bound_seconds=h.first_step_bound)
         if shim is not None and shim.first_iteration is not None:
             self._first_step(now)
         started = pid is not None or self.setting.cfg.runtime not in BOUNDED_START_RUNTIMES

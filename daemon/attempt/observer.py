@@ -86,14 +86,15 @@ class AttemptObserver:
                                 started_mono=self.clock.monotonic(), run_dirs_at_launch=run_dirs_before)
         self.launch.begin(self.live.started_mono or 0.0, spare, measure_startup=True)
 
-    def adopt(self, attempt: Attempt, handle: Handle) -> None:
-        """A live trainer a supervisor start found: watch it as if we had started it."""
+    def adopt(self, attempt: Attempt, handle: Handle, spare: tuple[ShimEvents, str, float] | None = None) -> None:
+        """A live trainer a supervisor start found: watch it as if we had started it (`spare`: the spare a previous
+        supervisor handed this starting attempt, held to the hand-over's deadlines from now)."""
         self.live = LiveAttempt(handle=handle, started_mono=self.clock.monotonic(),
                                 shim=ShimEvents(Path(attempt.shim_events)) if attempt.shim_events else None,
                                 # the trainer may not have made its run dir yet: earlier attempts' dirs are not it
                                 run_dirs_at_launch={Path(a.run_dir).name for a in self.record.history.attempts
                                                     if a.run_dir})
-        self.launch.begin(self.live.started_mono or 0.0, None, measure_startup=False)
+        self.launch.begin(self.live.started_mono or 0.0, spare, measure_startup=False)
         self._poll_shim(attempt)
         self._attach_run_dir(attempt)
 

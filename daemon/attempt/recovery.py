@@ -29,7 +29,9 @@ def recovery_messages(setting: JobSetting, runtime: Runtime, record: JobRecord, 
         open_attempt = attempt if attempt is not None and attempt.exit is None else None
         handle = find_trainer(runtime, setting, record, open_attempt) if open_attempt is not None else None
         if open_attempt is not None and handle is not None:
-            observer.adopt(open_attempt, handle)
+            # a hand-over the previous supervisor began is held to its deadlines from here (a spare frozen with the go)
+            spare = spares.handed_to(open_attempt.token) if m.state == JobState.STARTING else None
+            observer.adopt(open_attempt, handle, spare)
             record.event("adopted", attempt=open_attempt.number, pid=handle.pid, run_dir=open_attempt.run_dir)
             return [Adopted()]
         if m.state == JobState.STARTING and (open_attempt is None or not open_attempt.handle):
