@@ -14,6 +14,7 @@ import time
 import pytest
 
 from helpers import builtin_job, wait_for, write_config
+from test_trainer import procs  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -121,11 +122,7 @@ def test_a_spare_that_does_not_take_over_is_killed_and_the_job_starts_cold(tmp_p
 
 
 def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
+    return _state(pid) in (None, "Z")
 
 
 def cold_start_seconds(sp) -> float | None:  # noqa: ANN001
@@ -134,3 +131,25 @@ def cold_start_seconds(sp) -> float | None:  # noqa: ANN001
     start = next((e["time"] for e in evs if e["event"] == "started"), None)
     run = next((e["time"] for e in evs if e["event"] == "state" and e.get("new") == "running"), None)
     return run - start if start is not None and run is not None else None
+
+
+def test_the_shims_test_seam_stops_a_real_spare_after_it_read_the_go_and_before_its_ack(tmp_path, procs):
+    """ISAACD_SHIM_TEST_FREEZE_AT_GO=before_ack: the go line is consumed, no spare_go is written, the process
+    stands stopped (what the supervisor sees of a spare stuck in a driver call right at the go)."""
+    from test_shim import by, events as shim_events
+    from test_shim_spare import JOB, ready as spare_ready, send, start_spare
+
+    p = start_spare(tmp_path, procs, ISAACD_SHIM_TEST_FREEZE_AT_GO="before_ack")
+    spare_ready(tmp_path, p)
+    send(tmp_path, {"argv": JOB, "cwd": str(tmp_path)})
+    wait_for(lambda: _state(p.pid) == "T", 30, interval=0.05, what="the spare stopped at the go")
+    assert not by(shim_events(tmp_path / "spare.jsonl"), "spare_go")
+    p.kill()
+
+
+def _state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
