@@ -522,7 +522,10 @@ def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | N
 
 def _did_you_mean(key: str, allowed: list[str]) -> str:
     """"; did you mean `max_iterations`?" for a typo: the fix, before the list of every allowed key."""
-    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+    # a key that is the last word of one allowed key names that thing ("socket" is `control_socket`; `socket_mode`
+    # is its mode), before difflib's ratio, which favours the shorter `socket_mode`
+    words = [k for k in allowed if k.rsplit("_", 1)[-1] == key.lower()]
+    close = words if len(words) == 1 else difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
     return f"; did you mean `{close[0]}`?" if close else ""
 
 

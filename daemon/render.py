@@ -160,7 +160,7 @@ def _seconds(s: float | None) -> str:
 
 def launch_wait_text(w: LaunchWaitStatus) -> str:
     """"waiting for the spare's ack of the go: 1.2 s of 2 s" ([jobs.launch] sets the bounds)."""
-    bound = f" of {w.bound_seconds:g} s" if w.bound_seconds is not None else " (no deadline)"
+    bound = f" of {round(w.bound_seconds, 1):g} s" if w.bound_seconds is not None else " (no deadline)"
     return f"waiting for {w.label}: {w.waited_seconds:.1f} s{bound}"
 
 

@@ -24,6 +24,8 @@ BAD = [
      "unknown key; did you mean `supervisor`?; allowed keys here: gpu, jobs, metrics, ray, supervisor"),
     ('[[jobs]]\nname = "a"\nmax_iteration = 50\n', 'jobs[0] (name = "a").max_iteration',
      "unknown key; did you mean `max_iterations`?; allowed keys here: "),
+    # a whole word of one key wins over difflib's nearest: `socket_mode` is closer by ratio
+    ('[supervisor]\nsocket = "/run/x.sock"\n', "supervisor.socket", "unknown key; did you mean `control_socket`?"),
     ('[supervisor]\nsocket_mode = "0666"\n', "supervisor.socket_mode", "other"),
     ('[supervisor]\nlog_level = "loud"\n', "supervisor.log_level", "'debug', 'info', 'warning' or 'error'"),
     ('[metrics]\nlisten = "9835"\n', "metrics.listen", "host:port"),
