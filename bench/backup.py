@@ -35,7 +35,7 @@ from _supervised import CLK_TCK, cpu_ticks  # noqa: E402
 from backup_fakes import SeaweedS3, fake_checkpoint  # noqa: E402
 from helpers import SupervisorProc, builtin_job, wait_for, write_config  # noqa: E402
 
-from isaacd.backup.config import BackupConfig  # noqa: E402
+from isaacd.config.backup import BackupConfig  # noqa: E402
 from isaacd.backup.manifest import Manifest  # noqa: E402
 from isaacd.backup.notes import Notes  # noqa: E402
 from isaacd.backup.objects import ObjectStore  # noqa: E402

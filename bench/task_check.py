@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from isaacd.config import JobConfig
+from isaacd.config.schema import JobConfig
 from isaacd.workflows.registry import check_task
 
 REPO = Path(__file__).resolve().parents[1]

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from isaacd.observations.tensorboard import ScalarPoint, TensorBoardTail
-from isaacd.watchdogs import config as wc
+from isaacd.config import watchdogs as wc
 from isaacd.watchdogs.base import GpuReading, JobView, XidEvent
 from isaacd.watchdogs.engine import WATCHDOG_CLASSES
 

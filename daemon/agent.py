@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .config import Config
+from .config.schema import Config
 from .logs import log
 from .runtimes.ray_actor import node_health_file
 

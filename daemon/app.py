@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .backup.keeper import close_all
-from .config import Config
+from .config.schema import Config
 from .gpu import GpuSampler
 from .gpu.assign import missing_gpus
 from .gpumemory import MemoryHistory, OomNote, oom_note

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from . import __version__
 from .control import NotRunning, request
-from .locate import EMBEDDED_DEFAULT_NAME, Ambiguous, Found, config_path, find_socket, not_running_hint
+from .config.locate import EMBEDDED_DEFAULT_NAME, Ambiguous, Found, config_path, find_socket, not_running_hint
 from .status.types import JobStatus, Status
 from .wording import no_such_job
 
@@ -36,7 +36,7 @@ class CliError(Exception):
 
 def _load(arg: str | None) -> tuple[Any, str | None]:
     """The full, validated config (imports pydantic: only for commands that need more than the socket)."""
-    from .config import ConfigError, load_config, load_embedded_default
+    from .config.schema import ConfigError, load_config, load_embedded_default
 
     path = config_path(arg)
     try:
@@ -80,7 +80,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
                        "give one: `isaacd check-config FILE`", 2)
     file = args.file or args.config
     cfg, path = _load(file)
-    from .config import ConfigError
+    from .config.schema import ConfigError
     from .workflows import config_issues  # what only the filesystem can tell: train script, Isaac Lab generation
 
     issues = config_issues(cfg)

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .config import JobConfig
+    from .config.schema import JobConfig
 
 WARP_ENV = "WARP_CACHE_PATH"
 # the CUDA driver's JIT cache (PTX compiled for this GPU; ~/.nv/ComputeCache by default, gone with a container)

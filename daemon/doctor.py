@@ -22,7 +22,7 @@ import yaml
 
 from .backup.doctor import check_backup
 from .checks import Check
-from .config import Config, JobConfig
+from .config.schema import Config, JobConfig
 from .runtimes.container_spec import cdi_devices, parse_port, parse_size
 from .runtimes.host import has_cap_sys_resource, podman_binary, podman_version
 from .runtimes.quadlet import GENERATOR_PATHS, quadlet_binary

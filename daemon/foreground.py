@@ -7,7 +7,7 @@ import shlex
 import sys
 from typing import Any
 
-from . import locate
+from .config import locate
 
 
 def _port(listen: str) -> str:

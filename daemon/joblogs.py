@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .config import Config
+from .config.schema import Config
 from .configfault import ConfigFault, Named, find_config_fault
 from .cudaoom import CudaOomLine, find_cuda_oom
 from .wording import no_such_job

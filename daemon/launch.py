@@ -15,7 +15,7 @@ from isaacd_trainer.shim_protocol import (LAUNCH_TOKEN_ENV, SHIM_EVENTS_ENV, SNA
 
 from .compile_caches import CacheDir
 from .compile_caches import trainer_env as cache_env
-from .config import JobConfig
+from .config.schema import JobConfig
 from .observations.checkpoints import Checkpoint
 from .workflows import Resolved, resolve
 from .workflows.detect import isaaclab_dir

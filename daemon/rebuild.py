@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .config import JobConfig
+from .config.schema import JobConfig
 from .logs import log
 from .observations.checkpoints import RSL_RL_LAYOUT, CheckpointLayout, Lineage, choose_resume
 from .store import Attempt, HistoryCorrupt, JobHistory, LegacyCounters, StateStore

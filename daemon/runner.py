@@ -30,7 +30,7 @@ from .backup.keeper import JobBackup
 from .backup.lease import Identity
 from .backup.uploader import Run as BackupRun
 from .clock import Clock, SystemClock
-from .config import JobConfig
+from .config.schema import JobConfig
 from .gpumemory import OomNote
 from .jobs import machine
 from .jobs.effects import Effect, Event, Forget, Kill, Launch, Persist, Signal

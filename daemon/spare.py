@@ -50,7 +50,7 @@ from isaacd_trainer.shim_protocol import (BOOTED_ARGV_ENV, GO_ARGV, GO_ATTEMPT_E
 
 from . import compile_caches, launch
 from .attempt.setting import JobSetting
-from .config import JobConfig
+from .config.schema import JobConfig
 from .jobs.model import JobState
 from .logs import log
 from .oscalls import HOST_OS, OsCalls, ProcFs

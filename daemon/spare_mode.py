@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .config import JobConfig
+from .config.schema import JobConfig
 
 Mode = Literal["booted", "imports"]
 GiB = 2**30

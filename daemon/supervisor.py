@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from . import __version__, sdnotify
-from .config import Config, ConfigError, ConfigIssue, JobConfig
-from .configread import quiet_for, read_settled_config
+from .config.schema import Config, ConfigError, ConfigIssue, JobConfig
+from .config.read import quiet_for, read_settled_config
 from .clock import Clock, SystemClock
 from .control import ControlServer, Fleet
 from .early_signals import take as take_early_signal
@@ -34,7 +34,7 @@ from .jobs import JobState
 from .jobs.messages import Command, Reset, Restart, Start, Stop
 from .jobs.machine import Refused
 from .jobs.model import Origin
-from .locate import EMBEDDED_DEFAULT_NAME
+from .config.locate import EMBEDDED_DEFAULT_NAME
 from .logs import log
 from .runner import JobRunner
 from .runtimes.base import Runtime

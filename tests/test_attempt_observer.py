@@ -16,7 +16,7 @@ from isaacd.attempt.observer import AttemptObserver
 from isaacd.attempt.record import JobRecord
 from isaacd.attempt.recovery import recovery_messages
 from isaacd.attempt.setting import JobSetting
-from isaacd.config import parse_config
+from isaacd.config.schema import parse_config
 from isaacd.jobs.messages import Adopted, Exited, LaunchUnfinished, Progressed
 from isaacd.jobs.model import JobState, LaunchIntent, Origin, StopIntent, Then
 from isaacd.runtimes.base import ExitStatus, Handle

@@ -16,7 +16,7 @@ from isaacd.attempt.planner import LaunchPlan, LaunchPlanner
 from isaacd.attempt.record import JobRecord
 from isaacd.attempt.setting import JobSetting
 from isaacd.attempt.starter import AttemptStarter
-from isaacd.config import parse_config
+from isaacd.config.schema import parse_config
 from isaacd.jobs.messages import LaunchRefused
 from isaacd.jobs.model import LaunchIntent, Origin
 from isaacd.spare import SpareKeeper

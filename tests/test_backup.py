@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from backup_fakes import fake_checkpoint
 
-from isaacd.backup.config import BackupConfig
+from isaacd.config.backup import BackupConfig
 from isaacd.backup.keeper import Fetching, JobBackup
 from isaacd.backup.manifest import Manifest
 from isaacd.backup.notes import Notes
 from isaacd.backup.objects import ObjectStore
 from isaacd.backup.restore import restore_newest
 from isaacd.backup.uploader import Run, Uploader, sha256_of
-from isaacd.config import ConfigError, parse_config
+from isaacd.config.schema import ConfigError, parse_config
 from isaacd.observations.checkpoints import RSL_RL_LAYOUT
 from isaacd.workflows.validate import RSL_RL_4, VALIDATOR
 

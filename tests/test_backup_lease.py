@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from backup_fakes import fake_checkpoint
 
-from isaacd.backup.config import BackupConfig
+from isaacd.config.backup import BackupConfig
 from isaacd.backup.keeper import Fetching, JobBackup
 from isaacd.backup.lease import Identity, Lease, Verdict, decide, machine_id
 from isaacd.backup.notes import Notes

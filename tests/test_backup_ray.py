@@ -17,7 +17,7 @@ from pathlib import Path
 from backup_fakes import fake_checkpoint
 from helpers import wait_for
 
-from isaacd.backup.config import BackupConfig
+from isaacd.config.backup import BackupConfig
 from isaacd.backup.keeper import Fetching, JobBackup
 from isaacd.backup.lease import Identity
 from isaacd.backup.remote import BACKUP_ENV, NodeBackup

@@ -14,10 +14,10 @@ from backup_fakes import fake_checkpoint
 from job_fakes import FakeClock, FakeRuntime
 
 from isaacd.backup import keeper as keeper_module
-from isaacd.backup.config import BackupConfig
+from isaacd.config.backup import BackupConfig
 from isaacd.backup.keeper import JobBackup
 from isaacd.backup.uploader import Run
-from isaacd.config import parse_config
+from isaacd.config.schema import parse_config
 from isaacd.jobs.messages import Stop
 from isaacd.jobs.model import Origin
 from isaacd.runner import JobRunner

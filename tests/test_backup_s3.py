@@ -13,7 +13,7 @@ import uuid
 import pytest
 from backup_fakes import SECRET_KEY, SeaweedS3, fake_checkpoint, weed_binary
 
-from isaacd.backup.config import BackupConfig
+from isaacd.config.backup import BackupConfig
 from isaacd.backup.doctor import check_backup
 from isaacd.backup.lease import Identity, Lease
 from isaacd.backup.manifest import Manifest
@@ -21,7 +21,7 @@ from isaacd.backup.notes import Notes
 from isaacd.backup.objects import Conflict, ObjectStore
 from isaacd.backup.restore import restore_newest
 from isaacd.backup.uploader import Run, Uploader
-from isaacd.config import parse_config
+from isaacd.config.schema import parse_config
 from isaacd.observations.checkpoints import RSL_RL_LAYOUT
 
 pytest.importorskip("s3fs", reason="s3fs is not installed (scripts/install.sh installs it)")

@@ -22,7 +22,7 @@ from helpers import BIN, builtin_job, wait_for, write_config
 ISAACD = str(BIN / "isaacd")
 REPO = Path(__file__).resolve().parents[1]
 # Modules a client command has no use for; importing any of them is what made `isaacd status` slow.
-HEAVY = ("pydantic", "structlog", "prometheus_client", "tensorboard", "torch", "isaacd.config", "isaacd.supervisor")
+HEAVY = ("pydantic", "structlog", "prometheus_client", "tensorboard", "torch", "isaacd.config.schema", "isaacd.supervisor")
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,7 @@ from isaacd import doctor, launch
 from isaacd.attempt.planner import LaunchPlan, LaunchPlanner
 from isaacd.attempt.setting import JobSetting
 from isaacd.cache_sizes import SizeSampler
-from isaacd.config import ConfigError, parse_config
+from isaacd.config.schema import ConfigError, parse_config
 from isaacd.jobs.messages import LaunchRefused, Settle
 from isaacd.jobs.model import LaunchIntent
 from isaacd.metrics.collector import IsaacdCollector

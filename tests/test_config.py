@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from isaacd.config import ConfigError, load_config, parse_config
+from isaacd.config.schema import ConfigError, load_config, parse_config
 
 REPO = Path(__file__).resolve().parents[1]
 ISAACD = str(Path(sys.executable).parent / "isaacd")
@@ -157,7 +157,7 @@ def test_parser_never_crashes_on_arbitrary_input(jobs, junk):
 
 
 def test_embedded_default_is_valid_and_uses_loopback(tmp_path):
-    from isaacd.config import load_embedded_default
+    from isaacd.config.schema import load_embedded_default
 
     cfg = load_embedded_default(tmp_path)
     assert cfg.metrics.listen.startswith("127.0.0.1:")
@@ -281,7 +281,7 @@ def test_shipped_example_names_every_runtime_and_workflow_and_both_install_forms
     import re
     import typing
 
-    from isaacd.config import JobConfig
+    from isaacd.config.schema import JobConfig
 
     text = (REPO / "etc" / "isaacd.toml").read_text()
     for key in ("runtime", "workflow"):

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from isaacd.config import Config
+from isaacd.config.schema import Config
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 HEADING = re.compile(r"^#+ .*?`\[\[?([a-z_.*]+)\]\]?`", re.M)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from isaacd.config import parse_config
+from isaacd.config.schema import parse_config
 from isaacd.runtimes.base import LaunchSpec
 from isaacd.runtimes.container_spec import ContainerSpec, container_name, is_spare_container, spare_container_name
 from isaacd_trainer.shim_protocol import (LAUNCH_TOKEN_ENV, SHIM_EVENTS_ENV, SNAPSHOT_EVERY_ENV, SPARE_CONTROL_ENV,

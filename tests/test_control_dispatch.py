@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from helpers import write_config
 
-from isaacd.config import load_config
+from isaacd.config.schema import load_config
 from isaacd.control import Controlled, Fleet, RequestError, dispatch
 from isaacd.jobs.model import JobState
 from isaacd.status.signals import JobSignals

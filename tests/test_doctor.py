@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from isaacd import doctor
-from isaacd.config import parse_config
+from isaacd.config.schema import parse_config
 
 REPO = Path(__file__).resolve().parents[1]
 

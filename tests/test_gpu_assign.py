@@ -9,7 +9,7 @@ import pytest
 from metrics_fakes import fake_job, fake_status, rows
 from prometheus_client.parser import text_string_to_metric_families
 
-from isaacd.config import JobConfig
+from isaacd.config.schema import JobConfig
 from isaacd.gpu import GpuInfo, GpuMap, empty_snapshot
 from isaacd.gpu.assign import (
     assigned_keys,

@@ -18,7 +18,7 @@ from isaaclab3_helpers import BOOT, events, started
 from test_isaaclab3_booted_spare import booted_ready
 from test_isaaclab3_real import _real_isaaclab, il3_job  # noqa: F401 (the fixture)
 
-from isaacd.config import LaunchDeadlines
+from isaacd.config.schema import LaunchDeadlines
 
 pytestmark = [pytest.mark.slow, pytest.mark.isaaclab3]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from isaacd.config import parse_config
+from isaacd.config.schema import parse_config
 from isaacd.gpumemory import OomNote
 from isaacd.runner import JobRunner
 from isaacd.runtimes.base import ExitStatus, Handle, LaunchSpec

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from isaacd.config import parse_config
+from isaacd.config.schema import parse_config
 from isaacd.joblogs import show_attempt_logs
 from isaacd.store import Attempt, JobHistory, StateStore
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from isaacd.attempt.deadlines import (RUNTIME_START, SPARE_ACK, SPARE_FIRST_STEP, Handover, LaunchWait,
                                       current_wait, first_step_bound, iteration_seconds, overdue_reason)
-from isaacd.config import LaunchDeadlines
+from isaacd.config.schema import LaunchDeadlines
 from isaacd.jobs import machine
 from isaacd.jobs.effects import Event, Kill, Launch, Persist
 from isaacd.jobs.messages import Exited, LaunchOverdue, ReasonClass, Tick
@@ -107,7 +107,7 @@ def test_a_podman_start_is_bounded_a_ray_start_is_not(tmp_path) -> None:
 
     from isaacd.attempt.launch_watch import LaunchWatch
     from isaacd.attempt.setting import JobSetting
-    from isaacd.config import parse_config
+    from isaacd.config.schema import parse_config
 
     def watch(runtime: str, extra: str = "") -> LaunchWatch:
         cfg = parse_config(f'{extra}[[jobs]]\nname = "p"\nruntime = "{runtime}"\n', "t.toml", Path(tmp_path)).jobs[0]
@@ -158,7 +158,7 @@ def test_a_spare_stuck_in_its_boot_is_killed_at_spare_boot_timeout_and_tried_aga
     from os_fakes import FakeOs
     from test_spare_unit import PROGRAM
 
-    from isaacd.config import parse_config
+    from isaacd.config.schema import parse_config
     from isaacd.runtimes.process import ProcessRuntime
     from isaacd.spare import SpareKeeper
 
@@ -191,7 +191,7 @@ def test_a_hand_over_found_after_a_supervisor_restart_is_held_to_its_deadlines_f
 
     from isaacd.attempt.launch_watch import LaunchWatch
     from isaacd.attempt.setting import JobSetting
-    from isaacd.config import parse_config
+    from isaacd.config.schema import parse_config
     from isaacd.runtimes.process import ProcessRuntime
     from isaacd.spare import SpareKeeper
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from isaacd.config import parse_config
+from isaacd.config.schema import parse_config
 from isaacd.runtimes.base import LaunchSpec
 from isaacd.runtimes.podman import PodmanRuntime
 from isaacd.runtimes.container_spec import ContainerSpec

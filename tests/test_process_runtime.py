@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from isaacd.config import parse_config
+from isaacd.config.schema import parse_config
 from isaacd.runtimes.base import LaunchSpec
 from isaacd.runtimes.process import TOKEN_ENV, ProcessRuntime
 

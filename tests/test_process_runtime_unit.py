@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from isaacd.config import parse_config
+from isaacd.config.schema import parse_config
 from isaacd.jobs.messages import Stop
 from isaacd.jobs.model import Origin
 from isaacd.runner import JobRunner

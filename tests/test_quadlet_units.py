@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from isaacd.config import parse_config
+from isaacd.config.schema import parse_config
 from isaacd.runtimes.base import LaunchSpec, RuntimeFailure
 from isaacd.runtimes.container_spec import (
     FIELDS,

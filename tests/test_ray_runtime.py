@@ -24,7 +24,7 @@ import pytest
 
 from helpers import builtin_job, wait_for, write_config
 
-from isaacd.config import parse_config
+from isaacd.config.schema import parse_config
 
 ray = pytest.importorskip("ray", reason="ray is not installed in this venv (scripts/install.sh installs it)")
 
@@ -298,7 +298,7 @@ def test_agent_writes_reset_class_xids_to_the_node_health_file(tmp_path):
     """`isaacd agent`'s side of the XID path: a scripted GPU reports XID 79 → the node's health file names it;
     the actor on that node reads it (and the supervisor then cordons the node)."""
     from isaacd.agent import Agent
-    from isaacd.config import parse_config
+    from isaacd.config.schema import parse_config
     from isaacd.runtimes.ray_actor import TrainerActor
 
     script = tmp_path / "gpus.json"

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from isaacd.config import parse_config
+from isaacd.config.schema import parse_config
 from isaacd.observations.shim_events import ShimEvents
 from isaacd.runtimes.base import LaunchSpec
 from isaacd.runtimes.quadlet import ContainerSpec

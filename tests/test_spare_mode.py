@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from isaacd.config import ConfigError, JobConfig, parse_config
+from isaacd.config.schema import ConfigError, JobConfig, parse_config
 from isaacd.spare import remove_staging, stage_booted, sweep_staging
 from isaacd.spare_mode import (GiB, Room, booted_resume, choose_mode, gpu_rooms, host_room, room_problem,
                                spare_setting, split_attempt_flags)

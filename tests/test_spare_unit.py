@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from isaacd.config import parse_config
+from isaacd.config.schema import parse_config
 from isaacd.jobs.model import JobState
 from isaacd.runtimes.process import ProcessRuntime
 from isaacd.spare import RETRY_MIN, SPARE_CONTROL_ENV, SpareKeeper

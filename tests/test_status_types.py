@@ -16,7 +16,7 @@ import pytest
 from metrics_fakes import fake_job, fake_status
 from prometheus_client import generate_latest
 
-from isaacd.config import parse_config
+from isaacd.config.schema import parse_config
 from isaacd.metrics import build_registry
 from isaacd.render import format_status
 from isaacd.runner import JobRunner

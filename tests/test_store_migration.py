@@ -10,7 +10,7 @@ import pytest
 
 from job_fakes import FakeClock, FakeRuntime
 
-from isaacd.config import parse_config
+from isaacd.config.schema import parse_config
 from isaacd.runner import JobRunner
 from isaacd.store import JobHistory, StateStore
 

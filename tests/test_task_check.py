@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from isaacd.config import JobConfig
+from isaacd.config.schema import JobConfig
 from isaacd.workflows.registry import check_task, task_problem
 from isaacd_trainer import gymspec
 from isaacd_trainer.tasks import TASKS

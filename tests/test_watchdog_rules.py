@@ -6,7 +6,7 @@ from typing import get_args
 
 from isaacd.jobs.messages import WatchdogAction
 from isaacd.observations.tensorboard import ScalarPoint
-from isaacd.watchdogs import config as wc
+from isaacd.config import watchdogs as wc
 from isaacd.watchdogs.base import JobView
 from isaacd.watchdogs.divergence import DivergenceWatchdog
 from isaacd.watchdogs.no_progress import NoProgressWatchdog

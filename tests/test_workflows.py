@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from isaacd.config import parse_config
+from isaacd.config.schema import parse_config
 from isaacd.observations.checkpoints import Checkpoint
 from isaacd.workflows import WorkflowError, config_issues, regex_literal, resolve
 from isaacd.workflows.detect import resume_flavour
@@ -114,7 +114,7 @@ def test_resume_asks_for_total_minus_n_because_rsl_rl_reruns_iteration_n():
 def test_save_interval_is_a_hydra_override_and_managed_flags_are_refused():
     r = resolve(job("save_interval = 25\n"))
     assert "agent.save_interval=25" in r.workflow.args(r.job, None, seed=1)
-    from isaacd.config import ConfigError
+    from isaacd.config.schema import ConfigError
 
     for bad in ('"--run_name", "x"', '"agent.save_interval=3"', '"--resume"'):
         with pytest.raises(ConfigError, match="set by isaacd"):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from isaacd import launch
-from isaacd.config import parse_config
+from isaacd.config.schema import parse_config
 from isaacd.observations.checkpoints import Checkpoint
 from isaacd.workflows import WorkflowError, config_issues, resolve
 from isaacd.workflows.installed import forget

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from isaacd.config import parse_config
+from isaacd.config.schema import parse_config
 from isaacd.observations.checkpoints import Checkpoint, Lineage, choose_resume
 from isaacd.observations.tensorboard import TensorBoardTail
 from isaacd.workflows import WorkflowError, resolve

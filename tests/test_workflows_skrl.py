@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from isaacd.config import parse_config
+from isaacd.config.schema import parse_config
 from isaacd.observations.checkpoints import Checkpoint, Lineage, choose_resume, list_checkpoints
 from isaacd.workflows import WorkflowError, resolve
 from isaacd.workflows.skrl import checkpoint_every, run_rollouts

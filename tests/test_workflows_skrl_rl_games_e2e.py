@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from helpers import builtin_job, wait_for, write_config
 
-from isaacd.config import parse_config
+from isaacd.config.schema import parse_config
 from isaacd.observations.checkpoints import newest_complete
 from isaacd.workflows import resolve
 

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from isaacd import launch
-from isaacd.config import load_config
+from isaacd.config.schema import load_config
 from isaacd.metrics.attribution import attribute_pids
 from isaacd.runtimes.base import LaunchSpec
 from isaacd.runtimes.container_spec import ContainerSpec

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import LaunchDeadlines
+from ..config.schema import LaunchDeadlines
 
 RUNTIME_START, SPARE_ACK, SPARE_FIRST_STEP = "runtime_start", "spare_ack", "spare_first_step"
 LABELS = {RUNTIME_START: "the runtime to start the trainer", SPARE_ACK: "the spare's ack of the go",

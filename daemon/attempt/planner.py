@@ -16,7 +16,7 @@ from typing import Any, Callable
 from .. import compile_caches, launch
 from ..backup.keeper import Fetching, JobBackup
 from ..clock import Clock
-from ..config import JobConfig
+from ..config.schema import JobConfig
 from ..jobs.messages import LaunchRefused, Settle
 from ..jobs.model import LaunchIntent
 from ..observations.checkpoints import Checkpoint

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import JobConfig
+from ..config.schema import JobConfig
 from ..observations.checkpoints import Checkpoint, Lineage, Validator, choose_resume
 from ..store import Attempt, JobHistory
 from ..workflows import Resolved, WorkflowError, resolve

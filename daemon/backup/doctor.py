@@ -12,12 +12,12 @@ import os
 import time
 import uuid
 
-from .config import BackupConfig
+from ..config.backup import BackupConfig
 from .lease import FIX, LEASE_KEY, Identity, Verdict, decide, holder_text, machine_id, parse
 from .objects import BackupError, Conflict, ObjectStore
 
 if TYPE_CHECKING:
-    from ..config import Config
+    from ..config.schema import Config
 
 CREDENTIALS_FIX = ("give isaacd's environment credentials the standard way: AWS_ACCESS_KEY_ID and "
                    "AWS_SECRET_ACCESS_KEY (systemd: an EnvironmentFile= readable by root only), AWS_PROFILE with "

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..observations.checkpoints import Checkpoint, CheckpointLayout
-from .config import BackupConfig
+from ..config.backup import BackupConfig
 from .fingerprint import describe, differences
 from .lease import Identity, Lease
 from .manifest import MANIFEST_KEY, Manifest, ManifestError

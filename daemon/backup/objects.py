@@ -26,7 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .config import PROTOCOLS, BackupConfig
+from ..config.backup import PROTOCOLS, BackupConfig
 
 # a store that does not answer must not hold the uploader for minutes: isaacd retries with its own backoff
 S3_CLIENT_CONFIG = {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 2, "mode": "standard"}}

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..observations.checkpoints import RSL_RL_LAYOUT, CheckpointLayout
-from .config import BackupConfig
+from ..config.backup import BackupConfig
 from .lease import DelegateGate
 from .manifest import Entry
 from .notes import Notes

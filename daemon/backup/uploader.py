@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 from ..logs import log
 from ..observations.checkpoints import SNAPSHOT_PREFIX, Checkpoint, CheckpointLayout, checkpoint_problem, list_checkpoints
-from .config import BackupConfig
+from ..config.backup import BackupConfig
 from .fingerprint import describe, differences
 from .lease import WriterGate
 from .manifest import MANIFEST_KEY, Entry, Manifest, ManifestError

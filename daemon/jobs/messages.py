@@ -23,7 +23,7 @@ class Settle(enum.StrEnum):
 
 
 class WatchdogAction(enum.StrEnum):
-    """What a watchdog trip does (the `action` of `[jobs.watchdogs.<name>]`, watchdogs/config.py)."""
+    """What a watchdog trip does (the `action` of `[jobs.watchdogs.<name>]`, config/watchdogs.py)."""
 
     LOG = "log"  # recorded, nothing more
     RESTART = "restart"  # resume from the newest complete checkpoint

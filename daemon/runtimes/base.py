@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..compile_caches import CacheDir
-from ..config import JobConfig
+from ..config.schema import JobConfig
 from ..jobs.messages import ReasonClass
 from .view import RuntimeView
 

@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
-from ..config import Config
+from ..config.schema import Config
 from .base import ExitStatus, Handle, LaunchSpec, RuntimeFailure
 from .container_spec import ContainerSpec, attempt_number
 from .proctree import signal_each

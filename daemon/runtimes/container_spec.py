@@ -28,7 +28,7 @@ from typing import Any, Callable
 from .. import launch
 from ..compile_caches import container_volumes
 from ..compile_caches import trainer_env as cache_trainer_env
-from ..config import JobConfig, memory_bytes
+from ..config.schema import JobConfig, memory_bytes
 from ..gpu import assign as gpu_assign
 from ..store import StateStore
 from ..workflows import resolve

@@ -6,7 +6,7 @@ knows them all.
 
 from __future__ import annotations
 
-from ..config import Config
+from ..config.schema import Config
 from .base import Runtime
 from .podman import PodmanRuntime
 from .process import ProcessRuntime

@@ -13,7 +13,7 @@ from typing import Any
 
 from isaacd_trainer.shim_protocol import LAUNCH_TOKEN_ENV
 
-from ..config import JobConfig
+from ..config.schema import JobConfig
 from ..oscalls import HOST_OS, Child, OsCalls, ProcFs
 from .base import ExitStatus, Handle, LaunchSpec
 from .proctree import process_tree, read_stat

@@ -44,7 +44,7 @@ from typing import Any
 
 from isaacd_trainer.shim_protocol import SHIM_EVENTS_ENV
 
-from ..config import Config, JobConfig, RayConfig
+from ..config.schema import Config, JobConfig, RayConfig
 from ..logs import log
 from .base import ExitStatus, Handle, LaunchSpec, RuntimeFailure
 from .view import RuntimeView

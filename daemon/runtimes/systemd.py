@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..config import Config, JobConfig
+from ..config.schema import Config, JobConfig
 from ..logs import log
 from .base import ExitStatus, Handle, LaunchSpec, RuntimeFailure
 from .container_runtime import STALE_STOP_MAX, ContainerRuntime

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..config import JobConfig
+from ..config.schema import JobConfig
 from ..jobs.model import JobState
 from ..observations.tensorboard import ScalarPoint
 from ..store import Attempt

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..config import JobConfig
+from ..config.schema import JobConfig
 from ..jobs.model import JobModel
 from ..observations.tensorboard import ScalarPoint, TensorBoardTail
 from ..runtimes.base import Handle, Runtime

@@ -13,7 +13,7 @@ from ..cache_sizes import SIZES, SizeSampler
 from ..attempt.setting import timeline_attempts
 from ..clock import Clock
 from ..attempt.deadlines import LaunchWait
-from ..config import JobConfig
+from ..config.schema import JobConfig
 from ..gpu.assign import status_gpus
 from ..jobs.model import JobState
 from ..observations.checkpoints import Checkpoint

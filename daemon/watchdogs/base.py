@@ -11,7 +11,7 @@ from typing import Any
 
 from ..jobs.messages import WatchdogAction
 from ..observations.tensorboard import ScalarPoint
-from .config import WatchdogCommon
+from ..config.watchdogs import WatchdogCommon
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from collections import deque
 
 from ..jobs.messages import WatchdogAction
 from .base import JobView, Verdict, Watchdog
-from .config import Divergence
+from ..config.watchdogs import Divergence
 
 
 class DivergenceWatchdog(Watchdog):

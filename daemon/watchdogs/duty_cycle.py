@@ -8,7 +8,7 @@ steps keep arriving.
 from __future__ import annotations
 
 from .base import JobView, Verdict, Watchdog
-from .config import DutyCycle
+from ..config.watchdogs import DutyCycle
 
 
 class DutyCycleWatchdog(Watchdog):

@@ -18,7 +18,7 @@ from ..jobs.model import JobState
 from ..status.signals import JobSignals
 from ..status.types import WatchdogStatus
 from .base import JobView, Trip, Watchdog
-from .config import WatchdogsConfig
+from ..config.watchdogs import WatchdogsConfig
 from .divergence import DivergenceWatchdog
 from .duty_cycle import DutyCycleWatchdog
 from .gpufeed import FeedTick

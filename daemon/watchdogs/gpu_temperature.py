@@ -14,7 +14,7 @@ from ..jobs.messages import Start, WatchdogAction
 from ..jobs.model import Origin
 from ..logs import log
 from .base import GpuReading, JobView, Verdict, Watchdog
-from .config import GpuTemperature
+from ..config.watchdogs import GpuTemperature
 
 
 class GpuTemperatureWatchdog(Watchdog):

@@ -7,7 +7,7 @@ import statistics
 from collections import deque
 
 from .base import JobView, Verdict, Watchdog
-from .config import LossStagnation
+from ..config.watchdogs import LossStagnation
 
 
 class LossStagnationWatchdog(Watchdog):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .base import JobView, Verdict, Watchdog
-from .config import NoProgress
+from ..config.watchdogs import NoProgress
 
 
 class NoProgressWatchdog(Watchdog):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from .base import JobView, Verdict, Watchdog
-from .config import RewardPlateau
+from ..config.watchdogs import RewardPlateau
 
 
 class RewardPlateauWatchdog(Watchdog):

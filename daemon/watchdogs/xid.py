@@ -11,7 +11,7 @@ from typing import Any
 
 from ..jobs.messages import WatchdogAction
 from .base import JobView, Verdict, Watchdog
-from .config import Xid
+from ..config.watchdogs import Xid
 
 
 class XidWatchdog(Watchdog):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import JobConfig
+from ..config.schema import JobConfig
 from .base import Generation, Workflow, WorkflowError, regex_literal
 from .detect import detect_generation, resume_flavour
 from .installed import installed_isaaclab
@@ -86,7 +86,7 @@ def _check_asset_root(job: JobConfig) -> None:
 def config_issues(cfg) -> list:  # noqa: ANN001 - Config -> list[ConfigIssue]; typed loosely to keep imports light
     """What `check-config` can tell before a launch: script exists, generation known, the trainer knows the task
     (registry.py: asked of the job's Isaac Lab without booting it)."""
-    from ..config import ConfigIssue
+    from ..config.schema import ConfigIssue
     from .registry import task_problem
 
     issues = []

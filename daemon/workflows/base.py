@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import JobConfig
+from ..config.schema import JobConfig
 from ..observations.checkpoints import Checkpoint, CheckpointLayout
 
 

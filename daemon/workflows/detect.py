@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..config import JobConfig
+from ..config.schema import JobConfig
 from .base import Generation, WorkflowError
 from .installed import installed_isaaclab
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from isaacd_trainer.shim_protocol import SHIM_FILE, SHIM_FILES, SHIM_IN_CONTAINER
 
-from ..config import JobConfig
+from ..config.schema import JobConfig
 from .base import Generation, WorkflowError
 from .detect import isaaclab_dir
 

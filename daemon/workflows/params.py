@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from ..config import JobConfig
+from ..config.schema import JobConfig
 
 # the C parser when PyYAML has libyaml (Isaac Lab's env.yaml runs to thousands of lines), else the pure-Python one
 _SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

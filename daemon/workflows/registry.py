@@ -27,7 +27,7 @@ import json
 import subprocess
 from dataclasses import dataclass
 
-from ..config import JobConfig
+from ..config.schema import JobConfig
 from .base import WorkflowError
 from .detect import detect_generation, isaaclab_dir
 from .launcher import pip_installed

@@ -32,7 +32,7 @@ import re
 from datetime import datetime
 from pathlib import Path
 
-from ..config import JobConfig
+from ..config.schema import JobConfig
 from ..observations.checkpoints import Checkpoint, CheckpointLayout
 from .base import RL_GAMES_DEVICE_KEYS, Generation, Workflow, WorkflowError
 from .params import override_int, yaml_float, yaml_int

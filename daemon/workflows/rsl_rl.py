@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..config import JobConfig
+from ..config.schema import JobConfig
 from ..observations.checkpoints import RSL_RL_LAYOUT, Checkpoint
 from .base import RSL_RL_DEVICE_KEYS, Generation, Workflow, regex_literal
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..config import JobConfig
+from ..config.schema import JobConfig
 from ..observations.checkpoints import Checkpoint, CheckpointLayout
 from .base import Generation, Workflow, WorkflowError
 from .params import override_int, yaml_int

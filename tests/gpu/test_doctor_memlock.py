@@ -7,7 +7,7 @@ import resource
 from pathlib import Path
 
 from isaacd import doctor
-from isaacd.config import parse_config
+from isaacd.config.schema import parse_config
 from isaacd.runtimes import host
 
 CFG = """

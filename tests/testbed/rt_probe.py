@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from isaacd.config import parse_config
+from isaacd.config.schema import parse_config
 from isaacd.runtimes.base import LaunchSpec
 from isaacd.runtimes.systemd import SystemdRuntime
 

@@ -65,7 +65,7 @@ def socket_from_file(path: str) -> Path:
 
 def embedded_default_socket(cwd: Path) -> Path:
     """The socket of a supervisor running the embedded default config in directory `cwd`."""
-    text = (Path(__file__).parent / "default.toml").read_text(encoding="utf-8")
+    text = (Path(__file__).parents[1] / "default.toml").read_text(encoding="utf-8")  # isaacd/default.toml
     sock = tomllib.loads(text)["supervisor"]["control_socket"]
     return _resolve(sock, cwd)
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .config import Config, ConfigError, ConfigIssue, parse_config, tomllib
+from .schema import Config, ConfigError, ConfigIssue, parse_config, tomllib
 
 SETTLE = 0.5  # seconds a file must be unchanged before it is read
 MAX_WAIT = 5.0  # a file that keeps changing longer than this is reported, not read

@@ -22,10 +22,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from .backup.config import BackupConfig
-from .gpu.assign import device_outside_gpus, gpu_conflicts
+from .backup import BackupConfig
+from ..gpu.assign import device_outside_gpus, gpu_conflicts
 from .locate import DEFAULT_SOCKET, EMBEDDED_DEFAULT_NAME
-from .watchdogs.config import WatchdogsConfig
+from .watchdogs import WatchdogsConfig
 
 JOB_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
