@@ -42,7 +42,7 @@ quiet() { grep -v -e "^WARNING: Location" -e "^isaaclab .* requires " -e "depend
 if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then "${pip[@]}" "torch==$TORCH" 2>&1 | quiet; fi
 "${pip[@]}" --no-deps --ignore-requires-python "${PINNED[@]}" 2>&1 | quiet
 "${pip[@]}" "${DEPS[@]}" "${REST[@]}" "torch==$TORCH" 2>&1 | quiet
-echo "isaaclab3-venv: isaaclab's own pins torch==2.11.0 and Python 3.12 are not met here, on purpose (see README, Tests)"
+echo "isaaclab3-venv: isaaclab's own pins torch==2.11.0 and Python 3.12 are not met here, on purpose (see docs/testing.md)"
 "$VENV/bin/python" - <<'PY'
 import importlib.metadata as md
 import isaaclab, isaaclab_rl, isaaclab_tasks, rsl_rl, warp, newton, torch  # noqa: F401

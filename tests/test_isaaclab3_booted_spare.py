@@ -7,7 +7,7 @@ chose, the attempt's iterations, seed and run dir. What the e2e tests of the rea
 (tests/test_isaaclab3_real.py) is checked here: TensorBoard steps, checkpoint names, the iteration redone.
 
 Same venv and assets as test_isaaclab3_real.py (`scripts/isaaclab3-venv.sh`); outside Isaac Lab's supported matrix
-(Python 3.11, torch 2.13 CPU: README "Tests").
+(Python 3.11, torch 2.13 CPU: docs/testing.md).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Isaac Lab 3.0 runs without Isaac Sim (kit-less: Newton physics). `scripts/isaaclab3-venv.sh` (run by
 `scripts/test.sh`) builds `.venv-isaaclab3` with `isaaclab==3.0.0` from PyPI, rsl-rl-lib 5.5.1, skrl, rl-games
 and wandb, on Python 3.11 and the project's CPU torch 2.13: outside Isaac Lab's supported matrix (Python 3.12,
-torch 2.11; README "Tests" says what that means). The asset server cannot be reached, so the cart-pole and the
+torch 2.11; docs/testing.md says what that means). The asset server cannot be reached, so the cart-pole and the
 ground plane are the repository's own hand-written USD files (`tests/isaaclab3/asset_root`), handed to Isaac Lab
 with `ISAACSIM_ASSET_ROOT`. CI builds the venv, and there these tests fail instead of skipping without it.
 

@@ -1,5 +1,6 @@
-"""The README's word on `check-config`, held against the real `isaacd check-config` output (issue 29). Its word on
-`status` after a kill -9 is held in tests/test_cli_history.py, on a real supervisor."""
+"""The docs' word on `check-config` (docs/workflows.md, where the README's Isaac Lab material moved in issue 30), held
+against the real `isaacd check-config` output (issue 29). The README's word on `status` after a kill -9 is held in
+tests/test_cli_history.py, on a real supervisor."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from helpers import BIN
 from isaaclab3_helpers import PY, TASK
 
 REPO = Path(__file__).resolve().parents[1]
-README = " ".join((REPO / "README.md").read_text().split())  # claims wrap across lines
+WORKFLOWS = " ".join((REPO / "docs" / "workflows.md").read_text().split())  # claims wrap across lines
 
 
 def check_config(tmp_path: Path, text: str) -> str:
@@ -29,10 +30,10 @@ def test_check_config_names_the_builtin_trainers_contract(tmp_path):
 
 
 @pytest.mark.isaaclab3
-def test_check_config_shows_the_installed_isaac_lab_version_as_the_readme_says(tmp_path):
+def test_check_config_shows_the_installed_isaac_lab_version_as_the_docs_say(tmp_path):
     claim = ("the version of the `isaaclab` distribution installed in that Python, read once (`check-config` and "
              "`doctor` show it")
-    assert claim in README
+    assert claim in WORKFLOWS
     if not PY.exists():
         pytest.skip(f"{PY} missing: scripts/isaaclab3-venv.sh builds it (scripts/test.sh runs it)")
     version = subprocess.run([str(PY), "-c", "import importlib.metadata as m; print(m.version('isaaclab'))"],
