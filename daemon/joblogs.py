@@ -22,7 +22,7 @@ from .jobs.messages import ReasonClass
 from .runtimes.base import ExitStatus, Handle
 from .runtimes.container_spec import container_name
 from .runtimes.quadlet import unit_name
-from .store import StateStore
+from .history.store import StateStore
 
 
 def show_logs(cfg: Config, job: str, follow: bool = False, lines: int = 50, attempt: int | None = None) -> int:

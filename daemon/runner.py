@@ -44,7 +44,7 @@ from .spare import SpareKeeper
 from .status.signals import JobSignals, job_signals
 from .status.types import JobStatus, Status
 from .status.view import job_status
-from .store import JobHistory, StateStore
+from .history.store import JobHistory, StateStore
 from .workflows import Resolved, WorkflowError
 from .workflows.launcher import Program
 

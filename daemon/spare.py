@@ -53,10 +53,10 @@ from .attempt.setting import JobSetting
 from .config.schema import JobConfig
 from .jobs.model import JobState
 from .logs import log
-from .oscalls import HOST_OS, OsCalls, ProcFs
+from .os_seam.oscalls import HOST_OS, OsCalls, ProcFs
 from .runtimes.base import Handle, LaunchSpec, Runtime
 from .runtimes.container_spec import container_args, container_device_arg, hand_to_container_user
-from .runtimes.proctree import process_tree
+from .os_seam.proctree import process_tree
 from .status.types import Status
 from .spare_mode import Mode, booted_resume, choose_mode, gpu_rooms, host_room, spare_setting
 from .workflows.launcher import Program

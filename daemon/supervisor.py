@@ -28,7 +28,7 @@ from .config.read import quiet_for, read_settled_config
 from .clock import Clock, SystemClock
 from .control import ControlServer, Fleet
 from .early_signals import take as take_early_signal
-from .exitwatch import ExitWatcher
+from .os_seam.exitwatch import ExitWatcher
 from .gpumemory import OomNote
 from .jobs import JobState
 from .jobs.messages import Command, Reset, Restart, Start, Stop
@@ -41,7 +41,7 @@ from .runtimes.base import Runtime
 from .runtimes.factory import make_runtime
 from .status.signals import JobSignals
 from .status.types import JobStatus, Status, SupervisorInfo
-from .store import StateStore
+from .history.store import StateStore
 from .workflows.installed import forget as forget_installed_isaaclab
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from isaacd.runtimes.base import ExitStatus, Handle, LaunchSpec
 from isaacd.runtimes.view import RuntimeView
-from isaacd.store import JobHistory, StateStore
+from isaacd.history.store import JobHistory, StateStore
 
 
 class SupervisorCrash(BaseException):

@@ -21,7 +21,7 @@ from isaacd.jobs.messages import Adopted, Exited, LaunchUnfinished, Progressed
 from isaacd.jobs.model import JobState, LaunchIntent, Origin, StopIntent, Then
 from isaacd.runtimes.base import ExitStatus, Handle
 from isaacd.spare import SpareKeeper
-from isaacd.store import Attempt, StateStore
+from isaacd.history.store import Attempt, StateStore
 
 JOB = '[[jobs]]\nname = "cp"\nmax_iterations = 100\nlog_root = "logs"\nspare = false\n'
 RUN = "2026-01-01_00-00-00_cp"

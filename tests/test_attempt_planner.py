@@ -20,7 +20,7 @@ from isaacd.config.schema import parse_config
 from isaacd.jobs.messages import LaunchRefused
 from isaacd.jobs.model import LaunchIntent, Origin
 from isaacd.spare import SpareKeeper
-from isaacd.store import Attempt, StateStore
+from isaacd.history.store import Attempt, StateStore
 
 JOB = '[[jobs]]\nname = "cp"\nmax_iterations = 100\nnum_envs = 1024\nlog_root = "logs"\nspare = false\n'
 RUN = "2026-01-01_00-00-00_cp"

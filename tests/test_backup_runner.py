@@ -22,7 +22,7 @@ from isaacd.jobs.messages import Stop
 from isaacd.jobs.model import Origin
 from isaacd.runner import JobRunner
 from isaacd.observations.checkpoints import RSL_RL_LAYOUT
-from isaacd.store import StateStore
+from isaacd.history.store import StateStore
 
 RUN = "2026-01-01_00-00-00_cp"
 

@@ -24,7 +24,7 @@ from isaacd.runtimes.base import LaunchSpec
 from isaacd.runtimes.container_spec import ContainerSpec
 from isaacd.status.types import CompileCacheStatus, JobStatus, Status
 from isaacd.status.view import compile_cache_status
-from isaacd.store import JobHistory
+from isaacd.history.store import JobHistory
 
 from job_fakes import FakeClock
 

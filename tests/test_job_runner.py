@@ -15,7 +15,7 @@ from isaacd.jobs.messages import Start, Stop, WatchdogTrip
 from isaacd.jobs.model import Origin
 from isaacd.runner import JobRunner
 from isaacd.runtimes.base import ExitStatus
-from isaacd.store import StateStore
+from isaacd.history.store import StateStore
 
 from job_fakes import FakeClock, FakeRuntime, FullDiskStore, SupervisorCrash
 

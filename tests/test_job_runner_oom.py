@@ -9,7 +9,7 @@ from isaacd.config.schema import parse_config
 from isaacd.gpumemory import OomNote
 from isaacd.runner import JobRunner
 from isaacd.runtimes.base import ExitStatus, Handle, LaunchSpec
-from isaacd.store import StateStore
+from isaacd.history.store import StateStore
 
 from job_fakes import FakeClock, FakeRuntime
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from isaacd.config.schema import parse_config
 from isaacd.joblogs import show_attempt_logs
-from isaacd.store import Attempt, JobHistory, StateStore
+from isaacd.history.store import Attempt, JobHistory, StateStore
 
 
 def setup(tmp_path: Path, runtime: str, attempts: list[Attempt]):  # noqa: ANN201

@@ -16,8 +16,8 @@ from isaacd.jobs.model import Origin
 from isaacd.runner import JobRunner
 from isaacd.runtimes.base import LaunchSpec
 from isaacd.runtimes.process import TOKEN_ENV, ProcessRuntime
-from isaacd.runtimes.proctree import parse_stat, process_tree
-from isaacd.store import StateStore
+from isaacd.os_seam.proctree import parse_stat, process_tree
+from isaacd.history.store import StateStore
 
 from job_fakes import FakeClock
 from os_fakes import OUR_UID, FakeOs

@@ -25,7 +25,7 @@ from isaacd.status.types import (
     BackupStatus, BackupUpload, CheckpointStatus, CompileCacheStatus, JobStatus, SpareStatus, Status, SupervisorInfo, WatchdogStatus,
     WatchdogTripCount,
 )
-from isaacd.store import StateStore
+from isaacd.history.store import StateStore
 
 from job_fakes import FakeClock, FakeRuntime
 

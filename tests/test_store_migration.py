@@ -12,7 +12,7 @@ from job_fakes import FakeClock, FakeRuntime
 
 from isaacd.config.schema import parse_config
 from isaacd.runner import JobRunner
-from isaacd.store import JobHistory, StateStore
+from isaacd.history.store import JobHistory, StateStore
 
 JOB = '[[jobs]]\nname = "cp"\ncommand = ["sleep", "600"]\nmax_iterations = 100\n'
 LEGACY_KEYS = {"restarts", "restart_times", "restarts_by_reason", "last_restart_reason", "rollbacks",

@@ -211,8 +211,8 @@ def test_rl_games_full_experiment_name_needs_plus_plus_like_real_hydra(tmp_path)
 def test_a_rebuilt_history_keeps_each_runs_resume_point_so_skrl_counts_on(tmp_path):
     """The job's history document is lost: rebuilt from the run dirs and the journal, the resumed run's
     `agent_96.pt` must still count as iteration 10 (resumed at 4), not 6, or the job would train past its end."""
-    from isaacd.rebuild import rebuild
-    from isaacd.store import StateStore
+    from isaacd.history.rebuild import rebuild
+    from isaacd.history.store import StateStore
 
     r = resolve(skrl_job(tmp_path))
     exp = r.workflow.experiment_dir(r.job)

@@ -21,7 +21,7 @@ from ..observations.shim_events import ShimEvents
 from ..observations.tensorboard import ScalarPoint, TensorBoardTail, finite_or_none
 from ..runtimes.base import ExitStatus, Handle, Runtime
 from ..clock import Clock
-from ..store import Attempt
+from ..history.store import Attempt
 from ..workflows.validate import VALIDATOR
 from .crashpoint import crash_point
 from .launch_watch import LaunchWatch

@@ -22,7 +22,7 @@ from ..jobs.model import LaunchIntent
 from ..observations.checkpoints import Checkpoint
 from ..runtimes.base import LaunchSpec
 from ..runtimes.container_spec import hand_to_container_user
-from ..store import Attempt, JobHistory
+from ..history.store import Attempt, JobHistory
 from ..workflows import WorkflowError, resolve
 from ..workflows.launcher import Program
 from .setting import JobSetting, newest_checkpoint, timeline_attempts

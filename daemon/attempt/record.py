@@ -12,8 +12,8 @@ from typing import Any
 from ..clock import Clock
 from ..jobs.model import JobModel, JobState
 from ..logs import log
-from ..rebuild import load_history
-from ..store import Attempt, JobHistory, LegacyCounters, StateStore
+from ..history.rebuild import load_history
+from ..history.store import Attempt, JobHistory, LegacyCounters, StateStore
 from .setting import JobSetting
 
 WARN_EVENTS = {"failed", "checkpoint_rejected", "config_rejected", "resume_mismatch", "start_failed",

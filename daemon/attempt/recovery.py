@@ -13,7 +13,7 @@ from ..jobs.messages import Adopted, Exited, LaunchUnfinished, Message, Start, S
 from ..jobs.model import JobState, Origin
 from ..runtimes.base import ExitStatus, Handle, Runtime
 from ..spare import SpareKeeper
-from ..store import Attempt
+from ..history.store import Attempt
 from .observer import AttemptObserver
 from .record import JobRecord
 from .setting import JobSetting

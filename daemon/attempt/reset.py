@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..store import JobHistory
+from ..history.store import JobHistory
 from .setting import JobSetting
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..config.schema import JobConfig
 from ..observations.checkpoints import Checkpoint, Lineage, Validator, choose_resume
-from ..store import Attempt, JobHistory
+from ..history.store import Attempt, JobHistory
 from ..workflows import Resolved, WorkflowError, resolve
 from ..workflows.validate import VALIDATOR, expected_rsl_rl_format
 

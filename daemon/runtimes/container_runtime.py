@@ -19,7 +19,7 @@ from typing import Any, Callable
 from ..config.schema import Config
 from .base import ExitStatus, Handle, LaunchSpec, RuntimeFailure
 from .container_spec import ContainerSpec, attempt_number
-from .proctree import signal_each
+from ..os_seam.proctree import signal_each
 from .worker import Slot, SlottedRuntime
 
 DEFAULT_STATE_DIR = Path("/var/lib/isaacd")  # a runtime made without a config (tests, doctor)

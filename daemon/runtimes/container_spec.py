@@ -30,7 +30,7 @@ from ..compile_caches import container_volumes
 from ..compile_caches import trainer_env as cache_trainer_env
 from ..config.schema import JobConfig, memory_bytes
 from ..gpu import assign as gpu_assign
-from ..store import StateStore
+from ..history.store import StateStore
 from ..workflows import resolve
 from ..workflows.base import AGENT_DEVICE_KEYS
 from ..workflows.launcher import shim_mounts

@@ -42,7 +42,7 @@ from .base import ExitStatus, Handle, LaunchSpec, RuntimeFailure
 from .container_runtime import STALE_KILL_WAIT, STALE_STOP_MAX, ContainerRuntime
 from .container_spec import LEGACY_TOKEN_LABEL, TOKEN_LABEL, container_name, is_spare_container, prepare_log_root
 from .host import clean_env, podman_binary
-from .proctree import process_tree
+from ..os_seam.proctree import process_tree
 from .worker import Slot, Worker
 from .view import RuntimeView
 

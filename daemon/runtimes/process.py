@@ -14,18 +14,12 @@ from typing import Any
 from isaacd_trainer.shim_protocol import LAUNCH_TOKEN_ENV
 
 from ..config.schema import JobConfig
-from ..oscalls import HOST_OS, Child, OsCalls, ProcFs
+from ..os_seam.oscalls import HOST_OS, Child, OsCalls, ProcFs
 from .base import ExitStatus, Handle, LaunchSpec
-from .proctree import process_tree, read_stat
+from ..os_seam.proctree import proc_start_time, process_tree, read_stat
 from .view import RuntimeView
 
 TOKEN_ENV = LAUNCH_TOKEN_ENV  # set in the trainer's environment: `find` reads it back from /proc
-
-
-def _proc_start_time(pid: int, procfs: ProcFs = HOST_OS) -> int | None:
-    """Kernel start time of a pid (clock ticks since boot): guards adoption against PID reuse."""
-    stat = read_stat(procfs, pid)
-    return None if stat is None else stat.start_time
 
 
 def _is_zombie(pid: int, procfs: ProcFs = HOST_OS) -> bool:
@@ -50,7 +44,7 @@ class ProcessRuntime:
             log_offset = log.seek(0, os.SEEK_END)  # where this attempt's output starts (exit reasons quote it)
             proc = self.oscalls.spawn(spec.argv, cwd=spec.cwd, env=env, stdout=log, new_session=True)
         self._children[proc.pid] = proc
-        state = {"pid": proc.pid, "pgid": proc.pid, "start_time": _proc_start_time(proc.pid, self.oscalls),
+        state = {"pid": proc.pid, "pgid": proc.pid, "start_time": proc_start_time(proc.pid, self.oscalls),
                  "log_path": str(spec.log_path), "log_offset": log_offset}
         if spec.token:
             state["token"] = spec.token
@@ -116,7 +110,7 @@ class ProcessRuntime:
                     continue
             except (OSError, ProcessLookupError):
                 continue
-            start_time = _proc_start_time(pid, self.oscalls)
+            start_time = proc_start_time(pid, self.oscalls)
             if start_time is None:
                 continue
             return Handle("process", job.name, {"pid": pid, "pgid": pid, "start_time": start_time, "token": token})

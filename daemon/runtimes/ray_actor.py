@@ -26,7 +26,7 @@ from typing import Any
 
 from isaacd_trainer.shim_protocol import SHIM_EVENTS_ENV  # stdlib only too
 
-from .proctree import process_tree, signal_each  # stdlib only, like this module
+from ..os_seam.proctree import process_tree, signal_each  # stdlib only, like this module
 
 HEALTH_FILE_ENV = "ISAACD_AGENT_HEALTH_FILE"
 # [jobs.backup] for a node without the shared log_root (the names of backup/remote.py, which is imported only then)

@@ -11,7 +11,7 @@ from typing import Protocol
 from ..config.schema import JobConfig
 from ..jobs.model import JobState
 from ..observations.tensorboard import ScalarPoint
-from ..store import Attempt
+from ..history.store import Attempt
 from .source import RunnerParts
 
 

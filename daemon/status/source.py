@@ -9,7 +9,7 @@ from ..config.schema import JobConfig
 from ..jobs.model import JobModel
 from ..observations.tensorboard import ScalarPoint, TensorBoardTail
 from ..runtimes.base import Handle, Runtime
-from ..store import JobHistory
+from ..history.store import JobHistory
 
 
 class LiveAttemptView(Protocol):

@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .config.schema import JobConfig
-from .logs import log
-from .observations.checkpoints import RSL_RL_LAYOUT, CheckpointLayout, Lineage, choose_resume
+from ..config.schema import JobConfig
+from ..logs import log
+from ..observations.checkpoints import RSL_RL_LAYOUT, CheckpointLayout, Lineage, choose_resume
 from .store import Attempt, HistoryCorrupt, JobHistory, LegacyCounters, StateStore
 
 # operator/watchdog stops are remembered; a supervisor shutdown is not (the next supervisor resumes)
@@ -68,7 +68,7 @@ def own_run_dirs(cfg: JobConfig, events: list[dict[str, Any]]) -> list[Path]:
         rd = e.get("run_dir")
         if isinstance(rd, str) and rd and Path(rd).is_dir():
             found.add(Path(rd))
-    from .workflows import WorkflowError, resolve
+    from ..workflows import WorkflowError, resolve
 
     try:
         wf = resolve(cfg).workflow  # the job's own layout and run-dir names (rsl_rl, rl_games, ...)
@@ -127,7 +127,7 @@ def rebuild(store: StateStore, cfg: JobConfig, state_dir: Path) -> tuple[JobHist
 
 
 def _layout(cfg: JobConfig) -> CheckpointLayout:
-    from .workflows import WorkflowError, resolve
+    from ..workflows import WorkflowError, resolve
 
     try:
         return resolve(cfg).workflow.layout
@@ -168,7 +168,7 @@ def _final_state(events: list[dict[str, Any]]) -> tuple[str, str | None] | None:
 def _live_trainer(cfg: JobConfig, events: list[dict[str, Any]],
                   state_dir: Path) -> tuple[int, dict[str, Any], str | None] | None:
     """(pid, process-runtime handle, run dir) of the last launched trainer if it still runs, else None."""
-    from .runtimes.process import _proc_start_time
+    from ..os_seam.proctree import proc_start_time
 
     last = next((e for e in reversed(events) if e["event"] in ("started", "exited", "adopted")), None)
     started = next((e for e in reversed(events) if e["event"] == "started"), None)
@@ -187,7 +187,7 @@ def _live_trainer(cfg: JobConfig, events: list[dict[str, Any]],
     # a script's interpreter may come first (`python .../isaacd-train ...`): compare the tail
     if len(words) < len(argv) or words[len(words) - len(argv) + 1:] != [str(a) for a in argv[1:]]:
         return None
-    start_ticks = _proc_start_time(pid)
+    start_ticks = proc_start_time(pid)
     if start_ticks is None or _boot_time() + start_ticks / os.sysconf("SC_CLK_TCK") < float(started["time"]) - 5:
         return None  # older than the launch: the pid was reused
     run_dir = next((e.get("run_dir") for e in reversed(events) if e["event"] == "run_dir"

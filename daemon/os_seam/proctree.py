@@ -11,7 +11,7 @@ import time
 import weakref
 from dataclasses import dataclass
 
-from ..oscalls import HOST_OS, ProcFs
+from .oscalls import HOST_OS, ProcFs
 
 _CHILDREN_MAX_AGE = 0.5  # seconds one /proc walk serves every job: 64 jobs cost one walk, not 64
 # one (taken at, ppid -> pids) per /proc reader: the host's is shared by every runtime, as before the seam
@@ -39,6 +39,12 @@ def read_stat(procfs: ProcFs, pid: int) -> ProcStat | None:
         return parse_stat(procfs.read_proc(pid, "stat"))
     except OSError:
         return None
+
+
+def proc_start_time(pid: int, procfs: ProcFs = HOST_OS) -> int | None:
+    """Kernel start time of a pid (clock ticks since boot): guards adoption against PID reuse."""
+    stat = read_stat(procfs, pid)
+    return None if stat is None else stat.start_time
 
 
 def _children_map(procfs: ProcFs) -> dict[int, list[int]]:
