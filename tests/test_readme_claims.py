@@ -43,3 +43,14 @@ def test_check_config_shows_the_installed_isaac_lab_version_as_the_docs_say(tmp_
     major_minor = ".".join(version.split(".")[:2])
     assert re.search(rf"^  il3: Isaac Lab {re.escape(major_minor)} rsl_rl: .*\(from isaaclab installed in {PY}\)$",
                      out, re.M), out
+
+
+def test_every_isaacd_command_the_readme_names_is_a_real_one():
+    """The README's operator table and prose name commands a newcomer will type: each must exist."""
+    readme = (REPO / "README.md").read_text()
+    help_text = subprocess.run([str(BIN / "isaacd"), "--help"], capture_output=True, text=True, timeout=60).stdout
+    commands = set(re.findall(r"^    ([a-z-]+)\s", help_text, re.M))
+    named = set(re.findall(r"`(?:sudo )?(?:\.venv/bin/)?isaacd ([a-z][a-z-]+)", readme))  # as typed, in code
+    named |= {m for row in re.findall(r"^\| `isaacd .*$", readme, re.M) for m in re.findall(r"/ `([a-z-]+)", row)}
+    assert {"status", "events", "logs", "stop", "start", "reset", "reload", "doctor"} <= named
+    assert named <= commands, f"the README names commands isaacd does not have: {sorted(named - commands)}"
