@@ -13,7 +13,7 @@ from .backup.keeper import close_all
 from .config.schema import Config
 from .gpu import GpuSampler
 from .gpu.assign import missing_gpus
-from .gpumemory import MemoryHistory, OomNote, oom_note
+from .gpu.oom_memory import MemoryHistory, OomNote, oom_note
 from .metrics import build_registry, gpu_status, serve
 from .status.types import JobStatus
 from .supervisor import Extension, Hooks, Supervisor

@@ -480,7 +480,7 @@ def check_tasks(cfg: Config) -> list[Check]:
 
 def check_compile_caches(cfg: Config) -> list[Check]:
     """Each job's compile caches (issue 21): where they are, how big, and whether isaacd can write them."""
-    from . import compile_caches
+    from .caches import compile_caches
 
     out = []
     for j in cfg.jobs:

@@ -16,7 +16,7 @@ from typing import Any, BinaryIO
 
 from .config.schema import Config
 from .configfault import ConfigFault, Named, find_config_fault
-from .cudaoom import CudaOomLine, find_cuda_oom
+from .gpu.oom_message import CudaOomLine, find_cuda_oom
 from .wording import no_such_job
 from .jobs.messages import ReasonClass
 from .runtimes.base import ExitStatus, Handle

@@ -31,7 +31,7 @@ from .backup.lease import Identity
 from .backup.uploader import Run as BackupRun
 from .clock import Clock, SystemClock
 from .config.schema import JobConfig
-from .gpumemory import OomNote
+from .gpu.oom_memory import OomNote
 from .jobs import machine
 from .jobs.effects import Effect, Event, Forget, Kill, Launch, Persist, Signal
 from .jobs.messages import Exited, LaunchRefused, LaunchUnfinished, Message, Settle, Tick
@@ -40,10 +40,10 @@ from .jobs.policy import num_envs_in_use
 from .logs import log
 from .observations.checkpoints import Checkpoint, timeline
 from .runtimes.base import Handle, Runtime
-from .spare import SpareKeeper
+from .attempt.spare import SpareKeeper
 from .status.signals import JobSignals, job_signals
 from .status.types import JobStatus, Status
-from .status.view import job_status
+from .attempt.job_status import job_status
 from .history.store import JobHistory, StateStore
 from .workflows import Resolved, WorkflowError
 from .workflows.launcher import Program
@@ -316,5 +316,5 @@ class JobRunner:
         return job_signals(self)
 
     def snapshot(self) -> JobStatus:
-        """The job as `isaacd status` and /metrics show it: a fresh value each tick (status/view.py)."""
+        """The job as `isaacd status` and /metrics show it: a fresh value each tick (attempt/job_status.py)."""
         return job_status(self)

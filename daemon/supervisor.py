@@ -29,7 +29,7 @@ from .clock import Clock, SystemClock
 from .control import ControlServer, Fleet
 from .early_signals import take as take_early_signal
 from .os_seam.exitwatch import ExitWatcher
-from .gpumemory import OomNote
+from .gpu.oom_memory import OomNote
 from .jobs import JobState
 from .jobs.messages import Command, Reset, Restart, Start, Stop
 from .jobs.machine import Refused

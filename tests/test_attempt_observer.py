@@ -20,7 +20,7 @@ from isaacd.config.schema import parse_config
 from isaacd.jobs.messages import Adopted, Exited, LaunchUnfinished, Progressed
 from isaacd.jobs.model import JobState, LaunchIntent, Origin, StopIntent, Then
 from isaacd.runtimes.base import ExitStatus, Handle
-from isaacd.spare import SpareKeeper
+from isaacd.attempt.spare import SpareKeeper
 from isaacd.history.store import Attempt, StateStore
 
 JOB = '[[jobs]]\nname = "cp"\nmax_iterations = 100\nlog_root = "logs"\nspare = false\n'

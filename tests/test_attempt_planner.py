@@ -19,7 +19,7 @@ from isaacd.attempt.starter import AttemptStarter
 from isaacd.config.schema import parse_config
 from isaacd.jobs.messages import LaunchRefused
 from isaacd.jobs.model import LaunchIntent, Origin
-from isaacd.spare import SpareKeeper
+from isaacd.attempt.spare import SpareKeeper
 from isaacd.history.store import Attempt, StateStore
 
 JOB = '[[jobs]]\nname = "cp"\nmax_iterations = 100\nnum_envs = 1024\nlog_root = "logs"\nspare = false\n'

@@ -1,10 +1,10 @@
-"""Where a job's compile caches live and how its trainer is told (daemon/compile_caches.py).
+"""Where a job's compile caches live and how its trainer is told (daemon/caches/compile_caches.py).
 
 The unwritable-directory case is the path-is-a-file test: these tests run as root, for whom every mode is writable."""
 
 from __future__ import annotations
 
-from isaacd import compile_caches as cc
+from isaacd.caches import compile_caches as cc
 
 
 def test_caches_are_per_job_by_default_and_per_image_when_asked(tmp_path):

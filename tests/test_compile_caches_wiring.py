@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from isaacd import compile_caches as cc
-from isaacd import doctor, launch
+from isaacd.caches import compile_caches as cc
+from isaacd import doctor
+from isaacd.runtimes import trainer_command
 from isaacd.attempt.planner import LaunchPlan, LaunchPlanner
 from isaacd.attempt.setting import JobSetting
-from isaacd.cache_sizes import SizeSampler
+from isaacd.caches.sizes import SizeSampler
 from isaacd.config.schema import ConfigError, parse_config
 from isaacd.jobs.messages import LaunchRefused, Settle
 from isaacd.jobs.model import LaunchIntent
@@ -23,7 +24,7 @@ from isaacd.render import format_status
 from isaacd.runtimes.base import LaunchSpec
 from isaacd.runtimes.container_spec import ContainerSpec
 from isaacd.status.types import CompileCacheStatus, JobStatus, Status
-from isaacd.status.view import compile_cache_status
+from isaacd.attempt.job_status import compile_cache_status
 from isaacd.history.store import JobHistory
 
 from job_fakes import FakeClock
@@ -102,10 +103,10 @@ def test_image_scope_shares_one_directory_per_image_and_ray_containers_get_none(
 def test_launch_trainer_env_carries_warp_cache_path_and_the_jobs_own_wins(tmp_path):
     job = job_of(tmp_path, 'command = ["x"]')
     dirs = cc.for_job(job, tmp_path / "state")
-    assert launch.trainer_env(job, caches=dirs)["WARP_CACHE_PATH"] == str(tmp_path / "state/caches/cp/warp")
-    assert "WARP_CACHE_PATH" not in launch.trainer_env(job) or os.environ.get("WARP_CACHE_PATH")  # no caches: untouched
+    assert trainer_command.trainer_env(job, caches=dirs)["WARP_CACHE_PATH"] == str(tmp_path / "state/caches/cp/warp")
+    assert "WARP_CACHE_PATH" not in trainer_command.trainer_env(job) or os.environ.get("WARP_CACHE_PATH")  # no caches: untouched
     own = job_of(tmp_path, 'command = ["x"]\nenvironment = { WARP_CACHE_PATH = "/scratch/warp" }')
-    assert launch.trainer_env(own, caches=cc.for_job(own, tmp_path / "state"))["WARP_CACHE_PATH"] == "/scratch/warp"
+    assert trainer_command.trainer_env(own, caches=cc.for_job(own, tmp_path / "state"))["WARP_CACHE_PATH"] == "/scratch/warp"
 
 
 def container_spec(job, caches) -> ContainerSpec:
@@ -229,12 +230,12 @@ def test_doctor_lists_each_jobs_caches_and_fails_an_unwritable_one(tmp_path):
 
 
 def test_the_warm_spare_is_started_with_the_jobs_warp_cache(tmp_path):
-    """The spare (spare.py `_start`) builds its env with launch.trainer_env: a booted spare imports Warp at boot."""
+    """The spare (spare.py `_start`) builds its env with trainer_command.trainer_env: a booted spare imports Warp at boot."""
     from os_fakes import FakeOs
 
     from isaacd.jobs.model import JobState
     from isaacd.runtimes.process import ProcessRuntime
-    from isaacd.spare import SpareKeeper
+    from isaacd.attempt.spare import SpareKeeper
     from isaacd.workflows.launcher import Program
 
     job = parse_config(f'[[jobs]]\nname = "p"\nlog_root = "{tmp_path}/logs"\ncommand = ["x"]\n', "t.toml",

@@ -189,7 +189,7 @@ def test_gpu_claims_are_validated(tmp_path, text, words):
 
 
 def test_shared_gpus_and_multi_rank_launch(tmp_path, monkeypatch):
-    from isaacd.launch import process_argv, trainer_args, trainer_env
+    from isaacd.runtimes.trainer_command import process_argv, trainer_args, trainer_env
 
     text = ('[[jobs]]\nname = "a"\ngpus = [0, 1]\ndevice = "cuda"\nshare_gpus = true\n'
             '[[jobs]]\nname = "b"\ngpus = ["GPU-8f1c2d3e-0000-1111-2222-333344445555", 1]\nshare_gpus = true\n'

@@ -1,6 +1,6 @@
-"""Recognising a CUDA out-of-memory in a trainer's last output (daemon/cudaoom.py) and in its exit (joblogs.py).
+"""Recognising a CUDA out-of-memory in a trainer's last output (daemon/gpu/oom_message.py) and in its exit (joblogs.py).
 
-The texts are the ones upstream prints (sources named in daemon/cudaoom.py), as they reach the job's log.
+The texts are the ones upstream prints (sources named in daemon/gpu/oom_message.py), as they reach the job's log.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from isaacd.cudaoom import find_cuda_oom
+from isaacd.gpu.oom_message import find_cuda_oom
 from isaacd.joblogs import exit_with_log_tail
 from isaacd.runtimes.base import ExitStatus, Handle
 

@@ -1,4 +1,4 @@
-"""What a CUDA out-of-memory report says about the job's GPUs (daemon/gpumemory.py): whose memory fills them, and
+"""What a CUDA out-of-memory report says about the job's GPUs (daemon/gpu/oom_memory.py): whose memory fills them, and
 what their memory did during the attempt, from a scripted GPU through the real sampler and status."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from isaacd.gpu import GpuSampler, ManualClock, ScriptedSource
-from isaacd.gpumemory import MemoryHistory, oom_note
+from isaacd.gpu.oom_memory import MemoryHistory, oom_note
 from isaacd.metrics.status import gpu_status
 from isaacd.status import JobStatus
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from isaacd.config.schema import parse_config
-from isaacd.gpumemory import OomNote
+from isaacd.gpu.oom_memory import OomNote
 from isaacd.runner import JobRunner
 from isaacd.runtimes.base import ExitStatus, Handle, LaunchSpec
 from isaacd.history.store import StateStore
@@ -107,7 +107,7 @@ def test_a_spares_attempt_is_not_blamed_for_the_dead_trainers_oom(tmp_path):
     import os
 
     from isaacd.joblogs import exit_with_log_tail
-    from isaacd.spare import SpareKeeper, _Spare
+    from isaacd.attempt.spare import SpareKeeper, _Spare
     from isaacd.observations.shim_events import ShimEvents
 
     cfg = parse_config(JOB, "t.toml", tmp_path).jobs[0]

@@ -160,7 +160,7 @@ def test_a_spare_stuck_in_its_boot_is_killed_at_spare_boot_timeout_and_tried_aga
 
     from isaacd.config.schema import parse_config
     from isaacd.runtimes.process import ProcessRuntime
-    from isaacd.spare import SpareKeeper
+    from isaacd.attempt.spare import SpareKeeper
 
     cfg = parse_config(f'[[jobs]]\nname = "p"\nlog_root = "{tmp_path}/logs"\n[jobs.launch]\nspare_boot_timeout = 100\n',
                        "t.toml", tmp_path).jobs[0]
@@ -193,7 +193,7 @@ def test_a_hand_over_found_after_a_supervisor_restart_is_held_to_its_deadlines_f
     from isaacd.attempt.setting import JobSetting
     from isaacd.config.schema import parse_config
     from isaacd.runtimes.process import ProcessRuntime
-    from isaacd.spare import SpareKeeper
+    from isaacd.attempt.spare import SpareKeeper
 
     cfg = parse_config('[[jobs]]\nname = "p"\n', "t.toml", Path(tmp_path)).jobs[0]
     keeper = SpareKeeper(cfg, ProcessRuntime(), tmp_path / "state", lambda name, **kw: None)

@@ -19,7 +19,7 @@ from isaacd.config.schema import parse_config
 from isaacd.observations.shim_events import ShimEvents
 from isaacd.runtimes.base import LaunchSpec
 from isaacd.runtimes.quadlet import ContainerSpec
-from isaacd.spare import go_message
+from isaacd.attempt.spare import go_message
 from isaacd_trainer.shim_protocol import (PROTOCOL_IN_CONTAINER, SHIM_EVENTS_ENV, SHIM_IN_CONTAINER,
                                           SNAPSHOT_EVERY_ENV, ShimEvent)
 

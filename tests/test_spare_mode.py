@@ -1,5 +1,5 @@
-"""Issue 21 part 1, the pure parts of a booted spare: which spare a job gets (daemon/spare_mode.py), the go's
-`resume`, the staging dirs (daemon/spare.py) and the shim's hand-over helpers (trainer/shim.py "booted spare"):
+"""Issue 21 part 1, the pure parts of a booted spare: which spare a job gets (daemon/attempt/spare_mode.py), the go's
+`resume`, the staging dirs (daemon/attempt/spare.py) and the shim's hand-over helpers (trainer/shim.py "booted spare"):
 run dir naming, params and manifest, and that `--checkpoint latest` never picks a staged run."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 from isaacd.config.schema import ConfigError, JobConfig, parse_config
-from isaacd.spare import remove_staging, stage_booted, sweep_staging
-from isaacd.spare_mode import (GiB, Room, booted_resume, choose_mode, gpu_rooms, host_room, room_problem,
+from isaacd.attempt.spare import remove_staging, stage_booted, sweep_staging
+from isaacd.attempt.spare_mode import (GiB, Room, booted_resume, choose_mode, gpu_rooms, host_room, room_problem,
                                spare_setting, split_attempt_flags)
 from isaacd_trainer import shim
 from isaacd_trainer.upstream import resolve_checkpoint_selector, write_run_manifest
@@ -226,7 +226,7 @@ def test_parse_resume():
     assert os.environ.get(shim.P.BOOTED_ARGV_ENV) is None
 
 
-# ---- the keeper (daemon/spare.py) with a fake runtime -----------------------------------------------------------
+# ---- the keeper (daemon/attempt/spare.py) with a fake runtime -----------------------------------------------------------
 class Recorder:
     def __init__(self) -> None:
         self.events: list[tuple[str, dict]] = []
@@ -267,13 +267,13 @@ class SpecRuntime:
 
 
 def test_a_booted_spare_is_staged_and_a_failed_boot_falls_back_to_imports(tmp_path):
-    from isaacd import launch
+    from isaacd.runtimes import trainer_command
     from isaacd.jobs.model import JobState
     from isaacd.runtimes.base import ExitStatus
 
     cfg, program = builtin_booted(tmp_path)
     rt, rec = SpecRuntime(), Recorder()
-    from isaacd.spare import SpareKeeper
+    from isaacd.attempt.spare import SpareKeeper
 
     keeper = SpareKeeper(cfg, rt, tmp_path / "state", rec)
     keeper.tick(JobState.RUNNING, program, 0.0)
@@ -282,7 +282,7 @@ def test_a_booted_spare_is_staged_and_a_failed_boot_falls_back_to_imports(tmp_pa
     assert staging.parent == tmp_path / "state" / "spare" / "cp" and len(staging.name) == 32
     assert spec.cwd == staging / "work" and (staging / "work" / "logs").is_dir()
     assert spec.log_path == staging / "boot.log"  # its boot's output is not the job log's
-    assert json.loads(spec.env["ISAACD_SPARE_BOOT_ARGV"]) == program.go_argv(launch.trainer_args(cfg, None))
+    assert json.loads(spec.env["ISAACD_SPARE_BOOT_ARGV"]) == program.go_argv(trainer_command.trainer_args(cfg, None))
     # upstream pins a W&B run id at boot unless one is set (wandb 0.31 cannot make one: the boot died); the go
     # brings the attempt's real one before rsl_rl's wandb.init in learn()
     assert spec.env["WANDB_RUN_ID"] == "isaacd-booted-spare"
@@ -308,7 +308,7 @@ def spec_pid(rt: SpecRuntime) -> int:
 def test_take_hands_a_booted_spare_the_resume_or_refuses_another_command_line(tmp_path):
     from isaacd.observations.shim_events import ShimEvents
     from isaacd.runtimes.base import Handle
-    from isaacd.spare import SpareKeeper, _Spare
+    from isaacd.attempt.spare import SpareKeeper, _Spare
 
     cfg, program = builtin_booted(tmp_path)
     rt, rec = SpecRuntime(), Recorder()
@@ -351,7 +351,7 @@ def test_take_hands_a_booted_spare_the_resume_or_refuses_another_command_line(tm
 def test_status_says_the_mode_and_measures_the_booted_spare_live(tmp_path):
     from isaacd.observations.shim_events import ShimEvents
     from isaacd.runtimes.base import Handle
-    from isaacd.spare import SpareKeeper, _Spare
+    from isaacd.attempt.spare import SpareKeeper, _Spare
 
     cfg, _ = builtin_booted(tmp_path)
     from isaacd.status.types import Status
@@ -373,7 +373,7 @@ def test_status_says_the_mode_and_measures_the_booted_spare_live(tmp_path):
 
 def test_staging_left_by_a_previous_supervisor_or_a_dead_takeover_is_removed(tmp_path):
     from isaacd.jobs.model import JobState
-    from isaacd.spare import SpareKeeper
+    from isaacd.attempt.spare import SpareKeeper
 
     cfg, program = builtin_booted(tmp_path)
     base = tmp_path / "state" / "spare" / "cp"

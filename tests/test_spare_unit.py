@@ -16,7 +16,7 @@ import pytest
 from isaacd.config.schema import parse_config
 from isaacd.jobs.model import JobState
 from isaacd.runtimes.process import ProcessRuntime
-from isaacd.spare import RETRY_MIN, SPARE_CONTROL_ENV, SpareKeeper
+from isaacd.attempt.spare import RETRY_MIN, SPARE_CONTROL_ENV, SpareKeeper
 from isaacd.workflows import resolve
 from isaacd.workflows.launcher import Program
 

@@ -198,7 +198,7 @@ def test_metrics_read_the_typed_status_as_they_read_its_json():
 STATUS_CLASSES = {name: cls for name, cls in vars(status_types).items() if isinstance(cls, type)
                   and dataclasses.is_dataclass(cls) and cls.__module__ == status_types.__name__}
 READERS = ["render.py", "backup/render.py", "cli.py", "metrics/collector.py", "metrics/attribution.py",
-           "metrics/status.py", "supervisor.py", "status/view.py"]
+           "metrics/status.py", "supervisor.py", "attempt/job_status.py"]
 
 
 def _members(cls: type) -> set[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from isaacd import launch
+from isaacd.runtimes import trainer_command
 from isaacd.config.schema import parse_config
 from isaacd.observations.checkpoints import Checkpoint
 from isaacd.workflows import WorkflowError, config_issues, resolve
@@ -150,12 +150,12 @@ def test_multi_rank_jobs_leave_the_device_to_upstreams_distributed_path():
 def test_one_wandb_run_id_for_every_attempt_of_a_job():
     j = job("")
     first = 1_790_000_000.5
-    env1 = launch.trainer_env(j, wandb_run=launch.wandb_run_id(j, first))
-    env2 = launch.trainer_env(j, wandb_run=launch.wandb_run_id(j, first))
+    env1 = trainer_command.trainer_env(j, wandb_run=trainer_command.wandb_run_id(j, first))
+    env2 = trainer_command.trainer_env(j, wandb_run=trainer_command.wandb_run_id(j, first))
     assert env1["WANDB_RUN_ID"] == env2["WANDB_RUN_ID"] == f"j-{int(first):x}" and env1["WANDB_RESUME"] == "allow"
-    assert launch.wandb_run_id(j, first + 60) != env1["WANDB_RUN_ID"]  # trained again from scratch: a new run
+    assert trainer_command.wandb_run_id(j, first + 60) != env1["WANDB_RUN_ID"]  # trained again from scratch: a new run
     own = job('[jobs.environment]\nWANDB_RUN_ID = "mine"\n')  # the job's own environment wins
-    assert launch.trainer_env(own, wandb_run="j-1")["WANDB_RUN_ID"] == "mine"
+    assert trainer_command.trainer_env(own, wandb_run="j-1")["WANDB_RUN_ID"] == "mine"
 
 
 def test_the_shim_runs_a_module_exactly_as_python_dash_m(tmp_path):

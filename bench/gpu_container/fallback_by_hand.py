@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from isaacd import launch
+from isaacd.runtimes import trainer_command
 from isaacd.config.schema import load_config
 from isaacd.metrics.attribution import attribute_pids
 from isaacd.runtimes.base import LaunchSpec
@@ -65,7 +65,7 @@ def main() -> int:
     job = next(j for j in cfg.jobs if j.name == a.job)
     exp = resolve(job).workflow.experiment_dir(job)
     resume = newest_checkpoint(exp)
-    args = launch.trainer_args(job, resume)
+    args = trainer_command.trainer_args(job, resume)
     spec = LaunchSpec(job=job, argv=[], trainer_args=args, env={}, cwd=Path("/"), log_path=Path("/dev/null"), attempt=1)
     cs = ContainerSpec.from_launch(spec, "byhand" + os.urandom(5).hex(), 1)
     podman = podman_binary() or "/usr/bin/podman"

@@ -1,6 +1,6 @@
 """The waits of a launch and their deadlines (issue 28): which one a starting attempt is on, since when, how long it
 may last. Pure: the observer (observer.py) feeds it what it saw and asks; the machine decides what an overdue wait
-means (jobs/machine.py `_launch_overdue`); `isaacd status` shows the wait (status/view.py, render.py).
+means (jobs/machine.py `_launch_overdue`); `isaacd status` shows the wait (attempt/job_status.py, render.py).
 
 A starting attempt waits, in order, on:
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .. import launch
+from ..runtimes import trainer_command
 from ..configfault import named_in_config
-from ..gpumemory import OomNote
+from ..gpu.oom_memory import OomNote
 from ..jobs.messages import CudaOom, Exited, Message, Progressed, TrainerConfigError
 from ..jobs.model import JobState
 from ..joblogs import ExitWithOutput, exit_with_log_tail, last_output_line
@@ -254,12 +254,12 @@ class AttemptObserver:
         shim.poll()
         news = shim.take_news()
         for path in news.saved:
-            VALIDATOR.prewarm(launch.host_path(cfg, path))  # deep validation off the tick
+            VALIDATOR.prewarm(trainer_command.host_path(cfg, path))  # deep validation off the tick
             self.checkpoint_scanned_at = float("-inf")  # status shows it at the next scan, not in 2 s
             self.on_checkpoint_saved()
         for path in news.loaded:
             wanted = attempt.resume_from["path"] if attempt.resume_from else None
-            got = str(launch.host_path(cfg, path))
+            got = str(trainer_command.host_path(cfg, path))
             if wanted is not None and Path(got) != Path(wanted):
                 record.event("resume_mismatch", attempt=attempt.number, chosen=wanted, loaded=got,
                              detail="the trainer loaded another checkpoint than isaacd chose")
@@ -268,7 +268,7 @@ class AttemptObserver:
         for stopped in news.stopped:
             if stopped.checkpoint:
                 record.event("trainer_saved_on_stop", attempt=attempt.number, iteration=stopped.iteration,
-                             checkpoint=str(launch.host_path(cfg, stopped.checkpoint)))
+                             checkpoint=str(trainer_command.host_path(cfg, stopped.checkpoint)))
             else:  # nothing saved: say why, not a save of nothing
                 record.event("trainer_stopped", attempt=attempt.number, iteration=stopped.iteration,
                              detail=unsaved_stop(stopped.iteration))
@@ -280,7 +280,7 @@ class AttemptObserver:
             return
         found: Path | None = None
         if live.shim is not None and live.shim.report.run_dir:
-            found = launch.host_path(self.setting.cfg, live.shim.report.run_dir)  # rank 0's run dir, as reported
+            found = trainer_command.host_path(self.setting.cfg, live.shim.report.run_dir)  # rank 0's run dir, as reported
         elif live.shim is None and self.setting.resolved is not None:
             found = self._guess_run_dir()
         if found is not None:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import compile_caches, launch
+from ..caches import compile_caches
+from ..runtimes import trainer_command
 from ..backup.keeper import Fetching, JobBackup
 from ..clock import Clock
 from ..config.schema import JobConfig
@@ -104,7 +105,7 @@ class LaunchPlanner:
                                  f"of {cfg.max_iterations})", settle=Settle.COMPLETED)
         seed = random.randrange(2**31) if intent.new_seed else None
         number = history.attempts[-1].number + 1 if history.attempts else 1
-        shim_events = launch.shim_events_path(self.state_dir, cfg, number)
+        shim_events = trainer_command.shim_events_path(self.state_dir, cfg, number)
         program = resolved.program(in_container=cfg.in_container)
         spare_token = self.spare_token(program)
         token = spare_token or uuid.uuid4().hex
@@ -118,20 +119,20 @@ class LaunchPlanner:
         run_dirs_before = {p.name for p in exp.iterdir()} if exp.is_dir() else set()
         # a step-down after a CUDA out-of-memory at start-up (jobs/machine.py) reaches the trainer as --num_envs
         job = cfg if num_envs == cfg.num_envs else cfg.model_copy(update={"num_envs": num_envs})
-        args = launch.trainer_args(job, resume, seed, resolved)
+        args = trainer_command.trainer_args(job, resume, seed, resolved)
         caches = compile_caches.for_job(cfg, self.state_dir)
         problem = compile_caches.prepare(caches)
         if problem is not None:  # a directory isaacd cannot write: the operator has to fix it, a retry cannot
             return LaunchRefused(f"cannot start: compile_cache: {problem}", settle=Settle.FAILED)
         if cfg.in_container:  # Isaac Lab 3 kit-less images run as uid 1000
             hand_to_container_user(cfg, [c.host for c in caches])
-        env = launch.trainer_env(cfg, shim_events if program.shim else None, token,
-                                 wandb_run=launch.wandb_run_id(cfg, first_started_at), caches=caches)
+        env = trainer_command.trainer_env(cfg, shim_events if program.shim else None, token,
+                                 wandb_run=trainer_command.wandb_run_id(cfg, first_started_at), caches=caches)
         keeper = self.backup_keeper() if cfg.runtime == "ray" else None
         if keeper is not None:  # a node without the shared log_root fetches and uploads itself (backup/remote.py)
             env.update(keeper.node_env(wf, resume, token))  # the node writes the bucket for us, as this token
         spec = LaunchSpec(job=cfg, argv=program.argv(args), trainer_args=args, env=env,
-                          cwd=launch.workdir(cfg, self.state_dir),
+                          cwd=trainer_command.workdir(cfg, self.state_dir),
                           log_path=self.state_dir / "logs" / f"{cfg.name}.log", attempt=number, token=token,
                           caches=tuple(caches))
         return LaunchPlan(attempt, spec, program, args, seed, num_envs, shim_events if program.shim else None,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..jobs.messages import Adopted, Exited, LaunchUnfinished, Message, Start, Stop
 from ..jobs.model import JobState, Origin
 from ..runtimes.base import ExitStatus, Handle, Runtime
-from ..spare import SpareKeeper
+from .spare import SpareKeeper
 from ..history.store import Attempt
 from .observer import AttemptObserver
 from .record import JobRecord

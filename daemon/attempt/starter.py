@@ -8,11 +8,11 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
-from .. import launch
+from ..runtimes import trainer_command
 from ..jobs.messages import LaunchRefused
 from ..runtimes.base import ExitStatus, Handle, Runtime
 from ..runtimes.container_spec import container_args, hand_to_container_user
-from ..spare import SpareKeeper, go_message
+from .spare import SpareKeeper, go_message
 from .crashpoint import crash_point
 from .observer import AttemptObserver
 from .planner import LaunchPlan, started_event
@@ -41,7 +41,7 @@ class AttemptStarter:
         warm = handle is not None
         if plan.spare_token and handle is None:  # the spare went away: a cold start, under a token of its own
             attempt.token, attempt.handle = uuid.uuid4().hex, {}
-            spec = replace(spec, token=attempt.token, env={**spec.env, launch.LAUNCH_TOKEN_ENV: attempt.token})
+            spec = replace(spec, token=attempt.token, env={**spec.env, trainer_command.LAUNCH_TOKEN_ENV: attempt.token})
             if not record.persist():
                 record.never_started(attempt, "not started: state not saved")
                 return LaunchRefused(f"not starting: {record.persist_error}", crash_loop=False)
@@ -73,7 +73,7 @@ class AttemptStarter:
         resume, cfg = plan.attempt.resume_from or {}, self.setting.cfg
         # a container spare is handed the command line and cwd the attempt's container would have run
         args = container_args(cfg, plan.args) if cfg.in_container else plan.args
-        cwd = Path(launch.container_workdir(cfg)) if cfg.in_container else plan.spec.cwd
+        cwd = Path(trainer_command.container_workdir(cfg)) if cfg.in_container else plan.spec.cwd
         taken = self.spares.take(go_message(plan.program.go_argv(args), cwd, plan.program.plain_spare, plan.spec.env),
                                  attempt_args=plan.args, checkpoint=resume.get("path"))  # a booted spare needs both
         if taken is None:

@@ -304,7 +304,7 @@ class JobConfig(_Model):
     # "imports": torch, rsl_rl and the CUDA context loaded (one idle Python process, ~0.5-1 GiB RSS, and on a GPU
     # one CUDA context, ~0.5 GiB). "booted" (issue 21): the job's train script has run through environment
     # creation and runner construction and waits at learn() (a second environment: about the trainer's own memory).
-    # "off": none. None or true = "auto": booted for rsl_rl jobs when the device has room for it (daemon/spare_mode.py,
+    # "off": none. None or true = "auto": booted for rsl_rl jobs when the device has room for it (daemon/attempt/spare_mode.py,
     # README "warm spare"), imports-only otherwise; false = "off".
     spare: bool | Literal["auto", "booted", "imports", "off"] | None = None
     spare_preload: list[str] = []  # more modules the spare imports ahead (e.g. your extension's tasks package)
@@ -316,7 +316,7 @@ class JobConfig(_Model):
     # ...and only while snapshots cost at most this share of training time (copy + write, measured): a real task's
     # ~1 s iterations get one every iteration; a toy at 0.1 s/iteration one every few. 0: no budget.
     snapshot_budget: Annotated[float, Field(ge=0, le=1)] = 0.01
-    # Compile caches that survive a restart (daemon/compile_caches.py): Warp's kernel cache (WARP_CACHE_PATH) and, in
+    # Compile caches that survive a restart (daemon/caches/compile_caches.py): Warp's kernel cache (WARP_CACHE_PATH) and, in
     # containers of Isaac Sim-based images, Kit's caches, in <state_dir>/caches/<job> ("job"), one directory per
     # image shared by its jobs ("image"; process-runtime jobs: per job), or none ("off").
     compile_cache: str = "job"

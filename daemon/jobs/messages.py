@@ -123,7 +123,7 @@ class LaunchRefused:
 
 @dataclass(frozen=True)
 class CudaOom:
-    """The trainer's output says it ran out of GPU memory (daemon/cudaoom.py), with what the GPU sampler saw."""
+    """The trainer's output says it ran out of GPU memory (daemon/gpu/oom_message.py), with what the GPU sampler saw."""
 
     kind: str  # torch | cuda | warp | physx | physx_buffer
     line: str  # the trainer's own words

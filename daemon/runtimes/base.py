@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..compile_caches import CacheDir
+from ..caches.compile_caches import CacheDir
 from ..config.schema import JobConfig
 from ..jobs.messages import ReasonClass
 from .view import RuntimeView

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import launch
-from ..compile_caches import container_volumes
-from ..compile_caches import trainer_env as cache_trainer_env
+from . import trainer_command
+from ..caches.compile_caches import container_volumes
+from ..caches.compile_caches import trainer_env as cache_trainer_env
 from ..config.schema import JobConfig, memory_bytes
 from ..gpu import assign as gpu_assign
 from ..history.store import StateStore
@@ -57,7 +57,7 @@ CONTAINER_BASE_ENV = {
 # the launch token (LaunchSpec.token) on the container: `find` looks for it; containers started by
 # isaacd before the token had this name carry the older label
 TOKEN_LABEL = "isaacd.token"
-LEGACY_TOKEN_LABEL = "isaacd.launch"
+LEGACY_TOKEN_LABEL = "isaacd.runtimes.trainer_command"
 
 # what a spare's container takes from its LaunchSpec.env besides ISAACD_SPARE_* (an attempt's container takes the
 # job's environment only): its token, and the W&B placeholder a booted boot needs (spare.py)
@@ -257,7 +257,7 @@ class ContainerSpec:
         # TensorBoard tailing in the supervisor see exactly what the trainer writes
         volumes.append((log_root, log_root, ""))
         # upstream train scripts write ./logs/<library>/... relative to their cwd
-        workdir = launch.container_workdir(job)
+        workdir = trainer_command.container_workdir(job)
         volumes.append((log_root, f"{workdir}/logs", ""))
         env = container_env(job)
         # the compile caches (prepared and handed to container.user by the planner): Warp's, and Kit's for
@@ -265,13 +265,13 @@ class ContainerSpec:
         caches = list(spec.caches)
         volumes.extend(container_volumes(caches))
         env.update(cache_trainer_env(caches, env))
-        shim_events = spec.env.get(launch.SHIM_EVENTS_ENV)
+        shim_events = spec.env.get(trainer_command.SHIM_EVENTS_ENV)
         if job.shim and not job.command:
             volumes.extend((host, inside, "ro") for host, inside in shim_mounts())  # the shim and its protocol
             if shim_events:
                 # the side channel at the same path in and out of the container
                 volumes.append((str(Path(shim_events).parent), str(Path(shim_events).parent), ""))
-                env[launch.SHIM_EVENTS_ENV] = shim_events
+                env[trainer_command.SHIM_EVENTS_ENV] = shim_events
                 # the shim's snapshot settings (JobConfig.snapshot_*), as the process runtime passes them
                 env.update({k: spec.env[k] for k in SNAPSHOT_SETTINGS_ENV if k in spec.env})
         if spec.spare:  # its FIFO, events and staging; the attempts' events dir; its own settings (ISAACD_SPARE_*)

@@ -479,7 +479,7 @@ class RayRuntime:
         if why is not None:
             raise RuntimeFailure(f'runtime = "ray" needs the ray package in isaacd\'s venv ({why}): '
                                 "pip install 'ray[default]' (the same version as the cluster's)")
-        from .. import launch
+        from . import trainer_command
 
         job = spec.job
         token = spec.token or uuid.uuid4().hex
@@ -491,10 +491,10 @@ class RayRuntime:
             argv, container = self._container_argv(spec, token, work_dir)
         else:
             # the trainer runs as a process on its node, with this host's paths (same venv, shared log_root)
-            argv = launch.process_argv(job, spec.trainer_args) if job.command is None else list(spec.argv)
+            argv = trainer_command.process_argv(job, spec.trainer_args) if job.command is None else list(spec.argv)
         env = {k: v for k, v in spec.env.items()
                if k in job.environment or k.startswith("ISAACD_") or k == "PYTHONUNBUFFERED"}
-        env[launch.LAUNCH_TOKEN_ENV] = token
+        env[trainer_command.LAUNCH_TOKEN_ENV] = token
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(spec.log_path, "ab") as fh:
             log_offset = fh.seek(0, os.SEEK_END)

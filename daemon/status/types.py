@@ -1,6 +1,6 @@
 """The typed values of `isaacd status`: one job's status, the supervisor's, and their JSON both ways.
 
-The supervisor builds these (status/view.py) and publishes them; the metrics read them by attribute; the
+The supervisor builds these (attempt/job_status.py) and publishes them; the metrics read them by attribute; the
 control socket sends `to_json()`; `isaacd status` turns the JSON back with `from_json` and renders
 attributes. The JSON is the wire format scripts read (`isaacd status --json`): its keys and shapes are
 those of the dicts this replaced, so a field is added here, never renamed.

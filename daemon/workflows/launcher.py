@@ -104,7 +104,7 @@ class Program:
     suffix: list[str]
     shim: bool
     # a single-rank program run through the shim can have a warm spare: `spare_head` + ["--isaacd-spare"]
-    # starts it, and `target` + flags + suffix is the command line it is handed at a crash (daemon/spare.py)
+    # starts it, and `target` + flags + suffix is the command line it is handed at a crash (daemon/attempt/spare.py)
     spare_head: list[str] | None = None
     target: tuple[str, ...] = ()
     # the trainer runs without the shim (skrl, rl_games): the spare only hosts the state-free start-up in the shim

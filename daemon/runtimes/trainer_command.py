@@ -13,12 +13,12 @@ from pathlib import Path
 from isaacd_trainer.shim_protocol import (LAUNCH_TOKEN_ENV, SHIM_EVENTS_ENV, SNAPSHOT_BUDGET_ENV,
                                           SNAPSHOT_EVERY_ENV, SNAPSHOT_MIN_SECONDS_ENV)
 
-from .compile_caches import CacheDir
-from .compile_caches import trainer_env as cache_env
-from .config.schema import JobConfig
-from .observations.checkpoints import Checkpoint
-from .workflows import Resolved, resolve
-from .workflows.detect import isaaclab_dir
+from ..caches.compile_caches import CacheDir
+from ..caches.compile_caches import trainer_env as cache_env
+from ..config.schema import JobConfig
+from ..observations.checkpoints import Checkpoint
+from ..workflows import Resolved, resolve
+from ..workflows.detect import isaaclab_dir
 
 TRAINER_ENV_DROP = ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "WATCHDOG_USEC", "WATCHDOG_PID")
 BUILTIN_CONTAINER_WORKDIR = "/workspace/isaacd"

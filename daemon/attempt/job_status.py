@@ -8,11 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from .. import compile_caches
-from ..cache_sizes import SIZES, SizeSampler
-from ..attempt.setting import timeline_attempts
+from ..caches import compile_caches
+from ..caches.sizes import SIZES, SizeSampler
+from .setting import timeline_attempts
 from ..clock import Clock
-from ..attempt.deadlines import LaunchWait
+from .deadlines import LaunchWait
 from ..config.schema import JobConfig
 from ..gpu.assign import status_gpus
 from ..jobs.model import JobState
@@ -20,9 +20,9 @@ from ..observations.checkpoints import Checkpoint
 from ..observations.tensorboard import finite_or_none
 from ..runtimes.view import RuntimeView
 from ..workflows import Resolved
-from .source import RunnerParts
-from .types import BootStatus
-from .types import (BackupStatus, CheckpointStatus, CompileCacheStatus, JobStatus, LaunchWaitStatus, SpareStatus,
+from ..status.source import RunnerParts
+from ..status.types import BootStatus
+from ..status.types import (BackupStatus, CheckpointStatus, CompileCacheStatus, JobStatus, LaunchWaitStatus, SpareStatus,
                     WatchdogTripCount)
 
 

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .config.schema import JobConfig
+    from ..config.schema import JobConfig
 
 WARP_ENV = "WARP_CACHE_PATH"
 # the CUDA driver's JIT cache (PTX compiled for this GPU; ~/.nv/ComputeCache by default, gone with a container)
@@ -152,7 +152,7 @@ def size_bytes(path: Path) -> int:
 
 def kit_image(job: "JobConfig") -> bool:
     """The job's container image carries Isaac Sim, so Kit boots there and its caches matter (see the rules above)."""
-    from .workflows.launcher import pip_installed  # the workflows import config: kept out of import time
+    from ..workflows.launcher import pip_installed  # the workflows import config: kept out of import time
 
     if not job.in_container or job.workflow == "builtin" or job.command:
         return False

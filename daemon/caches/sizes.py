@@ -54,4 +54,4 @@ class SizeSampler:
                 self._busy = False
 
 
-SIZES = SizeSampler()  # the supervisor's one sampler: status/view.py asks it at every publish
+SIZES = SizeSampler()  # the supervisor's one sampler: attempt/job_status.py asks it at every publish

@@ -48,19 +48,20 @@ from isaacd_trainer.shim_protocol import (BOOTED_ARGV_ENV, GO_ARGV, GO_ATTEMPT_E
                                           GO_RESUME, SPARE_CONTROL_ENV, SPARE_DEVICE_ENV, SPARE_FLAG, SPARE_PLAIN_ENV,
                                           SPARE_PRELOAD_ENV, STAGING_ENV, STAGING_WORK, ShimEvent)
 
-from . import compile_caches, launch
-from .attempt.setting import JobSetting
-from .config.schema import JobConfig
-from .jobs.model import JobState
-from .logs import log
-from .os_seam.oscalls import HOST_OS, OsCalls, ProcFs
-from .runtimes.base import Handle, LaunchSpec, Runtime
-from .runtimes.container_spec import container_args, container_device_arg, hand_to_container_user
-from .os_seam.proctree import process_tree
-from .status.types import Status
+from ..caches import compile_caches
+from ..runtimes import trainer_command
+from .setting import JobSetting
+from ..config.schema import JobConfig
+from ..jobs.model import JobState
+from ..logs import log
+from ..os_seam.oscalls import HOST_OS, OsCalls, ProcFs
+from ..runtimes.base import Handle, LaunchSpec, Runtime
+from ..runtimes.container_spec import container_args, container_device_arg, hand_to_container_user
+from ..os_seam.proctree import process_tree
+from ..status.types import Status
 from .spare_mode import Mode, booted_resume, choose_mode, gpu_rooms, host_room, spare_setting
-from .workflows.launcher import Program
-from .observations.shim_events import ShimEvents
+from ..workflows.launcher import Program
+from ..observations.shim_events import ShimEvents
 
 SPARE_RUNTIMES = ("process", "podman", "systemd")
 BOOTED_WANDB_PLACEHOLDER = "isaacd-booted-spare"  # never a run: the go replaces it before wandb.init
@@ -91,7 +92,7 @@ def spare_fits(job: JobConfig, program: Program | None) -> str | None:
 def go_message(argv: list[str], cwd: Path, plain: bool, attempt_env: dict[str, str]) -> dict[str, Any]:
     """The go line's object: the attempt's command line and working directory, and of its environment what
     differs from the spare's (the attempt's side channel, the snapshot settings, the W&B run)."""
-    carried = (*GO_ATTEMPT_ENV, *launch.WANDB_ENV)
+    carried = (*GO_ATTEMPT_ENV, *trainer_command.WANDB_ENV)
     return {GO_ARGV: argv, GO_CWD: str(cwd), GO_PLAIN: plain,
             GO_ENV: {k: attempt_env[k] for k in carried if k in attempt_env}}
 
@@ -210,7 +211,7 @@ class SpareKeeper:
             self.retry_at = now + RETRY_MAX
             return
         caches = compile_caches.for_job(self.cfg, self.state_dir)
-        env = launch.trainer_env(self.cfg, events, token, caches=caches)
+        env = trainer_command.trainer_env(self.cfg, events, token, caches=caches)
         env[SPARE_CONTROL_ENV] = str(control)
         env[SPARE_DEVICE_ENV] = container_device_arg(self.cfg) if in_container else self.cfg.device
         preload = (BUILTIN_PRELOAD if self.cfg.workflow == "builtin" else LIBRARY_PRELOAD.get(self.cfg.workflow, [])) \
@@ -219,10 +220,10 @@ class SpareKeeper:
         if program.plain_spare:
             env[SPARE_PLAIN_ENV] = "1"  # skrl / rl_games: no rsl_rl to import, no shim after go
         assert program.spare_head is not None
-        cwd, log_path = launch.workdir(self.cfg, self.state_dir), self.state_dir / "logs" / f"{self.cfg.name}.log"
+        cwd, log_path = trainer_command.workdir(self.cfg, self.state_dir), self.state_dir / "logs" / f"{self.cfg.name}.log"
         staging, boot_args = None, []
         if mode == "booted":
-            staging, boot_args = base / token, launch.trainer_args(self.cfg, None)
+            staging, boot_args = base / token, trainer_command.trainer_args(self.cfg, None)
             cwd, log_path = stage_booted(staging)
             env[BOOTED_ARGV_ENV] = json.dumps(program.go_argv(container_args(self.cfg, boot_args) if in_container
                                                               else boot_args))
@@ -337,9 +338,9 @@ class SpareKeeper:
         sp.control.unlink(missing_ok=True)
 
     def _attempts_events_dir(self) -> Path:
-        """Where the attempts' side channels are (launch.shim_events_path): a container spare needs it mounted, the
+        """Where the attempts' side channels are (trainer_command.shim_events_path): a container spare needs it mounted, the
         go hands it the attempt's events file there."""
-        d = launch.shim_events_path(self.state_dir, self.cfg, 1).parent
+        d = trainer_command.shim_events_path(self.state_dir, self.cfg, 1).parent
         d.mkdir(parents=True, exist_ok=True)
         hand_to_container_user(self.cfg, [d])
         return d

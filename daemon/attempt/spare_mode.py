@@ -18,7 +18,7 @@ The rule for ``spare = "auto"`` (the default; ``true`` means the same):
   at: README "warm spare").
 
 ``spare = "booted"`` skips the room check (the operator decided); it still needs the rsl_rl hook. After a booted
-spare died during its boot, or could not take an attempt, the keeper falls back to imports-only (daemon/spare.py).
+spare died during its boot, or could not take an attempt, the keeper falls back to imports-only (daemon/attempt/spare.py).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .config.schema import JobConfig
+from ..config.schema import JobConfig
 
 Mode = Literal["booted", "imports"]
 GiB = 2**30
@@ -77,7 +77,7 @@ WANDB_LOGGER_ARGS = ("agent.logger=wandb", "agent.logger='wandb'", 'agent.logger
 
 def choose_mode(setting: str, job: JobConfig, rsl_rl_hook: bool, rooms: list[Room] | None,
                 fallback: str | None = None) -> tuple[Mode, str | None]:
-    """(mode, why not booted) for a job whose spare fits at all (daemon/spare.py `spare_fits`).
+    """(mode, why not booted) for a job whose spare fits at all (daemon/attempt/spare.py `spare_fits`).
 
     `rsl_rl_hook`: the trainer runs through the shim with rsl_rl's runner hooked (not a plain skrl/rl_games spare);
     `fallback`: why the keeper turned booted spares off for this job (a boot that failed, a refused hand-over)."""
