@@ -28,7 +28,7 @@ from typing import Any
 
 from . import __version__
 from .config.schema import Config
-from .logs import log
+from .daemon_log import log
 from .runtimes.ray_actor import node_health_file
 
 UNHEALTHY_CLASSES = ("reset", "reboot")
@@ -110,7 +110,7 @@ class Agent:
 
 def run_agent(cfg: Config, node: str | None = None, listen: str | None = None,
               health_file: str | None = None) -> int:
-    from .logs import configure_logging
+    from .daemon_log import configure_logging
 
     configure_logging(cfg.supervisor.log_level, cfg.supervisor.log_format)
     agent = Agent(cfg, node, listen, health_file)

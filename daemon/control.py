@@ -17,7 +17,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from .logs import log
+from .daemon_log import log
 from .status.types import Status
 from .wording import no_such_job
 

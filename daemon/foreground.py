@@ -43,7 +43,7 @@ def _abandon(sup: Any) -> None:
 
 def run_supervisor(cfg: Any, path: str | None) -> int:
     from .app import MetricsUnavailable, build_supervisor
-    from .logs import configure_logging
+    from .daemon_log import configure_logging
     from .supervisor import AlreadyRunning
 
     configure_logging(cfg.supervisor.log_level, cfg.supervisor.log_format)

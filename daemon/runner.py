@@ -37,7 +37,7 @@ from .jobs.effects import Effect, Event, Forget, Kill, Launch, Persist, Signal
 from .jobs.messages import Exited, LaunchRefused, LaunchUnfinished, Message, Settle, Tick
 from .jobs.model import JobModel, JobState, LaunchIntent
 from .jobs.policy import num_envs_in_use
-from .logs import log
+from .daemon_log import log
 from .observations.checkpoints import Checkpoint, timeline
 from .runtimes.base import Handle, Runtime
 from .attempt.spare import SpareKeeper

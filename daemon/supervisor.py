@@ -22,12 +22,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from . import __version__, sdnotify
+from . import __version__
+from .service import sdnotify
 from .config.schema import Config, ConfigError, ConfigIssue, JobConfig
 from .config.read import quiet_for, read_settled_config
 from .clock import Clock, SystemClock
 from .control import ControlServer, Fleet
-from .early_signals import take as take_early_signal
+from .service.early_signals import take as take_early_signal
 from .os_seam.exitwatch import ExitWatcher
 from .gpu.oom_memory import OomNote
 from .jobs import JobState
@@ -35,7 +36,7 @@ from .jobs.messages import Command, Reset, Restart, Start, Stop
 from .jobs.machine import Refused
 from .jobs.model import Origin
 from .config.locate import EMBEDDED_DEFAULT_NAME
-from .logs import log
+from .daemon_log import log
 from .runner import JobRunner
 from .runtimes.base import Runtime
 from .runtimes.factory import make_runtime

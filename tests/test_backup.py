@@ -230,7 +230,7 @@ def test_status_and_metrics_show_the_last_upload_the_lag_and_the_error():
     from prometheus_client import generate_latest
 
     from isaacd.metrics import build_registry
-    from isaacd.render import format_status
+    from isaacd.cli.render import format_status
 
     now = time.time()
     job = fake_job("anymal", now=now)

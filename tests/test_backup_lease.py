@@ -167,7 +167,7 @@ def test_status_and_metrics_name_the_holder_and_the_fix():
     from prometheus_client import generate_latest
 
     from isaacd.metrics import build_registry
-    from isaacd.render import format_status
+    from isaacd.cli.render import format_status
 
     now = time.time()
     job = fake_job("cp", now=now)

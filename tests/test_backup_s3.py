@@ -14,7 +14,7 @@ import pytest
 from backup_fakes import SECRET_KEY, SeaweedS3, fake_checkpoint, weed_binary
 
 from isaacd.config.backup import BackupConfig
-from isaacd.backup.doctor import check_backup
+from isaacd.cli.doctor_backup import check_backup
 from isaacd.backup.lease import Identity, Lease
 from isaacd.backup.manifest import Manifest
 from isaacd.backup.notes import Notes

@@ -169,7 +169,7 @@ def test_client_commands_do_not_import_the_daemon_stack(tmp_path, supervisor_fac
         res = isaacd("--config", str(sp.config), *args, env=env)
         assert res.returncode == 0, res.stderr[-2000:]
         imported = {m.group(1).strip() for m in re.finditer(r"^import time:.*\|\s*(\S+)$", res.stderr, re.M)}
-        assert "isaacd.cli" in imported
+        assert "isaacd.cli.main" in imported
         heavy = sorted(m for m in imported if m.split(".")[0] in HEAVY or m in HEAVY)
         assert not heavy, f"isaacd {' '.join(args)} imported {heavy}"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from isaacd.caches import compile_caches as cc
-from isaacd import doctor
+from isaacd.cli import doctor
 from isaacd.runtimes import trainer_command
 from isaacd.attempt.planner import LaunchPlan, LaunchPlanner
 from isaacd.attempt.setting import JobSetting
@@ -20,7 +20,7 @@ from isaacd.config.schema import ConfigError, parse_config
 from isaacd.jobs.messages import LaunchRefused, Settle
 from isaacd.jobs.model import LaunchIntent
 from isaacd.metrics.collector import IsaacdCollector
-from isaacd.render import format_status
+from isaacd.cli.render import format_status
 from isaacd.runtimes.base import LaunchSpec
 from isaacd.runtimes.container_spec import ContainerSpec
 from isaacd.status.types import CompileCacheStatus, JobStatus, Status

@@ -1,4 +1,4 @@
-"""Which trainer outputs are errors no restart can fix (daemon/configfault.py), on the texts upstream really prints.
+"""Which trainer outputs are errors no restart can fix (daemon/attempt/config_fault.py), on the texts upstream really prints.
 
 The tails below were captured from the real Isaac Lab 3.0.0 (kit-less, `.venv-isaaclab3/bin/python -m isaaclab train
 --rl_library rsl_rl ...` on this CPU machine), trimmed to their last lines; the code that prints each is cited in
@@ -7,7 +7,7 @@ configfault.py.
 
 from __future__ import annotations
 
-from isaacd.configfault import find_config_fault, named_in_config
+from isaacd.attempt.config_fault import find_config_fault, named_in_config
 
 UNKNOWN_TASK = """\
   File "/x/site-packages/gymnasium/envs/registration.py", line 366, in _check_name_exists

@@ -10,7 +10,7 @@ import signal
 import pytest
 
 from isaacd.gpu.oom_message import find_cuda_oom
-from isaacd.joblogs import exit_with_log_tail
+from isaacd.attempt.exit_tail import exit_with_log_tail
 from isaacd.runtimes.base import ExitStatus, Handle
 
 TORCH = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.95 GiB. GPU 0 has a total capacity of "

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from isaacd import doctor
+from isaacd.cli import doctor
 from isaacd.config.schema import parse_config
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""An error no restart can fix (daemon/configfault.py) in the job state machine, edge by edge, on a fake clock.
+"""An error no restart can fix (daemon/attempt/config_fault.py) in the job state machine, edge by edge, on a fake clock.
 
 An unknown task, a rejected Hydra override or flag, a missing module or file: the job fails at once with the
 trainer's own line and the key to change, no restart is counted, and `isaacd start` launches again after a fix.

@@ -106,7 +106,7 @@ def test_a_spares_attempt_is_not_blamed_for_the_dead_trainers_oom(tmp_path):
     is read from the takeover on."""
     import os
 
-    from isaacd.joblogs import exit_with_log_tail
+    from isaacd.attempt.exit_tail import exit_with_log_tail
     from isaacd.attempt.spare import SpareKeeper, _Spare
     from isaacd.observations.shim_events import ShimEvents
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from isaacd.config.schema import parse_config
-from isaacd.joblogs import show_attempt_logs
+from isaacd.cli.job_logs import show_attempt_logs
 from isaacd.history.store import Attempt, JobHistory, StateStore
 
 

@@ -10,7 +10,7 @@ from isaacd.jobs import machine
 from isaacd.jobs.effects import Event, Kill, Launch, Persist
 from isaacd.jobs.messages import Exited, LaunchOverdue, ReasonClass, Tick
 from isaacd.jobs.model import JobModel, JobState, LaunchIntent, Origin
-from isaacd.render import launch_wait_text
+from isaacd.cli.render import launch_wait_text
 from isaacd.status.types import JobStatus, LaunchWaitStatus
 from test_job_machine import Policy
 

@@ -230,7 +230,7 @@ def test_podman_ports_are_published_on_loopback(tmp_path, podman_url, cleanup_co
     attrs = rt._attrs(h.state["id"])
     binding = attrs["HostConfig"]["PortBindings"][f"{port}/tcp"]
     assert binding == [{"HostIp": "127.0.0.1", "HostPort": str(port)}]
-    from isaacd.doctor import wildcard_listeners
+    from isaacd.cli.doctor import wildcard_listeners
 
     assert not [w for w in wildcard_listeners() if w["port"] == port]
     rt.kill(h)

@@ -31,7 +31,7 @@ from isaacd.runtimes.container_spec import (
 )
 from isaacd.runtimes.quadlet import render_quadlet, render_service
 from isaacd.runtimes.unit_syntax import sd_quote, sd_split
-from isaacd.units import AGENT_UNIT_NAME, UNIT_NAME, install_units, render_agent_unit, render_supervisor_unit
+from isaacd.service.units import AGENT_UNIT_NAME, UNIT_NAME, install_units, render_agent_unit, render_supervisor_unit
 
 sys.path.insert(0, str(Path(__file__).parent / "testbed"))
 import tb as testbed  # noqa: E402

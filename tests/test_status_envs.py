@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import time
 
-from isaacd.render import format_status
+from isaacd.cli.render import format_status
 
 NOW = time.time()
 

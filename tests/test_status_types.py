@@ -18,7 +18,7 @@ from prometheus_client import generate_latest
 
 from isaacd.config.schema import parse_config
 from isaacd.metrics import build_registry
-from isaacd.render import format_status
+from isaacd.cli.render import format_status
 from isaacd.runner import JobRunner
 from isaacd.status import types as status_types
 from isaacd.status.types import (
@@ -197,7 +197,7 @@ def test_metrics_read_the_typed_status_as_they_read_its_json():
 
 STATUS_CLASSES = {name: cls for name, cls in vars(status_types).items() if isinstance(cls, type)
                   and dataclasses.is_dataclass(cls) and cls.__module__ == status_types.__name__}
-READERS = ["render.py", "backup/render.py", "cli.py", "metrics/collector.py", "metrics/attribution.py",
+READERS = ["cli/render.py", "cli/render_backup.py", "cli/main.py", "metrics/collector.py", "metrics/attribution.py",
            "metrics/status.py", "supervisor.py", "attempt/job_status.py"]
 
 

@@ -12,7 +12,7 @@ The checks follow gymnasium/envs/registration.py (1.4.0 in .venv-isaaclab3; Isaa
 texts are the same): ``ENV_ID_RE`` / ``parse_env_id``, ``spec`` (:993), ``_check_version_exists`` (:371),
 ``_check_name_exists`` (:349), ``_check_namespace_exists`` (:322). The built-in trainer has no gymnasium; the error
 classes carry gymnasium's module and names so the traceback reads as upstream's (and isaacd's exit classifier,
-daemon/configfault.py, reads them the same way). Stdlib only: ``isaacd check-config`` runs it in the daemon.
+daemon/attempt/config_fault.py, reads them the same way). Stdlib only: ``isaacd check-config`` runs it in the daemon.
 """
 
 from __future__ import annotations

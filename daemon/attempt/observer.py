@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Callable
 
 from ..runtimes import trainer_command
-from ..configfault import named_in_config
+from .config_fault import named_in_config
 from ..gpu.oom_memory import OomNote
 from ..jobs.messages import CudaOom, Exited, Message, Progressed, TrainerConfigError
 from ..jobs.model import JobState
-from ..joblogs import ExitWithOutput, exit_with_log_tail, last_output_line
+from .exit_tail import ExitWithOutput, exit_with_log_tail, last_output_line
 from ..observations.checkpoints import Checkpoint, sweep_snapshot_temps
 from ..observations.shim_events import ShimEvents
 from ..observations.tensorboard import ScalarPoint, TensorBoardTail, finite_or_none

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..clock import Clock
 from ..jobs.model import JobModel, JobState
-from ..logs import log
+from ..daemon_log import log
 from ..history.rebuild import load_history
 from ..history.store import Attempt, JobHistory, LegacyCounters, StateStore
 from .setting import JobSetting

@@ -53,7 +53,7 @@ from ..runtimes import trainer_command
 from .setting import JobSetting
 from ..config.schema import JobConfig
 from ..jobs.model import JobState
-from ..logs import log
+from ..daemon_log import log
 from ..os_seam.oscalls import HOST_OS, OsCalls, ProcFs
 from ..runtimes.base import Handle, LaunchSpec, Runtime
 from ..runtimes.container_spec import container_args, container_device_arg, hand_to_container_user

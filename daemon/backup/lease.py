@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any, Mapping, Protocol
 
-from ..logs import log
+from ..daemon_log import log
 from .fingerprint import Fingerprint, describe
 from .notes import Notes
 from .objects import BackupError, Conflict, ObjectStore

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..logs import log
+from ..daemon_log import log
 from ..observations.checkpoints import SNAPSHOT_PREFIX, Checkpoint, CheckpointLayout, checkpoint_problem, list_checkpoints
 from ..config.backup import BackupConfig
 from .fingerprint import describe, differences

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.schema import JobConfig
-from ..logs import log
+from ..daemon_log import log
 from ..observations.checkpoints import RSL_RL_LAYOUT, CheckpointLayout, Lineage, choose_resume
 from .store import Attempt, HistoryCorrupt, JobHistory, LegacyCounters, StateStore
 

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..logs import log
+from ..daemon_log import log
 
 MAX_ATTEMPTS_KEPT = 500
 

@@ -40,7 +40,7 @@ class ReasonClass(enum.StrEnum):
     SIGNAL = "signal"  # killed by a signal
     OOM = "oom"  # OOM-killed by the kernel
     CUDA_OOM = "cuda_oom"  # out of GPU memory, by the trainer's last output
-    CONFIG_ERROR = "config_error"  # the trainer cannot run as configured (daemon/configfault.py): never restarted
+    CONFIG_ERROR = "config_error"  # the trainer cannot run as configured (daemon/attempt/config_fault.py): never restarted
     WATCHDOG = "watchdog"  # a watchdog asked for the restart (never an exit's class)
     OPERATOR = "operator"  # stopped outside isaacd, or an operator's restart
     LOST = "lost"  # the exit status is unknown (vanished while the supervisor was down), or the launch failed
@@ -135,7 +135,7 @@ class CudaOom:
 
 @dataclass(frozen=True)
 class TrainerConfigError:
-    """The trainer's output says it cannot run as configured (daemon/configfault.py): an unknown task, a rejected
+    """The trainer's output says it cannot run as configured (daemon/attempt/config_fault.py): an unknown task, a rejected
     Hydra override or flag, a missing module or file. A restart would fail the same way."""
 
     kind: str  # unknown_task | unknown_agent | hydra_override | argparse | missing_module | missing_file

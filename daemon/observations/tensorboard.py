@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..logs import log
+from ..daemon_log import log
 from .tfrecord import EventFileReader
 
 REWARD_TAGS = ("Train/mean_reward",)

@@ -14,7 +14,7 @@ import os
 import select
 import threading
 
-from ..logs import log
+from ..daemon_log import log
 
 
 class ExitWatcher:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.schema import Config, JobConfig
-from ..logs import log
+from ..daemon_log import log
 from .base import ExitStatus, Handle, LaunchSpec, RuntimeFailure
 from .container_runtime import STALE_KILL_WAIT, STALE_STOP_MAX, ContainerRuntime
 from .container_spec import LEGACY_TOKEN_LABEL, TOKEN_LABEL, container_name, is_spare_container, prepare_log_root

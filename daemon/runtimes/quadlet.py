@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..units import UNIT_NAME as SUPERVISOR_UNIT
+from ..service.units import UNIT_NAME as SUPERVISOR_UNIT
 from .container_spec import ContainerSpec, cli_words, container_name, is_spare_container, spare_container_name
 from .unit_syntax import sd_escape, sd_quote
 

@@ -45,7 +45,7 @@ from typing import Any
 from isaacd_trainer.shim_protocol import SHIM_EVENTS_ENV
 
 from ..config.schema import Config, JobConfig, RayConfig
-from ..logs import log
+from ..daemon_log import log
 from .base import ExitStatus, Handle, LaunchSpec, RuntimeFailure
 from .view import RuntimeView
 from .worker import Slot, Worker

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.schema import Config, JobConfig
-from ..logs import log
+from ..daemon_log import log
 from .base import ExitStatus, Handle, LaunchSpec, RuntimeFailure
 from .container_runtime import STALE_STOP_MAX, ContainerRuntime
 from .container_spec import (ContainerSpec, container_name, is_spare_container, prepare_log_root,

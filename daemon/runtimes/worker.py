@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..logs import log
+from ..daemon_log import log
 
 MISSING = object()
 

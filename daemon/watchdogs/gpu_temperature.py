@@ -12,7 +12,7 @@ from typing import Any
 
 from ..jobs.messages import Start, WatchdogAction
 from ..jobs.model import Origin
-from ..logs import log
+from ..daemon_log import log
 from .base import GpuReading, JobView, Verdict, Watchdog
 from ..config.watchdogs import GpuTemperature
 

@@ -1,7 +1,7 @@
 """Does the job's trainer know its task? Asked of the trainer's own task registry, without booting the simulator.
 
 A wrong task id fails a launch only after the trainer's imports (seconds on Isaac Lab 3.x kit-less, minutes with
-Isaac Sim), and fails every restart the same way (jobs/machine.py fails it at once now: daemon/configfault.py). This
+Isaac Sim), and fails every restart the same way (jobs/machine.py fails it at once now: daemon/attempt/config_fault.py). This
 catches it earlier, for `isaacd check-config` and `isaacd doctor`, with the closest registered id:
 
 built-in trainer

@@ -6,7 +6,7 @@ from __future__ import annotations
 import resource
 from pathlib import Path
 
-from isaacd import doctor
+from isaacd.cli import doctor
 from isaacd.config.schema import parse_config
 from isaacd.runtimes import host
 

@@ -3,7 +3,7 @@ the prefix when it is not this supervisor (backup/lease.py) with the fix."""
 
 from __future__ import annotations
 
-from ..durations import age
+from .durations import age
 from ..status.types import JobStatus
 
 

@@ -20,12 +20,12 @@ from typing import Any, Callable
 
 import yaml
 
-from .backup.doctor import check_backup
+from .doctor_backup import check_backup
 from .checks import Check
-from .config.schema import Config, JobConfig
-from .runtimes.container_spec import cdi_devices, parse_port, parse_size
-from .runtimes.host import has_cap_sys_resource, podman_binary, podman_version
-from .runtimes.quadlet import GENERATOR_PATHS, quadlet_binary
+from ..config.schema import Config, JobConfig
+from ..runtimes.container_spec import cdi_devices, parse_port, parse_size
+from ..runtimes.host import has_cap_sys_resource, podman_binary, podman_version
+from ..runtimes.quadlet import GENERATOR_PATHS, quadlet_binary
 
 CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"), Path("/run/cdi"))
 QUADLET_MIN = (4, 4)
@@ -319,7 +319,7 @@ STATE_FREE_FAIL = 100 * 2**20
 def check_state_disk(cfg: Config) -> Check:
     """The state dir holds job history, event journals and trainer logs: isaacd cannot record restarts
     or keep trainer output when it is full."""
-    from .volumes import space
+    from ..volumes import space
 
     path = cfg.supervisor.state_dir
     sp = space(path)
@@ -440,7 +440,7 @@ def check_images(cfg: Config) -> list[Check]:
 
 def check_workflows(cfg: Config) -> list[Check]:
     """Each job's trainer contract: the Isaac Lab generation, the train script, the launcher."""
-    from .workflows import WorkflowError, resolve
+    from ..workflows import WorkflowError, resolve
 
     out = []
     for j in cfg.jobs:
@@ -456,8 +456,8 @@ def check_workflows(cfg: Config) -> list[Check]:
 
 def check_tasks(cfg: Config) -> list[Check]:
     """Each job's task against its trainer's registry, without booting the simulator (workflows/registry.py)."""
-    from .workflows import WorkflowError, resolve
-    from .workflows.registry import check_task
+    from ..workflows import WorkflowError, resolve
+    from ..workflows.registry import check_task
 
     out = []
     for j in cfg.jobs:
@@ -480,7 +480,7 @@ def check_tasks(cfg: Config) -> list[Check]:
 
 def check_compile_caches(cfg: Config) -> list[Check]:
     """Each job's compile caches (issue 21): where they are, how big, and whether isaacd can write them."""
-    from .caches import compile_caches
+    from ..caches import compile_caches
 
     out = []
     for j in cfg.jobs:

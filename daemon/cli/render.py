@@ -10,9 +10,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .backup.render import backup_note
+from .render_backup import backup_note
 from .durations import age
-from .status.types import JobStatus, LaunchWaitStatus, Status
+from ..status.types import JobStatus, LaunchWaitStatus, Status
 
 
 def _num(v: float | None, fmt: str = "{:.2f}") -> str:

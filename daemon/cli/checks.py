@@ -1,7 +1,7 @@
 """One finding of `isaacd doctor`: what was checked, how it went, and the fix.
 
-Its own module so the checks that live beside what they check (backup/doctor.py) need not import doctor.py,
-which gathers them all.
+Its own module so a check kept in a module of its own (doctor_backup.py) need not import doctor.py, which
+gathers them all.
 """
 
 from __future__ import annotations

@@ -19,11 +19,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
-from . import __version__
-from .control import NotRunning, request
-from .config.locate import EMBEDDED_DEFAULT_NAME, Ambiguous, Found, config_path, find_socket, not_running_hint
-from .status.types import JobStatus, Status
-from .wording import no_such_job
+from .. import __version__
+from ..control import NotRunning, request
+from ..config.locate import EMBEDDED_DEFAULT_NAME, Ambiguous, Found, config_path, find_socket, not_running_hint
+from ..status.types import JobStatus, Status
+from ..wording import no_such_job
 
 
 class CliError(Exception):
@@ -36,7 +36,7 @@ class CliError(Exception):
 
 def _load(arg: str | None) -> tuple[Any, str | None]:
     """The full, validated config (imports pydantic: only for commands that need more than the socket)."""
-    from .config.schema import ConfigError, load_config, load_embedded_default
+    from ..config.schema import ConfigError, load_config, load_embedded_default
 
     path = config_path(arg)
     try:
@@ -68,7 +68,7 @@ class Client:
 
 # ---- commands -------------------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
-    from .foreground import run_supervisor
+    from ..foreground import run_supervisor
 
     cfg, path = _load(args.config)
     return run_supervisor(cfg, path)
@@ -80,14 +80,14 @@ def cmd_check_config(args: argparse.Namespace) -> int:
                        "give one: `isaacd check-config FILE`", 2)
     file = args.file or args.config
     cfg, path = _load(file)
-    from .config.schema import ConfigError
-    from .workflows import config_issues  # what only the filesystem can tell: train script, Isaac Lab generation
+    from ..config.schema import ConfigError
+    from ..workflows import config_issues  # what only the filesystem can tell: train script, Isaac Lab generation
 
     issues = config_issues(cfg)
     if issues:
         raise CliError(str(ConfigError(str(path or EMBEDDED_DEFAULT_NAME), issues)), 2)
     print(f"{path or EMBEDDED_DEFAULT_NAME}: OK, {len(cfg.jobs)} job(s): {', '.join(j.name for j in cfg.jobs) or '-'}")
-    from .workflows import resolve
+    from ..workflows import resolve
 
     for j in cfg.jobs:  # the contract each job's trainer speaks: its Isaac Lab version and where it was read
         print(f"  {j.name}: {resolve(j).workflow.contract}")  # (the launcher's probe is cached: no second run)
@@ -202,7 +202,7 @@ def cmd_reload(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from .joblogs import show_logs
+    from .job_logs import show_logs
 
     cfg, _ = _load(args.config)
     return show_logs(cfg, args.job, follow=args.follow, lines=args.lines, attempt=args.attempt)
@@ -232,14 +232,14 @@ def cmd_cordon(args: argparse.Namespace) -> int:
 
 
 def cmd_agent(args: argparse.Namespace) -> int:
-    from .agent import run_agent
+    from ..agent import run_agent
 
     cfg, _ = _load(args.config)
     return run_agent(cfg, node=args.node, listen=args.listen, health_file=args.health_file)
 
 
 def cmd_install_units(args: argparse.Namespace) -> int:
-    from .units import install_units
+    from ..service.units import install_units
 
     return install_units(args)
 
@@ -438,7 +438,7 @@ def _main(argv: list[str] | None) -> int:
 def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     if "run" in words:  # `isaacd run`: a SIGHUP while starting up is a reload request, not death
-        from .early_signals import defer
+        from ..service.early_signals import defer
 
         defer()
     try:

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..checks import Check
+from .checks import Check
 import os
 import time
 import uuid
 
 from ..config.backup import BackupConfig
-from .lease import FIX, LEASE_KEY, Identity, Verdict, decide, holder_text, machine_id, parse
-from .objects import BackupError, Conflict, ObjectStore
+from ..backup.lease import FIX, LEASE_KEY, Identity, Verdict, decide, holder_text, machine_id, parse
+from ..backup.objects import BackupError, Conflict, ObjectStore
 
 if TYPE_CHECKING:
     from ..config.schema import Config

@@ -1,0 +1,135 @@
+"""`isaacd logs JOB`: the trainer's output wherever the job's runtime put it (a log file, a Podman container's log,
+a systemd unit's journal), the whole job's or one attempt's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from ..config.schema import Config
+from ..history.store import StateStore
+from ..runtimes.container_spec import container_name
+from ..runtimes.quadlet import unit_name
+from ..wording import no_such_job
+
+
+def show_logs(cfg: Config, job: str, follow: bool = False, lines: int = 50, attempt: int | None = None) -> int:
+    job_cfg = cfg.job(job)
+    if job_cfg is None:
+        print(f"isaacd: {no_such_job(job, [j.name for j in cfg.jobs])}", file=sys.stderr)
+        return 1
+    if attempt is not None:
+        return show_attempt_logs(cfg, job, attempt, follow, lines)
+    if job_cfg.runtime == "systemd":
+        unit = _attempt_handle(cfg, job).get("unit") or unit_name(job)  # a warm spare's unit that took it over
+        cmd = ["journalctl", "--no-pager", "-n", str(lines), "-u", str(unit)] + (["-f"] if follow else [])
+        return subprocess.call(cmd)
+    if job_cfg.runtime == "podman":
+        container = _attempt_handle(cfg, job).get("container") or container_name(job)  # or a spare's, took over
+        cmd = ["podman", "logs", "--tail", str(lines)] + (["-f"] if follow else []) + [str(container)]
+        return subprocess.call(cmd)
+    path = cfg.supervisor.state_dir / "logs" / f"{job}.log"
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        print(f"isaacd: no log yet at {path}", file=sys.stderr)
+        return 1
+    return _print_log(fh, path, lines, follow)
+
+
+def _print_log(fh: BinaryIO, path: Path, lines: int, follow: bool, end: int | None = None) -> int:
+    """The last `lines` lines from fh's position up to `end` (None: the end of the file), then, with `follow`, what
+    is written after them until Ctrl-C."""
+    with fh:
+        tail: deque[bytes] = deque(maxlen=lines)
+        pos = fh.tell()
+        for line in fh:  # streamed: a job's log holds every attempt's output
+            if end is not None and pos + len(line) > end:
+                if pos < end:
+                    tail.append(line[:end - pos])
+                break
+            pos += len(line)
+            tail.append(line)
+        for line in tail:
+            sys.stdout.buffer.write(line)
+        sys.stdout.flush()
+        while follow:
+            chunk = fh.read()
+            if chunk:
+                sys.stdout.buffer.write(chunk)
+                sys.stdout.flush()
+            else:
+                time.sleep(0.5)
+                if os.stat(path).st_size < fh.tell():
+                    fh.seek(0)  # truncated/rotated
+    return 0
+
+
+def show_attempt_logs(cfg: Config, job: str, number: int, follow: bool, lines: int) -> int:
+    """`isaacd logs --attempt N JOB`: attempt N's output. The process and ray runtimes append every attempt to one
+    file and save where each began (its handle's log_offset, runtimes/process.py): N's output runs from its offset to
+    the next attempt's. A systemd unit's journal is read from N's start to the next's; podman keeps only the newest
+    attempt's container (the next start replaces it), so an earlier one's output is gone there."""
+    try:
+        attempts = StateStore(cfg.supervisor.state_dir).load(job).attempts
+    except Exception as exc:  # noqa: BLE001 - a damaged history: the running supervisor rebuilds it, we only read
+        print(f"isaacd: cannot read {job}'s history: {exc}", file=sys.stderr)
+        return 1
+    found = next((i for i, a in enumerate(attempts) if a.number == number), None)
+    if found is None:
+        have = f"attempts {attempts[0].number}-{attempts[-1].number}" if attempts else "no attempts yet"
+        print(f"isaacd: {job} has no attempt {number} ({have}; `isaacd events {job}` shows each start)",
+              file=sys.stderr)
+        return 1
+    a, newest = attempts[found], found == len(attempts) - 1
+    if follow and not newest:
+        print(f"isaacd: attempt {number} of {job} has ended; -f follows only its newest attempt "
+              f"({attempts[-1].number})", file=sys.stderr)
+        return 2
+    st = a.handle or {}
+    if a.runtime == "systemd" and st.get("unit"):
+        # from N's start to the next attempt's (whose output cannot come before it): journald stamps a line when it
+        # receives it, which may be after the supervisor saw the trainer end, so N's end would cut its last words
+        until = attempts[found + 1].started_at if not newest else None
+        window = ["--since", f"@{a.started_at:.6f}"] + ([] if until is None else ["--until", f"@{until:.6f}"])
+        return subprocess.call(["journalctl", "--no-pager", "-n", str(lines), "-u", str(st["unit"]), *window]
+                               + (["-f"] if follow else []))
+    if a.runtime == "podman":
+        if not newest:
+            print(f"isaacd: attempt {number} of {job} ran in a Podman container that the next start replaced, with "
+                  f"its output; only the newest attempt's is kept (`isaacd logs {job}`)", file=sys.stderr)
+            return 1
+        return show_logs(cfg, job, follow, lines)
+    path, start = st.get("log_path"), st.get("log_offset")
+    if not path or not isinstance(start, int):
+        print(f"isaacd: attempt {number} of {job} has no output on record (it never started a trainer)",
+              file=sys.stderr)
+        return 1
+    later = [b.handle.get("log_offset") for b in attempts[found + 1:] if (b.handle or {}).get("log_path") == path]
+    end = next((o for o in later if isinstance(o, int) and o >= start), None)
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        print(f"isaacd: {path} is gone, with attempt {number}'s output", file=sys.stderr)
+        return 1
+    if os.fstat(fh.fileno()).st_size < start:
+        fh.close()
+        print(f"isaacd: {path} was truncated since attempt {number} ran: its output is gone", file=sys.stderr)
+        return 1
+    fh.seek(start)
+    return _print_log(fh, Path(path), lines, follow, end)
+
+
+def _attempt_handle(cfg: Config, job: str) -> dict[str, Any]:
+    """The saved Handle.state of the job's newest attempt (its container or unit: the job's own, or a warm spare's
+    that took the attempt over); {} when there is none (or no history we can read)."""
+    try:
+        attempt = StateStore(cfg.supervisor.state_dir).load(job).current
+    except Exception:  # noqa: BLE001 - no history yet, or one we cannot read: the name a cold launch gives
+        attempt = None
+    return dict(attempt.handle or {}) if attempt is not None else {}
