@@ -1,4 +1,4 @@
-"""A fake kernel for the OS seam (isaacd/oscalls.py): a process table, a /proc rendered from it, process groups
+"""A fake kernel for the OS seam (isaacd/os_seam/oscalls.py): a process table, a /proc rendered from it, process groups
 that signals reach, children that are reaped by poll. It plays supervisord's DummyOptions part
 (supervisor/tests/base.py): it records what was asked (spawns, group signals) and answers what a test set up,
 so the process runtime's decisions are proven without a single process. The thin real calls are proven by the

@@ -2,7 +2,7 @@
 
 The tails below were captured from the real Isaac Lab 3.0.0 (kit-less, `.venv-isaaclab3/bin/python -m isaaclab train
 --rl_library rsl_rl ...` on this CPU machine), trimmed to their last lines; the code that prints each is cited in
-configfault.py.
+config_fault.py.
 """
 
 from __future__ import annotations

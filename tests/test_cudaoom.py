@@ -1,4 +1,4 @@
-"""Recognising a CUDA out-of-memory in a trainer's last output (daemon/gpu/oom_message.py) and in its exit (joblogs.py).
+"""Recognising a CUDA out-of-memory in a trainer's last output (daemon/gpu/oom_message.py) and in its exit (attempt/exit_tail.py).
 
 The texts are the ones upstream prints (sources named in daemon/gpu/oom_message.py), as they reach the job's log.
 """

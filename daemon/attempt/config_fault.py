@@ -3,7 +3,7 @@
 A trainer told to train a task its registry lacks, handed a Hydra override or a flag its parser rejects, or pointed
 at a module or file that is not there exits like any crash (code 1, or argparse's 2), and fails the same way on
 every restart: on an Isaac Sim host each of those restarts is a full boot of minutes. Only the output says why, so
-the exit's output tail (joblogs.py) is matched against the texts the code under an Isaac Lab trainer really prints.
+the exit's output tail (exit_tail.py) is matched against the texts the code under an Isaac Lab trainer really prints.
 Each form names the source it was read from (the isaaclab 3.0.0 wheel and its dependencies in .venv-isaaclab3 are
 the code of record; Isaac Lab 2.x is isaac-sim/IsaacLab @f6e936b3 / 011c373c):
 

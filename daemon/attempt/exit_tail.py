@@ -105,7 +105,7 @@ def _failed_by_itself(status: ExitStatus) -> bool:
 def exit_with_log_tail(status: ExitStatus, handle: Handle | None, named: Named | None = None) -> ExitStatus:
     """For a trainer that failed on its own, the same status quoting its last output (and recognising a CUDA
     out-of-memory in it, or an error no restart can fix: `named` are the job's config values such an error may
-    name, configfault.named_in_config)."""
+    name, config_fault.named_in_config)."""
     if handle is None or not _failed_by_itself(status):
         return status
     log_path = handle.state.get("log_path")

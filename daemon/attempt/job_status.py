@@ -83,7 +83,7 @@ def checkpoint_status(c: Checkpoint | None) -> CheckpointStatus | None:
 
 
 def compile_cache_status(cfg: JobConfig, state_dir: Path, sizes: SizeSampler = SIZES) -> tuple[CompileCacheStatus, ...]:
-    """The job's compile caches with their last measured sizes (walked off the tick: cache_sizes.py)."""
+    """The job's compile caches with their last measured sizes (walked off the tick: caches/sizes.py)."""
     return tuple(CompileCacheStatus(name=d.name, path=str(d.host), size_bytes=sizes.size(d.host))
                  for d in compile_caches.for_job(cfg, state_dir))
 

@@ -307,7 +307,7 @@ class SpareKeeper:
         if GO_LOG in go:  # a booted spare's boot wrote to boot.log; from the go on it writes to the job log
             sp.handle.state["log_path"] = go[GO_LOG]
         # the attempt's output starts here: what the dead trainer wrote after the spare started is not the
-        # attempt's (its exit reason and a CUDA out-of-memory are read from this offset on, joblogs.py)
+        # attempt's (its exit reason and a CUDA out-of-memory are read from this offset on, exit_tail.py)
         log_path = sp.handle.state.get("log_path")
         if log_path:
             try:

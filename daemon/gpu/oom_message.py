@@ -1,7 +1,7 @@
 """Is this trainer's last output a CUDA out-of-memory? The forms upstream prints, and what to do about each.
 
 A trainer that ran out of GPU memory exits like any crash (Python: code 1 after the traceback; a C++ abort:
-SIGABRT). Only its output says why, so the exit's output tail (joblogs.py) is matched against the texts the
+SIGABRT). Only its output says why, so the exit's output tail (attempt/exit_tail.py) is matched against the texts the
 libraries under an Isaac Lab trainer really print. Each form names the source it was read from:
 
 torch (``kind = "torch"``)

@@ -7,7 +7,7 @@ one thin call with no decision in it; what to spawn, which group to signal, how 
 whether a pid is still ours is decided by the callers, so their unit tests run against a fake
 (tests/os_fakes.py) without a single process, and the e2e tests prove this thin layer on the real kernel.
 
-Stdlib only: the Ray actor imports runtimes/proctree.py (and so this module) on the node.
+Stdlib only: the Ray actor imports proctree.py (and so this module) on the node.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class Child(Protocol):
 
 
 class ProcFs(Protocol):
-    """Reading /proc: what the process-tree walk needs (runtimes/proctree.py)."""
+    """Reading /proc: what the process-tree walk needs (proctree.py)."""
 
     def list_pids(self) -> list[int]:
         """Every pid /proc shows now."""

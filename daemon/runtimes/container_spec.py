@@ -261,7 +261,7 @@ class ContainerSpec:
         volumes.append((log_root, f"{workdir}/logs", ""))
         env = container_env(job)
         # the compile caches (prepared and handed to container.user by the planner): Warp's, and Kit's for
-        # Isaac Sim-based images, at upstream's places (compile_caches.py)
+        # Isaac Sim-based images, at upstream's places (caches/compile_caches.py)
         caches = list(spec.caches)
         volumes.extend(container_volumes(caches))
         env.update(cache_trainer_env(caches, env))

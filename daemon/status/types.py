@@ -75,7 +75,7 @@ SPARE_LIVE = ("ready", "starting")
 
 @dataclass(frozen=True, slots=True)
 class SpareStatus:
-    """The warm spare (spare.py): "ready" or "starting" with its process and costs, or "none"/"off" with why."""
+    """The warm spare (attempt/spare.py): "ready" or "starting" with its process and costs, or "none"/"off" with why."""
 
     state: str
     reason: str | None = None  # "off": why no spare is kept
