@@ -57,7 +57,7 @@ CONTAINER_BASE_ENV = {
 # the launch token (LaunchSpec.token) on the container: `find` looks for it; containers started by
 # isaacd before the token had this name carry the older label
 TOKEN_LABEL = "isaacd.token"
-LEGACY_TOKEN_LABEL = "isaacd.runtimes.trainer_command"
+LEGACY_TOKEN_LABEL = "isaacd.launch"
 
 # what a spare's container takes from its LaunchSpec.env besides ISAACD_SPARE_* (an attempt's container takes the
 # job's environment only): its token, and the W&B placeholder a booted boot needs (spare.py)
