@@ -7,4 +7,10 @@
   observer.py    turns the runtime's poll, the TensorBoard tail and the shim's events into messages
   recovery.py    what a supervisor start finds (a live trainer, an unfinished launch), said as messages
   crashpoint.py  the crash test's seam at the effect boundaries
+  deadlines.py, launch_watch.py  the waits of a launch and the starting attempt held to them
+  reset.py       `isaacd reset`'s act at the fresh launch
+  spare.py       the warm spare, waiting to take an attempt over; spare_mode.py which spare a job gets (pure)
+  job_status.py  the job's JobStatus, built from the parts at each publish
+  exit_tail.py   the tail of the trainer's output that explains an exit; config_fault.py an error in it that no
+                 restart can fix
 """

@@ -4,6 +4,9 @@
     sampler = GpuSampler(make_source("nvml"), sample_interval=1.0, slow_interval=10.0).start()
     snap = sampler.snapshot()          # immutable; never blocks on NVML
     snap.samples[0].temperature_celsius
+
+Beside the telemetry, the GPU helpers of a CUDA out-of-memory: `oom_message.py` finds it in a trainer's output,
+`oom_memory.py` says who held the memory and how it grew.
 """
 
 from .nvml import NvmlSource  # pynvml itself is imported when NVML is first opened, not here
