@@ -32,16 +32,16 @@ __all__ = ["procs"]  # the fixture
 # ------------------------------------------------------------------------------------------------ the decision
 def test_a_wrapped_trainer_waits_out_the_window_for_the_forwarded_copy_before_cleanup():
     shim = _shim_by_path()  # the shim as the file it is run from
-    w = shim._DUPLICATE_WINDOW_S
-    assert shim._forwarded_copy_wait_s(now=100.05, first_at=100.0, duplicates=0, group_leader=False) == \
+    w = shim.hooks._DUPLICATE_WINDOW_S
+    assert shim.hooks._forwarded_copy_wait_s(now=100.05, first_at=100.0, duplicates=0, group_leader=False) == \
         pytest.approx(w - 0.05)
-    assert shim._forwarded_copy_wait_s(now=100.0 + w + 0.5, first_at=100.0, duplicates=0, group_leader=False) == 0
+    assert shim.hooks._forwarded_copy_wait_s(now=100.0 + w + 0.5, first_at=100.0, duplicates=0, group_leader=False) == 0
 
 
 def test_no_wait_once_the_copy_came_or_when_nothing_sits_between_the_sender_and_the_trainer():
     shim = _shim_by_path()  # the shim as the file it is run from
-    assert shim._forwarded_copy_wait_s(now=100.05, first_at=100.0, duplicates=1, group_leader=False) == 0
-    assert shim._forwarded_copy_wait_s(now=100.05, first_at=100.0, duplicates=0, group_leader=True) == 0
+    assert shim.hooks._forwarded_copy_wait_s(now=100.05, first_at=100.0, duplicates=1, group_leader=False) == 0
+    assert shim.hooks._forwarded_copy_wait_s(now=100.05, first_at=100.0, duplicates=0, group_leader=True) == 0
 
 
 # ------------------------------------------------------------------------------------------------ under real uv

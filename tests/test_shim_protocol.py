@@ -20,7 +20,7 @@ from isaacd.observations.shim_events import ShimEvents
 from isaacd.runtimes.base import LaunchSpec
 from isaacd.runtimes.quadlet import ContainerSpec
 from isaacd.attempt.spare import go_message
-from isaacd_trainer.shim_protocol import (PROTOCOL_IN_CONTAINER, SHIM_EVENTS_ENV, SHIM_IN_CONTAINER,
+from isaacd_trainer.shim_protocol import (PROTOCOL_IN_CONTAINER, SHIM_EVENTS_ENV, SHIM_FILES, SHIM_IN_CONTAINER,
                                           SNAPSHOT_EVERY_ENV, ShimEvent)
 
 SHIM = Path(__file__).resolve().parents[1] / "trainer" / "shim.py"
@@ -111,7 +111,8 @@ def container_copy(tmp_path: Path) -> tuple[Path, Path]:
                       cwd=Path("/"), log_path=Path("/tmp/x.log"))
     mounts = [(host, inside) for host, inside, mode in ContainerSpec.from_launch(spec, "tok", 1).volumes
               if inside.startswith("/opt/isaacd/") and mode == "ro"]
-    assert {inside for _, inside in mounts} == {SHIM_IN_CONTAINER, PROTOCOL_IN_CONTAINER}
+    assert {inside for _, inside in mounts} == {inside for _, inside in SHIM_FILES}  # the shim and all it loads
+    assert {SHIM_IN_CONTAINER, PROTOCOL_IN_CONTAINER} <= {inside for _, inside in mounts}
     root = tmp_path / "container"
     for host, inside in mounts:
         dest = root / inside.lstrip("/")
@@ -205,18 +206,18 @@ def test_the_daemons_go_line_is_what_the_spare_parses():
            "HOME": "/root", "CUDA_VISIBLE_DEVICES": "0"}
     go = go_message(["-m", "isaacd_trainer", "--max_iterations", "5"], Path("/work/job"), False, env)
     line = json.dumps(go).encode()  # as SpareKeeper.take writes it, less the newline the reader splits on
-    argv, got_env, cwd, log, plain = shim._parse_go(line)
+    argv, got_env, cwd, log, plain = shim.spare._parse_go(line)
     assert argv == ["-m", "isaacd_trainer", "--max_iterations", "5"] and cwd == "/work/job" and log is None
     assert got_env == {SHIM_EVENTS_ENV: "/s/attempt-2.jsonl", SNAPSHOT_EVERY_ENV: "1", "WANDB_RUN_ID": "job-1"}
     assert plain is False
-    assert shim._parse_go(json.dumps(go_message(["t.py"], Path("/w"), True, {})).encode())[4] is True
+    assert shim.spare._parse_go(json.dumps(go_message(["t.py"], Path("/w"), True, {})).encode())[4] is True
 
 
 def test_snapshot_names_the_shim_writes_are_the_ones_the_daemon_knows():
     from isaacd.observations.checkpoints import CHECKPOINT_RE, SNAPSHOT_PREFIX, SNAPSHOT_TEMP_RE
 
     shim = _shim_by_path()
-    name = shim.snapshot_name(12)
+    name = shim.snapshots.snapshot_name(12)
     assert name == "isaacd_snapshot_12.pt" and name.startswith(SNAPSHOT_PREFIX)
     assert CHECKPOINT_RE.match(name).group(1) == "12"
     temp = shim.P.snapshot_temp_name(name, 4242)

@@ -16,7 +16,7 @@ from isaacd.config.schema import ConfigError, JobConfig, parse_config
 from isaacd.attempt.spare import remove_staging, stage_booted, sweep_staging
 from isaacd.attempt.spare_mode import (GiB, Room, booted_resume, choose_mode, gpu_rooms, host_room, room_problem,
                                spare_setting, split_attempt_flags)
-from isaacd_trainer import shim
+from isaacd_trainer import shim_spare
 from isaacd_trainer.upstream import resolve_checkpoint_selector, write_run_manifest
 
 
@@ -135,19 +135,19 @@ def test_staging_is_made_swept_and_removed(tmp_path):
 # ---- the shim's hand-over --------------------------------------------------------------------------------------
 def test_fresh_run_name_is_a_cold_starts_and_moves_on_when_taken(tmp_path):
     now = time.mktime((2026, 12, 4, 9, 0, 0, 0, 0, -1))
-    assert shim._fresh_run_name("2026-12-04_07-42-44_cp", str(tmp_path), now) == "2026-12-04_09-00-00_cp"
+    assert shim_spare._fresh_run_name("2026-12-04_07-42-44_cp", str(tmp_path), now) == "2026-12-04_09-00-00_cp"
     (tmp_path / "2026-12-04_09-00-00_cp").mkdir()
-    assert shim._fresh_run_name("2026-12-04_07-42-44_cp", str(tmp_path), now) == "2026-12-04_09-00-01_cp"
-    assert shim._fresh_run_name("2026-12-04_07-42-44", str(tmp_path), now) == "2026-12-04_09-00-00"
+    assert shim_spare._fresh_run_name("2026-12-04_07-42-44_cp", str(tmp_path), now) == "2026-12-04_09-00-01_cp"
+    assert shim_spare._fresh_run_name("2026-12-04_07-42-44", str(tmp_path), now) == "2026-12-04_09-00-00"
     (tmp_path / "custom").mkdir()
-    assert shim._fresh_run_name("custom", str(tmp_path), now) == "custom_1"
+    assert shim_spare._fresh_run_name("custom", str(tmp_path), now) == "custom_1"
 
 
 def test_rewrite_top_level_touches_only_top_level_scalars(tmp_path):
     p = tmp_path / "agent.yaml"
     p.write_text("seed: 42\ndevice: cpu\nmax_iterations: 30\npolicy:\n  seed: 1\nload_checkpoint: model_.*.pt\n")
-    shim._rewrite_top_level(str(p), {"seed": 7, "max_iterations": 25, "load_checkpoint": "/a b/model_5.pt",
-                                     "policy": 3, "missing": 1})
+    shim_spare._rewrite_top_level(str(p), {"seed": 7, "max_iterations": 25, "load_checkpoint": "/a b/model_5.pt",
+                                           "policy": 3, "missing": 1})
     assert p.read_text() == ("seed: 7\ndevice: cpu\nmax_iterations: 25\npolicy:\n  seed: 1\n"
                              "load_checkpoint: /a b/model_5.pt\n")
 
@@ -182,16 +182,16 @@ def test_a_staged_run_becomes_the_attempts_and_latest_never_sees_it_before(tmp_p
     assert pick == str(old / "model_5.pt")
     (staged / "model_0.pt").unlink()
 
-    assert shim._staging_problem(str(staged), str(staging)) is None
-    assert "outside" in shim._staging_problem(str(root / "x"), str(staging))
-    assert "no log dir" in shim._staging_problem(None, str(staging))
+    assert shim_spare._staging_problem(str(staged), str(staging)) is None
+    assert "outside" in shim_spare._staging_problem(str(root / "x"), str(staging))
+    assert "no log dir" in shim_spare._staging_problem(None, str(staging))
 
-    monkeypatch.setattr(shim._Booted, "staging", str(staging))
+    monkeypatch.setattr(shim_spare._Booted, "staging", str(staging))
     runner = fake_runner(str(staged))
     resume = {"checkpoint": str(old / "model_5.pt"), "max_iterations": 25, "seed": 7}
     argv = ["-m", "isaaclab", "train", "--seed", "7", "--checkpoint", str(old / "model_5.pt")]
     before = time.time()
-    new = Path(shim._adopt_staged_run(runner, str(staged), str(tmp_path / "job"), resume, argv))
+    new = Path(shim_spare._adopt_staged_run(runner, str(staged), str(tmp_path / "job"), resume, argv))
     assert new.parent == root and new.name.endswith("_cp") and new.name != old.name and not staged.exists()
     assert runner.logger.log_dir == str(new) and runner.env.unwrapped.cfg.log_dir == str(new)
     assert runner.cfg == {"seed": 7, "max_iterations": 25, "load_checkpoint": str(old / "model_5.pt"), "other": 1}
@@ -212,18 +212,18 @@ def test_reseed_uses_the_envs_own_seeder():
     seen = []
     runner = SimpleNamespace(env=SimpleNamespace(unwrapped=SimpleNamespace(seed=seen.append,
                                                                            cfg=SimpleNamespace(seed=42))))
-    shim._reseed(runner, 7)
+    shim_spare._reseed(runner, 7)
     assert seen == [7] and runner.env.unwrapped.cfg.seed == 7
 
 
 def test_parse_resume():
     line = json.dumps({"argv": ["x.py"], "resume": {"checkpoint": None, "max_iterations": 3, "seed": 1}}).encode()
-    assert shim._parse_resume(line) == {"checkpoint": None, "max_iterations": 3, "seed": 1}
+    assert shim_spare._parse_resume(line) == {"checkpoint": None, "max_iterations": 3, "seed": 1}
     for bad in ({}, {"resume": {"max_iterations": -1}}, {"resume": {"max_iterations": 1, "seed": "x"}},
                 {"resume": {"max_iterations": True}}, {"resume": {"max_iterations": 1, "checkpoint": 3}}):
         with pytest.raises(ValueError):
-            shim._parse_resume(json.dumps(bad).encode())
-    assert os.environ.get(shim.P.BOOTED_ARGV_ENV) is None
+            shim_spare._parse_resume(json.dumps(bad).encode())
+    assert os.environ.get(shim_spare.P.BOOTED_ARGV_ENV) is None
 
 
 # ---- the keeper (daemon/attempt/spare.py) with a fake runtime -----------------------------------------------------------

@@ -267,7 +267,7 @@ class ContainerSpec:
         env.update(cache_trainer_env(caches, env))
         shim_events = spec.env.get(trainer_command.SHIM_EVENTS_ENV)
         if job.shim and not job.command:
-            volumes.extend((host, inside, "ro") for host, inside in shim_mounts())  # the shim and its protocol
+            volumes.extend((host, inside, "ro") for host, inside in shim_mounts())  # the shim, its protocol, its parts
             if shim_events:
                 # the side channel at the same path in and out of the container
                 volumes.append((str(Path(shim_events).parent), str(Path(shim_events).parent), ""))

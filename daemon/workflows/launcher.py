@@ -60,8 +60,8 @@ def shim_source() -> Path:
 
 
 def shim_mounts() -> list[tuple[str, str]]:
-    """(host file, path in the container) of each file the shim needs there: itself and the protocol it loads
-    from beside itself (isaacd_trainer/shim_protocol.py)."""
+    """(host file, path in the container) of each file the shim needs there: itself, the protocol and its own parts,
+    which it loads from beside itself (isaacd_trainer/shim_protocol.py: SHIM_FILES)."""
     package = shim_source().parent
     return [(str(package / name), inside) for name, inside in SHIM_FILES]
 
