@@ -140,6 +140,20 @@ def test_a_spare_that_dies_in_the_hand_over_is_followed_by_a_cold_start_at_once(
     assert crash.model.state == S.FAILED
 
 
+def test_a_spare_handed_the_attempt_that_runs_out_of_gpu_memory_steps_num_envs_down_not_a_cold_relaunch() -> None:
+    """The OOM is the trainer's (its num_envs), not the spare's: a cold launch at the same size would fail the same
+    way (CI at 600373a: a restart onto a spare counted one start too many before the step-down)."""
+    from isaacd.jobs.messages import CudaOom
+    from test_job_machine_oom import GPU, STEP, TORCH, starting as oom_starting
+
+    j = oom_starting(num_envs=1024, oom=STEP)
+    j.send(Exited(f"exited with code 1: {TORCH}", "cuda_oom", False,
+                  cuda_oom=CudaOom("torch", TORCH, "lower num_envs", gpu=GPU, facts={"gpus": [{"gpu": "0"}]}),
+                  handover_failed="the spare ended after the go, before its first step"))
+    assert dict(j.m.cuda_ooms) == {"startup": 1} and j.in_use() == 512
+    assert not [r for r in j.events("restart_scheduled") if "spare" in r["reason"]]
+
+
 def test_status_says_which_wait_and_how_long() -> None:
     w = LaunchWaitStatus(SPARE_ACK, "the spare's ack of the go", 1.2, 2.0)
     assert launch_wait_text(w) == "waiting for the spare's ack of the go: 1.2 s of 2 s"

@@ -233,10 +233,12 @@ def _exited(m: JobModel, msg: Exited, ctx: Context, out: _Out) -> JobModel:
         return _rest(m, S.COMPLETED, msg.finished_early, True, ctx, out)
     if msg.external_stop:
         return _rest(m, S.STOPPED, f"operator stop outside isaacd ({msg.description})", True, ctx, out)
+    if msg.cuda_oom is not None:
+        # the trainer's own failure, whoever booted it: a spare handed the attempt that runs out of GPU memory at
+        # start-up steps num_envs down like a cold launch would (a cold relaunch at the same size fails the same way)
+        return _cuda_oom(m, msg, msg.cuda_oom, ctx, out)
     if msg.handover_failed is not None and m.state == S.STARTING:
         return _relaunch_cold(m, f"{msg.handover_failed} ({msg.description})", ctx, out)
-    if msg.cuda_oom is not None:
-        return _cuda_oom(m, msg, msg.cuda_oom, ctx, out)
     reason = msg.description if not msg.success else "exited with code 0 before max_iterations"
     m = m.with_(startup_ooms=0, training_ooms=0)  # any other end breaks a run of out-of-memory exits
     return _schedule_restart(m, reason, msg.reason_class, msg.ran_seconds, msg.moved_forward, ctx, out)
