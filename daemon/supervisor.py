@@ -37,6 +37,7 @@ from .jobs.machine import Refused
 from .jobs.model import Origin
 from .config.locate import EMBEDDED_DEFAULT_NAME
 from .daemon_log import log
+from .attempt.planner import GpuCheck
 from .runner import JobRunner
 from .runtimes.base import Runtime
 from .runtimes.factory import make_runtime
@@ -55,7 +56,6 @@ NO_JOBS = ("no [[jobs]] in the file (empty or half-written?); refusing to stop e
 
 
 # what a job's GPUs lack on this host (None: nothing, or unknown), asked before each launch
-GpuCheck = Callable[[JobConfig], str | None]
 # a job's GPUs at a CUDA out-of-memory exit: (job name, attempt start) -> the note its history keeps
 GpuMemory = Callable[[str, float | None], OomNote]
 # each tick, after the jobs ticked: (monotonic now, every job's signals) -> (job, command) pairs

@@ -15,6 +15,7 @@ from ..clock import Clock
 from .deadlines import LaunchWait
 from ..config.schema import JobConfig
 from ..gpu.assign import status_gpus
+from ..history.store import job_log_path
 from ..jobs.model import JobState
 from ..observations.checkpoints import Checkpoint
 from ..observations.tensorboard import finite_or_none
@@ -165,7 +166,7 @@ def job_status(r: RunnerView) -> JobStatus:
         parked_by=m.parked_by,
         persist_error=r.persist_error,
         spare=SpareStatus.from_json(r.spares.status()),
-        log_path=str(r.state_dir / "logs" / f"{cfg.name}.log"),
+        log_path=str(job_log_path(r.state_dir, cfg.name)),
         watchdogs={},  # the watchdog engine's part, added at publish (supervisor.job_status_hooks)
         watchdog_trips=tuple(WatchdogTripCount(watchdog=k.split("/")[0], action=k.split("/")[1], count=v)
                              for k, v in m.watchdog_trips),

@@ -23,7 +23,7 @@ from ..jobs.model import LaunchIntent
 from ..observations.checkpoints import Checkpoint
 from ..runtimes.base import LaunchSpec
 from ..runtimes.container_spec import hand_to_container_user
-from ..history.store import Attempt, JobHistory
+from ..history.store import Attempt, JobHistory, job_log_path
 from ..workflows import WorkflowError, resolve
 from ..workflows.launcher import Program
 from .setting import JobSetting, newest_checkpoint, timeline_attempts
@@ -133,7 +133,7 @@ class LaunchPlanner:
             env.update(keeper.node_env(wf, resume, token))  # the node writes the bucket for us, as this token
         spec = LaunchSpec(job=cfg, argv=program.argv(args), trainer_args=args, env=env,
                           cwd=trainer_command.workdir(cfg, self.state_dir),
-                          log_path=self.state_dir / "logs" / f"{cfg.name}.log", attempt=number, token=token,
+                          log_path=job_log_path(self.state_dir, cfg.name), attempt=number, token=token,
                           caches=tuple(caches))
         return LaunchPlan(attempt, spec, program, args, seed, num_envs, shim_events if program.shim else None,
                           run_dirs_before, spare_token)

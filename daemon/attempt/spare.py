@@ -54,6 +54,7 @@ from .setting import JobSetting
 from ..config.schema import JobConfig
 from ..jobs.model import JobState
 from ..daemon_log import log
+from ..history.store import job_log_path
 from ..os_seam.oscalls import HOST_OS, OsCalls, ProcFs
 from ..runtimes.base import Handle, LaunchSpec, Runtime
 from ..runtimes.container_spec import container_args, container_device_arg, hand_to_container_user
@@ -220,7 +221,7 @@ class SpareKeeper:
         if program.plain_spare:
             env[SPARE_PLAIN_ENV] = "1"  # skrl / rl_games: no rsl_rl to import, no shim after go
         assert program.spare_head is not None
-        cwd, log_path = trainer_command.workdir(self.cfg, self.state_dir), self.state_dir / "logs" / f"{self.cfg.name}.log"
+        cwd, log_path = trainer_command.workdir(self.cfg, self.state_dir), job_log_path(self.state_dir, self.cfg.name)
         staging, boot_args = None, []
         if mode == "booted":
             staging, boot_args = base / token, trainer_command.trainer_args(self.cfg, None)
@@ -282,7 +283,7 @@ class SpareKeeper:
                 return None
             go = {**go, GO_RESUME: resume}
             if not self.cfg.in_container:  # a container's output stays where it is (podman logs)
-                go[GO_LOG] = str(self.state_dir / "logs" / f"{self.cfg.name}.log")
+                go[GO_LOG] = str(job_log_path(self.state_dir, self.cfg.name))
         line = (json.dumps(go) + "\n").encode()
         sp.go_wall = time.time()
         try:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..config.schema import Config
-from ..history.store import StateStore
+from ..history.store import StateStore, job_log_path
 from ..runtimes.container_spec import container_name
 from ..runtimes.quadlet import unit_name
 from ..wording import no_such_job
@@ -33,7 +33,7 @@ def show_logs(cfg: Config, job: str, follow: bool = False, lines: int = 50, atte
         container = _attempt_handle(cfg, job).get("container") or container_name(job)  # or a spare's, took over
         cmd = ["podman", "logs", "--tail", str(lines)] + (["-f"] if follow else []) + [str(container)]
         return subprocess.call(cmd)
-    path = cfg.supervisor.state_dir / "logs" / f"{job}.log"
+    path = job_log_path(cfg.supervisor.state_dir, job)
     try:
         fh = open(path, "rb")
     except FileNotFoundError:

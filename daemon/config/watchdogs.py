@@ -11,6 +11,8 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..jobs.policy import DEFAULT_MAX_ROLLBACKS
+
 Action = Literal["log", "restart", "rollback", "stop", "power-cap"]
 Seconds = Annotated[float, Field(ge=0)]
 
@@ -87,7 +89,7 @@ class Divergence(WatchdogCommon):
     # this fraction of the largest value seen in the run. Measured on an H200 healthy run: 26 false
     # rollbacks in 300 iterations without it, none with it.
     peak_floor_ratio: Annotated[float, Field(ge=0, le=1)] = 0.05
-    max_rollbacks: Annotated[int, Field(ge=0)] = 3
+    max_rollbacks: Annotated[int, Field(ge=0)] = DEFAULT_MAX_ROLLBACKS
     new_seed: bool = True
     warmup_iterations: Annotated[int, Field(ge=0)] = 5
     warmup_seconds: Seconds = 0.0

@@ -23,7 +23,7 @@ from typing import Any
 from ..config.schema import JobConfig
 from ..daemon_log import log
 from ..observations.checkpoints import RSL_RL_LAYOUT, CheckpointLayout, Lineage, choose_resume
-from .store import Attempt, HistoryCorrupt, JobHistory, LegacyCounters, StateStore
+from .store import Attempt, HistoryCorrupt, JobHistory, LegacyCounters, StateStore, job_log_path
 
 # operator/watchdog stops are remembered; a supervisor shutdown is not (the next supervisor resumes)
 _NOT_FINAL_REASONS = ("supervisor shutdown", "removed from config")
@@ -193,7 +193,7 @@ def _live_trainer(cfg: JobConfig, events: list[dict[str, Any]],
     run_dir = next((e.get("run_dir") for e in reversed(events) if e["event"] == "run_dir"
                     and e.get("attempt") == started.get("attempt")), None)
     handle = {"pid": pid, "pgid": pid, "start_time": start_ticks,
-              "log_path": str(state_dir / "logs" / f"{cfg.name}.log")}
+              "log_path": str(job_log_path(state_dir, cfg.name))}
     return pid, handle, run_dir if isinstance(run_dir, str) else None
 
 

@@ -165,6 +165,12 @@ def _build(cls: Any, data: Any, where: str, **extra: Any) -> Any:
         raise ValueError(f"{where or 'document'}: {exc}") from None
 
 
+def job_log_path(state_dir: Path, job: str) -> Path:
+    """The job's trainer output, every attempt appended in turn (`isaacd logs`; `logs --attempt N` reads an
+    attempt's offsets in it): the one place its name is spelled."""
+    return Path(state_dir) / "logs" / f"{job}.log"
+
+
 class StateStore:
     def __init__(self, state_dir: Path):
         self.dir = Path(state_dir)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .model import Origin
+from .policy import DEFAULT_MAX_ROLLBACKS
 
 
 class Settle(enum.StrEnum):
@@ -91,7 +92,7 @@ class WatchdogTrip:
     hold_seconds: float = 0.0
     trouble_iteration: int | None = None
     new_seed: bool = False
-    max_rollbacks: int = 3
+    max_rollbacks: int = DEFAULT_MAX_ROLLBACKS
     note: str | None = None
 
 

@@ -43,6 +43,11 @@ def restart_limit_reached(restart_times: tuple[float, ...], now: float, policy: 
     return len(restarts_in_window(restart_times, now, policy)) >= policy.max_restarts
 
 
+# rollbacks to an earlier checkpoint before a watchdog's trip stops the job instead: the divergence watchdog's
+# default ([jobs.watchdogs.divergence] max_rollbacks) and the bound a trip carries when its watchdog has no such key
+DEFAULT_MAX_ROLLBACKS = 3
+
+
 def rollback_allowed(rollbacks_done: int, max_rollbacks: int) -> bool:
     return rollbacks_done < max_rollbacks
 

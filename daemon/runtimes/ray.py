@@ -46,6 +46,7 @@ from isaacd_trainer.shim_protocol import SHIM_EVENTS_ENV
 
 from ..config.schema import Config, JobConfig, RayConfig
 from ..daemon_log import log
+from ..history.store import job_log_path
 from .base import ExitStatus, Handle, LaunchSpec, RuntimeFailure
 from .view import RuntimeView
 from .worker import Slot, Worker
@@ -602,7 +603,7 @@ class RayRuntime:
             return None
         return self._reattach(job, token, {"token": token, "actor": actor_name(job.name, token),
                                            "namespace": self.cfg.namespace,
-                                           "log_path": str(self.state_dir / "logs" / f"{job.name}.log")})
+                                           "log_path": str(job_log_path(self.state_dir, job.name))})
 
     def _reattach(self, job: JobConfig, token: str, state: dict[str, Any]) -> Handle | None:
         try:

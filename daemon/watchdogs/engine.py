@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from ..gpu.assign import job_gpu_indices
 from ..jobs.messages import Command, WatchdogAction, WatchdogTrip
+from ..jobs.policy import DEFAULT_MAX_ROLLBACKS
 from ..jobs.model import JobState
 from ..status.signals import JobSignals
 from ..status.types import WatchdogStatus
@@ -125,7 +126,7 @@ class WatchdogEngine:
         return WatchdogTrip(watchdog=trip.watchdog, action=action, configured_action=trip.action,
                             detail=trip.detail, values=trip.values, threshold=trip.threshold,
                             hold_seconds=trip.hold, trouble_iteration=trip.trouble_iteration,
-                            new_seed=trip.new_seed, max_rollbacks=getattr(wd.cfg, "max_rollbacks", 3), note=note)
+                            new_seed=trip.new_seed, max_rollbacks=getattr(wd.cfg, "max_rollbacks", DEFAULT_MAX_ROLLBACKS), note=note)
 
     # ---- read side -------------------------------------------------------------------------
     def job_status(self, job: str) -> dict[str, Any]:
