@@ -195,7 +195,7 @@ def bench_nvml_calls(n: int) -> dict[str, dict[str, float]]:
     """Median/p99 of each NVML call one fast sample makes (GPU 0), to see where the time goes."""
     import pynvml as nv
 
-    from isaacd.gpu.nvml import _FIELD_IDS
+    from isaacd.gpu.nvml_fields import _FIELD_IDS
 
     nv.nvmlInit()
     h = nv.nvmlDeviceGetHandleByIndex(0)

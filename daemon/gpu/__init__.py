@@ -10,8 +10,9 @@ Beside the telemetry, the GPU helpers of a CUDA out-of-memory: `oom_message.py` 
 """
 
 from .nvml import NvmlSource  # pynvml itself is imported when NVML is first opened, not here
-from .sampler import DEFAULT_BUCKETS, GpuSampler, GpuSnapshot, build_sampler, empty_snapshot
+from .sampler import GpuSampler, build_sampler
 from .scripted import ManualClock, ScriptedSource, ScriptError, load_script
+from .snapshot import DEFAULT_BUCKETS, GpuSnapshot, empty_snapshot
 from .source import GpuSource, NoSource, make_source
 from .types import (
     CLOCK_EVENT_REASONS,
