@@ -60,8 +60,8 @@ NO_JOBS = ("no [[jobs]] in the file (empty or half-written?); refusing to stop e
 GpuMemory = Callable[[str, float | None], OomNote]
 # each tick, after the jobs ticked: (monotonic now, every job's signals) -> (job, command) pairs
 TickHook = Callable[[float, Sequence[JobSignals]], list[tuple[str, Command]] | None]
-# parts of the snapshot others own, asked for at publish time; each returns keys to add, never mutates
-JobStatusHook = Callable[[str], dict[str, Any]]  # per job (the watchdogs' states: JobStatus field names)
+# parts of the snapshot others own, asked for at publish time; each returns a new value, never mutates
+JobStatusHook = Callable[[JobStatus], JobStatus]  # per job: the row with its part filled in (the watchdogs' states)
 StatusHook = Callable[[list[JobStatus]], dict[str, Any]]  # host-wide (the GPUs, which need the jobs' rows)
 
 
@@ -243,7 +243,7 @@ class Supervisor:
             try:
                 row = r.snapshot()
                 for job_hook in self.hooks.job_status:
-                    row = replace(row, **job_hook(r.cfg.name))
+                    row = job_hook(row)
                 jobs.append(row)
             except Exception:  # noqa: BLE001
                 log.exception("job_snapshot_failed", job=r.cfg.name)

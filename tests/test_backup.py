@@ -66,8 +66,8 @@ def test_complete_checkpoints_are_copied_with_a_manifest_and_a_half_written_one_
         assert e["run"] == run.name and e["iteration"] == int(name[6:-3]) and e["time"] > 0
     assert not list(prefix.rglob("*isaacd-upload*")), "a temporary upload name was left in the bucket"
     st = up.status()
-    assert st["last_upload"]["iteration"] == 2 and st["error"] is None and st["uploads_total"] == 2
-    assert st["lag_iterations"] == 0 and st["bytes_total"] == sum(e["size"] for e in got.values())
+    assert st.last_upload.iteration == 2 and st.error is None and st.uploads_total == 2
+    assert st.lag_iterations == 0 and st.bytes_total == sum(e["size"] for e in got.values())
 
     fake_checkpoint(run / "model_4.pt", 4, pad=5000)  # the save completes
     up.one_pass()
@@ -91,7 +91,7 @@ def test_keep_prunes_old_objects_and_snapshots_are_rate_limited(tmp_path):
     fake_checkpoint(run / "isaacd_snapshot_7.pt", 7)  # within snapshot_min_seconds of the last snapshot upload
     up.one_pass()
     assert "isaacd_snapshot_7.pt" not in {e["file"] for e in manifest_of(prefix)["checkpoints"]}
-    assert up.status()["lag_iterations"] == 1  # newest local 7, newest in the bucket 6
+    assert up.status().lag_iterations == 1  # newest local 7, newest in the bucket 6
     fake_checkpoint(run / "model_8.pt", 8)  # a trainer checkpoint is never rate-limited
     up.one_pass()
     files = [e["file"] for e in manifest_of(prefix)["checkpoints"]]
@@ -136,8 +136,8 @@ def test_an_unwritable_target_is_retried_with_backoff_and_catches_up(tmp_path):
     up.one_pass()
     up.one_pass()
     st = up.status()
-    assert st["error"] and str(tmp_path / "bucket") in st["error"] and st["failures_total"] == 2
-    assert st["retry_at"] is not None and st["last_upload"] is None
+    assert st.error and str(tmp_path / "bucket") in st.error and st.failures_total == 2
+    assert st.retry_at is not None and st.last_upload is None
     failed = events(notes)["backup_failed"]
     assert len(failed) == 1, "the same error is said once, not at every retry"
 
@@ -145,7 +145,7 @@ def test_an_unwritable_target_is_retried_with_backoff_and_catches_up(tmp_path):
     fake_checkpoint(run / "model_2.pt", 2)
     up.one_pass()
     st = up.status()
-    assert st["error"] is None and st["retry_at"] is None and st["last_upload"]["iteration"] == 2
+    assert st.error is None and st.retry_at is None and st.last_upload.iteration == 2
     assert {e["iteration"] for e in manifest_of(prefix)["checkpoints"]} == {1, 2}
     assert events(notes)["backup_recovered"][0]["last_iteration"] == 2
 
@@ -182,7 +182,7 @@ def test_the_keeper_fetches_off_the_callers_thread(tmp_path):
     first = JobBackup(cfg, "cp", RSL_RL_LAYOUT, validator)
     first.set_runs([Run(run)])  # its thread uploads
     first.close(drain_seconds=30)  # ...and makes one last pass before it ends
-    assert first.uploader.status()["last_upload"]["iteration"] == 6
+    assert first.uploader.status().last_upload.iteration == 6
 
     keeper = JobBackup(cfg, "cp", RSL_RL_LAYOUT, validator)
     exp = tmp_path / "new-disk"

@@ -58,7 +58,7 @@ def test_upload_and_restore_through_s3_with_versions_kept(s3, bucket, tmp_path):
     up.one_pass()
     fake_checkpoint(run / "model_6.pt", 6, pad=300_000)
     up.one_pass()
-    assert up.status()["error"] is None, up.status()
+    assert up.status().error is None, up.status()
 
     fs = s3.fs()
     doc = json.loads(fs.cat_file(f"{bucket}/isaacd/cp/manifest.json"))

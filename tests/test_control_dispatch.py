@@ -13,6 +13,7 @@ from helpers import write_config
 from isaacd.config.schema import load_config
 from isaacd.control import Controlled, Fleet, RequestError, dispatch
 from isaacd.jobs.model import JobState
+from isaacd.status.types import JobStatus
 from isaacd.status.signals import JobSignals
 from isaacd.runtimes.ray import RayRuntime
 from isaacd.status.types import Status
@@ -135,5 +136,5 @@ def test_watchdog_engine_needs_only_the_jobs_signals(tmp_path: Path) -> None:
     sig = JobSignals(name="a", cfg=cfg.jobs[0], alive=True, attempt=1, attempt_started_at=0.0, first_step=0,
                      iteration=0, last_progress_time=0.0, state=JobState.RUNNING)
     assert engine.tick(1.0, [sig]) == []
-    assert set(engine.job_status("a")["watchdogs"]) >= {"no_progress", "xid"}
-    assert engine.job_status("b") == {}
+    assert set(engine.job_status(JobStatus(name="a")).watchdogs) >= {"no_progress", "xid"}
+    assert engine.job_status(JobStatus(name="b")) == JobStatus(name="b")

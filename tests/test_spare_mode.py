@@ -287,7 +287,7 @@ def test_a_booted_spare_is_staged_and_a_failed_boot_falls_back_to_imports(tmp_pa
     # brings the attempt's real one before rsl_rl's wandb.init in learn()
     assert spec.env["WANDB_RUN_ID"] == "isaacd-booted-spare"
     assert rec.named("spare_started")[-1]["mode"] == "booted"
-    assert keeper.status()["mode"] == "booted"
+    assert keeper.status().mode == "booted"
 
     (staging / "boot.log").write_text("Traceback ...\nValueError: Distillation training requires --checkpoint.\n")
     rt.trainers[spec_pid(rt)].exit = ExitStatus(code=1)
@@ -362,13 +362,13 @@ def test_status_says_the_mode_and_measures_the_booted_spare_live(tmp_path):
     keeper.spare = _Spare(Handle("process", "cp", {"pid": os.getpid()}), "t", tmp_path / "f",
                           ShimEvents(tmp_path / "e.jsonl"), 0.0, ready=True, mode="booted",
                           facts={"cuda_memory_bytes": 1, "preload_seconds": 40.0})
-    assert keeper.status()["rss_bytes"] is None  # not measured yet (spare_ready said none): status walks no /proc
+    assert keeper.status().rss_bytes is None  # not measured yet (spare_ready said none): status walks no /proc
     keeper.measure_memory(1.0)  # what the tick does, at most every RSS_SCAN_INTERVAL: its process tree
     st = keeper.status()
-    assert st["state"] == "ready" and st["mode"] == "booted" and st["cuda_memory_bytes"] == 3 * GiB
-    assert st["rss_bytes"] > 10 * 2**20 and st["preload_seconds"] == 40.0
+    assert st.state == "ready" and st.mode == "booted" and st.cuda_memory_bytes == 3 * GiB
+    assert st.rss_bytes > 10 * 2**20 and st.preload_seconds == 40.0
     keeper.published = None
-    assert keeper.status()["cuda_memory_bytes"] == 1  # no GPU collector: what the spare measured at its park
+    assert keeper.status().cuda_memory_bytes == 1  # no GPU collector: what the spare measured at its park
 
 
 def test_staging_left_by_a_previous_supervisor_or_a_dead_takeover_is_removed(tmp_path):

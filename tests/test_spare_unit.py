@@ -17,6 +17,7 @@ from isaacd.config.schema import parse_config
 from isaacd.jobs.model import JobState
 from isaacd.runtimes.process import ProcessRuntime
 from isaacd.attempt.spare import RETRY_MIN, SPARE_CONTROL_ENV, SpareKeeper
+from isaacd.status.types import SpareStatus
 from isaacd.workflows import resolve
 from isaacd.workflows.launcher import Program
 
@@ -117,7 +118,7 @@ def test_a_spare_is_killed_when_the_job_comes_to_rest_and_leaves_no_fifo(world):
     assert world["kernel"].group_signals == [(pid, signal.SIGKILL)] and world["keeper"].spare is None
     assert world["said"][-1] == ("spare_stopped", {"pid": pid, "reason": "the job is stopped"})
     assert not list((world["state"] / "spare" / "p").glob("*.fifo"))
-    assert world["keeper"].status()["state"] == "none"
+    assert world["keeper"].status().state == "none"
 
 
 def test_without_the_launcher_shim_there_is_no_spare_and_status_says_why(world, tmp_path):
@@ -128,8 +129,8 @@ def test_without_the_launcher_shim_there_is_no_spare_and_status_says_why(world, 
     assert no_shim.spare_head is None
     world["keeper"].tick(JobState.RUNNING, no_shim, 10.0)
     assert world["kernel"].spawns == []
-    assert world["keeper"].status() == {"state": "off",
-                                        "reason": "the launcher shim is off (shim = false), or a raw command"}
+    assert world["keeper"].status() == SpareStatus(state="off",
+                                                   reason="the launcher shim is off (shim = false), or a raw command")
 
 
 def test_a_spare_left_by_the_previous_supervisor_is_killed(world):
@@ -143,7 +144,7 @@ def test_a_spare_left_by_the_previous_supervisor_is_killed(world):
 def test_status_shows_the_spares_memory_from_proc(world):
     _ready_spare(world)
     st = world["keeper"].status()
-    assert st["state"] == "ready" and st["rss_bytes"] == 2048 * 1024 and st["preload_seconds"] == 4.2
+    assert st.state == "ready" and st.rss_bytes == 2048 * 1024 and st.preload_seconds == 4.2
 
 
 def _held_ends(kernel: FakeOs, control: Path) -> list[int]:
@@ -182,10 +183,10 @@ def test_status_shows_the_memory_the_spare_holds_once_ready_not_what_it_had_whil
     sp = keeper.spare
     kernel.procs[sp.handle.pid].rss_kib = 40 * 1024
     keeper.tick(JobState.RUNNING, PROGRAM, 10.5)
-    assert keeper.status()["rss_bytes"] == 40 * 2**20
+    assert keeper.status().rss_bytes == 40 * 2**20
     kernel.procs[sp.handle.pid].rss_kib = 900 * 1024  # torch imported, then ready, within the 2 s
     events = world["state"] / "spare" / "p" / f"events-{sp.token}.jsonl"
     events.write_text(json.dumps({"event": "spare_ready", "preload_seconds": 1.0}) + "\n")
     keeper.tick(JobState.RUNNING, PROGRAM, 11.0)
     st = keeper.status()
-    assert st["state"] == "ready" and st["rss_bytes"] == 900 * 2**20
+    assert st.state == "ready" and st.rss_bytes == 900 * 2**20

@@ -196,7 +196,9 @@ def test_metrics_read_the_typed_status_as_they_read_its_json():
 # ---- static: every attribute read off a status value is one it declares --------------------------------------
 
 STATUS_CLASSES = {name: cls for name, cls in vars(status_types).items() if isinstance(cls, type)
-                  and dataclasses.is_dataclass(cls) and cls.__module__ == status_types.__name__}
+                  and dataclasses.is_dataclass(cls)
+                  # its own, and the parts' status types it carries from where the import graph puts them
+                  and cls.__module__ in (status_types.__name__, "isaacd.backup.status")}
 READERS = ["cli/render.py", "cli/render_backup.py", "cli/main.py", "metrics/collector.py", "metrics/attribution.py",
            "metrics/status.py", "supervisor.py", "attempt/job_status.py"]
 

@@ -6,7 +6,7 @@ The runner hands itself over as `RunnerView`, the few things this reads; nothing
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from ..caches import compile_caches
 from ..caches.sizes import SIZES, SizeSampler
@@ -27,10 +27,16 @@ from ..status.types import (BackupStatus, CheckpointStatus, CompileCacheStatus, 
                     WatchdogTripCount)
 
 
-class StatusSource(Protocol):
-    """Something that reports its status as a dict (the spare keeper, the backup keeper)."""
+class SpareSource(Protocol):
+    """The spare keeper (attempt/spare.py), as a job's status reads it."""
 
-    def status(self) -> dict[str, Any]: ...
+    def status(self) -> SpareStatus: ...
+
+
+class BackupSource(Protocol):
+    """The backup keeper (backup/keeper.py), as a job's status reads it."""
+
+    def status(self) -> BackupStatus: ...
 
 
 class RunnerView(RunnerParts, Protocol):
@@ -59,10 +65,10 @@ class RunnerView(RunnerParts, Protocol):
     def persist_error(self) -> str | None: ...
 
     @property
-    def spares(self) -> StatusSource: ...
+    def spares(self) -> SpareSource: ...
 
     @property
-    def backup(self) -> StatusSource | None: ...
+    def backup(self) -> BackupSource | None: ...
 
     @property
     def launch_waits(self) -> str | None: ...
@@ -165,12 +171,12 @@ def job_status(r: RunnerView) -> JobStatus:
         stopping_then=m.stop.then.value if m.stop is not None and m.state == JobState.STOPPING else None,
         parked_by=m.parked_by,
         persist_error=r.persist_error,
-        spare=SpareStatus.from_json(r.spares.status()),
+        spare=r.spares.status(),
         log_path=str(job_log_path(r.state_dir, cfg.name)),
         watchdogs={},  # the watchdog engine's part, added at publish (supervisor.job_status_hooks)
         watchdog_trips=tuple(WatchdogTripCount(watchdog=k.split("/")[0], action=k.split("/")[1], count=v)
                              for k, v in m.watchdog_trips),
-        backup=BackupStatus.from_json(r.backup.status()) if r.backup is not None else None,
+        backup=r.backup.status() if r.backup is not None else None,
         compile_caches=compile_cache_status(cfg, r.state_dir),
         boot=boot_status(r, desc),
     )

@@ -59,7 +59,7 @@ from ..os_seam.oscalls import HOST_OS, OsCalls, ProcFs
 from ..runtimes.base import Handle, LaunchSpec, Runtime
 from ..runtimes.container_spec import container_args, container_device_arg, hand_to_container_user
 from ..os_seam.proctree import process_tree
-from ..status.types import Status
+from ..status.types import SpareStatus, Status
 from .spare_mode import Mode, booted_resume, choose_mode, gpu_rooms, host_room, spare_setting
 from ..workflows.launcher import Program
 from ..observations.shim_events import ShimEvents
@@ -383,17 +383,17 @@ class SpareKeeper:
     def token(self) -> str | None:
         return self.spare.token if self.spare else None
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> SpareStatus:
         sp = self.spare
         if sp is None:
-            return {"state": "off" if self.off_reason else "none", "reason": self.off_reason}
+            return SpareStatus(state="off" if self.off_reason else "none", reason=self.off_reason)
         rss = sp.rss_bytes
         gpu = self._gpu_bytes_of(sp.handle.pid)  # live, from NVML through the GPU collector, when it is up
-        return {"state": "ready" if sp.ready else "starting", "pid": sp.handle.pid, "mode": sp.mode,
-                "mode_reason": self.mode_reason if sp.mode == "imports" else None,
-                "rss_bytes": rss if rss is not None else sp.facts.get("rss_bytes"),
-                "preload_seconds": sp.facts.get("preload_seconds"),
-                "cuda_memory_bytes": gpu if gpu is not None else sp.facts.get("cuda_memory_bytes")}
+        return SpareStatus(state="ready" if sp.ready else "starting", pid=sp.handle.pid, mode=sp.mode,
+                           mode_reason=self.mode_reason if sp.mode == "imports" else None,
+                           rss_bytes=rss if rss is not None else sp.facts.get("rss_bytes"),
+                           preload_seconds=sp.facts.get("preload_seconds"),
+                           cuda_memory_bytes=gpu if gpu is not None else sp.facts.get("cuda_memory_bytes"))
 
     # ---- booted spares ----------------------------------------------------------------------
     def _mode(self, program: Program) -> tuple[Mode, str | None]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from .notes import Notes
 from .objects import BackupError, ObjectStore
 from .remote import node_env
 from .restore import Restored, Validator, restore_newest
+from .status import BackupStatus
 from .uploader import Run, Uploader
 
 RESTORE_WAIT_SECONDS = 300.0
@@ -208,11 +209,9 @@ class JobBackup:
     def take_notes(self) -> list[tuple[str, dict[str, Any]]]:
         return self.notes.take()
 
-    def status(self) -> dict[str, Any]:
-        st = self.uploader.status()
+    def status(self) -> BackupStatus:
         f = self._fetch
-        st["restoring"] = None if f is None else (f.error or "fetching")
-        return st
+        return replace(self.uploader.status(), restoring=None if f is None else (f.error or "fetching"))
 
 
 def close_all(keepers: list[JobBackup], drain_seconds: float) -> None:

@@ -39,6 +39,7 @@ from typing import Any, Mapping, Protocol
 from ..daemon_log import log
 from .fingerprint import Fingerprint, describe
 from .notes import Notes
+from .status import BackupLease
 from .objects import BackupError, Conflict, ObjectStore
 
 LEASE_KEY = "lease.json"
@@ -59,7 +60,7 @@ class WriterGate(Protocol):
 
     def refusal(self) -> str | None: ...
 
-    def status(self) -> dict[str, Any]: ...
+    def status(self) -> BackupLease: ...
 
 
 def machine_id() -> str:
@@ -176,13 +177,13 @@ class Lease:
         return (f"{self.store.url} is held by another supervisor: {holder_text(self.other, time.time())}; it "
                 f"neither uploads nor resumes from there. Fix: {FIX.format(job=self.store.job)}")
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> BackupLease:
         other = self.other
-        return {"state": "held" if self.holds() else "refused" if other is not None else
-                "error" if self.error else "none",
-                "holder": None if other is None else holder_text(other, time.time()),
-                "expires": self.held_until if other is None else other.get("expires"),
-                "conditional": self.conditional, "fix": None if other is None else FIX.format(job=self.store.job)}
+        return BackupLease(state="held" if self.holds() else "refused" if other is not None else
+                           "error" if self.error else "none",
+                           holder=None if other is None else holder_text(other, time.time()),
+                           expires=self.held_until if other is None else other.get("expires"),
+                           conditional=self.conditional, fix=None if other is None else FIX.format(job=self.store.job))
 
     # ---- one step ------------------------------------------------------------------------------
     def ensure(self) -> bool:
@@ -329,7 +330,7 @@ class DelegateGate:
         return (f"{self.store.url}: the lease does not name this attempt (token {self.token[:8]}...) as the head "
                 f"supervisor's writer: {holder_text(self.other, time.time())}")
 
-    def status(self) -> dict[str, Any]:
-        return {"state": "delegate" if self.other is None else "refused",
-                "holder": None if self.other is None else holder_text(self.other, time.time()),
-                "expires": None, "conditional": self.conditional, "fix": None}
+    def status(self) -> BackupLease:
+        return BackupLease(state="delegate" if self.other is None else "refused",
+                           holder=None if self.other is None else holder_text(self.other, time.time()),
+                           expires=None, conditional=self.conditional, fix=None)

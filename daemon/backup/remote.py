@@ -27,6 +27,7 @@ from .lease import DelegateGate
 from .manifest import Entry
 from .notes import Notes
 from .objects import BackupError, ObjectStore
+from .status import BackupStatus
 from .uploader import Run, Uploader, sha256_of
 
 BACKUP_ENV = "ISAACD_BACKUP"  # {"config": {...}, "job", "library", "rollouts", "offset", "writer", "fingerprint"}
@@ -136,6 +137,6 @@ class NodeBackup:
             self._drain.start()
         return not self._drain.is_alive()
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> BackupStatus:
         return self.uploader.status()
 

@@ -40,6 +40,7 @@ from .lease import WriterGate
 from .manifest import MANIFEST_KEY, Entry, Manifest, ManifestError
 from .notes import Notes
 from .objects import BackupError, Conflict, ObjectStore
+from .status import BackupStatus, BackupUpload
 
 SCAN_INTERVAL = 2.0  # s between passes when nothing kicks the uploader
 BACKOFF_INITIAL = 2.0  # s before the first retry after a failed pass
@@ -136,23 +137,23 @@ class Uploader:
     def stopping(self) -> bool:
         return self._stopping.is_set()
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> BackupStatus:
         m = self.manifest
         last = m.newest() if m is not None else None
-        return {
-            "url": self.store.url,
-            "last_upload": None if last is None else {"iteration": last.iteration, "time": last.time,
-                                                       "key": last.key, "size": last.size},
-            "lag_iterations": self.lag_iterations,
-            "error": self.error,
-            "error_since": self.error_since,
-            "retry_at": self.retry_at,
-            "failures_total": self.failures_total,
-            "bytes_total": self.bytes_total,
-            "uploads_total": self.uploads_total,
-            "blocked": self.blocked,
-            "lease": self.lease.status() if self.lease is not None else None,
-        }
+        return BackupStatus(
+            url=self.store.url,
+            last_upload=None if last is None else BackupUpload(iteration=last.iteration, time=last.time,
+                                                               key=last.key, size=last.size),
+            lag_iterations=self.lag_iterations,
+            error=self.error,
+            error_since=self.error_since,
+            retry_at=self.retry_at,
+            failures_total=self.failures_total,
+            bytes_total=self.bytes_total,
+            uploads_total=self.uploads_total,
+            blocked=self.blocked,
+            lease=self.lease.status() if self.lease is not None else None,
+        )
 
     # ---- the thread ------------------------------------------------------------------------
     def _loop(self) -> None:

@@ -15,6 +15,7 @@ into the shared log_root while the next attempt runs elsewhere.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import os
 import signal
@@ -219,7 +220,7 @@ class TrainerActor:
             if self.backup is not None and not self.backup.drained():
                 st["more"] = True  # the last checkpoints are still going to the bucket: the exit is reported after
         if self.backup is not None:
-            st["backup"] = self.backup.status()
+            st["backup"] = dataclasses.asdict(self.backup.status())  # plain data across Ray
         return st
 
     def unhealthy_gpus(self) -> list[str]:

@@ -15,8 +15,10 @@ Stdlib only: `isaacd status` imports this and must start fast.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, TypeVar
+
+from ..backup.status import BackupLease, BackupStatus, BackupUpload
 
 JSON = dict[str, Any]
 _T = TypeVar("_T")
@@ -159,66 +161,15 @@ def _caches(v: Any) -> tuple[CompileCacheStatus, ...]:
     return tuple(CompileCacheStatus.from_json(c) for c in _tuple(v) if isinstance(c, Mapping))
 
 
-@dataclass(frozen=True, slots=True)
-class BackupUpload:
-    """The newest checkpoint in the bucket."""
-
-    iteration: int
-    time: float
-    key: str | None = None
-    size: int | None = None
-
-    def to_json(self) -> JSON:
-        return {"iteration": self.iteration, "time": self.time, "key": self.key, "size": self.size}
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> BackupUpload:
-        return cls(iteration=raw.get("iteration"), time=raw.get("time"), key=raw.get("key"),  # type: ignore[arg-type]
-                   size=raw.get("size"))
+# the backup keeper's status (backup/status.py, where the import graph lets the keeper reach it): its JSON here
+def _upload_from_json(raw: Mapping[str, Any]) -> BackupUpload:
+    return BackupUpload(iteration=raw.get("iteration"), time=raw.get("time"), key=raw.get("key"),  # type: ignore[arg-type]
+                        size=raw.get("size"))
 
 
-@dataclass(frozen=True, slots=True)
-class BackupLease:
-    """The prefix's lease (backup/lease.py): held by this supervisor, or refused and who holds it."""
-
-    state: str | None = None  # held, refused, error, none; "delegate" on a Ray node
-    holder: str | None = None  # the other holder, in words (host, machine-id, state dir, heartbeat, expiry)
-    expires: float | None = None  # unix: ours while held, the holder's while refused
-    conditional: bool | None = None  # the store refused a lost race (False: it ignores the headers)
-    fix: str | None = None
-
-    def to_json(self) -> JSON:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> BackupLease:
-        return cls(**_kwargs(cls, raw, {}))
-
-
-@dataclass(frozen=True, slots=True)
-class BackupStatus:
-    """A job's backup target ([jobs.backup], backup/uploader.py): uploads, lag, the last error, a fetch under way."""
-
-    url: str | None = None
-    last_upload: BackupUpload | None = None
-    lag_iterations: int | None = None
-    error: str | None = None
-    error_since: float | None = None
-    retry_at: float | None = None
-    failures_total: int | None = None
-    bytes_total: int | None = None
-    uploads_total: int | None = None
-    restoring: str | None = None  # "fetching", or why the fetch from the bucket failed
-    blocked: str | None = None  # why this supervisor may not write the prefix (backup/lease.py): holder and fix
-    lease: BackupLease | None = None
-
-    def to_json(self) -> JSON:
-        return {f.name: _to_json(getattr(self, f.name)) for f in fields(self)}
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> BackupStatus:
-        return cls(**_kwargs(cls, raw, {"last_upload": _nested(BackupUpload.from_json),
-                                        "lease": _nested(BackupLease.from_json)}))
+def _backup_from_json(raw: Mapping[str, Any]) -> BackupStatus:
+    return BackupStatus(**_kwargs(BackupStatus, raw, {"last_upload": _nested(_upload_from_json),
+                                                      "lease": _nested(lambda r: BackupLease(**_kwargs(BackupLease, r)))}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,7 +290,7 @@ class JobStatus:
 _JOB_PARTS: Mapping[str, Callable[[Any], Any]] = {
     "pids": _tuple, "scalars": _dict, "cuda_ooms": _nested(dict), "restarts_by_reason": _dict,
     "resume_from": _nested(CheckpointStatus.from_json), "checkpoint": _nested(CheckpointStatus.from_json),
-    "spare": _nested(SpareStatus.from_json), "backup": _nested(BackupStatus.from_json),
+    "spare": _nested(SpareStatus.from_json), "backup": _nested(_backup_from_json),
     "launch_wait": _nested(LaunchWaitStatus.from_json),
     "boot": _nested(BootStatus.from_json),
     "watchdogs": _watchdogs, "watchdog_trips": _trips, "compile_caches": _caches,
@@ -402,6 +353,8 @@ def _to_json(v: Any) -> Any:
     """A field's JSON: nested values by their own to_json, tuples as lists, dicts copied."""
     if hasattr(v, "to_json"):
         return v.to_json()
+    if is_dataclass(v) and not isinstance(v, type):  # a part's status defined outside this module (backup/status.py)
+        return {f.name: _to_json(getattr(v, f.name)) for f in fields(v)}
     if isinstance(v, tuple):
         return [_to_json(x) for x in v]
     if isinstance(v, dict):

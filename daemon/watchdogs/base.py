@@ -12,6 +12,7 @@ from typing import Any
 from ..jobs.messages import WatchdogAction
 from ..observations.tensorboard import ScalarPoint
 from ..config.watchdogs import WatchdogCommon
+from ..status.types import WatchdogStatus
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,7 @@ class Watchdog:
     def possible_actions(self) -> set[WatchdogAction]:
         return {WatchdogAction(self.cfg.action)}
 
-    def status(self) -> dict[str, Any]:
-        return {"state": self.state, "since": self.pending_since if self.state == "pending" else
-                (self.last_action_at if self.state in ("tripped", "cooldown") else None),
-                "detail": self.detail, "action": self.cfg.action, "actions": sorted(self.possible_actions())}
+    def status(self) -> WatchdogStatus:
+        return WatchdogStatus(state=self.state, since=self.pending_since if self.state == "pending" else
+                              (self.last_action_at if self.state in ("tripped", "cooldown") else None),
+                              detail=self.detail, action=self.cfg.action, actions=tuple(sorted(self.possible_actions())))

@@ -10,14 +10,15 @@ GPU-level, not job-level, stays here: lowering and restoring power limits, marki
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Protocol
 
 from ..gpu.assign import job_gpu_indices
 from ..jobs.messages import Command, WatchdogAction, WatchdogTrip
 from ..jobs.policy import DEFAULT_MAX_ROLLBACKS
 from ..jobs.model import JobState
 from ..status.signals import JobSignals
-from ..status.types import WatchdogStatus
+from ..status.types import JobStatus
 from .base import JobView, Trip, Watchdog
 from ..config.watchdogs import WatchdogsConfig
 from .divergence import DivergenceWatchdog
@@ -129,8 +130,7 @@ class WatchdogEngine:
                             new_seed=trip.new_seed, max_rollbacks=getattr(wd.cfg, "max_rollbacks", DEFAULT_MAX_ROLLBACKS), note=note)
 
     # ---- read side -------------------------------------------------------------------------
-    def job_status(self, job: str) -> dict[str, Any]:
-        """The job's status fields this engine owns: {"watchdogs": {name: WatchdogStatus}} once it has watchdogs."""
-        cur = self.sets.get(job)
-        return {"watchdogs": {n: WatchdogStatus.from_json(wd.status()) for n, wd in cur[1].items()}} \
-            if cur is not None else {}
+    def job_status(self, row: JobStatus) -> JobStatus:
+        """The job's row with the part this engine owns, its watchdogs' states by name, once it has watchdogs."""
+        cur = self.sets.get(row.name)
+        return replace(row, watchdogs={n: wd.status() for n, wd in cur[1].items()}) if cur is not None else row

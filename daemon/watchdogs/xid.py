@@ -7,11 +7,12 @@ unhealthy, and do not loop. Anything else is logged.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
 
 from ..jobs.messages import WatchdogAction
 from .base import JobView, Verdict, Watchdog
 from ..config.watchdogs import Xid
+from ..status.types import WatchdogStatus
 
 
 class XidWatchdog(Watchdog):
@@ -26,13 +27,11 @@ class XidWatchdog(Watchdog):
     def possible_actions(self) -> set[WatchdogAction]:
         return {WatchdogAction(self.cfg.application_action), WatchdogAction(self.cfg.reset_action), WatchdogAction.LOG}
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> WatchdogStatus:
         # The common `action` key (default "log") is not what this watchdog does: it acts per XID class.
-        out = super().status()
         app, reset = self.cfg.application_action, self.cfg.reset_action
-        out["action"] = app if app == reset else f"{app}/{reset}"
-        out["actions_by_class"] = {"application": app, "reset": reset, "other": WatchdogAction.LOG}
-        return out
+        return replace(super().status(), action=app if app == reset else f"{app}/{reset}",
+                       actions_by_class={"application": app, "reset": reset, "other": WatchdogAction.LOG})
 
     def evaluate(self, view: JobView) -> Verdict:
         if not view.new_xids:
