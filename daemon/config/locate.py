@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..os_seam.oscalls import signal_pid
+
 SYSTEM_CONFIG = Path("/etc/isaacd/isaacd.toml")
 # Defined here, not in config.py (which imports both), so the client need not import pydantic for them:
 # config.SupervisorConfig's default control socket, and the config name of a supervisor that runs the embedded
@@ -103,7 +105,7 @@ class Registered:
 
 def _alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
+        signal_pid(pid, 0)  # signal 0: only asks whether the pid exists (through the OS seam)
     except ProcessLookupError:
         return False
     except PermissionError:

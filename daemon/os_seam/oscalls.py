@@ -133,3 +133,10 @@ class HostOs:
 
 
 HOST_OS: OsCalls = HostOs()  # the default everywhere; tests pass a fake at construction instead
+
+
+def signal_pid(pid: int, sig: int) -> None:
+    """kill(2) on one pid, for the few who signal a pid rather than a trainer: the container runtimes' and the Ray
+    actor's per-pid signal path (proctree.signal_each), the socket locator's liveness probe (signal 0) and the
+    crash test's seam (SIGKILL to ourselves). Raises ProcessLookupError / PermissionError as kill(2) does."""
+    os.kill(pid, sig)

@@ -6,12 +6,11 @@ and the parse are unit-tested on a fake /proc.
 
 from __future__ import annotations
 
-import os
 import time
 import weakref
 from dataclasses import dataclass
 
-from .oscalls import HOST_OS, ProcFs
+from .oscalls import HOST_OS, ProcFs, signal_pid
 
 _CHILDREN_MAX_AGE = 0.5  # seconds one /proc walk serves every job: 64 jobs cost one walk, not 64
 # one (taken at, ppid -> pids) per /proc reader: the host's is shared by every runtime, as before the seam
@@ -78,6 +77,6 @@ def signal_each(pids: list[int], sig: int) -> None:
     """Send `sig` to every pid; one that has exited meanwhile, or is not ours to signal, is skipped."""
     for pid in pids:
         try:
-            os.kill(pid, sig)
+            signal_pid(pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
