@@ -12,6 +12,7 @@ from typing import Any
 
 from .render_backup import backup_note
 from .durations import age
+from ..status.types import WatchdogState
 from ..status.types import JobStatus, LaunchWaitStatus, Status
 
 
@@ -209,10 +210,11 @@ def _watchdog_notes(j: JobStatus, now: float) -> list[str]:
     wds = j.watchdogs
     if not wds:
         return []
-    quiet = ", ".join(f"{wd} {w.state}" for wd, w in sorted(wds.items()) if w.state in ("ok", "warmup"))
+    quiet_states = (WatchdogState.OK, WatchdogState.WARMUP)
+    quiet = ", ".join(f"{wd} {w.state}" for wd, w in sorted(wds.items()) if w.state in quiet_states)
     notes = [f"  {j.name} watchdogs: {quiet}".rstrip()]
     for wd, w in sorted(wds.items()):
-        if w.state not in ("ok", "warmup", "disabled", None):
+        if w.state not in (*quiet_states, WatchdogState.DISABLED, None):
             since = f" since {age(w.since, now)} ago" if w.since else ""
             notes.append(f"    {wd} {w.state.upper()}{since}: {w.detail or ''}".rstrip(": "))
     return notes

@@ -16,7 +16,7 @@ from . import policy as P
 from .effects import Effect, Event, Forget, Kill, Launch, Persist, Signal
 from .messages import (Adopted, CudaOom, Exited, LaunchOverdue, LaunchRefused, LaunchUnfinished, Message, Progressed,
                        ReasonClass, Reset, Restart, Settle, Start, Stop, Tick, WatchdogAction, WatchdogTrip)
-from .model import JobModel, JobState, LaunchIntent, Origin, StopIntent, Then, bump, check_transition
+from .model import JobModel, JobState, LaunchIntent, OomPhase, Origin, StopIntent, Then, bump, check_transition
 from .messages import TrainerConfigError
 
 S = JobState
@@ -249,7 +249,7 @@ def _cuda_oom(m: JobModel, msg: Exited, oom: CudaOom, ctx: Context, out: _Out) -
     step num_envs down when the job allows it, else retry once and fail with one line that says why. After
     training ran (fragmentation, a growing buffer) it is restarted like any crash, from the newest checkpoint."""
     startup = m.state == S.STARTING and not msg.moved_forward
-    phase = "startup" if startup else "training"
+    phase = OomPhase.STARTUP if startup else OomPhase.TRAINING
     in_use = P.num_envs_in_use(m.num_envs, m.num_envs_of, ctx.num_envs)
     m = m.with_(cuda_ooms=bump(m.cuda_ooms, phase))
     out.add(Event("cuda_oom", {"phase": phase, "kind": oom.kind, "line": oom.line, "num_envs": in_use,

@@ -36,6 +36,14 @@ class JobState(str, enum.Enum):
         return self in (JobState.STARTING, JobState.RUNNING, JobState.STOPPING)
 
 
+class OomPhase(enum.StrEnum):
+    """When an attempt ran out of GPU memory (jobs/machine.py decides): the key of `cuda_ooms` and the
+    `phase` label of isaacd_job_cuda_ooms_total. A str, so the JSON and the label stay the bare word."""
+
+    STARTUP = "startup"  # before the attempt's first iteration: the same launch fails the same way
+    TRAINING = "training"  # after training ran: restarted like any crash
+
+
 S = JobState
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.PENDING: frozenset({S.STARTING, S.STOPPED}),
@@ -130,7 +138,7 @@ class JobModel:
     num_envs_of: int | None = None
     startup_ooms: int = 0  # consecutive attempts that ran out of GPU memory before their first iteration
     training_ooms: int = 0  # consecutive attempts that ran out of GPU memory after training ran
-    cuda_ooms: tuple[tuple[str, int], ...] = ()  # ("startup" | "training", count): every one, for metrics
+    cuda_ooms: tuple[tuple[str, int], ...] = ()  # (OomPhase, count): every one, for metrics
 
     def with_(self, **changes: Any) -> "JobModel":
         return replace(self, **changes)

@@ -4,9 +4,18 @@ documented) and the dashboard/rules tests (every metric they reference must exis
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
+from ..jobs.model import JobState
+from ..status.types import WatchdogState
+
 GPU_LABELS = ("gpu", "uuid", "model", "pci_bus_id")
+
+
+def _values(e: type[enum.Enum]) -> str:
+    """An enum's values as a HELP text lists them: the label values the collector exports, read from the enum."""
+    return ", ".join(m.value for m in e)
 
 
 @dataclass(frozen=True)
@@ -47,8 +56,7 @@ METRICS: tuple[MetricDef, ...] = (
        "Always 1 per configured job; runtime = process|podman|systemd|ray; node = the Ray node its trainer runs on "
        "(\"\" when the runtime does not place jobs, or between attempts)."),
     _g("isaacd_job_state", ("job", "state"),
-       "1 for the job's current state, 0 for the others (pending, starting, running, backing-off, stopping, "
-       "stopped, completed, failed)."),
+       f"1 for the job's current state, 0 for the others ({_values(JobState)})."),
     _g("isaacd_job_iteration", ("job", "node"), "Latest training iteration seen (TensorBoard step / checkpoint)."),
     _g("isaacd_job_max_iterations", ("job",), "Configured number of training iterations."),
     _g("isaacd_job_mean_reward", ("job", "node"),
@@ -91,7 +99,7 @@ METRICS: tuple[MetricDef, ...] = (
        "0 while another supervisor holds it or it is not taken yet."),
     _g("isaacd_job_gpu_assigned", ("job", "gpu"), "1 for each GPU the job is configured to use (gpu = GPU key or UUID)."),
     _g("isaacd_watchdog_state", ("job", "watchdog", "state"),
-       "1 for the watchdog's current state, 0 for the others (ok, pending, tripped, warmup, disabled)."),
+       f"1 for the watchdog's current state, 0 for the others ({_values(WatchdogState)})."),
     _g("isaacd_watchdog_state_since_timestamp_seconds", ("job", "watchdog"), "Unix time the watchdog entered its state."),
     _c("isaacd_watchdog_trips_total", ("job", "watchdog", "action"), "Watchdog trips by the action taken (0 before the first trip when the watchdog's status names its action)."),
     # ---- GPU collector

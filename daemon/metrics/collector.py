@@ -25,16 +25,22 @@ from prometheus_client.registry import Collector
 from ..gpu.assign import assigned_keys
 from ..gpu.sampler import GpuSampler, GpuSnapshot
 from ..gpu.types import CLOCK_EVENT_REASONS, GpuInfo, xid_class
-from ..status.types import JobStatus, Status, SupervisorInfo
+from ..jobs.messages import ReasonClass
+from ..jobs.model import JobState, OomPhase
+from ..status.types import JobStatus, Status, SupervisorInfo, WatchdogState
 from .attribution import attribute_pids
 from .catalog import BY_NAME
 
 log = structlog.get_logger("isaacd.metrics")
 
-JOB_STATES = ("pending", "starting", "running", "backing-off", "stopping", "stopped", "completed", "failed")
-WATCHDOG_STATES = ("ok", "pending", "tripped", "cooldown", "warmup", "disabled")
-RESTART_REASONS = ("exit_code", "signal", "oom", "cuda_oom", "watchdog", "operator", "lost")
-OOM_PHASES = ("startup", "training")
+# Label values, read from the enums that define them: every state and phase is exported from 0, so a
+# dashboard sees each series before its first 1 and increase() sees the first event.
+JOB_STATES = tuple(s.value for s in JobState)
+WATCHDOG_STATES = tuple(s.value for s in WatchdogState)
+# Every reason a restart can be counted under, from 0: all but config_error (never restarted) and node_lost
+# (only a Ray job can lose its node: added per job below).
+RESTART_REASONS = tuple(r.value for r in ReasonClass if r not in (ReasonClass.CONFIG_ERROR, ReasonClass.NODE_LOST))
+OOM_PHASES = tuple(p.value for p in OomPhase)
 
 StatusProvider = Callable[[], "Status | Mapping[str, Any]"]
 VolumesProvider = Callable[[], list[Any]]  # -> [volumes.Volume]
@@ -214,8 +220,8 @@ class IsaacdCollector(Collector):
             f.add("isaacd_job_checkpoint_iteration", [name], _num(ck.iteration))
             f.add("isaacd_job_checkpoint_timestamp_seconds", [name], _num(ck.time))
         f.add("isaacd_job_start_time_seconds", [name, node], _num(job.started_at))
-        reasons: dict[str, float] = {r: 0.0 for r in RESTART_REASONS + (("node_lost",) if job.runtime == "ray"
-                                                                         else ())}
+        reasons: dict[str, float] = {r: 0.0 for r in RESTART_REASONS + ((ReasonClass.NODE_LOST.value,)
+                                                                         if job.runtime == "ray" else ())}
         for r, count in job.restarts_by_reason.items():
             if (n := _num(count)) is not None:
                 reasons[str(r)] = n

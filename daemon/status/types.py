@@ -14,6 +14,7 @@ Stdlib only: `isaacd status` imports this and must start fast.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, TypeVar
@@ -172,11 +173,23 @@ def _backup_from_json(raw: Mapping[str, Any]) -> BackupStatus:
                                                       "lease": _nested(lambda r: BackupLease(**_kwargs(BackupLease, r)))}))
 
 
+class WatchdogState(enum.StrEnum):
+    """Where one watchdog stands for one job (set in watchdogs/base.py `Watchdog.step`): the `state` of
+    `isaacd status --json` and the `state` label of isaacd_watchdog_state. A str, so both stay the bare word."""
+
+    OK = "ok"  # its condition does not hold (or the trainer is not running)
+    PENDING = "pending"  # the condition holds, not yet for its hold time
+    TRIPPED = "tripped"  # it acted at its last step
+    COOLDOWN = "cooldown"  # it acted, and waits its cooldown before it may act again
+    WARMUP = "warmup"  # the attempt is too young for the condition to mean anything
+    DISABLED = "disabled"  # enabled = false in its config
+
+
 @dataclass(frozen=True, slots=True)
 class WatchdogStatus:
     """One watchdog's state for one job (watchdogs/base.py `Watchdog.status`)."""
 
-    state: str | None = None  # ok, warmup, pending, tripped, cooldown, disabled
+    state: WatchdogState | str | None = None  # a plain str when read back from JSON (an equal value)
     since: float | None = None
     detail: str | None = None
     action: str | None = None  # configured; the xid watchdog's reads "application/reset" when they differ

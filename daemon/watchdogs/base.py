@@ -12,7 +12,7 @@ from typing import Any
 from ..jobs.messages import WatchdogAction
 from ..observations.tensorboard import ScalarPoint
 from ..config.watchdogs import WatchdogCommon
-from ..status.types import WatchdogStatus
+from ..status.types import WatchdogState, WatchdogStatus
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ class Watchdog:
         self.cfg = cfg
         self.pending_since: float | None = None
         self.last_action_at: float | None = None
-        self.state = "ok"
+        self.state = WatchdogState.OK
         self.detail = ""
         self._attempt = -1
 
@@ -115,7 +115,7 @@ class Watchdog:
 
     def step(self, view: JobView) -> Trip | None:
         if not self.cfg.enabled:
-            self.state = "disabled"
+            self.state = WatchdogState.DISABLED
             return None
         if view.attempt != self._attempt:
             self._attempt = view.attempt
@@ -123,25 +123,25 @@ class Watchdog:
             self.on_new_attempt(view)
         if self.needs_alive and not view.alive:
             self.pending_since = None
-            self.state, self.detail = "ok", ""
+            self.state, self.detail = WatchdogState.OK, ""
             return None
         # Series watchdogs must see every point, warm-up or not, so their windows are full afterwards.
         verdict = self.evaluate(view)
         if self.in_warmup(view):
             self.pending_since = None
-            self.state, self.detail = "warmup", ""
+            self.state, self.detail = WatchdogState.WARMUP, ""
             return None
         if self.last_action_at is not None and view.now - self.last_action_at < self.cfg.cooldown:
-            self.state, self.detail = "cooldown", verdict.detail
+            self.state, self.detail = WatchdogState.COOLDOWN, verdict.detail
             return None
         if not verdict.active:
             self.pending_since = None
-            self.state, self.detail = "ok", verdict.detail
+            self.state, self.detail = WatchdogState.OK, verdict.detail
             return None
         if self.pending_since is None:
             self.pending_since = view.now
         if not verdict.immediate and view.now - self.pending_since < self.cfg.hold:
-            self.state, self.detail = "pending", verdict.detail
+            self.state, self.detail = WatchdogState.PENDING, verdict.detail
             return None
         action = verdict.action or WatchdogAction(self.cfg.action)
         trip = Trip(self.name, action, verdict.detail, verdict.values, verdict.threshold, self.cfg.hold,
@@ -149,13 +149,14 @@ class Watchdog:
         self.after_trip()
         self.last_action_at = view.now
         self.pending_since = None
-        self.state, self.detail = "tripped", verdict.detail
+        self.state, self.detail = WatchdogState.TRIPPED, verdict.detail
         return trip
 
     def possible_actions(self) -> set[WatchdogAction]:
         return {WatchdogAction(self.cfg.action)}
 
     def status(self) -> WatchdogStatus:
-        return WatchdogStatus(state=self.state, since=self.pending_since if self.state == "pending" else
-                              (self.last_action_at if self.state in ("tripped", "cooldown") else None),
+        acted = self.state in (WatchdogState.TRIPPED, WatchdogState.COOLDOWN)
+        return WatchdogStatus(state=self.state, since=self.pending_since if self.state == WatchdogState.PENDING else
+                              (self.last_action_at if acted else None),
                               detail=self.detail, action=self.cfg.action, actions=tuple(sorted(self.possible_actions())))
