@@ -15,7 +15,7 @@ from .gpu import GpuSampler
 from .gpu.assign import missing_gpus
 from .gpu.oom_memory import MemoryHistory, OomNote, oom_note
 from .metrics import build_registry, gpu_status, serve
-from .status.types import JobStatus
+from .status.types import GpusStatus, JobStatus
 from .supervisor import Extension, Hooks, Supervisor
 from .volumes import volumes
 from .watchdogs.engine import WatchdogEngine
@@ -82,12 +82,12 @@ class _PublishedGpus:
 
     def __init__(self, sampler: Any):
         self.sampler = sampler
-        self.latest: Any = None
+        self.latest: GpusStatus | None = None
 
-    def status(self, jobs: list[JobStatus]) -> dict[str, Any]:
+    def status(self, jobs: list[JobStatus]) -> GpusStatus:
         self.latest = None  # a hook that fails publishes no "gpus": the note then has none either
         self.latest = gpu_status(self.sampler.snapshot(), jobs)
-        return {"gpus": self.latest}
+        return self.latest
 
 
 def build_supervisor(cfg: Config, config_path: str | None) -> Supervisor:

@@ -42,7 +42,7 @@ from .runner import JobRunner
 from .runtimes.base import Runtime
 from .runtimes.factory import make_runtime
 from .status.signals import JobSignals
-from .status.types import JobStatus, Status, SupervisorInfo
+from .status.types import GpusStatus, JobStatus, Status, SupervisorInfo
 from .history.store import StateStore
 from .workflows.installed import forget as forget_installed_isaaclab
 
@@ -62,7 +62,7 @@ GpuMemory = Callable[[str, float | None], OomNote]
 TickHook = Callable[[float, Sequence[JobSignals]], list[tuple[str, Command]] | None]
 # parts of the snapshot others own, asked for at publish time; each returns a new value, never mutates
 JobStatusHook = Callable[[JobStatus], JobStatus]  # per job: the row with its part filled in (the watchdogs' states)
-StatusHook = Callable[[list[JobStatus]], dict[str, Any]]  # host-wide (the GPUs, which need the jobs' rows)
+StatusHook = Callable[[list[JobStatus]], GpusStatus | None]  # host-wide: the GPUs, which need the jobs' rows
 
 
 @dataclass(frozen=True)
@@ -250,7 +250,7 @@ class Supervisor:
         gpus = None
         for hook in self.hooks.status:
             try:
-                gpus = hook(jobs).get("gpus", gpus)
+                gpus = hook(jobs) or gpus
             except Exception:  # noqa: BLE001
                 log.exception("status_hook_failed", hook=getattr(hook, "__qualname__", str(hook)))
         self._snapshot = Status(jobs=tuple(jobs), gpus=gpus)  # one reference swap: a reader sees the old or the new

@@ -264,6 +264,6 @@ def test_gpu_status_names_the_jobs_assigned_to_each_gpu():
     from isaacd.metrics import gpu_status
 
     st = gpu_status(snapshot(), rows([fake_job("every", pids=[], gpus="all"), fake_job("one", pids=[], gpus=[UUID1]),
-                                      fake_job("cpu", pids=[], gpus=[])]))
+                                      fake_job("cpu", pids=[], gpus=[])])).to_json()
     assert {d["index"]: d["assigned"] for d in st["devices"]} == {
         "0": ["every"], "0:1": ["every"], "0:2": ["every"], "1": ["every", "one"]}

@@ -8,7 +8,7 @@ import os
 from isaacd.gpu import GpuSampler, ManualClock, ScriptedSource
 from isaacd.gpu.oom_memory import MemoryHistory, oom_note
 from isaacd.metrics.status import gpu_status
-from isaacd.status import JobStatus
+from isaacd.status.types import GpusStatus, JobStatus
 
 GiB = 2**30
 T0 = 1_700_000_000.0
@@ -96,7 +96,7 @@ def test_history_keeps_the_whole_span_at_lower_resolution_when_full():
 
 
 def test_collector_down_says_so():
-    note = oom_note("cp", {"up": False, "reason": "NVML Shared Library Not Found"}, MemoryHistory(), T0)
+    note = oom_note("cp", GpusStatus(up=False, reason="NVML Shared Library Not Found"), MemoryHistory(), T0)
     assert note.gpu == "no GPU memory figures (GPU collector down: NVML Shared Library Not Found)"
 
 

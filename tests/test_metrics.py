@@ -230,7 +230,7 @@ def test_attribution_by_pid_and_cgroup(tmp_path):
 
 def test_gpu_status_for_the_cli():
     sampler, status = full_setup()
-    st = gpu_status(sampler.snapshot(), rows(status["jobs"]))
+    st = gpu_status(sampler.snapshot(), rows(status["jobs"])).to_json()  # as `isaacd status --json` has it
     json.dumps(st)
     assert st["up"] and st["source"] == "scripted"
     d0, d1 = st["devices"]

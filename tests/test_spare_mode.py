@@ -17,6 +17,7 @@ from isaacd.attempt.spare import remove_staging, stage_booted, sweep_staging
 from isaacd.attempt.spare_mode import (GiB, Room, booted_resume, choose_mode, gpu_rooms, host_room, room_problem,
                                spare_setting, split_attempt_flags)
 from isaacd_trainer import shim_spare
+from isaacd.status.types import GpusStatus
 from isaacd_trainer.upstream import resolve_checkpoint_selector, write_run_manifest
 
 
@@ -84,8 +85,9 @@ def test_rooms_from_the_published_gpu_status_and_meminfo():
          "processes": [{"pid": 1, "used_bytes": 6 * GiB, "job": "cp"}, {"pid": 2, "used_bytes": 4 * GiB, "job": None}]},
         {"index": "1", "memory_used_bytes": 1, "memory_total_bytes": 80 * GiB, "assigned": ["other"], "jobs": [],
          "processes": []}]}
+    gpus = GpusStatus.from_json(gpus)  # as the supervisor publishes it
     assert gpu_rooms("cp", gpus) == [Room("GPU 0", 70 * GiB, 6 * GiB, 80 * GiB)]
-    assert gpu_rooms("cp", {"up": False}) is None and gpu_rooms("nobody", gpus) is None
+    assert gpu_rooms("cp", GpusStatus(up=False)) is None and gpu_rooms("nobody", gpus) is None
     meminfo = "MemTotal:       24683792 kB\nMemFree:  100 kB\nMemAvailable:   21524024 kB\n"
     assert host_room(meminfo, 900 * 2**20) == [Room("host RAM", 21524024 * 1024, 900 * 2**20, 24683792 * 1024)]
     assert host_room("", None) is None

@@ -83,7 +83,7 @@ def rich_status() -> Status:
         supervisor=SupervisorInfo(version="0.1.0", pid=1234, started_at=NOW - 3600, uptime_seconds=3600.0,
                                   config_path="/etc/isaacd/isaacd.toml", config_reloads_total=2,
                                   config_errors_total=1, last_config_error="line 3: bad", state_dir="/var/lib/isaacd"),
-        gpus={"up": False, "reason": "no NVML", "devices": []},
+        gpus=status_types.GpusStatus(up=False, reason="no NVML"),
     )
 
 
@@ -316,3 +316,28 @@ def test_the_static_check_sees_the_readers_reads():
                  ("BackupStatus", "retry_at"), ("BackupUpload", "iteration"), ("WatchdogStatus", "detail"),
                  ("WatchdogTripCount", "count"), ("CheckpointStatus", "time"), ("SupervisorInfo", "config_path")]:
         assert want in seen, want
+
+
+GPU_DEVICE_WIRE = {
+    "index": "0", "uuid": "GPU-8d", "model": "NVIDIA H200", "pci_bus_id": "00000000:19:00.0", "mig": False,
+    "temperature_celsius": 61.0, "memory_temperature_celsius": None, "thermal_margin_celsius": 20.0,
+    "power_watts": 500.0, "power_limit_watts": 700.0, "sm_clock_hertz": 1.98e9, "memory_clock_hertz": None,
+    "memory_used_bytes": 9 * 2**30, "memory_total_bytes": 140 * 2**30, "utilization_ratio": 0.96,
+    "memory_utilization_ratio": 0.4, "clock_event_reasons": ["sw_power_cap"],
+    "processes": [{"pid": 4242, "used_bytes": 9 * 2**30, "job": "anymal"}, {"pid": 7, "used_bytes": None, "job": None}],
+    "jobs": ["anymal"], "assigned": ["anymal"],
+    "xids": {"13": {"count": 2, "last_seen": NOW - 5, "class": "application"}}, "health": "ok"}
+
+
+def test_the_gpus_are_typed_and_their_json_is_the_wire_shape_scripts_read():
+    """`Status.gpus` is a GpusStatus (devices, their processes and XIDs typed); its JSON is the per-device table
+    `isaacd status --json` always had, key for key and in order."""
+    wire = {"up": True, "reason": None, "source": "nvml", "driver_version": "550.54", "xid_watch": True,
+            "devices": [GPU_DEVICE_WIRE]}
+    st = Status.from_json({"jobs": [], "gpus": wire})
+    assert isinstance(st.gpus, status_types.GpusStatus)
+    dev = st.gpus.devices[0]
+    assert dev.processes[0].job == "anymal" and dev.xids["13"].xid_class == "application" and dev.jobs == ("anymal",)
+    assert json.dumps(st.to_json()["gpus"]) == json.dumps(wire)  # same keys, same order, same values
+    assert list(status_types.GpuDeviceStatus().to_json()) == list(GPU_DEVICE_WIRE)
+    assert through_the_wire(st) == st

@@ -426,9 +426,9 @@ class SpareKeeper:
 
     def _gpu_bytes_of(self, pid: int | None) -> int | None:
         published = self.published() if self.published is not None else None
-        gpus = (published.gpus if published is not None else None) or {}
-        found = [p.get("used_bytes") for d in gpus.get("devices") or () for p in d.get("processes") or ()
-                 if pid is not None and p.get("pid") == pid and p.get("used_bytes") is not None]
+        gpus = published.gpus if published is not None else None
+        found = [p.used_bytes for d in (gpus.devices if gpus is not None else ()) for p in d.processes
+                 if pid is not None and p.pid == pid and p.used_bytes is not None]
         return sum(found) if found else None
 
 

@@ -23,11 +23,11 @@ spare died during its boot, or could not take an attempt, the keeper falls back 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..config.schema import JobConfig
+from ..status.types import GpusStatus
 
 Mode = Literal["booted", "imports"]
 GiB = 2**30
@@ -103,18 +103,18 @@ def choose_mode(setting: str, job: JobConfig, rsl_rl_hook: bool, rooms: list[Roo
     return ("imports", problem) if problem is not None else ("booted", None)
 
 
-def gpu_rooms(job: str, gpus: Mapping[str, Any] | None) -> list[Room] | None:
+def gpu_rooms(job: str, gpus: GpusStatus | None) -> list[Room] | None:
     """The job's GPUs from the supervisor's published GPU status (metrics/status.py), or None when unknown."""
-    if not gpus or not gpus.get("up"):
+    if gpus is None or not gpus.up:
         return None
     rooms = []
-    for d in gpus.get("devices") or ():
-        if job not in (d.get("assigned") or ()) and job not in (d.get("jobs") or ()):
+    for d in gpus.devices:
+        if job not in d.assigned and job not in d.jobs:
             continue
-        used, total = d.get("memory_used_bytes"), d.get("memory_total_bytes")
-        mine = [p.get("used_bytes") for p in d.get("processes") or () if p.get("job") == job]
-        trainer = None if any(m is None for m in mine) else sum(mine)
-        rooms.append(Room(f"GPU {d.get('index')}", None if used is None or total is None else total - used,
+        used, total = d.memory_used_bytes, d.memory_total_bytes
+        mine = [p.used_bytes for p in d.processes if p.job == job]
+        trainer = None if any(m is None for m in mine) else sum(m or 0 for m in mine)
+        rooms.append(Room(f"GPU {d.index}", None if used is None or total is None else total - used,
                           trainer, total))
     return rooms or None
 

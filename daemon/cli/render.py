@@ -13,7 +13,7 @@ from typing import Any
 from .render_backup import backup_note
 from .durations import age
 from ..status.types import WatchdogState
-from ..status.types import JobStatus, LaunchWaitStatus, Status
+from ..status.types import GpusStatus, JobStatus, LaunchWaitStatus, Status
 
 
 def _num(v: float | None, fmt: str = "{:.2f}") -> str:
@@ -220,22 +220,20 @@ def _watchdog_notes(j: JobStatus, now: float) -> list[str]:
     return notes
 
 
-def format_gpus(gpus: dict[str, Any]) -> str:
-    if not gpus.get("up"):
-        return f"GPUs: collector down: {gpus.get('reason') or 'no NVML'}"
+def format_gpus(gpus: GpusStatus) -> str:
+    if not gpus.up:
+        return f"GPUs: collector down: {gpus.reason or 'no NVML'}"
     out = ["GPU  MODEL                 TEMP  UTIL  POWER        MEM             JOBS  HEALTH"]
-    for g in gpus.get("devices", []):
-        def f(key: str, fmt: str) -> str:
-            v = g.get(key)
+    for g in gpus.devices:
+        def f(v: float | None, fmt: str) -> str:
             return "-" if v is None else fmt.format(v)
 
-        mem = "-" if g.get("memory_used_bytes") is None else \
-            f"{g['memory_used_bytes'] / 2**30:.0f}/{(g.get('memory_total_bytes') or 0) / 2**30:.0f} GiB"
-        power = "-" if g.get("power_watts") is None else \
-            f"{g['power_watts']:.0f}/{g.get('power_limit_watts') or 0:.0f} W"
-        out.append(f"{g['index']:<4} {str(g.get('model', ''))[:20]:<21} {f('temperature_celsius', '{:.0f}C'):<5} "
-                   f"{f('utilization_ratio', '{:.0%}'):<5} {power:<12} {mem:<15} "
-                   f"{','.join(g.get('jobs', [])) or '-':<5} {g.get('health', 'ok')}")
+        mem = "-" if g.memory_used_bytes is None else \
+            f"{g.memory_used_bytes / 2**30:.0f}/{(g.memory_total_bytes or 0) / 2**30:.0f} GiB"
+        power = "-" if g.power_watts is None else f"{g.power_watts:.0f}/{g.power_limit_watts or 0:.0f} W"
+        out.append(f"{g.index:<4} {str(g.model)[:20]:<21} {f(g.temperature_celsius, '{:.0f}C'):<5} "
+                   f"{f(g.utilization_ratio, '{:.0%}'):<5} {power:<12} {mem:<15} "
+                   f"{','.join(g.jobs) or '-':<5} {g.health if g.health is not None else 'ok'}")
     return "\n".join(out)
 
 

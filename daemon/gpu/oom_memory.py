@@ -8,10 +8,10 @@ jobs) and that history into the words an OOM event, restart reason or failure li
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 GiB = 2**30
 MAX_POINTS = 2048  # per GPU; past it every other point goes
@@ -70,24 +70,77 @@ class OomNote:
     facts: dict[str, Any] = field(default_factory=dict)
 
 
-def oom_note(job: str, gpus: Mapping[str, Any] | None, history: MemoryHistory, since: float | None,
+class GpuProcessView(Protocol):
+    """A GPU process as the published status has it (status/types.py GpuProcessStatus; gpu/ may not import
+    status/, which reads gpu/ through the config)."""
+
+    @property
+    def pid(self) -> int | None: ...
+
+    @property
+    def used_bytes(self) -> int | None: ...
+
+    @property
+    def job(self) -> str | None: ...
+
+
+class GpuDeviceView(Protocol):
+    """A device row of the published status (status/types.py GpuDeviceStatus)."""
+
+    @property
+    def index(self) -> str: ...
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def memory_used_bytes(self) -> int | None: ...
+
+    @property
+    def memory_total_bytes(self) -> int | None: ...
+
+    @property
+    def processes(self) -> Sequence[GpuProcessView]: ...
+
+    @property
+    def jobs(self) -> Sequence[str]: ...
+
+    @property
+    def assigned(self) -> Sequence[str]: ...
+
+
+class GpusView(Protocol):
+    """The GPUs part of the published status (status/types.py GpusStatus)."""
+
+    @property
+    def up(self) -> bool: ...
+
+    @property
+    def reason(self) -> str | None: ...
+
+    @property
+    def devices(self) -> Sequence[GpuDeviceView]: ...
+
+
+def oom_note(job: str, gpus: GpusView | None, history: MemoryHistory, since: float | None,
              proc_root: str = "/proc") -> OomNote:
-    """`gpus`: the supervisor status's "gpus" (metrics/status.py: devices with memory and attributed processes);
+    """`gpus`: the supervisor status's GPUs (metrics/status.py: devices with memory and attributed processes);
     `since`: the attempt's start (unix seconds)."""
-    if not gpus or not gpus.get("up"):
-        why = (gpus or {}).get("reason") or "no GPU source"
+    if gpus is None or not gpus.up:
+        why = (gpus.reason if gpus is not None else None) or "no GPU source"
         return OomNote(f"no GPU memory figures (GPU collector down: {why})")
-    mine = [d for d in gpus.get("devices") or () if job in (d.get("assigned") or ()) or job in (d.get("jobs") or ())]
+    mine = [d for d in gpus.devices if job in d.assigned or job in d.jobs]
     if not mine:
         return OomNote("no GPU memory figures for this job: none of this host's GPUs is assigned to it (gpus / "
                        "device) or held by its processes (a ray job's GPU is on its node)")
     clauses, facts, trends = [], [], []
     for d in mine:
-        key = str(d.get("index"))
+        key = str(d.index)
         clauses.append(_gpu_clause(d, job, proc_root))
-        facts.append({"gpu": key, "model": d.get("model"), "memory_used_bytes": d.get("memory_used_bytes"),
-                      "memory_total_bytes": d.get("memory_total_bytes"),
-                      "processes": [dict(p, name=_comm(p.get("pid"), proc_root)) for p in d.get("processes") or ()]})
+        facts.append({"gpu": key, "model": d.model, "memory_used_bytes": d.memory_used_bytes,
+                      "memory_total_bytes": d.memory_total_bytes,
+                      "processes": [{"pid": p.pid, "used_bytes": p.used_bytes, "job": p.job,
+                                     "name": _comm(p.pid, proc_root)} for p in d.processes]})
         t = history.trend(key, since) if since is not None else None
         if t is not None:
             trends.append(t.describe())
@@ -96,21 +149,21 @@ def oom_note(job: str, gpus: Mapping[str, Any] | None, history: MemoryHistory, s
     return OomNote("; ".join(clauses), "; ".join(trends) or None, {"gpus": facts})
 
 
-def _gpu_clause(d: Mapping[str, Any], job: str, proc_root: str) -> str:
-    used, total = d.get("memory_used_bytes"), d.get("memory_total_bytes")
-    head = f"GPU {d.get('index')} ({d.get('model') or 'unknown model'})"
+def _gpu_clause(d: GpuDeviceView, job: str, proc_root: str) -> str:
+    used, total = d.memory_used_bytes, d.memory_total_bytes
+    head = f"GPU {d.index} ({d.model or 'unknown model'})"
     if used is None:
         return f"{head}: memory in use not reported"
     head += f" has {used / GiB:.1f} of {_gib(total)} in use" if total else f" has {_gib(used)} in use"
     by_job: dict[str, int] = {}
     others: list[tuple[int, str]] = []
-    for p in d.get("processes") or ():
-        amount = p.get("used_bytes")
-        if p.get("job"):
-            by_job[p["job"]] = by_job.get(p["job"], 0) + (amount or 0)
+    for p in d.processes:
+        amount = p.used_bytes
+        if p.job:
+            by_job[p.job] = by_job.get(p.job, 0) + (amount or 0)
         else:
-            name = _comm(p.get("pid"), proc_root)
-            who = f"pid {p.get('pid')}" + (f" ({name}, not an isaacd job)" if name else " (not an isaacd job)")
+            name = _comm(p.pid, proc_root)
+            who = f"pid {p.pid}" + (f" ({name}, not an isaacd job)" if name else " (not an isaacd job)")
             others.append((amount or 0, f"{_gib(amount) if amount is not None else 'an unreported amount'} by {who}"))
     holders = others + [(n, f"{_gib(n)} by {'this job' if j == job else 'job ' + j}") for j, n in by_job.items()]
     if not holders:

@@ -333,14 +333,105 @@ class SupervisorInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class Status:
-    """Everything `isaacd status` shows: the jobs, the supervisor, and the GPUs when a sampler runs.
+class GpuProcessStatus:
+    """A process holding memory on a GPU (NVML's host pid), and the isaacd job it belongs to (metrics/attribution.py)."""
 
-    `gpus` stays the JSON that metrics/status.py `gpu_status` builds (a per-device table)."""
+    pid: int | None = None
+    used_bytes: int | None = None  # None: the driver does not say
+    job: str | None = None
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> GpuProcessStatus:
+        return cls(**_kwargs(cls, raw))
+
+
+@dataclass(frozen=True, slots=True)
+class XidStatus:
+    """How often one XID code was seen on a GPU, when last, and its class (gpu/types.py xid_class)."""
+
+    count: int | None = None
+    last_seen: float | None = None
+    xid_class: str | None = None  # "class" in the JSON (a Python keyword)
+
+    def to_json(self) -> JSON:
+        return {"count": self.count, "last_seen": self.last_seen, "class": self.xid_class}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> XidStatus:
+        return cls(count=raw.get("count"), last_seen=raw.get("last_seen"), xid_class=raw.get("class"))
+
+
+def _xids(v: Any) -> dict[str, XidStatus]:
+    return {str(k): XidStatus.from_json(x) for k, x in v.items() if isinstance(x, Mapping)} \
+        if isinstance(v, Mapping) else {}
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDeviceStatus:
+    """One GPU (or MIG device) as `isaacd status` shows it (metrics/status.py gpu_status builds it from the GPU
+    sampler's snapshot): identity, the latest fast fields (None: not reported), its processes, the jobs seen on it
+    and assigned to it, its XIDs and its health."""
+
+    index: str = ""  # the GPU key: "0", or "0:1" for a MIG device
+    uuid: str | None = None
+    model: str = ""
+    pci_bus_id: str | None = None
+    mig: bool | None = None
+    temperature_celsius: float | None = None
+    memory_temperature_celsius: float | None = None
+    thermal_margin_celsius: float | None = None
+    power_watts: float | None = None
+    power_limit_watts: float | None = None
+    sm_clock_hertz: float | None = None
+    memory_clock_hertz: float | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    utilization_ratio: float | None = None
+    memory_utilization_ratio: float | None = None
+    clock_event_reasons: tuple[str, ...] = ()  # the active ones, by name
+    processes: tuple[GpuProcessStatus, ...] = ()
+    jobs: tuple[str, ...] = ()  # isaacd jobs seen using it (their processes)
+    assigned: tuple[str, ...] = ()  # isaacd jobs whose gpus/device claim it (gpu/assign.py)
+    xids: dict[str, XidStatus] = field(default_factory=dict)  # by XID code, as text
+    health: str | None = None  # "ok", "lost", "error: ...", "unhealthy: <reason>", "no data yet"
+
+    def to_json(self) -> JSON:
+        return {f.name: _to_json(getattr(self, f.name)) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> GpuDeviceStatus:
+        return cls(**_kwargs(cls, raw, {
+            "clock_event_reasons": _tuple, "jobs": _tuple, "assigned": _tuple, "xids": _xids,
+            "processes": lambda v: tuple(GpuProcessStatus.from_json(p) for p in _tuple(v) if isinstance(p, Mapping))}))
+
+
+@dataclass(frozen=True, slots=True)
+class GpusStatus:
+    """The host's GPUs when a sampler runs: the collector's state and a row per device."""
+
+    up: bool = False
+    reason: str | None = None  # why the collector is down
+    source: str | None = None  # nvml, scripted, none
+    driver_version: str | None = None
+    xid_watch: bool = False
+    devices: tuple[GpuDeviceStatus, ...] = ()
+
+    def to_json(self) -> JSON:
+        return {f.name: _to_json(getattr(self, f.name)) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> GpusStatus:
+        return cls(**_kwargs(cls, raw, {"devices": lambda v: tuple(GpuDeviceStatus.from_json(d) for d in _tuple(v)
+                                                                    if isinstance(d, Mapping))}))
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """Everything `isaacd status` shows: the jobs, the supervisor, and the GPUs when a sampler runs."""
 
     jobs: tuple[JobStatus, ...] = ()
     supervisor: SupervisorInfo = field(default_factory=SupervisorInfo)
-    gpus: dict[str, Any] | None = None
+    gpus: GpusStatus | None = None
 
     def job(self, name: str) -> JobStatus | None:
         return next((j for j in self.jobs if j.name == name), None)
@@ -348,7 +439,7 @@ class Status:
     def to_json(self) -> JSON:
         out: JSON = {"jobs": [j.to_json() for j in self.jobs]}
         if self.gpus is not None:
-            out["gpus"] = self.gpus
+            out["gpus"] = self.gpus.to_json()
         out["supervisor"] = self.supervisor.to_json()
         return out
 
@@ -359,7 +450,7 @@ class Status:
         gpus = raw.get("gpus")
         return cls(jobs=tuple(JobStatus.from_json(j) for j in _tuple(raw.get("jobs"))),
                    supervisor=SupervisorInfo.from_json(sup) if sup is not None else SupervisorInfo(),
-                   gpus=dict(gpus) if isinstance(gpus, Mapping) else None)
+                   gpus=GpusStatus.from_json(gpus) if isinstance(gpus, Mapping) else None)
 
 
 def _to_json(v: Any) -> Any:
