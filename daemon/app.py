@@ -111,7 +111,7 @@ def build_supervisor(cfg: Config, config_path: str | None) -> Supervisor:
         extensions.append(_MetricsExtension(sampler))
     extensions.append(_BackupDrain())  # last in, first stopped
     return Supervisor(cfg, config_path, gpu_check=lambda job: missing_gpus(job, sampler.snapshot()),
-                      gpu_memory=gpu_memory,
+                      gpu_memory=gpu_memory, gpu_snapshot=sampler.snapshot,
                       hooks=Hooks(tick=[observe_memory, watchdogs.tick], job_status=[watchdogs.job_status],
                                   status=[published.status]),
                       extensions=extensions)

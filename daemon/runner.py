@@ -32,6 +32,7 @@ from .backup.uploader import Run as BackupRun
 from .clock import Clock, SystemClock
 from .config.schema import JobConfig
 from .gpu.oom_memory import OomNote
+from .gpu.snapshot import GpuSnapshot
 from .jobs import machine
 from .jobs.effects import Effect, Event, Forget, Kill, Launch, Persist, Signal
 from .jobs.messages import Exited, LaunchRefused, LaunchUnfinished, Message, Settle, Tick
@@ -42,7 +43,7 @@ from .observations.checkpoints import Checkpoint, timeline
 from .runtimes.base import Handle, Runtime
 from .attempt.spare import SpareKeeper
 from .status.signals import JobSignals, job_signals
-from .status.types import JobStatus, Status
+from .status.types import JobStatus
 from .attempt.job_status import job_status
 from .history.store import JobHistory, StateStore
 from .workflows import Resolved, WorkflowError
@@ -96,15 +97,17 @@ class JobRunner:
     def __init__(self, cfg: JobConfig, runtime: Runtime, store: StateStore, state_dir: Path,
                  clock: Clock | None = None, *, gpu_check: GpuCheck | None = None,
                  gpu_memory: Callable[[str, float | None], OomNote] | None = None,
-                 published: Callable[[], Status] | None = None):
+                 gpu_snapshot: Callable[[], GpuSnapshot] | None = None):
         self.store, self.state_dir = store, state_dir
         self.clock: Clock = clock or SystemClock()
         self.setting = JobSetting.of(cfg)
         self.log = log.bind(job=cfg.name)
         self.record = JobRecord(self.setting, store, state_dir, self.clock)
         self.state_since = self.clock.wall()
-        # published: the supervisor's last status, where a booted spare reads its room (GPU memory, trainer pid)
-        self.spares = SpareKeeper(self.setting, runtime, state_dir, self.event, published=published)
+        # a booted spare's room: the GPU sampler's snapshot (GPU memory) and the live trainer's processes
+        self.spares = SpareKeeper(self.setting, runtime, state_dir, self.event, gpu_snapshot=gpu_snapshot,
+                                  trainer_pids=lambda: [p for p in (self.handle.pid if self.handle else None,
+                                                                    *self.live.pids) if isinstance(p, int)])
         self.backup: JobBackup | None = None  # [jobs.backup]: uploads and the bucket fetch (daemon/backup/)
         self.launch_waits: str | None = None  # a launch waiting for the bucket's checkpoint: why
         self.observer = AttemptObserver(self.setting, runtime, self.clock, self.record, gpu_memory,

@@ -31,6 +31,7 @@ from .control import ControlServer, Fleet
 from .service.early_signals import take as take_early_signal
 from .os_seam.exitwatch import ExitWatcher
 from .gpu.oom_memory import OomNote
+from .gpu.snapshot import GpuSnapshot
 from .jobs import JobState
 from .jobs.messages import Command, Reset, Restart, Start, Stop
 from .jobs.machine import Refused
@@ -85,7 +86,8 @@ class Extension(Protocol):
 
 class Supervisor:
     def __init__(self, config: Config, config_path: str | None, clock: Clock | None = None, *,
-                 gpu_check: GpuCheck | None = None, gpu_memory: GpuMemory | None = None, hooks: Hooks = Hooks(),
+                 gpu_check: GpuCheck | None = None, gpu_memory: GpuMemory | None = None,
+                 gpu_snapshot: Callable[[], GpuSnapshot] | None = None, hooks: Hooks = Hooks(),
                  extensions: Sequence[Extension] = ()):
         self.config = config
         self.config_path = config_path
@@ -110,6 +112,7 @@ class Supervisor:
         self.hooks = hooks
         self.gpu_check = gpu_check  # handed to each runner
         self.gpu_memory = gpu_memory  # likewise
+        self.gpu_snapshot = gpu_snapshot  # likewise: the GPU sampler's latest snapshot (a booted spare's room)
         self._snapshot = Status()
         self._last_notify = float("-inf")
 
@@ -136,7 +139,8 @@ class Supervisor:
 
     def _make_runner(self, job_cfg: JobConfig) -> JobRunner:
         return JobRunner(job_cfg, self.runtime(job_cfg.runtime), self.store, self.config.supervisor.state_dir,
-                         self.clock, gpu_check=self.gpu_check, gpu_memory=self.gpu_memory, published=self.status)
+                         self.clock, gpu_check=self.gpu_check, gpu_memory=self.gpu_memory,
+                         gpu_snapshot=self.gpu_snapshot)
 
     def start(self) -> None:
         for job_cfg in self.config.jobs:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,7 +18,8 @@ from isaacd.attempt.spare import remove_staging, stage_booted, sweep_staging
 from isaacd.attempt.spare_mode import (GiB, Room, booted_resume, choose_mode, gpu_rooms, host_room, room_problem,
                                spare_setting, split_attempt_flags)
 from isaacd_trainer import shim_spare
-from isaacd.status.types import GpusStatus
+from isaacd.gpu.snapshot import GpuSnapshot, empty_snapshot
+from isaacd.gpu.types import GpuInfo, GpuMap, GpuSample, ProcessMemory
 from isaacd_trainer.upstream import resolve_checkpoint_selector, write_run_manifest
 
 
@@ -78,16 +80,24 @@ def test_choose_mode():
     assert choose_mode("booted", job(extra_args=["agent.logger=wandb"]), True, roomy) == ("booted", None)
 
 
-def test_rooms_from_the_published_gpu_status_and_meminfo():
-    gpus = {"up": True, "devices": [
-        {"index": "0", "memory_used_bytes": 10 * GiB, "memory_total_bytes": 80 * GiB, "assigned": ["cp"],
-         "jobs": ["cp"],
-         "processes": [{"pid": 1, "used_bytes": 6 * GiB, "job": "cp"}, {"pid": 2, "used_bytes": 4 * GiB, "job": None}]},
-        {"index": "1", "memory_used_bytes": 1, "memory_total_bytes": 80 * GiB, "assigned": ["other"], "jobs": [],
-         "processes": []}]}
-    gpus = GpusStatus.from_json(gpus)  # as the supervisor publishes it
-    assert gpu_rooms("cp", gpus) == [Room("GPU 0", 70 * GiB, 6 * GiB, 80 * GiB)]
-    assert gpu_rooms("cp", GpusStatus(up=False)) is None and gpu_rooms("nobody", gpus) is None
+def gpu_snapshot(devices: dict[str, tuple[int | None, int | None, dict[int, int | None]]]) -> GpuSnapshot:
+    """The GPU sampler's snapshot: per GPU key (memory used, total, {pid: bytes it holds})."""
+    return replace(empty_snapshot(), up=True, source="scripted",
+                   gpus=GpuMap({k: GpuInfo(int(k), f"GPU-{k}", "NVIDIA H200", f"0:{k}") for k in devices}),
+                   samples=GpuMap({k: GpuSample(k, 0.0, memory_used_bytes=used, memory_total_bytes=total,
+                                                processes=tuple(ProcessMemory(k, p, b) for p, b in procs.items()))
+                                   for k, (used, total, procs) in devices.items()}))
+
+
+def test_rooms_from_the_gpu_snapshot_and_meminfo():
+    snap = gpu_snapshot({"0": (10 * GiB, 80 * GiB, {1: 6 * GiB, 2: 4 * GiB}), "1": (1, 80 * GiB, {})})
+    # GPU 0: claimed, and the trainer (pid 1) holds 6 GiB there; pid 2 is no process of the job
+    assert gpu_rooms(job(gpus=[0]), [1], snap) == [Room("GPU 0", 70 * GiB, 6 * GiB, 80 * GiB)]
+    # a GPU the job does not claim counts where its trainer holds memory on it (the attribution's "jobs")
+    unclaimed = job(gpus=[], device="cpu")
+    assert gpu_rooms(unclaimed, [1], snap) == [Room("GPU 0", 70 * GiB, 6 * GiB, 80 * GiB)]
+    assert gpu_rooms(job(gpus=[0]), [1], replace(snap, up=False)) is None
+    assert gpu_rooms(job(gpus=[0]), [1], None) is None and gpu_rooms(unclaimed, [7], snap) is None
     meminfo = "MemTotal:       24683792 kB\nMemFree:  100 kB\nMemAvailable:   21524024 kB\n"
     assert host_room(meminfo, 900 * 2**20) == [Room("host RAM", 21524024 * 1024, 900 * 2**20, 24683792 * 1024)]
     assert host_room("", None) is None
@@ -356,11 +366,8 @@ def test_status_says_the_mode_and_measures_the_booted_spare_live(tmp_path):
     from isaacd.attempt.spare import SpareKeeper, _Spare
 
     cfg, _ = builtin_booted(tmp_path)
-    from isaacd.status.types import Status
-
-    published = Status.from_json({"jobs": [], "gpus": {"up": True, "devices": [
-        {"index": "0", "processes": [{"pid": os.getpid(), "used_bytes": 3 * GiB, "job": "cp"}]}]}})
-    keeper = SpareKeeper(cfg, SpecRuntime(), tmp_path, Recorder(), published=lambda: published)
+    snap = gpu_snapshot({"0": (None, None, {os.getpid(): 3 * GiB})})  # the GPU sampler's, as app.py hands it in
+    keeper = SpareKeeper(cfg, SpecRuntime(), tmp_path, Recorder(), gpu_snapshot=lambda: snap)
     keeper.spare = _Spare(Handle("process", "cp", {"pid": os.getpid()}), "t", tmp_path / "f",
                           ShimEvents(tmp_path / "e.jsonl"), 0.0, ready=True, mode="booted",
                           facts={"cuda_memory_bytes": 1, "preload_seconds": 40.0})
@@ -369,7 +376,7 @@ def test_status_says_the_mode_and_measures_the_booted_spare_live(tmp_path):
     st = keeper.status()
     assert st.state == "ready" and st.mode == "booted" and st.cuda_memory_bytes == 3 * GiB
     assert st.rss_bytes > 10 * 2**20 and st.preload_seconds == 40.0
-    keeper.published = None
+    keeper.gpu_snapshot = None
     assert keeper.status().cuda_memory_bytes == 1  # no GPU collector: what the spare measured at its park
 
 

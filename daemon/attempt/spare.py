@@ -42,7 +42,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from isaacd_trainer.shim_protocol import (BOOTED_ARGV_ENV, GO_ARGV, GO_ATTEMPT_ENV, GO_CWD, GO_ENV, GO_LOG, GO_PLAIN,
                                           GO_RESUME, SPARE_CONTROL_ENV, SPARE_DEVICE_ENV, SPARE_FLAG, SPARE_PLAIN_ENV,
@@ -59,7 +59,8 @@ from ..os_seam.oscalls import HOST_OS, OsCalls, ProcFs
 from ..runtimes.base import Handle, LaunchSpec, Runtime
 from ..runtimes.container_spec import container_args, container_device_arg, hand_to_container_user
 from ..os_seam.proctree import process_tree
-from ..status.types import SpareStatus, Status
+from ..gpu.snapshot import GpuSnapshot
+from ..status.types import SpareStatus
 from .spare_mode import Mode, booted_resume, choose_mode, gpu_rooms, host_room, spare_setting
 from ..workflows.launcher import Program
 from ..observations.shim_events import ShimEvents
@@ -122,7 +123,8 @@ class SpareKeeper:
     """Keeps at most one spare for one job: starts it, watches it, hands it over, kills it."""
 
     def __init__(self, cfg: JobConfig | JobSetting, runtime: Runtime, state_dir: Path, event: Callable[..., None],
-                 oscalls: OsCalls = HOST_OS, published: Callable[[], Status] | None = None):
+                 oscalls: OsCalls = HOST_OS, gpu_snapshot: Callable[[], GpuSnapshot] | None = None,
+                 trainer_pids: Callable[[], Sequence[int]] | None = None):
         # the runner's setting (a reload's new config reaches the next spare), or a config of its own (tests)
         self.setting = cfg if isinstance(cfg, JobSetting) else JobSetting.of(cfg)
         self.runtime, self.state_dir, self._event = runtime, state_dir, event
@@ -132,9 +134,11 @@ class SpareKeeper:
         self._retry_delay = RETRY_MIN
         self.off_reason: str | None = None
         self.log = log.bind(job=self.cfg.name)
-        # booted spares: the supervisor's published status (GPU memory, the trainer's pid; None in unit tests),
-        # why the next spare is imports-only, and why booted spares are off for this job (a failed boot)
-        self.published = published
+        # booted spares: what the room is read from, handed in (None in unit tests), never the status this feeds:
+        # the GPU sampler's latest snapshot (GPU memory, its processes) and the live trainer's processes (its
+        # main pid first); why the next spare is imports-only, and why booted spares are off (a failed boot)
+        self.gpu_snapshot = gpu_snapshot
+        self.trainer_pids = trainer_pids
         self.mode_reason: str | None = None
         self.booted_off: str | None = None
         self._swept_at_rest = False
@@ -401,14 +405,11 @@ class SpareKeeper:
         setting = spare_setting(self.cfg.spare)
         rooms = None
         if setting == "auto" and self.cfg.workflow == "rsl_rl":
-            published = self.published() if self.published is not None else None
+            pids = list(self.trainer_pids()) if self.trainer_pids is not None else []
             if self.cfg.device.startswith("cuda"):
-                rooms = gpu_rooms(self.cfg.name, published.gpus if published is not None else None)
+                rooms = gpu_rooms(self.cfg, pids, self.gpu_snapshot() if self.gpu_snapshot is not None else None)
             else:
-                job = next((j for j in published.jobs if j.name == self.cfg.name), None) if published else None
-                pid = job.pid if job is not None else None
-                rooms = host_room(self.oscalls.meminfo(),
-                                  _tree_rss_bytes(pid, self.oscalls) if isinstance(pid, int) else None)
+                rooms = host_room(self.oscalls.meminfo(), _tree_rss_bytes(pids[0], self.oscalls) if pids else None)
         return choose_mode(setting, self.cfg, program.shim and not program.plain_spare, rooms, self.booted_off)
 
     def _boot_failed(self, sp: _Spare) -> dict[str, Any]:
@@ -425,9 +426,8 @@ class SpareKeeper:
         return {"boot_output": tail}
 
     def _gpu_bytes_of(self, pid: int | None) -> int | None:
-        published = self.published() if self.published is not None else None
-        gpus = published.gpus if published is not None else None
-        found = [p.used_bytes for d in (gpus.devices if gpus is not None else ()) for p in d.processes
+        snap = self.gpu_snapshot() if self.gpu_snapshot is not None else None
+        found = [p.used_bytes for p in (snap.processes if snap is not None else ())
                  if pid is not None and p.pid == pid and p.used_bytes is not None]
         return sum(found) if found else None
 

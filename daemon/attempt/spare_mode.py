@@ -23,11 +23,13 @@ spare died during its boot, or could not take an attempt, the keeper falls back 
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..config.schema import JobConfig
-from ..status.types import GpusStatus
+from ..gpu.assign import assigned_keys, status_gpus
+from ..gpu.snapshot import GpuSnapshot
 
 Mode = Literal["booted", "imports"]
 GiB = 2**30
@@ -103,19 +105,21 @@ def choose_mode(setting: str, job: JobConfig, rsl_rl_hook: bool, rooms: list[Roo
     return ("imports", problem) if problem is not None else ("booted", None)
 
 
-def gpu_rooms(job: str, gpus: GpusStatus | None) -> list[Room] | None:
-    """The job's GPUs from the supervisor's published GPU status (metrics/status.py), or None when unknown."""
-    if gpus is None or not gpus.up:
+def gpu_rooms(job: JobConfig, trainer_pids: Collection[int], snap: GpuSnapshot | None) -> list[Room] | None:
+    """The job's GPUs from the GPU sampler's snapshot, or None when unknown: those its gpus/device claim
+    (gpu/assign.py) and those its trainer's processes (host pids) hold memory on; what the trainer holds there."""
+    if snap is None or not snap.up:
         return None
+    claimed = set(assigned_keys(status_gpus(job), snap))
     rooms = []
-    for d in gpus.devices:
-        if job not in d.assigned and job not in d.jobs:
+    for key in snap.gpus:
+        s = snap.samples.get(key)
+        mine = [p.used_bytes for p in ((s.processes or ()) if s is not None else ()) if p.pid in trainer_pids]
+        if key not in claimed and not mine:
             continue
-        used, total = d.memory_used_bytes, d.memory_total_bytes
-        mine = [p.used_bytes for p in d.processes if p.job == job]
+        used, total = (s.memory_used_bytes, s.memory_total_bytes) if s is not None else (None, None)
         trainer = None if any(m is None for m in mine) else sum(m or 0 for m in mine)
-        rooms.append(Room(f"GPU {d.index}", None if used is None or total is None else total - used,
-                          trainer, total))
+        rooms.append(Room(f"GPU {key}", None if used is None or total is None else total - used, trainer, total))
     return rooms or None
 
 
