@@ -175,7 +175,7 @@ class GpuSampler:
 
     # ------------------------------------------------------------------ one pass each (also used by tests)
     def open_due(self) -> bool:
-        """The source is closed and the last try to open it is ``reopen_interval`` old."""
+        """The last try to open the source is ``reopen_interval`` old (asked while it is closed)."""
         return time.monotonic() - self._last_open_try >= self.reopen_interval
 
     def open(self) -> bool:
