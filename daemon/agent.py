@@ -30,6 +30,7 @@ from . import __version__
 from .config.schema import Config
 from .daemon_log import log
 from .runtimes.ray_actor import node_health_file
+from .status.types import Status, SupervisorInfo
 
 UNHEALTHY_CLASSES = ("reset", "reboot")
 
@@ -58,10 +59,10 @@ class Agent:
         self._stop = threading.Event()
         self._written: dict[str, str] | None = None
 
-    def status(self) -> dict[str, Any]:
-        return {"jobs": [], "node": self.node,
-                "supervisor": {"version": __version__, "pid": os.getpid(), "started_at": self.started_at,
-                               "uptime_seconds": time.time() - self.started_at}}
+    def status(self) -> Status:
+        """What /metrics reads of this agent: no jobs (they are the head's), its version and uptime."""
+        return Status(supervisor=SupervisorInfo(version=__version__, pid=os.getpid(), started_at=self.started_at,
+                                                uptime_seconds=time.time() - self.started_at))
 
     def start(self) -> "Agent":
         from .metrics import build_registry, serve

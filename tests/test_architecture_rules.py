@@ -32,3 +32,99 @@ def test_the_class_size_check_catches_a_long_class() -> None:
     body = "\n".join(f"    x{i} = {i}" for i in range(MAX_CLASS_LINES))
     assert long_classes(ast.parse(f"class Big:\n{body}\n"), "synthetic.py") == \
         [f"synthetic.py:1 class Big is {MAX_CLASS_LINES + 1} lines (at most {MAX_CLASS_LINES})"]
+
+
+# "One home for each fact": a part returns its typed status value; no dict travels between parts as a status.
+STATUS_FUNCTIONS = ("status", "snapshot")  # and every name ending in "_status"
+# a mapping may be a status's part where its values are numbers (name -> number: JobStatus.scalars by tag,
+# cuda_ooms by phase, restarts_by_reason by reason; a table of counts, nothing to parse) or typed status
+# values by name (JobStatus.watchdogs, GpuDeviceStatus.xids): the values say what they are
+MAPPING_VALUES_ALLOWED = {"int", "float"}
+# (path, function) -> why it may still return a dict
+DICT_STATUS_ALLOWED: dict[tuple[str, str], str] = {
+    ("daemon/runtimes/ray_actor.py", "status"): "the Ray actor's answer on the worker node: plain data across Ray's "
+                                                "RPC, folded by ray_attempts.py into the runtime's view",
+    ("daemon/runtimes/ray_fleet.py", "nodes_status"): "`isaacd nodes`' answer (the cluster's listing), no part of "
+                                                      "the published status; not typed yet (issue 30)",
+    ("daemon/runtimes/ray.py", "nodes_status"): "RayRuntime hands on ray_fleet.nodes_status (above)",
+    ("daemon/control.py", "nodes_status"): "control.Fleet, the Protocol RayRuntime.nodes_status satisfies (above)",
+}
+
+
+def _status_classes() -> set[str]:
+    """The typed status values: the dataclasses of status/types.py and of the parts' status modules."""
+    names: set[str] = set()
+    for path in (ROOT / "daemon/status/types.py", ROOT / "daemon/backup/status.py"):
+        names |= {n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ClassDef)}
+    return names
+
+
+def dict_annotations(annotation: ast.expr | None, typed: set[str]) -> list[str]:
+    """The mappings in an annotation whose values are neither numbers nor typed status values: `dict`,
+    `dict[str, Any]`, `Dict[...]`, `Mapping[str, Any]`, `dict[str, dict[str, int]]`, inside `X | None` too."""
+    if annotation is None:
+        return []
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):  # a quoted annotation
+        return dict_annotations(ast.parse(annotation.value, mode="eval").body, typed)
+    found = []
+    for node in ast.walk(annotation):
+        base = node.value if isinstance(node, ast.Subscript) else node
+        name = base.attr if isinstance(base, ast.Attribute) else base.id if isinstance(base, ast.Name) else ""
+        if name not in ("dict", "Dict", "Mapping", "MutableMapping"):
+            continue
+        if isinstance(node, ast.Subscript):
+            args = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            value = args[-1]
+            if isinstance(value, ast.Name) and (value.id in MAPPING_VALUES_ALLOWED or value.id in typed):
+                continue
+        elif any(isinstance(s, ast.Subscript) and s.value is node for s in ast.walk(annotation)):
+            continue  # the `dict` of `dict[...]`: judged as the subscript
+        found.append(ast.unparse(node))
+    return found
+
+
+def dict_statuses(tree: ast.AST, path: str, typed: set[str]) -> list[str]:
+    """Status functions returning a dict, and fields of Status / JobStatus annotated as one: `file:line what`."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                (node.name in STATUS_FUNCTIONS or node.name.endswith("_status")) and \
+                (path, node.name) not in DICT_STATUS_ALLOWED:
+            found += [f"{path}:{node.lineno} {node.name}() returns {d}" for d in dict_annotations(node.returns, typed)]
+        if isinstance(node, ast.ClassDef) and node.name in ("Status", "JobStatus") and path == "daemon/status/types.py":
+            found += [f"{path}:{f.lineno} {node.name}.{f.target.id} is {d}" for f in node.body
+                      if isinstance(f, ast.AnnAssign) and isinstance(f.target, ast.Name)
+                      for d in dict_annotations(f.annotation, typed)]
+    return sorted(found, key=lambda msg: int(msg.split(":")[1].split()[0]))  # by line
+
+
+def test_no_part_returns_its_status_as_a_dict() -> None:
+    typed = _status_classes()
+    found = [msg for p in sorted((ROOT / "daemon").rglob("*.py"))
+             for msg in dict_statuses(ast.parse(p.read_text()), str(p.relative_to(ROOT)), typed)]
+    assert not found, "\n".join(found)
+    assert {"JobStatus", "GpusStatus", "SpareStatus", "BackupStatus", "WatchdogStatus"} <= typed
+
+
+def test_the_dict_status_check_catches_dicts_returned_and_carried() -> None:
+    breach = ("from typing import Any, Dict, Mapping\n"
+              "class Keeper:\n"
+              "    def status(self) -> dict[str, Any]: ...\n"
+              "    def job_status(self, name: str) -> 'Dict[str, Any] | None': ...\n"
+              "    def snapshot(self) -> Mapping[str, Any]: ...\n"
+              "    def gpu_status(self) -> dict: ...\n"
+              "    def spare_status(self) -> SpareStatus: ...\n"
+              "    def counts_status(self) -> dict[str, int]: ...\n"
+              "    def other(self) -> dict[str, Any]: ...\n"
+              "class JobStatus:\n"
+              "    spare: dict[str, Any] | None = None\n"
+              "    backup: Mapping[str, dict[str, int]] = None\n"
+              "    scalars: dict[str, float] = None\n"
+              "    watchdogs: dict[str, WatchdogStatus] = None\n")
+    assert dict_statuses(ast.parse(breach), "daemon/status/types.py", {"SpareStatus", "WatchdogStatus"}) == [
+        "daemon/status/types.py:3 status() returns dict[str, Any]",
+        "daemon/status/types.py:4 job_status() returns Dict[str, Any]",
+        "daemon/status/types.py:5 snapshot() returns Mapping[str, Any]",
+        "daemon/status/types.py:6 gpu_status() returns dict",
+        "daemon/status/types.py:11 JobStatus.spare is dict[str, Any]",
+        "daemon/status/types.py:12 JobStatus.backup is Mapping[str, dict[str, int]]"]
