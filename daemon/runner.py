@@ -6,7 +6,10 @@ The runner decides nothing, and its parts (attempt/) act on nothing the machine 
   * `jobs.machine.decide` turns each message into a new model and effects;
   * `_apply`, the one effect interpreter, carries them out in order, saving the model before any effect that
     acts (jobs/effects.py): every signal, kill and launch goes through it; a launch is planned
-    (attempt/planner.py: a plan, a refusal for the machine, or a wait) and carried out (attempt/starter.py).
+    (attempt/planner.py: a plan, a refusal for the machine, or a wait) and carried out (attempt/starter.py,
+    which asks `_spawn` for the runtime's start);
+  * `apply_spare`, beside it, carries out what the spare keeper decides (attempt/spare_effects.py: start a spare,
+    kill one), at each tick, at recovery, at shutdown and when the job's runtime changes.
 Facts (attempts, run dirs, exits) go to the job's history, decisions to its model, saved in one document
 (attempt/record.py). Nothing here blocks: the runtimes answer at once (runtimes/base.py).
 """
@@ -21,7 +24,7 @@ from .attempt.deadlines import LaunchWait
 from .attempt.observer import AttemptObserver, LiveAttempt
 from .attempt.planner import GpuCheck, LaunchPlanner, WaitingForCheckpoint
 from .attempt.record import JobRecord
-from .attempt.recovery import recovery_messages
+from .attempt.recovery import leftover_spare, recovery_messages
 from .attempt.reset import set_runs_aside
 from .attempt.setting import JobSetting, lineage, validator
 from .attempt.starter import AttemptStarter
@@ -40,8 +43,9 @@ from .jobs.model import JobModel, JobState, LaunchIntent
 from .jobs.policy import num_envs_in_use
 from .daemon_log import log
 from .observations.checkpoints import Checkpoint, timeline
-from .runtimes.base import Handle, Runtime
+from .runtimes.base import Handle, LaunchSpec, Runtime
 from .attempt.spare import SpareKeeper
+from .attempt.spare_effects import SpareEffect, StartSpare
 from .status.signals import JobSignals, job_signals
 from .status.types import JobStatus
 from .attempt.job_status import job_status
@@ -73,6 +77,26 @@ class _Kept(Generic[T]):
 
     def __set__(self, runner: object, value: T) -> None:
         setattr(getattr(runner, self.part), self.name, value)
+
+
+def apply_spare(keeper: SpareKeeper, effects: list[SpareEffect]) -> None:
+    """The effect interpreter's part for the job's spare: carries out what the keeper decided (start one, kill one)
+    with the job's runtime, then tells the keeper how it went, which says so in the journal and sets its retries."""
+    for effect in effects:
+        if isinstance(effect, StartSpare):
+            try:
+                handle = keeper.runtime.start(effect.spec)
+            except Exception as exc:  # noqa: BLE001 - a spare that cannot start is no reason to touch the job
+                keeper.start_failed(effect, exc)
+            else:
+                keeper.started(effect, handle)
+        else:
+            error: Exception | None = None
+            try:
+                keeper.runtime.kill(effect.handle)
+            except Exception as exc:  # noqa: BLE001 - the keeper logs it and drops the spare all the same
+                error = exc
+            keeper.killed(effect, error)
 
 
 class JobRunner:
@@ -114,7 +138,8 @@ class JobRunner:
                                         on_checkpoint_saved=self._checkpoint_saved)
         self.planner = LaunchPlanner(self.setting, runtime.name, state_dir, self.clock, self.event,
                                      self._spare_token, self._backup_keeper, gpu_check)
-        self.starter = AttemptStarter(self.setting, runtime, self.record, self.observer, self.spares)
+        self.starter = AttemptStarter(self.setting, runtime, self.record, self.observer, self.spares,
+                                      spawn=self._spawn, apply_spare=lambda effects: apply_spare(self.spares, effects))
 
     @property
     def runtime(self) -> Runtime:
@@ -125,7 +150,7 @@ class JobRunner:
         """A reload that changes the job's `runtime` (applied while no trainer runs): every part launches, watches
         and keeps its spare with the new one; a spare of the old runtime goes first."""
         if self.spares.runtime is not runtime:
-            self.spares.kill("the job's runtime changed")
+            self.kill_spare("the job's runtime changed")
         for part in (self.observer, self.starter, self.spares):
             part.runtime = runtime
         self.planner.runtime_name = runtime.name
@@ -230,12 +255,22 @@ class JobRunner:
         obs.iteration, obs.scalars, obs.checkpoint = None, {}, None
         return None
 
+    def _spawn(self, spec: LaunchSpec) -> Handle:
+        """A launch's cold start (the starter's last step: `_apply` → `_launch` → planner → starter)."""
+        return self.runtime.start(spec)
+
     def _spare_token(self, program: Program) -> str | None:
         return self.spares.ready_token() if self.spares.enabled(program) else None
 
+    def kill_spare(self, reason: str) -> None:
+        """The job's spare goes (a supervisor shutdown, a runtime change), through the interpreter."""
+        apply_spare(self.spares, self.spares.dismiss(reason))
+
     # ---- recovery after a supervisor (re)start, and each tick -----------------------------
     def recover(self) -> None:
-        """Say what this supervisor start found (attempt/recovery.py) to the machine, which decides what to do."""
+        """Say what this supervisor start found (attempt/recovery.py) to the machine, which decides what to do; a
+        spare the previous supervisor left (one that never took over) is killed first: a new one follows."""
+        apply_spare(self.spares, self.spares.dismiss_leftover(leftover_spare(self.record)))
         for msg in recovery_messages(self.setting, self.runtime, self.record, self.observer, self.spares):
             self.handle_message(msg)
 
@@ -244,7 +279,7 @@ class JobRunner:
         for obs in self.observer.observe(now):
             self.handle_message(obs)
         self.handle_message(Tick())
-        self.spares.tick(self.state, self.program(), now)
+        apply_spare(self.spares, self.spares.tick(self.state, self.program(), now))
         self.starter.persist_spare_token()
         if self.record.dirty:
             self.record.persist()

@@ -276,7 +276,7 @@ class Supervisor:
                         r.tick(self.clock.monotonic())
         with self.lock:
             for r in self.runners.values():
-                r.spares.kill("supervisor shutdown")
+                r.kill_spare("supervisor shutdown")
         for ext in reversed(self.extensions):
             try:
                 ext.stop()

@@ -16,6 +16,7 @@ from isaacd.attempt.planner import LaunchPlan, LaunchPlanner
 from isaacd.attempt.record import JobRecord
 from isaacd.attempt.setting import JobSetting
 from isaacd.attempt.starter import AttemptStarter
+from isaacd.runner import apply_spare
 from isaacd.config.schema import parse_config
 from isaacd.jobs.messages import LaunchRefused
 from isaacd.jobs.model import LaunchIntent, Origin
@@ -49,8 +50,10 @@ class World:
 
     def starter(self) -> AttemptStarter:
         observer = AttemptObserver(self.setting, self.rt, self.clock, self.record)
-        return AttemptStarter(self.setting, self.rt, self.record, observer,
-                              SpareKeeper(self.cfg, self.rt, self.state_dir, lambda *a, **k: None))
+        spares = SpareKeeper(self.cfg, self.rt, self.state_dir, lambda *a, **k: None)
+        # the runner's interpreter hands in its acts (runner.py: _spawn, apply_spare)
+        return AttemptStarter(self.setting, self.rt, self.record, observer, spares, spawn=self.rt.start,
+                              apply_spare=lambda effects: apply_spare(spares, effects))
 
 
 def test_a_fresh_job_is_planned_as_attempt_1_from_scratch_and_nothing_is_written(tmp_path):

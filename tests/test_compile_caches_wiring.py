@@ -232,6 +232,7 @@ def test_doctor_lists_each_jobs_caches_and_fails_an_unwritable_one(tmp_path):
 def test_the_warm_spare_is_started_with_the_jobs_warp_cache(tmp_path):
     """The spare (spare.py `_start`) builds its env with trainer_command.trainer_env: a booted spare imports Warp at boot."""
     from os_fakes import FakeOs
+    from test_spare_unit import acted
 
     from isaacd.jobs.model import JobState
     from isaacd.runtimes.process import ProcessRuntime
@@ -245,6 +246,6 @@ def test_the_warm_spare_is_started_with_the_jobs_warp_cache(tmp_path):
     keeper = SpareKeeper(job, ProcessRuntime(kernel), tmp_path / "state", lambda *a, **k: None, oscalls=kernel)
     program = Program(prefix=["python3", "shim.py", "train.py"], suffix=[], shim=True,
                       spare_head=["python3", "shim.py"], target=("train.py",))
-    keeper.tick(JobState.RUNNING, program, 10.0)
+    acted(keeper, keeper.tick(JobState.RUNNING, program, 10.0))
     (call,) = kernel.spawns
     assert call.env["WARP_CACHE_PATH"] == str(tmp_path / "state" / "caches" / "p" / "warp")

@@ -170,7 +170,7 @@ def test_a_spare_stuck_in_its_boot_is_killed_at_spare_boot_timeout_and_tried_aga
     import signal as _signal
 
     from os_fakes import FakeOs
-    from test_spare_unit import PROGRAM
+    from test_spare_unit import PROGRAM, acted
 
     from isaacd.config.schema import parse_config
     from isaacd.runtimes.process import ProcessRuntime
@@ -183,16 +183,16 @@ def test_a_spare_stuck_in_its_boot_is_killed_at_spare_boot_timeout_and_tried_aga
     said: list[tuple[str, dict]] = []
     keeper = SpareKeeper(cfg, ProcessRuntime(kernel), tmp_path / "state", lambda name, **kw: said.append((name, kw)),
                          oscalls=kernel)
-    keeper.tick(S.RUNNING, PROGRAM, 10.0)
+    acted(keeper, keeper.tick(S.RUNNING, PROGRAM, 10.0))
     sp = keeper.spare
     assert sp is not None
-    keeper.tick(S.RUNNING, PROGRAM, 110.0)  # 100 s: not yet
+    acted(keeper, keeper.tick(S.RUNNING, PROGRAM, 110.0))  # 100 s: not yet
     assert keeper.spare is sp and kernel.group_signals == []
-    keeper.tick(S.RUNNING, PROGRAM, 110.5)
+    acted(keeper, keeper.tick(S.RUNNING, PROGRAM, 110.5))
     assert keeper.spare is None and kernel.group_signals == [(sp.handle.pid, _signal.SIGKILL)]
     assert said[-1] == ("spare_stopped", {"pid": sp.handle.pid, "reason": "not ready 100 s after its start "
                                                                           "([jobs.launch] spare_boot_timeout = 100 s)"})
-    keeper.tick(S.RUNNING, PROGRAM, 111.0)
+    acted(keeper, keeper.tick(S.RUNNING, PROGRAM, 111.0))
     assert keeper.spare is None  # tried again after the retry delay, not at once
 
 

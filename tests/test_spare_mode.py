@@ -20,6 +20,7 @@ from isaacd.attempt.spare_mode import (GiB, Room, booted_resume, choose_mode, gp
 from isaacd_trainer import shim_spare
 from isaacd.gpu.snapshot import GpuSnapshot, empty_snapshot
 from isaacd.gpu.types import GpuInfo, GpuMap, GpuSample, ProcessMemory
+from test_spare_unit import acted
 from isaacd_trainer.upstream import resolve_checkpoint_selector, write_run_manifest
 
 
@@ -288,7 +289,7 @@ def test_a_booted_spare_is_staged_and_a_failed_boot_falls_back_to_imports(tmp_pa
     from isaacd.attempt.spare import SpareKeeper
 
     keeper = SpareKeeper(cfg, rt, tmp_path / "state", rec)
-    keeper.tick(JobState.RUNNING, program, 0.0)
+    acted(keeper, keeper.tick(JobState.RUNNING, program, 0.0))
     spec = rt.specs[-1]
     staging = Path(spec.env["ISAACD_SPARE_STAGING"])
     assert staging.parent == tmp_path / "state" / "spare" / "cp" and len(staging.name) == 32
@@ -303,11 +304,11 @@ def test_a_booted_spare_is_staged_and_a_failed_boot_falls_back_to_imports(tmp_pa
 
     (staging / "boot.log").write_text("Traceback ...\nValueError: Distillation training requires --checkpoint.\n")
     rt.trainers[spec_pid(rt)].exit = ExitStatus(code=1)
-    keeper.tick(JobState.RUNNING, program, 1.0)
+    acted(keeper, keeper.tick(JobState.RUNNING, program, 1.0))
     exited = rec.named("spare_exited")[-1]
     assert exited["mode"] == "booted" and "requires --checkpoint" in exited["boot_output"]
     assert not staging.exists() and keeper.spare is None
-    keeper.tick(JobState.RUNNING, program, 100.0)  # after the retry delay: imports-only from now on
+    acted(keeper, keeper.tick(JobState.RUNNING, program, 100.0))  # after the retry delay: imports-only from now on
     assert "ISAACD_SPARE_BOOT_ARGV" not in rt.specs[-1].env
     started = rec.named("spare_started")[-1]
     assert started["mode"] == "imports" and "died during its boot" in started["imports_only_because"]
@@ -342,7 +343,8 @@ def test_take_hands_a_booted_spare_the_resume_or_refuses_another_command_line(tm
         return reader, staging
 
     reader, staging = ready_spare("a")
-    assert keeper.take({"argv": ["x"]}, attempt_args=resumed("/c.pt", 25, envs="8"), checkpoint="/c.pt") is None
+    assert acted(keeper, keeper.take({"argv": ["x"]}, attempt_args=resumed("/c.pt", 25, envs="8"),
+                                     checkpoint="/c.pt")) is None
     assert keeper.spare is None and not staging.exists() and "differs" in keeper.booted_off
     assert "num_envs" in rec.named("spare_stopped")[-1]["reason"]
     os.close(reader)
@@ -352,7 +354,8 @@ def test_take_hands_a_booted_spare_the_resume_or_refuses_another_command_line(tm
     (tmp_path / "state" / "logs").mkdir(parents=True)
     job_log = tmp_path / "state" / "logs" / "cp.log"
     job_log.write_text("the dead trainer's output\n")
-    handle, token = keeper.take({"argv": ["x"]}, attempt_args=resumed("/c.pt", 25, "7"), checkpoint="/c.pt")
+    handle, token = acted(keeper, keeper.take({"argv": ["x"]}, attempt_args=resumed("/c.pt", 25, "7"),
+                                              checkpoint="/c.pt"))
     go = json.loads(os.read(reader, 65536).decode())
     os.close(reader)
     assert go["resume"] == {"checkpoint": "/c.pt", "max_iterations": 25, "seed": 7} and go["log"] == str(job_log)
@@ -389,8 +392,9 @@ def test_staging_left_by_a_previous_supervisor_or_a_dead_takeover_is_removed(tmp
     leftover = base / ("c" * 32)
     stage_booted(leftover)
     keeper = SpareKeeper(cfg, SpecRuntime(), tmp_path / "state", Recorder())
-    keeper.kill_leftover("c" * 32)  # the previous supervisor's spare (FakeRuntime has no find): its staging goes
+    # the previous supervisor's spare (FakeRuntime has no find): its staging goes
+    acted(keeper, keeper.dismiss_leftover("c" * 32))
     assert not leftover.exists()
     stage_booted(leftover)
-    keeper.tick(JobState.FAILED, program, 0.0)  # at rest: nothing may stay
+    acted(keeper, keeper.tick(JobState.FAILED, program, 0.0))  # at rest: nothing may stay
     assert not leftover.exists()

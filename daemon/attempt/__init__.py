@@ -9,7 +9,8 @@
   crashpoint.py  the crash test's seam at the effect boundaries
   deadlines.py, launch_watch.py  the waits of a launch and the starting attempt held to them
   reset.py       `isaacd reset`'s act at the fresh launch
-  spare.py       the warm spare, waiting to take an attempt over; spare_mode.py which spare a job gets (pure)
+  spare.py       the warm spare, waiting to take an attempt over; spare_mode.py which spare a job gets (pure);
+                 spare_effects.py what the keeper decides (start one, kill one) and runner.apply_spare does
   job_status.py  the job's JobStatus, built from the parts at each publish
   exit_tail.py   the tail of the trainer's output that explains an exit; config_fault.py an error in it that no
                  restart can fix

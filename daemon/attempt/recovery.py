@@ -23,8 +23,6 @@ def recovery_messages(setting: JobSetting, runtime: Runtime, record: JobRecord, 
                       spares: SpareKeeper) -> list[Message]:
     m, history = record.model, record.history
     attempt = history.current
-    if history.spare_token and (attempt is None or attempt.token != history.spare_token):
-        spares.kill_leftover(history.spare_token)  # one that never took over: a new one follows
     if m.state.active:
         open_attempt = attempt if attempt is not None and attempt.exit is None else None
         handle = find_trainer(runtime, setting, record, open_attempt) if open_attempt is not None else None
@@ -49,6 +47,16 @@ def recovery_messages(setting: JobSetting, runtime: Runtime, record: JobRecord, 
     if m.state == JobState.PENDING and not setting.cfg.autostart and attempt is None:
         return [Stop(Origin.CONFIG, "autostart = false")]
     return []
+
+
+def leftover_spare(record: JobRecord) -> str | None:
+    """The token of a spare the previous supervisor left, one that never took an attempt over (the runner has it
+    killed through its interpreter before recovery speaks), or None."""
+    history = record.history
+    attempt = history.current
+    if history.spare_token and (attempt is None or attempt.token != history.spare_token):
+        return history.spare_token
+    return None
 
 
 def find_trainer(runtime: Runtime, setting: JobSetting, record: JobRecord, attempt: Attempt) -> Handle | None:

@@ -61,6 +61,7 @@ from ..runtimes.container_spec import container_args, container_device_arg, hand
 from ..os_seam.proctree import process_tree
 from ..gpu.snapshot import GpuSnapshot
 from ..status.types import SpareStatus
+from .spare_effects import KillSpare, SpareEffect, StartSpare
 from .spare_mode import Mode, booted_resume, choose_mode, gpu_rooms, host_room, spare_setting
 from ..workflows.launcher import Program
 from ..observations.shim_events import ShimEvents
@@ -119,6 +120,20 @@ class _Spare:
     go_wall: float = 0.0  # when the go line was written (wall clock, as the spare's spare_go time: its ack latency)
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """What `_start` made ready for a spare before the interpreter starts it (StartSpare.prepared)."""
+
+    token: str
+    control: Path
+    events: Path
+    now: float  # monotonic
+    mode: Mode
+    staging: Path | None
+    boot_args: list[str]
+    keepalive: int
+
+
 class SpareKeeper:
     """Keeps at most one spare for one job: starts it, watches it, hands it over, kills it."""
 
@@ -157,8 +172,9 @@ class SpareKeeper:
         self.off_reason = spare_fits(self.cfg, program)
         return self.off_reason is None
 
-    # ---- life -----------------------------------------------------------------------------
-    def tick(self, state: JobState, program: Program | None, now: float) -> None:
+    # ---- life: the keeper decides, the runner's interpreter acts (runner.apply_spare, spare_effects.py) ---------
+    def tick(self, state: JobState, program: Program | None, now: float) -> list[SpareEffect]:
+        """One look at the spare; what to start or kill, for the interpreter, which then says how it went."""
         sp = self.spare
         if sp is not None:
             for ev in sp.events.poll():
@@ -173,10 +189,10 @@ class SpareKeeper:
             if not sp.ready and now - sp.started > boot_limit:  # stuck in its boot: it would never be ready
                 if sp.mode == "booted":
                     self.booted_off = "a booted spare's boot ran past spare_boot_timeout: imports-only from now on"
-                self.kill(f"not ready {now - sp.started:.0f} s after its start ([jobs.launch] spare_boot_timeout = "
-                          f"{boot_limit:g} s)")
+                kill = self.dismiss(f"not ready {now - sp.started:.0f} s after its start ([jobs.launch] "
+                                    f"spare_boot_timeout = {boot_limit:g} s)")
                 self.retry_at, self._retry_delay = now + self._retry_delay, min(self._retry_delay * 2, RETRY_MAX)
-                return
+                return kill
             status = self.runtime.poll(sp.handle)
             if status is not None:
                 boot = self._boot_failed(sp) if sp.mode == "booted" and not sp.ready else {}
@@ -184,21 +200,21 @@ class SpareKeeper:
                 self._event("spare_exited", pid=sp.handle.pid, detail=status.describe(),
                             retry_in_seconds=round(self._retry_delay, 1), mode=sp.mode, **boot)
                 self.retry_at, self._retry_delay = now + self._retry_delay, min(self._retry_delay * 2, RETRY_MAX)
-                return
+                return []
         at_rest = state in (JobState.STOPPED, JobState.COMPLETED, JobState.FAILED)
         if at_rest or not self.enabled(program):
-            if self.spare is not None:
-                self.kill("the job is " + state.value if at_rest else (self.off_reason or "spare off"))
+            kill = self.dismiss("the job is " + state.value if at_rest else (self.off_reason or "spare off"))
             if at_rest and not self._swept_at_rest:  # a trainer that died while taking a staged run over
                 sweep_staging(self.state_dir / "spare" / self.cfg.name)
                 self._swept_at_rest = True
-            return
+            return kill
         self._swept_at_rest = False
         # start one behind a trainer that is training: never compete with a trainer's own start-up
         if self.spare is None and state == JobState.RUNNING and now >= self.retry_at and program is not None:
-            self._start(program, now)
+            return self._start(program, now)
+        return []
 
-    def _start(self, program: Program, now: float) -> None:
+    def _start(self, program: Program, now: float) -> list[SpareEffect]:
         token = uuid.uuid4().hex
         base = self.state_dir / "spare" / self.cfg.name
         base.mkdir(parents=True, exist_ok=True)
@@ -214,7 +230,7 @@ class SpareKeeper:
             control.unlink(missing_ok=True)
             self.log.warning("spare_not_started", error=str(exc))
             self.retry_at = now + RETRY_MAX
-            return
+            return []
         caches = compile_caches.for_job(self.cfg, self.state_dir)
         env = trainer_command.trainer_env(self.cfg, events, token, caches=caches)
         env[SPARE_CONTROL_ENV] = str(control)
@@ -245,19 +261,24 @@ class SpareKeeper:
         spec = LaunchSpec(job=self.cfg, argv=program.spare_head + [SPARE_FLAG], trainer_args=[], env=env,
                           cwd=cwd, log_path=log_path, token=token, caches=tuple(caches), spare=in_container,
                           container_argv=tuple(program.spare_head + [SPARE_FLAG]), same_path_mounts=mounts)
-        try:
-            handle = self.runtime.start(spec)
-        except Exception as exc:  # noqa: BLE001 - a spare that cannot start is no reason to touch the job
-            self.oscalls.close_fd(keepalive)
-            control.unlink(missing_ok=True)
-            remove_staging(staging)
-            self._event("spare_exited", detail=f"failed to start: {exc}", retry_in_seconds=RETRY_MAX)
-            self.retry_at = now + RETRY_MAX
-            return
-        self.spare = _Spare(handle, token, control, ShimEvents(events), now, mode=mode, staging=staging,
-                            boot_args=boot_args, keepalive=keepalive)
-        self._event("spare_started", pid=handle.pid, mode=mode, **({"imports_only_because": self.mode_reason}
-                                                                    if self.mode_reason else {}))
+        return [StartSpare(spec, _Prepared(token, control, events, now, mode, staging, boot_args, keepalive))]
+
+    def started(self, start: StartSpare, handle: Handle) -> None:
+        """The interpreter started the spare `_start` prepared: it is this job's spare from now on."""
+        p: _Prepared = start.prepared
+        self.spare = _Spare(handle, p.token, p.control, ShimEvents(p.events), p.now, mode=p.mode, staging=p.staging,
+                            boot_args=p.boot_args, keepalive=p.keepalive)
+        self._event("spare_started", pid=handle.pid, mode=p.mode, **({"imports_only_because": self.mode_reason}
+                                                                      if self.mode_reason else {}))
+
+    def start_failed(self, start: StartSpare, exc: Exception) -> None:
+        """The runtime could not start it (no reason to touch the job): what was prepared goes; retried later."""
+        p: _Prepared = start.prepared
+        self.oscalls.close_fd(p.keepalive)
+        p.control.unlink(missing_ok=True)
+        remove_staging(p.staging)
+        self._event("spare_exited", detail=f"failed to start: {exc}", retry_in_seconds=RETRY_MAX)
+        self.retry_at = p.now + RETRY_MAX
 
     def measure_memory(self, now: float) -> None:
         """The spare's process tree's resident memory, for status(): a walk of /proc, so at most every
@@ -271,20 +292,20 @@ class SpareKeeper:
         return sp.token if sp is not None and sp.ready else None
 
     def take(self, go: dict[str, Any], attempt_args: list[str] | None = None,
-             checkpoint: str | None = None) -> tuple[Handle, str] | None:
-        """Hand the attempt to a ready spare: (its handle, its launch token), or None to launch cold.
+             checkpoint: str | None = None) -> tuple[Handle, str] | list[SpareEffect]:
+        """Hand the attempt to a ready spare: (its handle, its launch token), or what the interpreter does before the
+        attempt launches cold (nothing, or the spare's kill: it could not take this attempt).
 
         `attempt_args`, `checkpoint`: the attempt's trainer flags and the checkpoint file it resumes from (a booted
         spare takes only an attempt that differs from its fresh start in checkpoint, seed and iterations)."""
         sp = self.spare
         if sp is None or not sp.ready or self.runtime.poll(sp.handle) is not None:
-            return None
+            return []
         if sp.mode == "booted":
             resume = booted_resume(sp.boot_args, list(attempt_args or []), checkpoint)
             if isinstance(resume, str):  # e.g. num_envs stepped down: this environment is not the attempt's
                 self.booted_off = f"a booted spare could not take an attempt ({resume}): imports-only from now on"
-                self.kill(resume)
-                return None
+                return self.dismiss(resume)
             go = {**go, GO_RESUME: resume}
             if not self.cfg.in_container:  # a container's output stays where it is (podman logs)
                 go[GO_LOG] = str(job_log_path(self.state_dir, self.cfg.name))
@@ -294,8 +315,7 @@ class SpareKeeper:
             fd = self.oscalls.open_fd(sp.control, os.O_WRONLY | os.O_NONBLOCK)
         except OSError as exc:  # ENXIO: nobody reads the FIFO any more (the spare is going away)
             self.log.warning("spare_handover_failed", error=str(exc))
-            self.kill("handover failed")
-            return None
+            return self.dismiss("handover failed")
         try:
             written = self.oscalls.write_fd(fd, line)  # one write below PIPE_BUF-sized chunks is not guaranteed: check
             while written < len(line):
@@ -303,8 +323,7 @@ class SpareKeeper:
         except OSError as exc:
             self.log.warning("spare_handover_failed", error=str(exc))
             self.oscalls.close_fd(fd)
-            self.kill("handover failed")
-            return None
+            return self.dismiss("handover failed")
         self.oscalls.close_fd(fd)
         self.spare = None
         self.handed = sp
@@ -321,16 +340,18 @@ class SpareKeeper:
                 pass
         return sp.handle, sp.token
 
-    def kill(self, why: str) -> None:
-        sp = self.spare
-        if sp is None:
-            return
-        try:
-            self.runtime.kill(sp.handle)
-        except Exception as exc:  # noqa: BLE001
-            self.log.warning("spare_kill_failed", error=str(exc))
-        self._drop(sp)
-        self._event("spare_stopped", pid=sp.handle.pid, reason=why)
+    def dismiss(self, why: str) -> list[SpareEffect]:
+        """The spare is to go (why: its spare_stopped event's reason): its kill, for the interpreter."""
+        return [] if self.spare is None else [KillSpare(self.spare.handle, why)]
+
+    def killed(self, kill: KillSpare, error: Exception | None = None) -> None:
+        """The interpreter killed a spare (`error`: the runtime's failure to): dropped, said, its staging gone."""
+        if error is not None:
+            self.log.warning("spare_kill_failed", error=str(error))
+        if self.spare is not None and self.spare.handle is kill.handle:
+            self._drop(self.spare)
+        self._event("spare_stopped", pid=kill.handle.pid, reason=kill.reason)
+        remove_staging(kill.leftover)
 
     def _release(self, sp: _Spare) -> None:
         """Our end of its FIFO and the FIFO's name: after the go (the line is in the pipe) or when it is dropped."""
@@ -371,16 +392,17 @@ class SpareKeeper:
         booted = any(e.get("event") == ShimEvent.SPARE_READY and e.get("mode") == "booted" for e in said)
         return ShimEvents(path), "booted" if booted else "imports", 0.0
 
-    def kill_leftover(self, token: str | None) -> None:
-        """A spare from a previous supervisor (it exits by itself when its parent dies; make sure)."""
+    def dismiss_leftover(self, token: str | None) -> list[SpareEffect]:
+        """A spare from a previous supervisor (it exits by itself when its parent dies; make sure): its kill, and
+        its staging (a booted one's boot, unused) removed once it is dead."""
         finder = getattr(self.runtime, "find", None)
         if not token or finder is None:
-            return
-        handle = finder(self.cfg, token)
+            return []
+        handle, staging = finder(self.cfg, token), self.state_dir / "spare" / self.cfg.name / token
         if handle is not None:
-            self.runtime.kill(handle)
-            self._event("spare_stopped", pid=handle.pid, reason="left by the previous supervisor")
-        remove_staging(self.state_dir / "spare" / self.cfg.name / token)  # a booted one's boot, unused
+            return [KillSpare(handle, "left by the previous supervisor", leftover=staging)]
+        remove_staging(staging)
+        return []
 
     # ---- read side -------------------------------------------------------------------------
     @property

@@ -7,12 +7,14 @@ from __future__ import annotations
 import uuid
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 from ..runtimes import trainer_command
 from ..jobs.messages import LaunchRefused
-from ..runtimes.base import ExitStatus, Handle, Runtime
+from ..runtimes.base import ExitStatus, Handle, LaunchSpec, Runtime
 from ..runtimes.container_spec import container_args, hand_to_container_user
 from .spare import SpareKeeper, go_message
+from .spare_effects import SpareEffect
 from .crashpoint import crash_point
 from .observer import AttemptObserver
 from .planner import LaunchPlan, started_event
@@ -21,9 +23,14 @@ from .setting import JobSetting
 
 
 class AttemptStarter:
+    """The launch's last step, inside the runner's effect interpreter (`_apply` → `_launch` → planner → starter):
+    the interpreter's own acts are handed in, `spawn` (the runtime's start) and `apply_spare` (a spare's kill)."""
+
     def __init__(self, setting: JobSetting, runtime: Runtime, record: JobRecord, observer: AttemptObserver,
-                 spares: SpareKeeper):
+                 spares: SpareKeeper, *, spawn: Callable[[LaunchSpec], Handle],
+                 apply_spare: Callable[[list[SpareEffect]], None]):
         self.setting, self.runtime, self.record, self.observer, self.spares = setting, runtime, record, observer, spares
+        self.spawn, self.apply_spare = spawn, apply_spare
 
     def start(self, plan: LaunchPlan) -> LaunchRefused | None:
         record, attempt, spec = self.record, plan.attempt, plan.spec
@@ -47,7 +54,7 @@ class AttemptStarter:
                 return LaunchRefused(f"not starting: {record.persist_error}", crash_loop=False)
         if handle is None:
             try:
-                handle = self.runtime.start(spec)
+                handle = self.spawn(spec)
             except Exception as exc:  # noqa: BLE001 - any launch failure is a failed attempt, not a crash of ours
                 record.event("start_failed", attempt=attempt.number, error=str(exc))
                 self.observer.record_exit(attempt, ExitStatus(code=None, detail=f"failed to start: {exc}"))
@@ -76,7 +83,8 @@ class AttemptStarter:
         cwd = Path(trainer_command.container_workdir(cfg)) if cfg.in_container else plan.spec.cwd
         taken = self.spares.take(go_message(plan.program.go_argv(args), cwd, plan.program.plain_spare, plan.spec.env),
                                  attempt_args=plan.args, checkpoint=resume.get("path"))  # a booted spare needs both
-        if taken is None:
+        if isinstance(taken, list):  # no spare took it (one that could not is killed first)
+            self.apply_spare(taken)
             return None
         self.persist_spare_token()
         return taken[0]
