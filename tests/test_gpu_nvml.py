@@ -296,3 +296,22 @@ def test_close_frees_event_set_and_shuts_down():
     src, _ = opened(fake)
     src.close()
     assert fake.calls["nvmlEventSetFree"] == 1 and fake.calls["nvmlShutdown"] == 1
+
+
+def test_every_field_value_type_reads_its_union_member():
+    """nvmlDeviceGetFieldValues fills pynvml's own c_nvmlFieldValue_t; each value type names one union member."""
+    from isaacd.gpu.nvml_fields import _field_value
+
+    # values that read differently through any other member of the union (all bits set underneath)
+    for type_name, member, x in (("DOUBLE", "dVal", 41.5), ("UNSIGNED_INT", "uiVal", 2**32 - 5),
+                                 ("UNSIGNED_LONG", "ulVal", 2**40 + 8), ("UNSIGNED_LONG_LONG", "ullVal", 2**63 + 1),
+                                 ("SIGNED_LONG_LONG", "sllVal", -3), ("SIGNED_INT", "siVal", -4),
+                                 ("UNSIGNED_SHORT", "usVal", 9)):
+        fv = pynvml.c_nvmlFieldValue_t()
+        fv.valueType = getattr(pynvml, f"NVML_VALUE_TYPE_{type_name}")
+        fv.value.ullVal = 2**64 - 1
+        setattr(fv.value, member, x)
+        assert _field_value(pynvml, fv) == x, type_name
+    fv.valueType = pynvml.NVML_VALUE_TYPE_COUNT
+    with pytest.raises(ValueError, match="unknown NVML value type"):
+        _field_value(pynvml, fv)

@@ -32,20 +32,20 @@ _BOOL_FIELDS = {"remapped_rows_pending", "remapped_rows_failure"}
 _THRESHOLDS = {"shutdown": 0, "slowdown": 1, "memory_max": 2, "gpu_max": 3}
 
 
+# A field value's type -> the member of pynvml's c_nvmlValue_t union that holds it. UNSIGNED_SHORT (6) is
+# missing from older pynvml releases, hence its default.
+_VALUE_MEMBERS = (
+    ("NVML_VALUE_TYPE_DOUBLE", "dVal"), ("NVML_VALUE_TYPE_UNSIGNED_INT", "uiVal"),
+    ("NVML_VALUE_TYPE_UNSIGNED_LONG", "ulVal"), ("NVML_VALUE_TYPE_UNSIGNED_LONG_LONG", "ullVal"),
+    ("NVML_VALUE_TYPE_SIGNED_LONG_LONG", "sllVal"), ("NVML_VALUE_TYPE_SIGNED_INT", "siVal"),
+)
+
+
 def _field_value(nv: ModuleType, v: Any) -> float | int:
     t = v.valueType
-    if t == nv.NVML_VALUE_TYPE_DOUBLE:
-        return v.value.dVal
-    if t == nv.NVML_VALUE_TYPE_UNSIGNED_INT:
-        return v.value.uiVal
-    if t == nv.NVML_VALUE_TYPE_UNSIGNED_LONG:
-        return v.value.ulVal
-    if t == nv.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG:
-        return v.value.ullVal
-    if t == nv.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
-        return v.value.sllVal
-    if t == nv.NVML_VALUE_TYPE_SIGNED_INT:
-        return v.value.siVal
+    for type_name, member in _VALUE_MEMBERS:
+        if t == getattr(nv, type_name):
+            return getattr(v.value, member)
     if t == getattr(nv, "NVML_VALUE_TYPE_UNSIGNED_SHORT", 6):
         return v.value.usVal
     raise ValueError(f"unknown NVML value type {t}")

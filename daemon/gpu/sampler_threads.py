@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any, Callable, Protocol
 
 import structlog
@@ -84,20 +85,22 @@ class SamplerThreads:
                 next_t = now + s.sample_interval
             self._stop.wait(next_t - now)
 
+    def _while_open(self) -> Iterator[None]:
+        """Once per turn until stopped, while the source is open (rechecked twice a second while it is not)."""
+        while not self._stop.is_set():
+            if self._opened.wait(0.5):
+                yield
+
     def _slow_loop(self) -> None:
         s = self.sampler
-        while not self._stop.is_set():
-            if not self._opened.wait(0.5):
-                continue
+        for _ in self._while_open():
             start = time.monotonic()
             self._guard("slow", s.poll_slow)
             self._stop.wait(max(0.0, s.slow_interval - (time.monotonic() - start)))
 
     def _xid_loop(self) -> None:
         s = self.sampler
-        while not self._stop.is_set():
-            if not self._opened.wait(0.5):
-                continue
+        for _ in self._while_open():
             t0 = time.monotonic()
             try:
                 if not s.poll_xid() and time.monotonic() - t0 < min(0.01, s.xid_timeout):
