@@ -34,6 +34,65 @@ def test_the_class_size_check_catches_a_long_class() -> None:
         [f"synthetic.py:1 class Big is {MAX_CLASS_LINES + 1} lines (at most {MAX_CLASS_LINES})"]
 
 
+# "One place acts": who may kill, signal or launch. The effect interpreter (runner.py: JobRunner._apply, and
+# apply_spare for the spare keeper's decisions), the runtimes it calls, and the OS seam they call.
+ACTORS = ("daemon/runner.py", "daemon/runtimes/", "daemon/os_seam/")
+KILL_CALLS = ("kill", "killpg")  # os.kill, os.killpg, runtime.kill, oscalls.killpg, ...: any receiver
+RUNTIME_CALLS = ("start", "signal")  # only on a runtime: a thread's start() and signal.signal() are no acts
+# (path, call) -> why it may stay; empty: every act goes through the interpreter
+ACTS_ALLOWED: dict[tuple[str, str], str] = {}
+
+
+def _receiver(func: ast.Attribute) -> str:
+    """The name of what an attribute call is made on: `self.runtime.start` -> "runtime", `rt.kill` -> "rt"."""
+    value = func.value
+    return value.attr if isinstance(value, ast.Attribute) else value.id if isinstance(value, ast.Name) else ""
+
+
+def _is_runtime(name: str) -> bool:
+    return "runtime" in name.lower() or name == "rt"
+
+
+def acts_outside_the_interpreter(tree: ast.AST, path: str) -> list[str]:
+    """Kills, signals and launches in `path`, if it is not one of ACTORS (less ACTS_ALLOWED): `file:line call`."""
+    if path.startswith(ACTORS):
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in KILL_CALLS:  # `from os import kill`
+            call = func.id
+        elif isinstance(func, ast.Attribute) and (func.attr in KILL_CALLS or func.attr in RUNTIME_CALLS
+                                                  and _is_runtime(_receiver(func))):
+            call = ast.unparse(func)
+        else:
+            continue
+        if (path, call) not in ACTS_ALLOWED:
+            found.append(f"{path}:{node.lineno} {call}(...) acts outside the effect interpreter")
+    return found
+
+
+def test_only_the_effect_interpreter_the_runtimes_and_the_os_seam_kill_signal_or_launch() -> None:
+    found = [msg for p in sorted((ROOT / "daemon").rglob("*.py"))
+             for msg in acts_outside_the_interpreter(ast.parse(p.read_text()), str(p.relative_to(ROOT)))]
+    assert not found, "\n".join(found)
+
+
+def test_the_acts_check_catches_kills_signals_and_launches_outside_the_interpreter() -> None:
+    breach = ("import os\nfrom os import kill\n"
+              "def f(self, rt, pid):\n"
+              "    os.kill(pid, 9)\n    os.killpg(pid, 9)\n    kill(pid, 0)\n    self.spares.kill('why')\n"
+              "    self.runtime.start(spec)\n    rt.signal(h, 2)\n    self.runtime.kill(h)\n"
+              "    self._thread.start()\n    signal.signal(2, f)\n")  # the last two are no acts
+    assert acts_outside_the_interpreter(ast.parse(breach), "daemon/attempt/x.py") == [
+        f"daemon/attempt/x.py:{n} {call}(...) acts outside the effect interpreter" for n, call in
+        [(4, "os.kill"), (5, "os.killpg"), (6, "kill"), (7, "self.spares.kill"), (8, "self.runtime.start"),
+         (9, "rt.signal"), (10, "self.runtime.kill")]]
+    assert acts_outside_the_interpreter(ast.parse(breach), "daemon/runtimes/x.py") == []
+
+
 # "One home for each fact": a part returns its typed status value; no dict travels between parts as a status.
 STATUS_FUNCTIONS = ("status", "snapshot")  # and every name ending in "_status"
 # a mapping may be a status's part where its values are numbers (name -> number: JobStatus.scalars by tag,
