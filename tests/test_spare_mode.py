@@ -398,3 +398,26 @@ def test_staging_left_by_a_previous_supervisor_or_a_dead_takeover_is_removed(tmp
     stage_booted(leftover)
     acted(keeper, keeper.tick(JobState.FAILED, program, 0.0))  # at rest: nothing may stay
     assert not leftover.exists()
+
+
+def test_auto_reads_the_room_from_what_it_was_handed_not_from_a_status(tmp_path):
+    """spare = "auto" (rsl_rl on a GPU): the keeper's room is the GPU sampler's snapshot and the live trainer's
+    pids it was handed at construction; no snapshot, no room known: imports-only."""
+    from types import SimpleNamespace
+
+    from isaacd.attempt.spare import SpareKeeper
+
+    cfg = job(device="cuda:0", gpus=[0], spare="auto")
+    hooked = SimpleNamespace(shim=True, plain_spare=False)  # the rsl_rl runner hooked by the shim
+    snaps = {"roomy": gpu_snapshot({"0": (10 * GiB, 140 * GiB, {1: 6 * GiB})}),
+             "tight": gpu_snapshot({"0": (135 * GiB, 140 * GiB, {1: 6 * GiB, 2: 100 * GiB})})}
+    seen = {"snap": "roomy"}
+    keeper = SpareKeeper(cfg, SpecRuntime(), tmp_path, Recorder(), gpu_snapshot=lambda: snaps[seen["snap"]],
+                         trainer_pids=lambda: [1])
+    assert keeper._mode(hooked) == ("booted", None)
+    seen["snap"] = "tight"
+    mode, why = keeper._mode(hooked)
+    assert mode == "imports" and why.startswith("GPU 0: 5.0 GiB free") and "6.0 GiB" in why
+    keeper.gpu_snapshot = None
+    mode, why = keeper._mode(hooked)
+    assert mode == "imports" and "not known" in why
