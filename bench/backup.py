@@ -95,7 +95,7 @@ def restore_times(root: Path, s3: SeaweedS3, repeats: int, size: int) -> list[fl
     up.set_runs([Run(run)])
     t0 = time.monotonic()
     up.one_pass()
-    assert up.status()["error"] is None, up.status()
+    assert up.status().error is None, up.status()
     print(f"upload of it: {time.monotonic() - t0:.2f} s")
     manifest = Manifest.from_bytes("cp", store.read_bytes("manifest.json"))
     out = []
