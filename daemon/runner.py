@@ -38,7 +38,7 @@ from .gpu.oom_memory import OomNote
 from .gpu.snapshot import GpuSnapshot
 from .jobs import machine
 from .jobs.effects import Effect, Event, Forget, Kill, Launch, Persist, Signal
-from .jobs.messages import Exited, LaunchRefused, LaunchUnfinished, Message, Settle, Tick
+from .jobs.messages import LaunchRefused, LaunchWaited, Message, Settle, Tick
 from .jobs.model import JobModel, JobState, LaunchIntent
 from .jobs.policy import num_envs_in_use
 from .daemon_log import log
@@ -154,6 +154,15 @@ class JobRunner:
         for part in (self.observer, self.starter, self.spares):
             part.runtime = runtime
         self.planner.runtime_name = runtime.name
+
+    def reconfigure(self, cfg: JobConfig, runtime: Callable[[], Runtime] | None = None) -> None:
+        """A reload's one way into the runner. The new config is seen by every part at once, on purpose: they share
+        the JobSetting, so the next launch, the spare and the status all read the config in force. `runtime` (the
+        one the new config names) is taken only while no trainer runs: a running trainer is watched to its end by
+        the runtime that started it, and a reload never kills it."""
+        self.cfg = cfg
+        if runtime is not None and self.handle is None:
+            self.runtime = runtime()
 
     @property
     def state(self) -> JobState:
@@ -340,14 +349,11 @@ class JobRunner:
             keeper.set_runs([BackupRun(path, offset, bound) for path, offset, bound in runs])
 
     def _launch_when_fetched(self) -> None:
-        """A launch waits for the bucket's checkpoint: ask again (returns at once); a stop meanwhile ends the wait."""
-        if self.state == JobState.STARTING and self.live.handle is None:
-            self.handle_message(LaunchUnfinished(replayed=False))
-            return
-        self.launch_waits = None
-        if self.state == JobState.STOPPING:
-            self.handle_message(Exited("not started: stopped while its checkpoint was fetched from the backup "
-                                       "target", "operator", success=False))
+        """A launch waits for the bucket's checkpoint: the machine has it asked again (the planner answers at once)
+        or, after a stop meanwhile, ends it (jobs/machine.py `_launch_waited`)."""
+        self.handle_message(LaunchWaited(trainer=self.live.handle is not None))
+        if self.state != JobState.STARTING or self.live.handle is not None:
+            self.launch_waits = None  # the wait belonged to the starting attempt: over with it
 
     # ---- read side -------------------------------------------------------------------------
     def signals(self) -> JobSignals:

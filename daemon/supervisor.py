@@ -32,8 +32,8 @@ from .service.early_signals import take as take_early_signal
 from .os_seam.exitwatch import ExitWatcher
 from .gpu.oom_memory import OomNote
 from .gpu.snapshot import GpuSnapshot
-from .jobs import JobState
-from .jobs.messages import Command, Reset, Restart, Start, Stop
+from .jobs.messages import Command, Readded, Reset, Restart, Start, Stop
+from .jobs.policy import stopped_at_shutdown
 from .jobs.machine import Refused
 from .jobs.model import Origin
 from .config.locate import EMBEDDED_DEFAULT_NAME
@@ -264,7 +264,7 @@ class Supervisor:
         in their own units and are adopted by the next supervisor."""
         sdnotify.notify("STOPPING=1")
         with self.lock:
-            owned = [r for r in self.runners.values() if r.cfg.runtime == "process" and r.state.active]
+            owned = [r for r in self.runners.values() if stopped_at_shutdown(r.cfg.runtime, r.state)]
             for r in owned:
                 r.handle_message(Stop(Origin.SHUTDOWN, "supervisor shutdown", final=False))
         deadline = time.monotonic() + max((r.cfg.stop_timeout for r in owned), default=0) + 5
@@ -339,14 +339,15 @@ class Supervisor:
                 runner.recover()
                 self.runners[job_cfg.name] = runner
                 added.append(job_cfg.name)
-            elif job_cfg.name in self._removed:
-                self._readd(runner, job_cfg)
+            elif job_cfg.name in self._removed:  # back before its runner was dropped: the machine undoes the removal
+                self._removed.discard(job_cfg.name)
+                runner.reconfigure(job_cfg)
+                runner.handle_message(Readded())
+                runner.event("config_changed", detail="back in the config after a reload had removed it")
                 added.append(job_cfg.name)
             elif runner.cfg != job_cfg:
                 # Takes effect at the job's next launch; a running trainer is never killed by a reload.
-                runner.cfg = job_cfg
-                if runner.handle is None:
-                    runner.runtime = self.runtime(job_cfg.runtime)
+                runner.reconfigure(job_cfg, lambda: self.runtime(job_cfg.runtime))
                 runner.event("config_changed", detail="applies at the next start; `isaacd restart` applies it now")
                 changed.append(job_cfg.name)
         for name in [n for n in self.runners if new.job(n) is None]:
@@ -361,16 +362,6 @@ class Supervisor:
                 removed.append(name)
         self.config = new.model_copy(update={"supervisor": old.supervisor, "metrics": old.metrics, "gpu": old.gpu})
         return {"added": added, "removed": removed, "changed": changed, "needs_restart": ignored}
-
-    def _readd(self, runner: JobRunner, job_cfg: JobConfig) -> None:
-        """A job removed by an earlier reload is back before its runner was dropped: undo the removal."""
-        self._removed.discard(job_cfg.name)
-        runner.cfg = job_cfg
-        if runner.state == JobState.STOPPING:
-            runner.handle_message(Restart(Origin.CONFIG, "back in the config"))
-        elif runner.state == JobState.STOPPED:
-            runner.handle_message(Start(Origin.CONFIG, "back in the config"))
-        runner.event("config_changed", detail="back in the config after a reload had removed it")
 
     # ---- read side -----------------------------------------------------------------------
     def status(self) -> Status:

@@ -5,12 +5,11 @@ is turned into a model here once; the next save writes the new format."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..clock import Clock
-from ..jobs.model import JobModel, JobState
+from ..jobs.model import JobModel, legacy_state, rebased
 from ..daemon_log import log
 from ..history.rebuild import load_history
 from ..history.store import Attempt, JobHistory, LegacyCounters, StateStore
@@ -74,14 +73,7 @@ def model_from_history(h: JobHistory, clock: Clock, stop_timeout: float, logger:
         except (KeyError, TypeError, ValueError) as exc:
             logger.error("job_model_damaged", error=str(exc), detail="derived again from the history")
         else:
-            if h.boot_id == clock.boot_id:
-                return m
-            # monotonic values from another boot mean nothing: wait a backoff again in full, give a
-            # stop its grace again, and keep past restarts inside the crash-loop window (the safe side)
-            return m.with_(
-                backoff_until=now + (m.backoff_seconds or 0.0) if m.backoff_until is not None else None,
-                stop=None if m.stop is None else replace(m.stop, deadline=now + stop_timeout),
-                restart_times=tuple(now for _ in m.restart_times))
+            return m if h.boot_id == clock.boot_id else rebased(m, now, stop_timeout)
     return _model_from_legacy(h, h.legacy or LegacyCounters(), now, clock.wall())
 
 
@@ -92,8 +84,5 @@ def _model_from_legacy(h: JobHistory, old: LegacyCounters, now: float, wall: flo
                  last_restart_reason=old.last_restart_reason, rollbacks=old.rollbacks,
                  watchdog_trips=tuple(sorted(old.watchdog_trips.items())))
     cur = h.current
-    if cur is not None and cur.exit is None and (cur.handle or cur.token):
-        return m.with_(state=JobState.RUNNING, reason="adopting")
-    if old.final_state in ("stopped", "completed", "failed"):
-        return m.with_(state=JobState(old.final_state), reason=old.final_reason, final=True)
-    return m
+    open_trainer = cur is not None and cur.exit is None and bool(cur.handle or cur.token)
+    return legacy_state(m, open_trainer, old.final_state, old.final_reason)  # the state is jobs/model.py's to say

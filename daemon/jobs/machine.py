@@ -14,8 +14,9 @@ from dataclasses import dataclass, field, replace
 
 from . import policy as P
 from .effects import Effect, Event, Forget, Kill, Launch, Persist, Signal
-from .messages import (Adopted, CudaOom, Exited, LaunchOverdue, LaunchRefused, LaunchUnfinished, Message, Progressed,
-                       ReasonClass, Reset, Restart, Settle, Start, Stop, Tick, WatchdogAction, WatchdogTrip)
+from .messages import (Adopted, CudaOom, Exited, Found, LaunchOverdue, LaunchRefused, LaunchUnfinished, LaunchWaited,
+                       Message, Progressed, Readded, ReasonClass, Reset, Restart, Settle, Start, Stop, Tick,
+                       WatchdogAction, WatchdogTrip)
 from .model import JobModel, JobState, LaunchIntent, OomPhase, Origin, StopIntent, Then, bump, check_transition
 from .messages import TrainerConfigError
 
@@ -76,6 +77,8 @@ def decide(m: JobModel, msg: Message, ctx: Context) -> Decision:
         new, reply = _launch_overdue(m, msg, ctx, out), None
     elif isinstance(msg, Exited):
         new, reply = _exited(m, msg, ctx, out), None
+    elif isinstance(msg, LaunchWaited):
+        new, reply = _launch_waited(m, msg, ctx, out), None
     elif isinstance(msg, Start):
         new, reply = _start(m, msg, ctx, out)
     elif isinstance(msg, Stop):
@@ -86,6 +89,8 @@ def decide(m: JobModel, msg: Message, ctx: Context) -> Decision:
         new, reply = _reset(m, msg, ctx, out)
     elif isinstance(msg, WatchdogTrip):
         new, reply = _watchdog(m, msg, ctx, out)
+    elif isinstance(msg, Readded):
+        new, reply = _readded(m, msg, ctx, out)
     elif isinstance(msg, Adopted):
         new, reply = _adopted(m, out), None
     elif isinstance(msg, LaunchUnfinished):
@@ -189,6 +194,20 @@ def _launch_overdue(m: JobModel, msg: LaunchOverdue, ctx: Context, out: _Out) ->
     new = _to(m, S.STOPPING, msg.reason, ctx, out, stop=intent)
     out.add(Persist(), Kill())
     return new
+
+
+FETCH_STOPPED = "not started: stopped while its checkpoint was fetched from the backup target"
+
+
+def _launch_waited(m: JobModel, msg: LaunchWaited, ctx: Context, out: _Out) -> JobModel:
+    """A launch waiting for the backup's checkpoint: asked again (the planner answers at once, the fetch runs on the
+    backup's thread) while the job is starting; a stop meanwhile ends the wait as an exit of the trainer that
+    never started (the stop's own end: stopped, or the restart it was for)."""
+    if m.state == S.STARTING and not msg.trainer:
+        return _launch_unfinished(m, LaunchUnfinished(replayed=False), out)
+    if m.state == S.STOPPING:
+        return _exited(m, Exited(FETCH_STOPPED, ReasonClass.OPERATOR, success=False), ctx, out)
+    return m
 
 
 def _relaunch_cold(m: JobModel, reason: str, ctx: Context, out: _Out) -> JobModel:
@@ -455,6 +474,16 @@ def _restart(m: JobModel, cmd: Restart, ctx: Context, out: _Out) -> tuple[JobMod
     return new, "starting"
 
 
+def _readded(m: JobModel, cmd: Readded, ctx: Context, out: _Out) -> tuple[JobModel, str | None]:
+    """Back in the config: a removal's stop still under way turns into a restart (the trainer goes on training), a
+    job the removal stopped starts again; any other state has nothing to undo."""
+    if m.state == S.STOPPING:
+        return _restart(m, Restart(Origin.CONFIG, cmd.reason), ctx, out)
+    if m.state == S.STOPPED:
+        return _start(m, Start(Origin.CONFIG, cmd.reason), ctx, out)
+    return m, None
+
+
 def _reset(m: JobModel, cmd: Reset, ctx: Context, out: _Out) -> tuple[JobModel, str]:
     """Train from scratch: from rest only (stopped, completed, failed), as a start that resumes from nothing; its launch
     sets the old run dirs aside first (runner._launch). A job with a trainer, or one about to get one, is refused:
@@ -524,3 +553,24 @@ def _launch_unfinished(m: JobModel, msg: LaunchUnfinished, out: _Out) -> JobMode
                                           "detail": "the supervisor stopped during this launch; launching it again"}))
     out.add(Launch(m.launch))
     return m
+
+
+LOST_WHILE_DOWN = "trainer ended while the supervisor was not running"
+
+
+def recovered(m: JobModel, found: Found) -> Message | None:
+    """What a supervisor start's findings mean for the job (attempt/recovery.py records the matching history fact and
+    hands the answer to `decide`): a live trainer is adopted; a launch whose trainer was never started is launched
+    again; any other trainer of an active job ended while no supervisor watched (lost); a job at rest because of a
+    shutdown, a config removal or a heat park resumes; a job never started that is not to start by itself stops."""
+    if m.state.active:
+        if found.trainer_alive:
+            return Adopted()
+        if m.state == S.STARTING and not found.spawned:
+            return LaunchUnfinished()
+        return Exited(LOST_WHILE_DOWN, ReasonClass.LOST, success=False)
+    if m.state == S.STOPPED and not m.final:
+        return Start(Origin.RECOVERY, "resuming after a supervisor restart")
+    if m.state == S.PENDING and not found.autostart and not found.attempted:
+        return Stop(Origin.CONFIG, "autostart = false")
+    return None

@@ -96,7 +96,15 @@ class WatchdogTrip:
     note: str | None = None
 
 
-Command = Start | Stop | Restart | Reset | WatchdogTrip
+@dataclass(frozen=True)
+class Readded:
+    """A reload put back a job that an earlier reload removed, before its runner was dropped: the removal is
+    undone. What that takes depends on where the removal's stop got to, which is the machine's business."""
+
+    reason: str = "back in the config"
+
+
+Command = Start | Stop | Restart | Reset | WatchdogTrip | Readded
 
 
 # ---- observations --------------------------------------------------------------------------
@@ -178,7 +186,15 @@ class LaunchOverdue:
     cold_now: bool = True
 
 
-Observation = Tick | Progressed | LaunchRefused | Exited | LaunchOverdue
+@dataclass(frozen=True)
+class LaunchWaited:
+    """A launch waits for the backup's checkpoint (attempt/planner.py's WaitingForCheckpoint): each tick while it
+    waits, the runner says so. `trainer`: a trainer runs for the job all the same."""
+
+    trainer: bool = False
+
+
+Observation = Tick | Progressed | LaunchRefused | Exited | LaunchOverdue | LaunchWaited
 
 
 # ---- what a supervisor start finds (attempt/recovery.py) -------------------------------------
@@ -191,9 +207,20 @@ class Adopted:
 @dataclass(frozen=True)
 class LaunchUnfinished:
     """The model says starting, yet no trainer runs for the launch: the supervisor stopped during it (`replayed`),
-    or it waited for the backup's checkpoint, which is here now. Launch it (again)."""
+    or it waits for the backup's checkpoint (the `LaunchWaited` edge, not replayed). Launch it (again)."""
 
     replayed: bool = True
+
+
+@dataclass(frozen=True)
+class Found:
+    """What a supervisor start found of a job (attempt/recovery.py looks); `machine.recovered` says what it means.
+    Facts only: the open attempt is the history's last one while it has no exit."""
+
+    trainer_alive: bool = False  # the open attempt's trainer runs (by its saved handle or its launch token)
+    spawned: bool = False  # the open attempt has a saved handle: its trainer was started
+    attempted: bool = False  # the job has any attempt in its history
+    autostart: bool = True  # the job's `autostart`
 
 
 Recovered = Adopted | LaunchUnfinished

@@ -194,6 +194,27 @@ class JobModel:
         )
 
 
+# ---- a model read back (attempt/record.py): not transitions, no state came before them in this supervisor ----
+def rebased(m: JobModel, now: float, stop_timeout: float) -> JobModel:
+    """A saved model from another boot, whose monotonic values mean nothing here: a backoff is waited again in full,
+    a stop gets its grace again, and past restarts stay inside the crash-loop window (the safe side)."""
+    return m.with_(
+        backoff_until=now + (m.backoff_seconds or 0.0) if m.backoff_until is not None else None,
+        stop=None if m.stop is None else replace(m.stop, deadline=now + stop_timeout),
+        restart_times=tuple(now for _ in m.restart_times))
+
+
+def legacy_state(m: JobModel, open_trainer: bool, final_state: str | None, final_reason: str | None) -> JobModel:
+    """The state a document written before the state machine (or rebuilt from the journal) leaves the job in:
+    running, to be adopted, when its last attempt has no exit and a handle or token to find its trainer by (recovery
+    then adopts it or calls it lost); else the resting state it saved, kept so across restarts; else pending."""
+    if open_trainer:
+        return m.with_(state=JobState.RUNNING, reason="adopting")
+    if final_state in ("stopped", "completed", "failed"):
+        return m.with_(state=JobState(final_state), reason=final_reason, final=True)
+    return m
+
+
 def bump(counts: tuple[tuple[str, int], ...], key: str) -> tuple[tuple[str, int], ...]:
     d = dict(counts)
     d[key] = d.get(key, 0) + 1

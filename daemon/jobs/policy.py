@@ -1,8 +1,11 @@
-"""Restart policy as pure functions: the backoff ladder, the crash-loop window, the rollback bound."""
+"""Policy as pure functions: the backoff ladder, the crash-loop window, the rollback bound, the CUDA out-of-memory
+step-down, and which jobs a supervisor shutdown stops."""
 
 from __future__ import annotations
 
 from typing import Protocol
+
+from .model import JobState
 
 
 class RestartLimits(Protocol):
@@ -79,3 +82,10 @@ def next_num_envs(current: int, limits: OomLimits) -> int | None:
         return None
     smaller = max(limits.min_num_envs or 1, int(current * limits.step_down))
     return smaller if smaller < current else None
+
+
+# ---- supervisor shutdown -------------------------------------------------------------------------
+def stopped_at_shutdown(runtime: str, state: JobState) -> bool:
+    """A shutdown stops (SIGINT, grace, SIGKILL) the trainers that are the supervisor's own children: the process
+    runtime's, while one may run. A container job keeps running in its own unit and the next supervisor adopts it."""
+    return runtime == "process" and state.active
