@@ -29,6 +29,8 @@ from .types import (
     GpuError,
     GpuInfo,
     GpuMap,
+    GpuSample,
+    GpuSlowSample,
     GpuUnavailableError,
     XidEvent,
 )
@@ -227,34 +229,28 @@ class GpuSampler:
             if not self.open():
                 self._ready.set()
                 return
-        t0 = time.perf_counter()
-        for gpu in list(self._gpus):
-            try:
-                s = self.source.sample_fast(gpu)  # type: ignore[union-attr]
-            except Exception as e:  # noqa: BLE001
-                self._device_failed(gpu, "fast", e)
-                continue
-            with self._lock:
-                self._tally.sampled("fast", gpu.key, s)
-            self._device_ok(gpu, "fast")
-        self._observe("fast", time.perf_counter() - t0)
-        self._publish()
+        self._pass("fast", self.source.sample_fast)  # type: ignore[union-attr]
         self._ready.set()
 
     def poll_slow(self) -> None:
         if not self._opened.is_set():
             return
+        self._pass("slow", self.source.sample_slow)  # type: ignore[union-attr]
+
+    def _pass(self, loop: str, sample: Callable[[GpuInfo], GpuSample | GpuSlowSample]) -> None:
+        """Sample every device; one that fails loses its series and is counted, the others go on."""
         t0 = time.perf_counter()
         for gpu in list(self._gpus):
             try:
-                s = self.source.sample_slow(gpu)  # type: ignore[union-attr]
+                s = sample(gpu)
             except Exception as e:  # noqa: BLE001
-                self._device_failed(gpu, "slow", e)
+                self._device_failed(gpu, loop, e)
                 continue
             with self._lock:
-                self._tally.sampled("slow", gpu.key, s)
-            self._device_ok(gpu, "slow")
-        self._observe("slow", time.perf_counter() - t0)
+                self._tally.sampled(loop, gpu.key, s)
+            self._device_ok(gpu, loop)
+        with self._lock:
+            self._tally.observe(loop, time.perf_counter() - t0, self._clock())
         self._publish()
 
     def poll_xid(self, timeout: float | None = None) -> list[XidEvent]:
@@ -287,10 +283,6 @@ class GpuSampler:
                 kind = self._tally.recovered(gpu.key, loop)
             if kind is not None:
                 log.info("gpu sample ok again", gpu=gpu.key, loop=loop, was=kind)
-
-    def _observe(self, loop: str, seconds: float) -> None:
-        with self._lock:
-            self._tally.observe(loop, seconds, self._clock())
 
     def _publish(self) -> None:
         with self._lock:
