@@ -16,7 +16,7 @@ from .gpu.assign import missing_gpus
 from .gpu.oom_memory import MemoryHistory, OomNote, oom_note
 from .metrics import build_registry, gpu_status, serve
 from .status.types import GpusStatus, JobStatus
-from .supervisor import Extension, Hooks, Supervisor
+from .supervisor import Extension, Hooks, Running, Supervisor
 from .volumes import volumes
 from .watchdogs.engine import WatchdogEngine
 from .watchdogs.gpufeed import SamplerFeed
@@ -34,7 +34,7 @@ class _SamplerExtension:
     def __init__(self, sampler: Any):
         self.sampler = sampler
 
-    def start(self, supervisor: Supervisor) -> None:
+    def start(self, running: Running) -> None:
         self.sampler.start()
         self.sampler.wait_ready(5.0)  # jobs are checked against the GPU inventory before their first launch
 
@@ -47,9 +47,9 @@ class _MetricsExtension:
         self.sampler = sampler
         self.server: Any = None  # the MetricsServer, once start() bound it
 
-    def start(self, supervisor: Supervisor) -> None:
-        cfg = supervisor.config.metrics
-        registry = build_registry(supervisor.status, self.sampler, volumes=lambda: volumes(supervisor.config))
+    def start(self, running: Running) -> None:
+        cfg = running.config.metrics
+        registry = build_registry(running.status, self.sampler, volumes=lambda: volumes(running.config))
         try:
             self.server = serve(cfg.listen, cfg.path, registry)  # logs the URL itself: no second line here
         except OSError as exc:
@@ -66,14 +66,14 @@ class _BackupDrain:
     DRAIN_SECONDS = 30.0
 
     def __init__(self) -> None:
-        self.sup: Supervisor | None = None
+        self.running: Running | None = None
 
-    def start(self, supervisor: Supervisor) -> None:
-        self.sup = supervisor
+    def start(self, running: Running) -> None:
+        self.running = running
 
     def stop(self) -> None:
-        if self.sup is not None:
-            close_all([r.backup for r in self.sup.runners.values() if r.backup is not None], self.DRAIN_SECONDS)
+        if self.running is not None:
+            close_all(self.running.backups(), self.DRAIN_SECONDS)
 
 
 class _PublishedGpus:

@@ -7,7 +7,8 @@ threads: they read the latest snapshot with no lock and no I/O (`status`), and t
 to hand over a command or a reload, which never waits on a runtime (runtimes never block).
 
 Everything optional (the GPU check, the hooks, the extensions: see app.build_supervisor) is handed in at
-construction; nothing is attached afterwards. The control socket sees the supervisor as control.Controlled.
+construction; nothing is attached afterwards. The control socket sees the supervisor as control.Controlled, an
+extension (at its start) as `Running`.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from .jobs.model import Origin
 from .config.locate import EMBEDDED_DEFAULT_NAME
 from .daemon_log import log
 from .attempt.planner import GpuCheck
+from .backup.keeper import JobBackup
 from .runner import JobRunner
 from .runtimes.base import Runtime
 from .runtimes.factory import make_runtime
@@ -75,11 +77,22 @@ class Hooks:
     status: Sequence[StatusHook] = ()
 
 
+class Running(Protocol):
+    """What an extension sees of the supervisor, handed to its `start` (it is built before the supervisor it serves):
+    the config in force (a reload replaces it), the published status, the jobs' backup keepers. No runner, no lock."""
+
+    config: Config
+
+    def status(self) -> Status: ...
+
+    def backups(self) -> list[JobBackup]: ...
+
+
 class Extension(Protocol):
     """A part with threads or sockets of its own (GPU sampler, watchdog engine, metrics server): started after
     the jobs recovered and the control socket listens, stopped in reverse order at shutdown."""
 
-    def start(self, supervisor: "Supervisor") -> None: ...
+    def start(self, running: Running) -> None: ...
 
     def stop(self) -> None: ...
 
@@ -383,6 +396,9 @@ class Supervisor:
         for r in self.runners.values():
             counts[r.state.value] = counts.get(r.state.value, 0) + 1
         return ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no jobs"
+
+    def backups(self) -> list[JobBackup]:
+        return [r.backup for r in self.runners.values() if r.backup is not None]
 
     def job_names(self) -> Collection[str]:
         return self.runners.keys()  # a live view: a job a reload adds is known at once

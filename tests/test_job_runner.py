@@ -251,14 +251,25 @@ def test_gpu_check_and_gpu_memory_are_given_at_construction_or_set_later(world):
 def test_a_reload_reaches_every_part_of_the_runner(world):
     r = runner(world)
     new = world["cfg"].model_copy(update={"stop_timeout": 3.0})
-    r.cfg = new  # what supervisor.py does on a reload
+    r.reconfigure(new)  # what supervisor.py does on a reload
     assert r.setting.cfg is new and r.observer.setting.cfg is new and r.planner.setting.cfg is new
     assert r.spares.cfg is new  # the next spare is started with the new config (e.g. spare = "off")
 
 
+def test_a_reload_that_changes_the_runtime_while_a_trainer_runs_keeps_the_one_that_started_it(world):
+    r = runner(world)
+    tick(r, world)
+    assert len(world["rt"].live()) == 1
+    other = FakeRuntime()
+    other.name = "podman"
+    new = world["cfg"].model_copy(update={"stop_timeout": 3.0})
+    r.reconfigure(new, lambda: other)
+    assert r.cfg is new and r.runtime is world["rt"] and r.observer.runtime is world["rt"]
+
+
 def test_a_reload_that_changes_the_runtime_launches_the_next_attempt_with_the_new_one(world):
-    """supervisor.reload sets `runner.runtime` when no trainer runs: the next start must go through it, not through
-    the runtime the runner was built with (the parts used to keep the old one)."""
+    """supervisor.reload hands `runner.reconfigure` the new runtime, taken when no trainer runs: the next start must
+    go through it, not through the runtime the runner was built with (the parts used to keep the old one)."""
     r = runner(world)
     tick(r, world)
     (first,) = world["rt"].live()
@@ -268,7 +279,7 @@ def test_a_reload_that_changes_the_runtime_launches_the_next_attempt_with_the_ne
         tick(r, world)
     other = FakeRuntime()
     other.name = "podman"
-    r.runtime = other  # what supervisor.py does on a reload that changes `runtime`
+    r.reconfigure(r.cfg, lambda: other)  # what supervisor.py does on a reload that changes `runtime`
     r.handle_message(Start(Origin.OPERATOR, "test"))
     tick(r, world)
     assert len(other.live()) == 1 and world["rt"].live() == []

@@ -15,7 +15,7 @@ from ..workflows.validate import VALIDATOR, expected_rsl_rl_format
 
 @dataclass
 class JobSetting:
-    """One object the parts hold, so `runner.cfg = new` (a reload) reaches all of them."""
+    """One object the parts hold, so a reload (`JobRunner.reconfigure`) reaches all of them at once."""
 
     cfg: JobConfig
     resolved: Resolved | None = None
