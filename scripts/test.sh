@@ -6,12 +6,20 @@
 #   scripts/test.sh                      # the whole suite: everything above is set up (what CI runs)
 #   scripts/test.sh tests/FILE.py ...    # only what the named files' pytest markers ask for (pyproject.toml):
 #                                        # prometheus, systemd (+ Podman), podman, isaaclab3; none: just pytest
+#   scripts/test.sh --fast               # the inner loop (< 90 s): files measured fast, no real-thing marks
+#                                        # (tests/conftest.py is_fast); sets nothing up beyond .venv
+# The whole suite and --fast run on ISAACD_TEST_WORKERS pytest-xdist workers (default: the CPU count, at least 2):
+# most e2e tests wait on their trainers. tests/conftest.py keeps what cannot share the host on one worker.
 # ISAACD_TEST_PLAN=1 prints what would be set up, and runs nothing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # The test paths among the arguments (FILE, DIR, FILE::test); none (or only options, e.g. -k) is the whole suite.
 paths=()
 prev=
+fast=
+for a in "$@"; do
+  [ "$a" = --fast ] && fast=1
+done
 for a in "$@"; do
   p=${a%%::*}
   case $prev in  # the value of an option is no test path (`--deselect tests/x.py::t` runs everything else)
@@ -20,7 +28,9 @@ for a in "$@"; do
   esac
   prev=$a
 done
-if [ ${#paths[@]} -eq 0 ]; then
+if [ -n "$fast" ]; then
+  wants=""  # the fast tier runs none of the real-thing tests
+elif [ ${#paths[@]} -eq 0 ]; then
   wants="prometheus systemd podman isaaclab3"
 else
   wants=$(grep -rhoE --include='*.py' 'pytest\.mark\.(prometheus|systemd|podman|isaaclab3)\b' "${paths[@]}" \
@@ -57,4 +67,12 @@ fi
 if want isaaclab3; then
   scripts/isaaclab3-venv.sh || echo "test.sh: scripts/isaaclab3-venv.sh failed; tests/test_isaaclab3_real.py will say why"
 fi
-exec .venv/bin/python -m pytest -q -ra -p no:cacheprovider "$@"
+# several workers for the whole suite and --fast (not for named files: a file is one worker's unit anyway),
+# unless the caller chose (-n / -p no:xdist)
+parallel=()
+if { [ ${#paths[@]} -eq 0 ] || [ -n "$fast" ]; } && [[ " $* " != *" -n "* && " $* " != *" -n"[0-9]* && " $* " != *"no:xdist"* ]]; then
+  workers=${ISAACD_TEST_WORKERS:-$(nproc 2>/dev/null || echo 2)}
+  [ "$workers" -lt 2 ] && workers=2
+  parallel=(-n "$workers" --dist loadgroup --no-loadscope-reorder)
+fi
+exec .venv/bin/python -m pytest -q -ra -p no:cacheprovider "${parallel[@]}" "$@"

@@ -17,6 +17,67 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# ---- running the suite on several workers (pytest-xdist, `scripts/test.sh` passes `-n`) -------------------------
+# Each test file is one unit of work (its module fixtures boot once), except where files share something of the
+# host's that two workers cannot hold at once: Podman containers and systemd units are named after the job
+# ("isaaclab-job-cp"), so every podman/systemd test runs on one worker, one after another; the Ray tests each start a
+# local cluster. Units are handed out longest first (tests/timings.txt, seconds per unit measured from a fresh clone)
+# so that the last unit to finish is a short one: that orders work, it asserts nothing about speed.
+HOST_GROUPS = {"podman": "host-containers", "systemd": "host-containers"}
+FILE_GROUPS = {"test_ray_runtime.py": "ray", "test_backup_ray.py": "ray"}
+TIMINGS = Path(__file__).parent / "timings.txt"
+
+
+def work_unit(item: pytest.Item) -> str:
+    for mark, group in HOST_GROUPS.items():
+        if item.get_closest_marker(mark) is not None:
+            return group
+    name = item.path.name
+    return FILE_GROUPS.get(name, name)
+
+
+def unit_seconds() -> dict[str, float]:
+    try:
+        rows = [line.split() for line in TIMINGS.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    except OSError:
+        return {}
+    return {unit: float(seconds) for seconds, unit in rows}
+
+
+# The fast tier (`scripts/test.sh --fast`, the inner loop): the files that took at most FAST_UNIT_SECONDS in the last
+# measured run and need none of the real things (Podman, systemd, Prometheus, the real Isaac Lab), nor a long run.
+# A file not measured yet counts as fast: new tests are run by the next `--fast`, and CI runs everything anyway.
+FAST_UNIT_SECONDS = 3.0
+REAL_THING_MARKS = ("slow", "podman", "systemd", "prometheus", "isaaclab3")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--fast", action="store_true",
+                     help=f"only the fast tier: files measured at most {FAST_UNIT_SECONDS:g} s (tests/timings.txt) "
+                          f"with none of the marks {', '.join(REAL_THING_MARKS)}")
+
+
+def is_fast(item: pytest.Item, seconds: dict[str, float]) -> bool:
+    if any(item.get_closest_marker(mark) is not None for mark in REAL_THING_MARKS):
+        return False
+    return seconds.get(work_unit(item), 0.0) <= FAST_UNIT_SECONDS
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the test ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    seconds = unit_seconds()
+    if config.getoption("fast"):
+        keep = [item for item in items if is_fast(item, seconds)]
+        config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+        items[:] = keep
+    if getattr(config.option, "dist", "no") == "no":
+        return  # one process: the order the files are written in
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(work_unit(item)))
+    # a stable sort: within a unit, tests keep their order (module fixtures, tests that build on each other)
+    items.sort(key=lambda item: -seconds.get(work_unit(item), 0.0))
+
+
 @pytest.fixture
 def supervisor_factory(tmp_path):
     """Start real supervisors; always stopped (and their trainers killed) at teardown."""

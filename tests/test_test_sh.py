@@ -36,6 +36,7 @@ def plan(*args: str) -> str:
     (("tests/test_podman_runtime.py", "-x"), "podman"),
     (("tests/test_quadlet_units.py::test_sd_quote_shapes",), "systemd"),
     (("tests/test_isaaclab3_podman.py", "tests/test_prometheus_rules.py"), "isaaclab3 podman prometheus"),
+    (("--fast",), "nothing"),  # the inner loop: no real-thing test runs in it
 ])
 def test_the_plan_follows_the_named_files_markers(args, wants):
     assert plan(*args) == wants
@@ -48,3 +49,13 @@ def test_every_file_that_uses_a_setup_carries_its_marker():
                if path != Path(__file__) and re.search(uses, text := path.read_text())
                and f"pytest.mark.{need}" not in text]
     assert not missing, missing
+
+
+def test_the_fast_tier_keeps_quick_unit_files_and_leaves_out_real_things_and_long_files():
+    """`scripts/test.sh --fast` is pytest --fast: a real-thing file (Podman, the real Isaac Lab) and a file measured
+    slow in tests/timings.txt are left out; a unit-test file runs."""
+    files = ["tests/test_job_machine.py", "tests/test_isaaclab3_real.py", "tests/test_supervisor_e2e.py"]
+    res = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-m", "pytest", "-p", "no:cacheprovider", "--fast",
+                          "--collect-only", "-q", *files], capture_output=True, text=True, timeout=120, cwd=REPO)
+    collected = {line.split("::")[0] for line in res.stdout.splitlines() if "::" in line}
+    assert collected == {"tests/test_job_machine.py"}, res.stdout[-2000:]
