@@ -21,7 +21,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 # Each test file is one unit of work (its module fixtures boot once), except where files share something of the
 # host's that two workers cannot hold at once: Podman containers and systemd units are named after the job
 # ("isaaclab-job-cp"), so every podman/systemd test runs on one worker, one after another; the Ray tests each start a
-# local cluster. Units are handed out longest first (tests/timings.txt, seconds per unit measured from a fresh clone)
+# local cluster. Units are handed out longest first (tests/timings.txt: seconds per file, measured from a fresh clone)
 # so that the last unit to finish is a short one: that orders work, it asserts nothing about speed.
 HOST_GROUPS = {"podman": "host-containers", "systemd": "host-containers"}
 FILE_GROUPS = {"test_ray_runtime.py": "ray", "test_backup_ray.py": "ray"}
@@ -36,18 +36,19 @@ def work_unit(item: pytest.Item) -> str:
     return FILE_GROUPS.get(name, name)
 
 
-def unit_seconds() -> dict[str, float]:
+def file_seconds() -> dict[str, float]:
+    """tests/timings.txt: seconds per test file (scripts/test-timings.py writes it from a --durations=0 run)."""
     try:
         rows = [line.split() for line in TIMINGS.read_text().splitlines() if line.strip() and not line.startswith("#")]
     except OSError:
         return {}
-    return {unit: float(seconds) for seconds, unit in rows}
+    return {name: float(seconds) for seconds, name in rows}
 
 
 # The fast tier (`scripts/test.sh --fast`, the inner loop): the files that took at most FAST_UNIT_SECONDS in the last
 # measured run and need none of the real things (Podman, systemd, Prometheus, the real Isaac Lab), nor a long run.
 # A file not measured yet counts as fast: new tests are run by the next `--fast`, and CI runs everything anyway.
-FAST_UNIT_SECONDS = 3.0
+FAST_UNIT_SECONDS = 5.0
 REAL_THING_MARKS = ("slow", "podman", "systemd", "prometheus", "isaaclab3")
 
 
@@ -60,22 +61,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def is_fast(item: pytest.Item, seconds: dict[str, float]) -> bool:
     if any(item.get_closest_marker(mark) is not None for mark in REAL_THING_MARKS):
         return False
-    return seconds.get(work_unit(item), 0.0) <= FAST_UNIT_SECONDS
+    return seconds.get(item.path.name, 0.0) <= FAST_UNIT_SECONDS
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    seconds = unit_seconds()
+    seconds = file_seconds()
     if config.getoption("fast"):
         keep = [item for item in items if is_fast(item, seconds)]
         config.hook.pytest_deselected(items=[item for item in items if item not in keep])
         items[:] = keep
     if getattr(config.option, "dist", "no") == "no":
         return  # one process: the order the files are written in
+    unit_seconds: dict[str, float] = {}
+    for path, unit in {(item.path.name, work_unit(item)) for item in items}:
+        unit_seconds[unit] = unit_seconds.get(unit, 0.0) + seconds.get(path, 0.0)
     for item in items:
         item.add_marker(pytest.mark.xdist_group(work_unit(item)))
     # a stable sort: within a unit, tests keep their order (module fixtures, tests that build on each other)
-    items.sort(key=lambda item: -seconds.get(work_unit(item), 0.0))
+    items.sort(key=lambda item: -unit_seconds[work_unit(item)])
 
 
 @pytest.fixture

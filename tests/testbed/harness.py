@@ -147,8 +147,17 @@ def wait(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0
 
 
 def wait_job(tb: Testbed, cond: Callable[[dict[str, Any]], bool], timeout: float, what: str) -> dict[str, Any]:
+    seen: list[dict[str, Any] | None] = [None]
+
     def check() -> dict[str, Any] | None:
-        j = job_status(tb)
+        j = seen[0] = job_status(tb)
         return j if j and cond(j) else None
 
-    return wait(check, timeout, what)
+    try:
+        return wait(check, timeout, what)
+    except AssertionError as exc:  # say what the job was doing instead, and its last events
+        j = seen[0] or {}
+        brief = {k: j.get(k) for k in ("state", "state_reason", "attempt", "restarts", "pid", "iteration")}
+        tail = [{k: e.get(k) for k in ("event", "detail", "reason", "origin") if e.get(k) is not None}
+                for e in events(tb)[-8:]]
+        raise AssertionError(f"{exc}; the job: {brief}; its last events: {tail}") from None
