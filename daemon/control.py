@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Collection
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 from .daemon_log import log
 from .status.types import Status
@@ -56,6 +56,16 @@ class Cordoning(Protocol):
         """False when it was not cordoned."""
 
 
+class FleetView(Protocol):
+    """What `isaacd nodes` answers (runtimes/ray_fleet.FleetStatus), seen from here without importing the runtime:
+    its nodes, and its JSON for the socket."""
+
+    @property
+    def nodes(self) -> Sequence[object]: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
 @runtime_checkable
 class Fleet(Protocol):
     """A runtime that places jobs on a cluster of nodes (runtimes/ray.RayRuntime): what the operator may see of
@@ -65,7 +75,7 @@ class Fleet(Protocol):
     @property
     def cordons(self) -> Cordoning: ...
 
-    def nodes_status(self) -> dict[str, Any]:
+    def nodes_status(self) -> FleetView:
         """The nodes as last observed, with their cordons and jobs, and the jobs waiting for room."""
 
     def refresh_for_operator(self) -> None:
@@ -137,9 +147,9 @@ def _ray_request(sup: Controlled, cmd: str, req: dict[str, Any]) -> Any:
     if rt is None:
         raise RequestError("this supervisor has no [ray] section in its config: there are no nodes to show")
     if cmd == "nodes":
-        if not rt.nodes_status()["nodes"]:
+        if not rt.nodes_status().nodes:
             rt.refresh_for_operator()  # nothing listed yet (no job placed): ask, answer with what is known
-        return rt.nodes_status()
+        return rt.nodes_status().to_json()
     node = req.get("node")
     if not isinstance(node, str) or not node:
         raise RequestError("missing field 'node' (a node name, as `isaacd nodes` shows it)")

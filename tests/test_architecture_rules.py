@@ -103,10 +103,6 @@ MAPPING_VALUES_ALLOWED = {"int", "float"}
 DICT_STATUS_ALLOWED: dict[tuple[str, str], str] = {
     ("daemon/runtimes/ray_actor.py", "status"): "the Ray actor's answer on the worker node: plain data across Ray's "
                                                 "RPC, folded by ray_attempts.py into the runtime's view",
-    ("daemon/runtimes/ray_fleet.py", "nodes_status"): "`isaacd nodes`' answer (the cluster's listing), no part of "
-                                                      "the published status; not typed yet (issue 30)",
-    ("daemon/runtimes/ray.py", "nodes_status"): "RayRuntime hands on ray_fleet.nodes_status (above)",
-    ("daemon/control.py", "nodes_status"): "control.Fleet, the Protocol RayRuntime.nodes_status satisfies (above)",
 }
 
 

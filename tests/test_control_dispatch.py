@@ -16,6 +16,7 @@ from isaacd.jobs.model import JobState
 from isaacd.status.types import JobStatus
 from isaacd.status.signals import JobSignals
 from isaacd.runtimes.ray import RayRuntime
+from isaacd.runtimes.ray_fleet import FleetStatus, NodeStatus
 from isaacd.status.types import Status
 from isaacd.supervisor import Supervisor
 from isaacd.watchdogs.engine import WatchdogEngine
@@ -45,8 +46,9 @@ class FakeFleet:
         self.listed: list[dict[str, Any]] = []
         self.refreshes = 0
 
-    def nodes_status(self) -> dict[str, Any]:
-        return {"nodes": list(self.listed)}
+    def nodes_status(self) -> FleetStatus:
+        return FleetStatus("ray://head:10001", True, None,
+                           tuple(NodeStatus(n["name"], None, True, None, {}, {}, {}, None, ()) for n in self.listed), ())
 
     def refresh_for_operator(self) -> None:
         self.refreshes += 1
@@ -98,7 +100,8 @@ def test_node_requests_need_a_fleet() -> None:
 def test_node_requests_act_on_the_fleet() -> None:
     fleet = FakeFleet()
     sup = FakeSupervisor(fleet)
-    assert dispatch(sup, {"cmd": "nodes"}) == {"nodes": []}
+    assert dispatch(sup, {"cmd": "nodes"}) == {"address": "ray://head:10001", "connected": True, "error": None,
+                                               "nodes": [], "waiting": []}
     assert fleet.refreshes == 1  # nothing listed yet: a listing is asked for
     fleet.listed = [{"name": "n1"}]
     dispatch(sup, {"cmd": "nodes"})

@@ -60,3 +60,30 @@ def test_the_previous_node_first_then_the_most_free_gpus(tmp_path: Path) -> None
     assert placement.choose(job, nodes)[0] is a
     placement.taken(job, a)  # a's one free GPU is spoken for in this pass
     assert a.avail["GPU"] == 0.0 and placement.choose(job, nodes)[0] is b
+
+
+def test_isaacd_nodes_answer_keeps_its_json_shape(tmp_path: Path) -> None:
+    """`isaacd nodes --json` (ray_fleet.FleetStatus.to_json): each node with its cordon and jobs, a cordoned node that
+    is gone, Ray's own markers left out of the resources, and the jobs waiting for room."""
+    from types import SimpleNamespace
+
+    from isaacd.runtimes.ray_fleet import nodes_status
+
+    a = NodeView("id-a", "a", True, "10.0.0.1", "a", {"gpu-type": "h200", "ray.io/node_id": "x"},
+                 {"CPU": 4.0, "GPU": 2.0, "node:10.0.0.1": 1.0, "object_store_memory": 1e9}, {"CPU": 3.0, "GPU": 1.0})
+    cluster = SimpleNamespace(nodes={"id-a": a}, cfg=SimpleNamespace(address="ray://head:10001"), ray=object(),
+                              connect_error=None)
+    job = _job(tmp_path)
+    atts = [SimpleNamespace(phase="running", node_id="id-a", job=job, waiting=None),
+            SimpleNamespace(phase="waiting", node_id=None, job=job.model_copy(update={"name": "big"}),
+                            waiting="no node fits: a too small (GPU 1 < 4)")]
+    cordons = {"gone": {"reason": "node lost", "since": 5.0, "node_id": "id-gone"}}
+    assert nodes_status(cluster, cordons, atts).to_json() == {  # type: ignore[arg-type]
+        "address": "ray://head:10001", "connected": True, "error": None,
+        "nodes": [{"name": "a", "node_id": "id-a", "alive": True, "address": "10.0.0.1",
+                   "labels": {"gpu-type": "h200"}, "total": {"CPU": 4.0, "GPU": 2.0},
+                   "available": {"CPU": 3.0, "GPU": 1.0}, "cordoned": None, "jobs": ["cp"]},
+                  {"name": "gone", "node_id": "id-gone", "alive": False, "address": None, "labels": {}, "total": {},
+                   "available": {}, "cordoned": {"reason": "node lost", "since": 5.0, "node_id": "id-gone"},
+                   "jobs": []}],
+        "waiting": [{"job": "big", "reason": "no node fits: a too small (GPU 1 < 4)"}]}

@@ -51,7 +51,7 @@ from ..history.store import job_log_path
 from .base import ExitStatus, Handle, LaunchSpec, RuntimeFailure
 from .ray_attempts import RayAttempt, RayAttempts
 from .ray_cluster import RayCluster, ray_available
-from .ray_fleet import nodes_status
+from .ray_fleet import FleetStatus, nodes_status
 from .ray_placement import Cordons, Placement
 from .ray_storage import StorageCheck, owner_file
 from .view import RuntimeView
@@ -233,7 +233,7 @@ class RayRuntime:
         return Handle("ray", job.name, state)
 
     # ---- operator side (control.Fleet; control socket threads: cached data only) -----------
-    def nodes_status(self) -> dict[str, Any]:
+    def nodes_status(self) -> FleetStatus:
         return nodes_status(self.cluster, self.cordons.get(), self.attempts.all())
 
     def refresh_for_operator(self) -> None:
