@@ -73,6 +73,6 @@ parallel=()
 if { [ ${#paths[@]} -eq 0 ] || [ -n "$fast" ]; } && [[ " $* " != *" -n "* && " $* " != *" -n"[0-9]* && " $* " != *"no:xdist"* ]]; then
   workers=${ISAACD_TEST_WORKERS:-$(nproc 2>/dev/null || echo 2)}
   [ "$workers" -lt 2 ] && workers=2
-  parallel=(-n "$workers" --dist loadgroup --no-loadscope-reorder)
+  parallel=(-n "$workers" --dist loadscope --no-loadscope-reorder)
 fi
 exec .venv/bin/python -m pytest -q -ra -p no:cacheprovider "${parallel[@]}" "$@"

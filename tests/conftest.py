@@ -1,7 +1,10 @@
+import functools
 import os
+import re
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,25 +20,32 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-# ---- running the suite on several workers (pytest-xdist, `scripts/test.sh` passes `-n`) -------------------------
+# ---- running the suite on several workers (pytest-xdist, `scripts/test.sh` passes `-n N --dist loadscope`) -------
 # Each test file is one unit of work (its module fixtures boot once), except where files share something of the
 # host's that two workers cannot hold at once: Podman containers and systemd units are named after the job
-# ("isaaclab-job-cp"), so every podman/systemd test runs on one worker, one after another; the Ray tests each start a
-# local cluster. Units are handed out longest first (tests/timings.txt: seconds per file, measured from a fresh clone)
-# so that the last unit to finish is a short one: that orders work, it asserts nothing about speed.
-HOST_GROUPS = {"podman": "host-containers", "systemd": "host-containers"}
+# ("isaaclab-job-cp"), so every file with a podman or systemd test runs on one worker, one after another; the two
+# Ray files each start a local cluster. Units are handed out longest first (tests/timings.txt: seconds per file,
+# measured from a fresh clone) so that the last unit to finish is a short one: that orders work, it asserts nothing
+# about speed. The units are made here, by file name, in a scheduler of our own: xdist's `loadgroup` marks do not
+# reach its scheduler under pytest 9 (xdist 3.8 renames `item._nodeid`, pytest 9 reads `item._id`).
+TESTS = Path(__file__).parent
 FILE_GROUPS = {"test_ray_runtime.py": "ray", "test_backup_ray.py": "ray"}
-TIMINGS = Path(__file__).parent / "timings.txt"
+HOST_MARKS = re.compile(r"pytest\.mark\.(podman|systemd)\b")  # as scripts/test.sh reads a file's needs
+TIMINGS = TESTS / "timings.txt"
 
 
-def work_unit(item: pytest.Item) -> str:
-    for mark, group in HOST_GROUPS.items():
-        if item.get_closest_marker(mark) is not None:
-            return group
-    name = item.path.name
-    return FILE_GROUPS.get(name, name)
+@functools.cache
+def work_unit(file_name: str) -> str:
+    if file_name in FILE_GROUPS:
+        return FILE_GROUPS[file_name]
+    try:
+        text = (TESTS / file_name).read_text()
+    except OSError:
+        return file_name
+    return "host-containers" if HOST_MARKS.search(text) else file_name
 
 
+@functools.cache
 def file_seconds() -> dict[str, float]:
     """tests/timings.txt: seconds per test file (scripts/test-timings.py writes it from a --durations=0 run)."""
     try:
@@ -43,6 +53,36 @@ def file_seconds() -> dict[str, float]:
     except OSError:
         return {}
     return {name: float(seconds) for seconds, name in rows}
+
+
+def unit_seconds(file_names: set[str]) -> dict[str, float]:
+    seconds: dict[str, float] = {}
+    for name in file_names:
+        unit = work_unit(name)
+        seconds[unit] = seconds.get(unit, 0.0) + file_seconds().get(name, 0.0)
+    return seconds
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # On a worker, one math thread per trainer: the workers already keep the cores busy, and torch's default (a
+    # thread per core in every trainer of every worker) only makes them take turns. Inherited by every process a
+    # test starts; a test that sets it itself wins.
+    if hasattr(config, "workerinput"):
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(var, "1")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadscope` with our units: every test of a unit goes to the worker that took the unit."""
+    if config.getoption("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(Path(nodeid.split("::", 1)[0]).name)
+
+    return ByUnit(config, log)
 
 
 # The fast tier (`scripts/test.sh --fast`, the inner loop): the files that took at most FAST_UNIT_SECONDS in the last
@@ -58,28 +98,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           f"with none of the marks {', '.join(REAL_THING_MARKS)}")
 
 
-def is_fast(item: pytest.Item, seconds: dict[str, float]) -> bool:
+def is_fast(item: pytest.Item) -> bool:
     if any(item.get_closest_marker(mark) is not None for mark in REAL_THING_MARKS):
         return False
-    return seconds.get(item.path.name, 0.0) <= FAST_UNIT_SECONDS
+    return file_seconds().get(item.path.name, 0.0) <= FAST_UNIT_SECONDS
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    seconds = file_seconds()
     if config.getoption("fast"):
-        keep = [item for item in items if is_fast(item, seconds)]
+        keep = [item for item in items if is_fast(item)]
         config.hook.pytest_deselected(items=[item for item in items if item not in keep])
         items[:] = keep
-    if getattr(config.option, "dist", "no") == "no":
+    # the workers collect (the controller only hands out ids); xdist sets a worker's own `dist` to "no", so a
+    # worker knows it is one by its `workerinput`. Every worker sorts alike: their collections must match.
+    if not hasattr(config, "workerinput") and getattr(config.option, "dist", "no") == "no":
         return  # one process: the order the files are written in
-    unit_seconds: dict[str, float] = {}
-    for path, unit in {(item.path.name, work_unit(item)) for item in items}:
-        unit_seconds[unit] = unit_seconds.get(unit, 0.0) + seconds.get(path, 0.0)
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(work_unit(item)))
+    seconds = unit_seconds({item.path.name for item in items})
     # a stable sort: within a unit, tests keep their order (module fixtures, tests that build on each other)
-    items.sort(key=lambda item: -unit_seconds[work_unit(item)])
+    items.sort(key=lambda item: -seconds[work_unit(item.path.name)])
 
 
 @pytest.fixture
@@ -123,3 +159,4 @@ def tmpfs():
     yield mount
     for path in mounted:
         subprocess.run(["umount", "-l", str(path)], check=False)
+

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -36,7 +37,8 @@ def trainers(marker: str) -> list[int]:
 
 @pytest.fixture()
 def setup(tmp_path, supervisor_factory):  # noqa: ANN001, ANN201 - supervisor_factory cleans up trainers
-    marker = f"isaacd-crash-{tmp_path.name}"
+    # unique on the host: tmp_path.name repeats on every xdist worker (each has its own basetemp)
+    marker = f"isaacd-crash-{uuid.uuid4().hex[:16]}"
     cfg = write_config(tmp_path, builtin_job("cp", command=["sh", "-c", TRAINER.format(marker=marker)],
                                              restart={"backoff_initial": 4.0, "max_restarts": 5,
                                                       "first_restart_immediate": False}))
