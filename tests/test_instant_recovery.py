@@ -98,7 +98,9 @@ def test_a_crash_mid_snapshot_leaves_no_half_written_file_behind(tmp_path, super
     sp = supervisor_factory(write_config(tmp_path, job(spare=False)))
     j = wait_for(lambda: (x := sp.job("cp"))["run_dir"] and (x["iteration"] or 0) >= 2 and x, 120, what="training")
     run = Path(j["run_dir"])
-    half = run / f".isaacd_snapshot_2.pt.tmp.{j['pid']}"
+    # an iteration the trainer never reaches: planted as `_2`, it was once (at load, 1 run in 4) the very file the
+    # real writer had open for iteration 2, renamed into a torn isaacd_snapshot_2.pt (rejected) with nothing to sweep
+    half = run / f".isaacd_snapshot_1000000.pt.tmp.{j['pid']}"
     half.write_bytes(b"PK\x03\x04" + b"\0" * 4096)  # a torn zip, as torch.save leaves it
     mine = run / "notes.tmp"
     mine.write_text("not isaacd's")
