@@ -1,0 +1,374 @@
+"""The one scheduler of a shared GPU host (issue 31): which queued jobs start on which GPUs, and which running ones
+give theirs back. Pure: `schedule(jobs, gpus, now, limits)` -> a `Schedule`; no I/O, no clock, no randomness, in the
+style of jobs/machine.py. The supervisor's queue hook (scheduling/hook.py) builds the inputs from the runners and
+the GPU snapshot each tick and hands the answers to the jobs' state machines as commands (`Placed`, `Preempt`), so
+a decision is saved with the job before it acts and a supervisor killed mid-preemption neither loses nor duplicates
+a job.
+
+The rules, each a scenario in tests/test_scheduler.py:
+  * Order: priority (higher first), then submission time (earlier first), then name.
+  * Packing: a job asks for `gpus` GPUs (its ranks, placed as one gang on distinct GPUs) with `memory_bytes` each, or
+    the whole GPUs (`memory_bytes` None). It goes to the GPUs where it fits most tightly (best fit: least room left),
+    so big holes stay for big jobs. A GPU's room: its total less what the jobs placed on it asked for (their spares'
+    memory counted as theirs) and less what others use beyond that (NVML's used memory less the asks).
+  * Never on a cordoned GPU (an XID, a watchdog) or a hot one; jobs already there stay.
+  * A job that does not fit blocks the queue behind it: a later job may start ahead of it (backfill) only if it is
+    preemptible, and it gives its GPUs back as soon as the blocked job could run (no minimum run time for it).
+  * A blocked job that would fit without the spares on the GPUs it needs drops those spares first.
+  * Else it preempts the fewest jobs it outranks (lower priority, or a backfill behind it), lowest priority and most
+    recently started first, among the preemptible ones past their minimum run time; each saves at its next iteration
+    boundary and goes back to the queue. While victims stop, it waits for them and preempts no more.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+GiB = 2**30
+MAX_VICTIM_SETS = 20_000  # preemption search: subsets tried before the greedy fallback (8 GPUs: never reached)
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One physical GPU as placement sees it."""
+
+    index: int
+    total_bytes: int
+    used_bytes: int | None = None  # NVML's used memory; None: unknown (only the asks count)
+    unusable: str | None = None  # why no new job may go here ("XID 79", "84 °C"): jobs on it stay
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a job asks for: `gpus` distinct GPUs (one rank each), `memory_bytes` on each (None: the whole GPU)."""
+
+    gpus: int = 1
+    memory_bytes: int | None = None
+
+    def describe(self) -> str:
+        each = "a whole GPU" if self.memory_bytes is None else f"{self.memory_bytes / GiB:g} GiB"
+        if self.gpus == 1:
+            return f"1 GPU ({each})" if self.memory_bytes is None else f"{each} on 1 GPU"
+        return f"{self.gpus} GPUs ({'whole' if self.memory_bytes is None else each + ' each'})"
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    """A job the scheduler places: it asked for GPUs rather than naming them."""
+
+    name: str
+    request: Request
+    priority: int = 0
+    order: float = 0.0  # submission time (wall clock, saved with the job): earlier first within a priority
+    preemptible: bool = True
+    waiting: bool = False  # it wants GPUs now (queued)
+    placement: tuple[int, ...] = ()  # the GPUs it holds (placed, running, stopping, backing off)
+    running_since: float | None = None  # monotonic: when it was placed (the minimum run time counts from here)
+    backfilled: bool = False  # placed ahead of a blocked job: gives its GPUs back the moment that job could run
+    stopping: bool = False  # a preemption's stop is under way: its GPUs come free once it has saved
+    spare_bytes: int = 0  # what its warm spare holds on each of its GPUs
+
+
+@dataclass(frozen=True)
+class PinnedJob:
+    """A job that names its GPUs in the config: it holds them whole while it may run, outside the queue."""
+
+    name: str
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Limits:
+    min_run_seconds: float = 300.0  # a job runs this long before a higher priority may preempt it (no thrashing)
+
+
+@dataclass(frozen=True)
+class Placement:
+    job: str
+    gpus: tuple[int, ...]
+    backfill: bool  # placed ahead of a blocked job
+    reason: str
+
+
+@dataclass(frozen=True)
+class Preemption:
+    victim: str
+    by: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class SpareDrop:
+    job: str
+    by: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A job left in the queue: its place (1 = next) and why, in words for `isaacd status` and `isaacd queue`."""
+
+    job: str
+    position: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Schedule:
+    placements: tuple[Placement, ...] = ()
+    preemptions: tuple[Preemption, ...] = ()
+    spare_drops: tuple[SpareDrop, ...] = ()
+    waiting: tuple[Waiting, ...] = ()
+
+
+# ---- room on the GPUs ----------------------------------------------------------------------------------------------
+@dataclass
+class _Room:
+    """What each GPU has left, as the decisions of this pass take it."""
+
+    gpus: dict[int, Gpu]
+    asked: dict[int, int] = field(default_factory=dict)  # bytes the holders asked for (spares included)
+    whole: dict[int, str] = field(default_factory=dict)  # GPU -> the job that holds it whole
+    holders: dict[int, set[str]] = field(default_factory=dict)
+    foreign: dict[int, int] = field(default_factory=dict)  # bytes used beyond the asks (other processes, overuse)
+
+    @classmethod
+    def of(cls, gpus: Sequence[Gpu], jobs: Sequence[QueuedJob], pinned: Sequence[PinnedJob]) -> "_Room":
+        room = cls({g.index: g for g in gpus})
+        for p in pinned:
+            for i in p.gpus:
+                if i in room.gpus:
+                    room.whole.setdefault(i, p.name)
+                    room.holders.setdefault(i, set()).add(p.name)
+        for j in jobs:
+            if j.placement:
+                room.take(j, j.placement, with_spare=True)
+        for g in gpus:
+            if g.used_bytes is not None:
+                room.foreign[g.index] = max(0, g.used_bytes - room.asked.get(g.index, 0))
+        return room
+
+    def take(self, job: QueuedJob, gpus: Iterable[int], with_spare: bool = False) -> None:
+        for i in gpus:
+            if i not in self.gpus:
+                continue  # a GPU gone from the inventory: nothing to count it against
+            self.holders.setdefault(i, set()).add(job.name)
+            if job.request.memory_bytes is None:
+                self.whole[i] = job.name
+            else:
+                self.asked[i] = self.asked.get(i, 0) + job.request.memory_bytes + (job.spare_bytes if with_spare
+                                                                                     else 0)
+
+    def without(self, jobs: Iterable[QueuedJob], spares_of: Iterable[QueuedJob] = ()) -> "_Room":
+        """The room if these jobs gave their GPUs back (and these spares went)."""
+        new = _Room(self.gpus, dict(self.asked), dict(self.whole), {k: set(v) for k, v in self.holders.items()},
+                    dict(self.foreign))
+        for j in jobs:
+            for i in j.placement:
+                if i not in new.gpus:
+                    continue
+                new.holders.get(i, set()).discard(j.name)
+                if new.whole.get(i) == j.name:
+                    del new.whole[i]
+                elif j.request.memory_bytes is not None:
+                    new.asked[i] = new.asked.get(i, 0) - j.request.memory_bytes - j.spare_bytes
+        for j in spares_of:
+            if j.request.memory_bytes is not None and j.spare_bytes:
+                for i in j.placement:
+                    if i in new.gpus:
+                        new.asked[i] = new.asked.get(i, 0) - j.spare_bytes
+        return new
+
+    def free(self, i: int) -> int:
+        g = self.gpus[i]
+        if i in self.whole:
+            return 0
+        return g.total_bytes - self.asked.get(i, 0) - self.foreign.get(i, 0)
+
+    def fits_on(self, i: int, req: Request) -> bool:
+        if self.gpus[i].unusable is not None or i in self.whole:
+            return False
+        if req.memory_bytes is None:  # a whole GPU: nobody else on it
+            return not self.holders.get(i) and self.asked.get(i, 0) <= 0
+        return self.free(i) >= req.memory_bytes
+
+    def best_fit(self, req: Request) -> tuple[int, ...] | None:
+        """The `req.gpus` GPUs it fits on most tightly (least room left after it), or None."""
+        fits = [i for i in sorted(self.gpus) if self.fits_on(i, req)]
+        if len(fits) < req.gpus:
+            return None
+        need = req.memory_bytes or 0
+        fits.sort(key=lambda i: (self.free(i) - need, i))
+        return tuple(sorted(fits[:req.gpus]))
+
+
+# ---- the pass ---------------------------------------------------------------------------------------------------
+def queue_order(jobs: Iterable[QueuedJob]) -> list[QueuedJob]:
+    """Priority first (higher first), then submission, then name: the order `isaacd queue` lists."""
+    return sorted(jobs, key=lambda j: (-j.priority, j.order, j.name))
+
+
+def schedule(jobs: Sequence[QueuedJob], gpus: Sequence[Gpu], now: float, limits: Limits = Limits(),
+             pinned: Sequence[PinnedJob] = ()) -> Schedule:
+    room = _Room.of(gpus, jobs, pinned)
+    placements: list[Placement] = []
+    preemptions: list[Preemption] = []
+    drops: list[SpareDrop] = []
+    waiting: list[Waiting] = []
+    blocked: QueuedJob | None = None  # the first job that could not be placed
+    victims_taken: set[str] = {j.name for j in jobs if j.stopping}
+    for job in queue_order(j for j in jobs if j.waiting):
+        if not _possible(job.request, room):
+            waiting.append(Waiting(job.name, len(waiting) + 1, _never(job.request, room)))
+            continue
+        if blocked is not None and not job.preemptible:
+            waiting.append(Waiting(job.name, len(waiting) + 1, f"behind {blocked.name}, which waits for GPUs; "
+                                                               "not preemptible, so it may not start ahead of it"))
+            continue
+        where = room.best_fit(job.request)
+        if where is not None:
+            backfill = blocked is not None
+            why = (f"ahead of {blocked.name} (blocked), preemptible: gives the GPUs back when it could run"
+                   if blocked is not None else "fits")
+            placements.append(Placement(job.name, where, backfill, why))
+            room.take(job, where)
+            continue
+        # it does not fit now: room the stopping victims will leave, then spares, then preemption
+        stopping = [j for j in jobs if j.name in victims_taken and j.placement]
+        if stopping and room.without(stopping).best_fit(job.request) is not None:
+            names = ", ".join(sorted(j.name for j in stopping))
+            reason = f"needs {job.request.describe()}; waiting for {names} to save and stop"
+        elif (spared := _spares_in_the_way(job, room, jobs)) is not None:
+            drops += [SpareDrop(s.name, job.name, f"its warm spare's GPU memory is needed by {job.name} "
+                                                   f"({job.request.describe()})") for s in spared]
+            reason = f"needs {job.request.describe()}; dropping the warm spares of {', '.join(s.name for s in spared)}"
+            room = room.without((), spared)  # counted gone now, so no other job preempts for the same room
+        elif (chosen := _victims(job, jobs, room, now, limits, victims_taken)) is not None:
+            for v in chosen:
+                preemptions.append(Preemption(v.name, job.name, _preempt_reason(v, job)))
+                victims_taken.add(v.name)
+            reason = f"needs {job.request.describe()}; preempting {', '.join(v.name for v in chosen)}"
+            room = room.without(chosen)
+            room.take(job, room.best_fit(job.request) or ())  # reserved: nobody behind takes what it freed
+        else:
+            reason = _short(job, room, jobs, now, limits)
+        if blocked is None:
+            blocked = job
+        waiting.append(Waiting(job.name, len(waiting) + 1, reason))
+    return Schedule(tuple(placements), tuple(preemptions), tuple(drops), tuple(waiting))
+
+
+def _possible(req: Request, room: _Room) -> bool:
+    """Could this request ever fit this host (every GPU empty)?"""
+    big_enough = [g for g in room.gpus.values() if req.memory_bytes is None or g.total_bytes >= req.memory_bytes]
+    return len(big_enough) >= req.gpus
+
+
+def _never(req: Request, room: _Room) -> str:
+    biggest = max((g.total_bytes for g in room.gpus.values()), default=0)
+    return (f"needs {req.describe()}; this host has {len(room.gpus)} GPU(s), the largest {biggest / GiB:.0f} GiB: "
+            f"it can never start here; lower gpus or gpu_memory, or `isaacd cancel` it")
+
+
+def _spares_in_the_way(job: QueuedJob, room: _Room, jobs: Sequence[QueuedJob]) -> list[QueuedJob] | None:
+    """The fewest spares whose memory, once freed, lets `job` fit; None when dropping every spare is not enough."""
+    with_spares = [j for j in jobs if j.spare_bytes and j.placement and not j.stopping]
+    if not with_spares:
+        return None
+    freed = room.without((), with_spares).best_fit(job.request)
+    if freed is None:
+        return None
+    return [j for j in with_spares if set(j.placement) & set(freed)]
+
+
+def _outranks(job: QueuedJob, other: QueuedJob) -> bool:
+    """`job` may take `other`'s GPUs: a higher priority, or `other` is a backfill that started ahead of it."""
+    if other.priority < job.priority:
+        return True
+    return other.backfilled and other.priority == job.priority and (other.order, other.name) > (job.order, job.name)
+
+
+def _preemptible_by(job: QueuedJob, other: QueuedJob, now: float, limits: Limits) -> str | None:
+    """Why `job` may not preempt `other`, or None if it may."""
+    if not other.placement or other.waiting or other.stopping:
+        return "not running"
+    if not _outranks(job, other):
+        return "not outranked"
+    if not other.preemptible:
+        return "preemptible = false"
+    young = other.running_since is not None and now - other.running_since < limits.min_run_seconds
+    if young and not other.backfilled:
+        return f"ran under min_run_seconds = {limits.min_run_seconds:g}"
+    return None
+
+
+def _victims(job: QueuedJob, jobs: Sequence[QueuedJob], room: _Room, now: float, limits: Limits,
+             taken: set[str]) -> list[QueuedJob] | None:
+    """The fewest jobs to preempt so that `job` fits: among sets of one size, the lowest priorities, then the most
+    recently started (the least work set back... none is lost either way: each saves first)."""
+    candidates = [o for o in jobs if o.name not in taken and _preemptible_by(job, o, now, limits) is None]
+    if not candidates:
+        return None
+    stopping = [j for j in jobs if j.name in taken and j.placement]
+    base = room.without(stopping)
+    if base.without(candidates).best_fit(job.request) is None:
+        return None
+
+    def cost(vs: Sequence[QueuedJob]) -> tuple[int, float]:
+        return (sum(v.priority for v in vs), -sum(v.running_since or 0.0 for v in vs))
+
+    tried = 0
+    for size in range(1, len(candidates) + 1):
+        best: tuple[QueuedJob, ...] | None = None
+        for combo in itertools.combinations(candidates, size):
+            tried += 1
+            if tried > MAX_VICTIM_SETS:
+                return _greedy(job, candidates, base)
+            if base.without(combo).best_fit(job.request) is not None and (best is None or cost(combo) < cost(best)):
+                best = combo
+        if best is not None:
+            return sorted(best, key=lambda v: (v.priority, -(v.running_since or 0.0), v.name))
+    return None
+
+
+def _greedy(job: QueuedJob, candidates: list[QueuedJob], base: _Room) -> list[QueuedJob] | None:
+    chosen: list[QueuedJob] = []
+    for v in sorted(candidates, key=lambda v: (v.priority, -(v.running_since or 0.0), v.name)):
+        chosen.append(v)
+        if base.without(chosen).best_fit(job.request) is not None:
+            return chosen
+    return None
+
+
+def _preempt_reason(victim: QueuedJob, by: QueuedJob) -> str:
+    if victim.priority < by.priority:
+        why = f"priority {by.priority} over {victim.priority}"
+    else:
+        why = "it had started ahead of it while it waited (backfill)"
+    return f"preempted by {by.name} ({why}): saving at the next iteration boundary, then queued again"
+
+
+def _short(job: QueuedJob, room: _Room, jobs: Sequence[QueuedJob], now: float, limits: Limits) -> str:
+    """Why a job waits, in words: what it needs, what is free, what runs ahead of it."""
+    usable = [i for i in room.gpus if room.gpus[i].unusable is None]
+    if job.request.memory_bytes is None:
+        free = sum(1 for i in usable if room.fits_on(i, job.request))
+        have = f"{free} free"
+    else:
+        most = max((room.free(i) for i in usable), default=0)
+        fitting = sum(1 for i in usable if room.fits_on(i, job.request))
+        have = f"{fitting} with room, the most free {most / GiB:.1f} GiB"
+    out = [f"needs {job.request.describe()}; {have}"]
+    off = [f"GPU {i}: {g.unusable}" for i, g in sorted(room.gpus.items()) if g.unusable]
+    if off:
+        out.append("not placing on " + ", ".join(off))
+    held = [o for o in jobs if o.placement and not o.waiting and _outranks(job, o)]
+    guarded = sorted({f"{o.name} ({why})" for o in held if (why := _preemptible_by(job, o, now, limits))})
+    if guarded:
+        out.append("not preempting " + ", ".join(guarded))
+    ahead = [o for o in queue_order(jobs) if o.placement and not o.waiting and not _outranks(job, o)]
+    if ahead:
+        out.append("next after " + ", ".join(o.name for o in ahead[:3]) + (" ..." if len(ahead) > 3 else ""))
+    return "; ".join(out)
