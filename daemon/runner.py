@@ -37,7 +37,7 @@ from .config.schema import JobConfig
 from .gpu.oom_memory import OomNote
 from .gpu.snapshot import GpuSnapshot
 from .jobs import machine
-from .jobs.effects import Effect, Event, Forget, Kill, Launch, Persist, Signal
+from .jobs.effects import Effect, Event, Forget, HoldSpare, Kill, Launch, Persist, Signal
 from .jobs.messages import LaunchRefused, LaunchWaited, Message, Settle, Tick
 from .jobs.model import JobModel, JobState, LaunchIntent
 from .jobs.policy import num_envs_in_use
@@ -127,6 +127,7 @@ class JobRunner:
         self.setting = JobSetting.of(cfg)
         self.log = log.bind(job=cfg.name)
         self.record = JobRecord(self.setting, store, state_dir, self.clock)
+        self.setting.place(self.model.placement)  # a job the queue placed before this supervisor: its GPUs named
         self.state_since = self.clock.wall()
         # a booted spare's room: the GPU sampler's snapshot (GPU memory) and the live trainer's processes
         self.spares = SpareKeeper(self.setting, runtime, state_dir, self.event, gpu_snapshot=gpu_snapshot,
@@ -160,7 +161,7 @@ class JobRunner:
         the JobSetting, so the next launch, the spare and the status all read the config in force. `runtime` (the
         one the new config names) is taken only while no trainer runs: a running trainer is watched to its end by
         the runtime that started it, and a reload never kills it."""
-        self.cfg = cfg
+        self.setting.reconfigure(cfg)
         if runtime is not None and self.handle is None:
             self.runtime = runtime()
 
@@ -199,10 +200,12 @@ class JobRunner:
     # ---- messages in, effects out ----------------------------------------------------------
     def handle_message(self, msg: Message) -> str | None:
         ctx = machine.Context(self.cfg.name, self.clock.monotonic(), self.cfg.restart, self.cfg.stop_timeout,
-                              self.cfg.num_envs, self.cfg.oom, backup=self.cfg.backup is not None)
+                              self.cfg.num_envs, self.cfg.oom, backup=self.cfg.backup is not None,
+                              placed_by_isaacd=self.setting.written.placed_by_isaacd, wall=self.clock.wall())
         decision = machine.decide(self.model, msg, ctx)
         old = self.model.state
         self.model = decision.model
+        self.setting.place(self.model.placement)  # the GPUs the queue gave it, named before the launch reads them
         if self.model.state != old:
             self.state_since = self.clock.wall()
         follow_ups = self._apply(decision.effects)
@@ -228,6 +231,9 @@ class JobRunner:
                     self.runtime.kill(self.live.handle)
             elif isinstance(effect, Forget):
                 self.observer.forget()
+            elif isinstance(effect, HoldSpare):
+                self.spares.hold(effect.reason, effect.until)
+                self.kill_spare(effect.reason)
             elif isinstance(effect, Launch):
                 refused = self._launch(effect.intent)
                 if refused is not None:

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 import pytest
 
 from isaacd.jobs import machine
-from isaacd.jobs.effects import Event, Kill, Launch, Persist, Signal
-from isaacd.jobs.messages import (Exited, LaunchRefused, Progressed, Restart, Start, Stop, Tick, WatchdogTrip)
+from isaacd.jobs.effects import Event, HoldSpare, Kill, Launch, Persist, Signal
+from isaacd.jobs.messages import (DropSpare, Exited, LaunchRefused, Placed, Preempt, Progressed, Restart, Start, Stop,
+                                  Tick, WatchdogTrip)
 from isaacd.jobs.model import (TRANSITIONS, InvalidTransition, JobModel, JobState, LaunchIntent, Origin, Then,
                                check_transition)
 from isaacd.jobs import policy
@@ -42,9 +43,11 @@ class Job:
         self.policy = policy_
         self.effects: list = []
         self.reply: str | None = None
+        self.placed = False  # the job asks for GPUs (issue 31): the host's queue places it
 
     def context(self) -> machine.Context:
-        return machine.Context("job", self.now, self.policy, stop_timeout=10.0)
+        return machine.Context("job", self.now, self.policy, stop_timeout=10.0, placed_by_isaacd=self.placed,
+                               wall=1.7e9 + self.now)
 
     def send(self, msg):  # noqa: ANN001, ANN201
         old = self.m.state
@@ -410,6 +413,91 @@ def test_thermal_resume_never_undoes_an_operator_stop():
     j = Job().running().send(Stop(Origin.OPERATOR, "operator stop")).send(crash())
     j.send(Start(Origin.THERMAL, "GPUs back under 75 C"))
     assert j.m.state == S.STOPPED and j.reply == "not parked"
+
+
+# ---- the host's queue (issue 31) ----------------------------------------------------------------
+def queued() -> Job:
+    j = Job()
+    j.placed = True
+    return j.send(Tick())
+
+
+def test_pending_to_queued_a_job_that_asks_for_gpus_waits_for_the_queue_not_launching():
+    j = queued()
+    assert j.m.state == S.QUEUED and not [e for e in j.effects if isinstance(e, Launch)]
+    assert j.m.submitted_at == 1.7e9 + 1000 and j.events("queued")
+
+
+def test_queued_to_starting_on_placed_with_the_gpus_it_was_given():
+    j = queued().at(30).send(Placed((2, 3), "fits"))
+    assert j.m.state == S.STARTING and j.m.placement == (2, 3) and j.m.placed_at == 1030
+    assert j.effects.index(Persist()) < next(i for i, e in enumerate(j.effects) if isinstance(e, Launch))
+    assert j.events("placed")[0]["waited_seconds"] == 30
+
+
+def test_preempt_running_stops_with_a_save_then_exit_goes_back_to_the_queue_in_its_old_place():
+    j = queued().send(Placed((0,), "fits")).send(Progressed(5))
+    submitted = j.m.submitted_at
+    j.send(Preempt("urgent", "preempted by urgent"))
+    assert j.m.state == S.STOPPING and j.m.stop.then == Then.QUEUE and Signal(int(signal.SIGINT)) in j.effects
+    assert j.events("preempted")[0]["by"] == "urgent" and j.m.preemptions == 1
+    j.send(Exited("exited with code 0", "exit_code", success=True))
+    assert j.m.state == S.QUEUED and j.m.placement == () and j.m.submitted_at == submitted
+    assert j.m.restarts == 0 and j.events("requeued")  # a preemption is no restart, no crash
+
+
+def test_backing_off_to_queued_when_preempted_without_a_trainer():
+    j = queued().send(Placed((0,), "fits")).send(crash())
+    assert j.m.state == S.BACKING_OFF and j.m.placement == (0,)  # holds its GPU through the backoff
+    j.send(Preempt("urgent", "preempted by urgent"))
+    assert j.m.state == S.QUEUED and j.m.placement == ()
+
+
+def test_queued_to_stopped_an_operator_stop_leaves_the_queue_and_gives_nothing_back_twice():
+    j = queued().send(Stop(Origin.OPERATOR, "operator stop"))
+    assert j.m.state == S.STOPPED and j.m.final and j.m.submitted_at is None
+    j.send(Placed((0,), "fits"))  # a placement decided before the stop: ignored
+    assert j.m.state == S.STOPPED
+
+
+def test_an_operator_stop_during_a_preemption_wins_the_job_rests_stopped():
+    j = queued().send(Placed((0,), "fits")).send(Progressed(5)).send(Preempt("urgent", "preempted"))
+    j.send(Stop(Origin.OPERATOR, "operator stop")).send(crash())
+    assert j.m.state == S.STOPPED and j.m.placement == ()
+
+
+def test_a_watchdog_restart_under_way_turns_into_the_preemption():
+    j = queued().send(Placed((0,), "fits")).send(Progressed(5)).send(trip("restart"))
+    j.send(Preempt("urgent", "preempted")).send(crash())
+    assert j.m.state == S.QUEUED
+
+
+def test_start_and_restart_of_a_queued_job_say_it_already_waits():
+    j = queued().send(Start(Origin.OPERATOR, "start"))
+    assert j.reply == "already queued"
+    assert j.send(Restart(Origin.OPERATOR, "restart")).reply == "already queued"
+
+
+def test_a_reload_that_pins_the_gpus_launches_a_queued_job():
+    j = queued()
+    j.placed = False
+    assert j.send(Tick()).m.state == S.STARTING
+
+
+def test_completion_gives_the_gpus_back():
+    j = queued().send(Placed((1,), "fits")).send(Progressed(1))
+    j.send(Exited("exited with code 0", "exit_code", success=True, reached_max=True))
+    assert j.m.state == S.COMPLETED and j.m.placement == () and j.m.submitted_at is None
+
+
+def test_drop_spare_asks_the_interpreter_to_hold_the_spare_back():
+    j = queued().send(Placed((1,), "fits")).send(DropSpare("urgent", "room for urgent", until=1060))
+    assert j.effects == [HoldSpare("room for urgent", 1060)] and j.m.state == S.STARTING
+
+
+def test_a_placed_model_round_trips_through_json():
+    j = queued().send(Placed((1, 2), "fits", backfill=True))
+    assert JobModel.from_json(j.m.to_json()) == j.m
 
 
 # ---- the table itself -------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..config.placed import placed_config
 from ..config.schema import JobConfig
 from ..observations.checkpoints import Checkpoint, Lineage, Validator, choose_resume
 from ..history.store import Attempt, JobHistory
@@ -15,10 +16,31 @@ from ..workflows.validate import VALIDATOR, expected_rsl_rl_format
 
 @dataclass
 class JobSetting:
-    """One object the parts hold, so a reload (`JobRunner.reconfigure`) reaches all of them at once."""
+    """One object the parts hold, so a reload (`JobRunner.reconfigure`) reaches all of them at once.
+
+    `cfg` is the config in force: the job as written, with the GPUs the host's queue gave it named (issue 31,
+    config/placed.py); `written` is the job as written, what decides whether the queue places it."""
 
     cfg: JobConfig
     resolved: Resolved | None = None
+    configured: JobConfig | None = None  # the job as written, once it differs from cfg (a placement)
+    placement: tuple[int, ...] = ()
+
+    @property
+    def written(self) -> JobConfig:
+        return self.configured if self.configured is not None else self.cfg
+
+    def reconfigure(self, cfg: JobConfig) -> None:
+        """A reload's new config, with the job's placement kept (a running trainer keeps its GPUs)."""
+        self.configured = cfg
+        self.cfg = placed_config(cfg, self.placement)
+
+    def place(self, gpus: tuple[int, ...]) -> None:
+        """The GPUs the job holds now (its model's placement; () while it waits or rests)."""
+        if gpus != self.placement:
+            written = self.written
+            self.configured, self.placement = written, gpus
+            self.cfg = placed_config(written, gpus)
 
     @classmethod
     def of(cls, cfg: JobConfig) -> "JobSetting":

@@ -160,6 +160,9 @@ class SpareKeeper:
         # the spare the last take() handed an attempt: its events file says when it acknowledged the go (the
         # starter hands it to the observer, which holds the attempt to its deadlines: attempt/deadlines.py)
         self.handed: _Spare | None = None
+        # the host's queue needs the GPU memory a spare would hold (issue 31): none until then (monotonic)
+        self.held_until = float("-inf")
+        self.held_reason: str | None = None
 
     @property
     def cfg(self) -> JobConfig:
@@ -202,6 +205,8 @@ class SpareKeeper:
                 self.retry_at, self._retry_delay = now + self._retry_delay, min(self._retry_delay * 2, RETRY_MAX)
                 return []
         at_rest = state in (JobState.STOPPED, JobState.COMPLETED, JobState.FAILED)
+        if now < self.held_until:
+            return self.dismiss(self.held_reason or "held back by the queue")
         if at_rest or not self.enabled(program):
             kill = self.dismiss("the job is " + state.value if at_rest else (self.off_reason or "spare off"))
             if at_rest and not self._swept_at_rest:  # a trainer that died while taking a staged run over
@@ -213,6 +218,10 @@ class SpareKeeper:
         if self.spare is None and state == JobState.RUNNING and now >= self.retry_at and program is not None:
             return self._start(program, now)
         return []
+
+    def hold(self, reason: str, until: float) -> None:
+        """No spare until `until` (monotonic): the queue needs its GPU memory for a job that waits."""
+        self.held_reason, self.held_until = reason, max(self.held_until, until)
 
     def _start(self, program: Program, now: float) -> list[SpareEffect]:
         token = uuid.uuid4().hex

@@ -25,6 +25,7 @@ else:  # pragma: no cover
 from .backup import BackupConfig
 from ..gpu.assign import device_outside_gpus, gpu_conflicts
 from .locate import DEFAULT_SOCKET, EMBEDDED_DEFAULT_NAME
+from .queue import QueueConfig
 from .watchdogs import WatchdogsConfig
 
 JOB_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
@@ -46,6 +47,9 @@ class SupervisorConfig(_Model):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "console"] = "auto"
     tick_interval: Annotated[float, Field(gt=0, le=5)] = 0.2
+    # a drop-in directory of job files, one [[jobs]] each (`isaacd submit` writes there): jobs without editing this
+    # file (issue 31). Relative to this file's directory.
+    jobs_dir: Path | None = None
 
     @field_validator("socket_mode")
     @classmethod
@@ -56,7 +60,7 @@ class SupervisorConfig(_Model):
             raise ValueError("must not grant access to 'other' (last digit 0): anyone could stop your jobs")
         return v
 
-    @field_validator("state_dir", "control_socket", mode="before")
+    @field_validator("state_dir", "control_socket", "jobs_dir", mode="before")
     @classmethod
     def _path(cls, v: Any) -> Any:
         return Path(v) if isinstance(v, str) else v
@@ -274,9 +278,17 @@ class JobConfig(_Model):
     save_interval: Annotated[int, Field(gt=0)] = 10
     device: str = "cpu"
     # GPU indices, UUIDs ("GPU-...", "MIG-..."), or "all"; several GPUs run one rank each under torchrun
-    gpus: list[int | str] | Literal["all"] = []
+    # or a count (gpus = 2: whole GPUs, one rank each) that isaacd places (issue 31, docs/queue.md)
+    gpus: list[int | str] | Literal["all"] | Annotated[int, Field(ge=1, le=64)] = []
     nproc_per_node: Annotated[int, Field(ge=1, le=64)] | None = None
     share_gpus: bool = False  # allow other jobs with share_gpus on the same GPUs
+    # What one rank needs on one GPU ("12GiB"): isaacd places the job on a GPU with that much room, beside others
+    # (with gpus = N: N GPUs, that much on each). A job placed by isaacd waits in the queue until it fits.
+    gpu_memory: str | None = None
+    priority: int = 0  # the queue's order: higher first, then the earlier submitted
+    # a job of a higher priority that does not fit may stop this one (saved at the next iteration boundary, 0 lost)
+    # and queue it again in its old place, after it ran [queue] min_run_seconds
+    preemptible: bool = True
     log_root: Path = Path("logs")
     extra_args: list[str] = []  # more trainer flags and Hydra overrides (env.*=..., agent.*=...)
     environment: dict[str, str] = {}
@@ -339,7 +351,7 @@ class JobConfig(_Model):
     @field_validator("gpus")
     @classmethod
     def _gpus(cls, v: Any) -> Any:
-        if v == "all":
+        if v == "all" or isinstance(v, int):
             return v
         for g in v:
             if isinstance(g, int) and g < 0:
@@ -353,10 +365,63 @@ class JobConfig(_Model):
 
     @property
     def ranks(self) -> int:
-        """Processes per node: nproc_per_node, else one per listed GPU."""
+        """Processes per node: nproc_per_node, else one per listed (or counted) GPU."""
         if self.nproc_per_node is not None:
             return self.nproc_per_node
+        if isinstance(self.gpus, int):
+            return self.gpus
         return len(self.gpus) if isinstance(self.gpus, list) and len(self.gpus) > 1 else 1
+
+    @property
+    def placed_by_isaacd(self) -> bool:
+        """It asks for GPUs (a count, or gpu_memory) rather than naming them: the queue places it (scheduling/).
+        Read it from the config as written: the placed copy a launch uses names its GPUs."""
+        return self.runtime != "ray" and (isinstance(self.gpus, int) or self.gpu_memory is not None)
+
+    @property
+    def gpu_memory_bytes(self) -> int | None:
+        return memory_bytes(self.gpu_memory) if self.gpu_memory else None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _placed_jobs_use_cuda(cls, data: Any) -> Any:
+        """A job that asks for GPUs trains on them unless it says otherwise (device = "cpu": the tests' CPU
+        trainers on a scripted host)."""
+        if isinstance(data, dict) and "device" not in data and (
+                (isinstance(data.get("gpus"), int) and not isinstance(data.get("gpus"), bool))
+                or data.get("gpu_memory") is not None):
+            return {**data, "device": "cuda"}
+        return data
+
+    @field_validator("gpu_memory")
+    @classmethod
+    def _gpu_memory(cls, v: str | None) -> str | None:
+        if v is not None and memory_bytes(v) <= 0:
+            raise ValueError('must be more than 0, e.g. "12GiB"')
+        return v
+
+    @model_validator(mode="after")
+    def _placement(self) -> "JobConfig":
+        asked = isinstance(self.gpus, int) or self.gpu_memory is not None
+        if not asked:
+            return self
+        if self.runtime == "ray":
+            raise ValueError('runtime = "ray": Ray places the job; remove gpus/gpu_memory and ask in [jobs.ray] '
+                             'num_gpus')
+        if self.gpu_memory is not None and not isinstance(self.gpus, int) and self.gpus:
+            raise ValueError("gpu_memory asks isaacd to place the job, gpus = [...] pins it to those GPUs: keep one "
+                             "(gpus = N counts GPUs for a placed job)")
+        if isinstance(self.gpus, int) and self.nproc_per_node not in (None, self.gpus):
+            raise ValueError(f"nproc_per_node = {self.nproc_per_node} with gpus = {self.gpus}: a placed job runs one "
+                             "rank per GPU; remove nproc_per_node")
+        if self.gpu_memory is not None and self.nproc_per_node not in (None, 1) and not isinstance(self.gpus, int):
+            raise ValueError("nproc_per_node with gpu_memory: say how many GPUs with gpus = N (one rank each)")
+        if re.fullmatch(r"cuda:\d+", self.device):
+            raise ValueError(f'device = "{self.device}": isaacd picks the GPUs of a placed job; use device = "cuda"')
+        if self.share_gpus:
+            raise ValueError("share_gpus is for jobs that name their GPUs; a placed job shares a GPU by its "
+                             "gpu_memory: remove share_gpus")
+        return self
 
     @field_validator("compile_cache")
     @classmethod
@@ -432,6 +497,7 @@ class Config(_Model):
     metrics: MetricsConfig = MetricsConfig()
     gpu: GpuConfig = GpuConfig()
     ray: RayConfig | None = None
+    queue: QueueConfig = QueueConfig()  # [queue]: placement and preemption of jobs that ask for GPUs (issue 31)
     jobs: list[JobConfig] = []
 
     @model_validator(mode="after")
@@ -553,7 +619,9 @@ def _resolve_paths(cfg: Config, base: Path) -> Config:
         return p if p.is_absolute() else (base / p).resolve()
 
     sup = cfg.supervisor.model_copy(update={"state_dir": rel(cfg.supervisor.state_dir),
-                                            "control_socket": rel(cfg.supervisor.control_socket)})
+                                            "control_socket": rel(cfg.supervisor.control_socket),
+                                            "jobs_dir": rel(cfg.supervisor.jobs_dir) if cfg.supervisor.jobs_dir
+                                            else None})
     gpu = cfg.gpu.model_copy(update={"script": rel(cfg.gpu.script)}) if cfg.gpu.script else cfg.gpu
     jobs = [j.model_copy(update={"log_root": rel(j.log_root)}) for j in cfg.jobs]
     ray = cfg.ray.model_copy(update={"health_file": rel(cfg.ray.health_file)}) if cfg.ray else None

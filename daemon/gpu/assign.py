@@ -66,7 +66,7 @@ class GpuClaim(Protocol):
     def device(self) -> str: ...
 
     @property
-    def gpus(self) -> list[int | str] | str: ...  # a list of refs, or "all"
+    def gpus(self) -> list[int | str] | str | int: ...  # a list of refs, "all", or a count the queue places
 
     @property
     def share_gpus(self) -> bool: ...
@@ -145,10 +145,14 @@ def claim_refs(job: GpuClaim) -> tuple[str | None, tuple[str, ...]]:
     """(key, refs) of a job's claim from its config alone; see the module docstring."""
     if job.runtime == "ray":
         return None, ()  # the GPUs are on the Ray node the job is placed on, picked by Ray, not this host's
+    if isinstance(job.gpus, int):
+        return None, ()  # a count (issue 31): no GPU until the queue places it (the placed copy names them)
     if job.gpus == "all":
         return "gpus", ("all",)
     if job.gpus:
         return "gpus", tuple(dict.fromkeys(normalize_ref(g) for g in job.gpus))
+    if getattr(job, "gpu_memory", None) is not None:
+        return None, ()  # likewise: gpu_memory asks the queue for room on a GPU it picks
     if job.device == "cpu" or not job.device.startswith("cuda"):
         return None, ()
     if job.ranks > 1:
@@ -304,7 +308,7 @@ def device_outside_gpus(job: GpuClaim) -> str | None:
     """A process-runtime job with one rank and a GPU index list runs on host GPU ``cuda:N`` as written
     (no CUDA_VISIBLE_DEVICES is set): N must then be one of its ``gpus``, or it would run on a GPU
     it did not claim. Returns why not, or None."""
-    if job.runtime != "process" or job.ranks != 1 or job.gpus == "all" or not job.gpus:
+    if job.runtime != "process" or job.ranks != 1 or not isinstance(job.gpus, list) or not job.gpus:
         return None
     m = _CUDA_N.fullmatch(job.device)
     if not m or not all(isinstance(g, int) or str(g).isdigit() for g in job.gpus):
@@ -388,7 +392,7 @@ def cdi_devices(job: GpuClaim) -> list[str]:
     another vendor's CDI name as written; none for a CPU job. Raises ValueError for a name that
     starts with "-" (Quadlet would read AddDevice=-x as an optional path and drop it)."""
     out: list[str] = []
-    raw = ["all"] if job.gpus == "all" else [str(g).strip() for g in job.gpus]
+    raw = ["all"] if job.gpus == "all" else [str(g).strip() for g in job.gpus] if isinstance(job.gpus, list) else []
     for s in raw:
         if s.startswith("-"):
             raise ValueError(f"job {job.name}: gpus entry {s!r}: a CDI device name cannot start with '-'")

@@ -48,4 +48,12 @@ class Forget:
     """Drop the ended attempt's per-run state (tail, shim reader); the history keeps the facts."""
 
 
-Effect = Persist | Launch | Signal | Kill | Event | Forget
+@dataclass(frozen=True)
+class HoldSpare:
+    """Kill the job's warm spare and start none until `until` (monotonic): the queue needs its GPU memory."""
+
+    reason: str
+    until: float
+
+
+Effect = Persist | Launch | Signal | Kill | Event | Forget | HoldSpare

@@ -13,10 +13,10 @@ import signal as _signal
 from dataclasses import dataclass, field, replace
 
 from . import policy as P
-from .effects import Effect, Event, Forget, Kill, Launch, Persist, Signal
-from .messages import (Adopted, CudaOom, Exited, Found, LaunchOverdue, LaunchRefused, LaunchUnfinished, LaunchWaited,
-                       Message, Progressed, Readded, ReasonClass, Reset, Restart, Settle, Start, Stop, Tick,
-                       WatchdogAction, WatchdogTrip)
+from .effects import Effect, Event, Forget, HoldSpare, Kill, Launch, Persist, Signal
+from .messages import (Adopted, CudaOom, DropSpare, Exited, Found, LaunchOverdue, LaunchRefused, LaunchUnfinished,
+                       LaunchWaited, Message, Placed, Preempt, Progressed, Readded, ReasonClass, Reset, Restart, Settle,
+                       Start, Stop, Tick, WatchdogAction, WatchdogTrip)
 from .model import JobModel, JobState, LaunchIntent, OomPhase, Origin, StopIntent, Then, bump, check_transition
 from .messages import TrainerConfigError
 
@@ -39,6 +39,8 @@ class Context:
     num_envs: int = 0  # the configured num_envs
     oom: P.OomLimits = NoStepDown()  # [jobs.oom]
     backup: bool = False  # the job has a [jobs.backup] target (a reset would resume from its checkpoints)
+    placed_by_isaacd: bool = False  # it asks for GPUs (a count, gpu_memory): it waits in the queue until placed
+    wall: float = 0.0  # wall-clock seconds: a queued job's submission time (the queue's order survives a reboot)
 
 
 class Refused(str):
@@ -91,6 +93,13 @@ def decide(m: JobModel, msg: Message, ctx: Context) -> Decision:
         new, reply = _watchdog(m, msg, ctx, out)
     elif isinstance(msg, Readded):
         new, reply = _readded(m, msg, ctx, out)
+    elif isinstance(msg, Placed):
+        new, reply = _placed(m, msg, ctx, out)
+    elif isinstance(msg, Preempt):
+        new, reply = _preempt(m, msg, ctx, out)
+    elif isinstance(msg, DropSpare):
+        out.add(HoldSpare(msg.reason, msg.until))
+        new, reply = m, None
     elif isinstance(msg, Adopted):
         new, reply = _adopted(m, out), None
     elif isinstance(msg, LaunchUnfinished):
@@ -113,7 +122,7 @@ def _rest(m: JobModel, state: JobState, reason: str, final: bool, ctx: Context, 
           parked_by: str | None = None) -> JobModel:
     """Come to rest in stopped/completed/failed; `final` keeps it so across supervisor restarts."""
     new = _to(m, state, reason, ctx, out, stop=None, backoff_until=None, backoff_seconds=None, final=final,
-              parked_by=parked_by)
+              parked_by=parked_by, placement=(), placed_at=None, backfill=False, submitted_at=None)  # GPUs given back
     out.add(Persist())
     return new
 
@@ -151,9 +160,11 @@ def _begin_stop(m: JobModel, intent: StopIntent, ctx: Context, out: _Out) -> Job
 
 # ---- observations ------------------------------------------------------------------------------
 def _tick(m: JobModel, ctx: Context, out: _Out) -> JobModel:
-    if m.state == S.PENDING:
-        return _launch(m, m.launch, ctx, out)
-    if m.state == S.BACKING_OFF and m.backoff_until is not None and ctx.now >= m.backoff_until:
+    launch_due = m.state == S.PENDING or (m.state == S.BACKING_OFF and m.backoff_until is not None
+                                         and ctx.now >= m.backoff_until)
+    if launch_due and ctx.placed_by_isaacd and not m.placement:
+        return _queue(m, ctx, out)
+    if launch_due or (m.state == S.QUEUED and not ctx.placed_by_isaacd):  # a reload pinned its GPUs: no queue
         return _launch(m, m.launch, ctx, out)
     if m.state == S.STOPPING and m.stop is not None and not m.stop.killed and ctx.now >= m.stop.deadline:
         out.add(Event("stop_timeout", {"detail": "trainer ignored SIGINT; sending SIGKILL"}))
@@ -230,6 +241,8 @@ def _exited(m: JobModel, msg: Exited, ctx: Context, out: _Out) -> JobModel:
         if stop.then in (Then.STOP, Then.PARK):
             return _rest(m, S.STOPPED, stop.reason, stop.final, ctx, out,
                          parked_by=THERMAL_WATCHDOG if stop.then == Then.PARK else None)
+        if stop.then == Then.QUEUE:  # preempted: saved; back to the queue
+            return _requeue(m, stop.reason, ctx, out)
         if stop.then == Then.START:  # an operator's start came during the stop: stopped, then started
             rested = _rest(m, S.STOPPED, stop.reason, True, ctx, out)
             return _start(rested, Start(Origin.OPERATOR, START_AFTER_STOP), ctx, out)[0]
@@ -353,6 +366,57 @@ def _schedule_restart(m: JobModel, reason: str, reason_class: ReasonClass, ran_s
     return new
 
 
+# ---- the host's queue (scheduling/: it decides across jobs, this records and acts per job) ---------------------
+def _queue(m: JobModel, ctx: Context, out: _Out) -> JobModel:
+    """A job that asks for GPUs waits for the queue to place it; its submission time orders it (kept from before)."""
+    submitted = m.submitted_at if m.submitted_at is not None else ctx.wall
+    out.add(Event("queued", {"reason": m.launch.reason, "submitted_at": submitted}))
+    new = _to(m, S.QUEUED, "waiting for GPUs", ctx, out, submitted_at=submitted, backoff_until=None,
+              backoff_seconds=None, final=False)
+    out.add(Persist())
+    return new
+
+
+def _placed(m: JobModel, msg: Placed, ctx: Context, out: _Out) -> tuple[JobModel, str | None]:
+    if m.state != S.QUEUED:
+        return m, None  # a placement for a job that left the queue meanwhile (stopped): nothing to launch
+    waited = ctx.wall - m.submitted_at if m.submitted_at is not None else None
+    out.add(Event("placed", {"gpus": list(msg.gpus), "backfill": msg.backfill, "reason": msg.reason,
+                             "waited_seconds": None if waited is None else round(max(waited, 0.0), 3)}))
+    m = m.with_(placement=tuple(msg.gpus), placed_at=ctx.now, backfill=msg.backfill)
+    return _launch(m, m.launch, ctx, out), "placed"
+
+
+def _preempt(m: JobModel, msg: Preempt, ctx: Context, out: _Out) -> tuple[JobModel, str | None]:
+    """Stop with a save at the next iteration boundary, then back to the queue in its old place. A job backing off
+    holds its GPUs without a trainer: it goes back to the queue at once."""
+    if m.state in (S.STARTING, S.RUNNING):
+        out.add(Event("preempted", {"by": msg.by, "reason": msg.reason}))
+        intent = StopIntent(msg.reason, Origin.SCHEDULER, Then.QUEUE, ctx.now + ctx.stop_timeout, final=False)
+        return _begin_stop(m.with_(preemptions=m.preemptions + 1), intent, ctx, out), "preempting"
+    if m.state == S.BACKING_OFF:
+        out.add(Event("preempted", {"by": msg.by, "reason": msg.reason}))
+        return _requeue(m.with_(preemptions=m.preemptions + 1), msg.reason, ctx, out), "queued"
+    if m.state == S.STOPPING and m.stop is not None and m.stop.then == Then.RESTART:
+        out.add(Event("preempted", {"by": msg.by, "reason": msg.reason}))
+        out.add(Event("stop_changed", {"reason": msg.reason, "then": Then.QUEUE.value, "final": False}))
+        out.add(Persist())
+        return m.with_(stop=replace(m.stop, then=Then.QUEUE, reason=msg.reason, origin=Origin.SCHEDULER),
+                       preemptions=m.preemptions + 1), "preempting"
+    return m, None
+
+
+def _requeue(m: JobModel, reason: str, ctx: Context, out: _Out) -> JobModel:
+    """Its GPUs given back; it waits in the queue at its old place (its submission time is kept) and resumes from
+    the checkpoint its stop saved."""
+    out.add(Event("requeued", {"reason": reason, "gpus": list(m.placement)}))
+    new = _to(m, S.QUEUED, reason, ctx, out, stop=None, placement=(), placed_at=None, backfill=False,
+              launch=LaunchIntent(reason, Origin.SCHEDULER), backoff_until=None, backoff_seconds=None,
+              submitted_at=m.submitted_at if m.submitted_at is not None else ctx.wall)
+    out.add(Persist())
+    return new
+
+
 # ---- commands ------------------------------------------------------------------------------
 def _start(m: JobModel, cmd: Start, ctx: Context, out: _Out) -> tuple[JobModel, str]:
     if cmd.origin == Origin.THERMAL:
@@ -361,7 +425,7 @@ def _start(m: JobModel, cmd: Start, ctx: Context, out: _Out) -> tuple[JobModel, 
             return m, "not parked"
     if m.state == S.STOPPING and m.stop is not None and cmd.origin == Origin.OPERATOR:
         return _after_the_stop(m, m.stop, Then.START, cmd.reason, out)
-    if m.state.active or m.state == S.PENDING:
+    if m.state.active or m.state in (S.PENDING, S.QUEUED):
         return m, f"already {m.state.value}"
     if m.state == S.BACKING_OFF:
         return _launch(m, m.launch, ctx, out), "starting"  # the restart was counted when it was scheduled
@@ -386,18 +450,19 @@ def _stop(m: JobModel, cmd: Stop, ctx: Context, out: _Out) -> tuple[JobModel, st
             upgraded = replace(cur, then=then, final=False, reason=cmd.reason, origin=cmd.origin)
         else:
             # a stop outranks a restart or start in flight, and an operator's stop outranks a shutdown's
-            upgraded = replace(cur, then=then if cur.then in (Then.RESTART, Then.START) else cur.then,
+            upgraded = replace(cur, then=then if cur.then in (Then.RESTART, Then.START, Then.QUEUE) else cur.then,
                                final=cur.final or cmd.final,
-                               reason=cmd.reason if cur.then == Then.RESTART or (cmd.final and not cur.final)
+                               reason=cmd.reason if cur.then in (Then.RESTART, Then.QUEUE) or (cmd.final and not cur.final)
                                else cur.reason, origin=cmd.origin if cmd.final and not cur.final else cur.origin)
         if upgraded != cur:
             out.add(Event("stop_changed", {"reason": upgraded.reason, "then": upgraded.then.value,
                                            "final": upgraded.final}))
             out.add(Persist())
         dropped = {Then.RESTART: "; the restart under way is called off",
+                   Then.QUEUE: "; it will not go back to the queue",
                    Then.START: "; the start asked during the stop is called off"}.get(cur.then, "")
         return m.with_(stop=upgraded), f"already stopping{dropped if upgraded.then != cur.then else ''}"
-    if m.state in (S.PENDING, S.BACKING_OFF):
+    if m.state in (S.PENDING, S.BACKING_OFF, S.QUEUED):
         return _rest(m, S.STOPPED, cmd.reason, cmd.final, ctx, out,
                      parked_by=THERMAL_WATCHDOG if cmd.park else None), "stopped"
     return m, f"not running ({m.state.value})"
@@ -418,6 +483,8 @@ def _after_the_stop(m: JobModel, cur: StopIntent, then: Then, reason: str, out: 
         return m, Refused(f"not {word}: {why}")
     if cur.then == Then.RESTART:  # a restart under way launches it again anyway
         return m, "already restarting"
+    if cur.then == Then.QUEUE:  # preempted: it saves, then waits in the queue, which starts it when it fits
+        return m, "already preempted: it saves, then waits in the queue, which starts it again when it fits"
     if cur.then == then:
         return m, f"already {word} once stopped"
     # a start keeps the stop's reason and origin (the job rests stopped for it first); a restart is the operator's
@@ -459,8 +526,8 @@ def _restart(m: JobModel, cmd: Restart, ctx: Context, out: _Out) -> tuple[JobMod
         return m, "already stopping"
     if m.state == S.BACKING_OFF:
         return _launch(m, m.launch, ctx, out), "restarting"
-    if m.state == S.PENDING:
-        return m, "already pending"
+    if m.state in (S.PENDING, S.QUEUED):
+        return m, f"already {m.state.value}"
     if m.state == S.COMPLETED:
         # nothing to restart: a completed job starts as `isaacd start` starts it (it trains only if max_iterations
         # were raised; else the launch is refused as complete), and no restart is counted

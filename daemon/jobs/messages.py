@@ -104,7 +104,34 @@ class Readded:
     reason: str = "back in the config"
 
 
-Command = Start | Stop | Restart | Reset | WatchdogTrip | Readded
+@dataclass(frozen=True)
+class Placed:
+    """The host's queue (scheduling/) gave a waiting job these GPUs: launch it there."""
+
+    gpus: tuple[int, ...]
+    reason: str
+    backfill: bool = False  # ahead of a blocked job: it gives them back the moment that job could run
+
+
+@dataclass(frozen=True)
+class Preempt:
+    """The host's queue needs this job's GPUs for `by`: stop it with a save at the next iteration boundary, then
+    queue it again in its old place (0 iterations lost)."""
+
+    by: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class DropSpare:
+    """The host's queue needs the GPU memory this job's warm spare holds (for `by`): no spare until `until`."""
+
+    by: str
+    reason: str
+    until: float  # monotonic
+
+
+Command = Start | Stop | Restart | Reset | WatchdogTrip | Readded | Placed | Preempt | DropSpare
 
 
 # ---- observations --------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """The job model: its states, the one table of allowed transitions, and the decision state that is persisted.
 
     pending ──tick──▶ starting ──first iteration──▶ running ──exit 0 at max_iterations──▶ completed
+       │ (placed by isaacd: no GPUs yet)  ▲ placed                          │ preempted: saved, then
+       └──────────────▶ queued ───────────┘ ◀───────────────────────────────┘ queued again (issue 31)
                          │  (refused: completed/failed)  │  │
                          └────────exit / crash───────────┤  └──stop / restart──▶ stopping ──exit──▶ stopped
                                    (limit: failed)       ▼                          │
@@ -22,6 +24,7 @@ from typing import Any
 
 class JobState(str, enum.Enum):
     PENDING = "pending"
+    QUEUED = "queued"  # waits for the GPUs it asked for (scheduling/: the queue places it)
     STARTING = "starting"
     RUNNING = "running"
     BACKING_OFF = "backing-off"
@@ -46,11 +49,12 @@ class OomPhase(enum.StrEnum):
 
 S = JobState
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    S.PENDING: frozenset({S.STARTING, S.STOPPED}),
+    S.PENDING: frozenset({S.STARTING, S.STOPPED, S.QUEUED}),
+    S.QUEUED: frozenset({S.STARTING, S.STOPPED}),
     S.STARTING: frozenset({S.RUNNING, S.BACKING_OFF, S.FAILED, S.STOPPING, S.COMPLETED, S.STOPPED}),
     S.RUNNING: frozenset({S.BACKING_OFF, S.COMPLETED, S.FAILED, S.STOPPING, S.STOPPED}),
-    S.BACKING_OFF: frozenset({S.STARTING, S.STOPPED}),
-    S.STOPPING: frozenset({S.STOPPED, S.BACKING_OFF}),
+    S.BACKING_OFF: frozenset({S.STARTING, S.STOPPED, S.QUEUED}),
+    S.STOPPING: frozenset({S.STOPPED, S.BACKING_OFF, S.QUEUED}),
     S.STOPPED: frozenset({S.PENDING}),
     S.COMPLETED: frozenset({S.PENDING}),
     S.FAILED: frozenset({S.PENDING}),
@@ -77,6 +81,7 @@ class Origin(str, enum.Enum):
     SHUTDOWN = "shutdown"  # the supervisor is stopping; the next one resumes the job
     RECOVERY = "recovery"  # what a supervisor start found
     LAUNCH = "launch"  # a launch's own deadline ran out (a spare that did not take the attempt over)
+    SCHEDULER = "scheduler"  # the host's queue: a placement, a preemption (scheduling/)
 
 
 class Then(str, enum.Enum):
@@ -86,6 +91,7 @@ class Then(str, enum.Enum):
     PARK = "park"  # stopped until the GPUs cool down (thermal)
     RESTART = "restart"  # launch again at once, resuming (rollback: from before an iteration)
     START = "start"  # an operator's start came during the stop: come to rest, then start as `isaacd start` does
+    QUEUE = "queue"  # preempted: back to the queue in its old place, resumed from the checkpoint the stop saved
 
 
 @dataclass(frozen=True)
@@ -139,6 +145,15 @@ class JobModel:
     startup_ooms: int = 0  # consecutive attempts that ran out of GPU memory before their first iteration
     training_ooms: int = 0  # consecutive attempts that ran out of GPU memory after training ran
     cuda_ooms: tuple[tuple[str, int], ...] = ()  # (OomPhase, count): every one, for metrics
+    # the host's queue (issue 31), for a job that asks for GPUs: the GPUs it holds (physical indices; () while it
+    # waits or rests), when it got them (monotonic: the minimum run time), whether it went ahead of a blocked job
+    # (backfill: it gives them back the moment that job could run), when it was submitted (wall clock: the queue's
+    # order, kept across a preemption and a supervisor restart), and how often it was preempted
+    placement: tuple[int, ...] = ()
+    placed_at: float | None = None
+    backfill: bool = False
+    submitted_at: float | None = None
+    preemptions: int = 0
 
     def with_(self, **changes: Any) -> "JobModel":
         return replace(self, **changes)
@@ -155,6 +170,7 @@ class JobModel:
         d["restarts_by_reason"] = dict(self.restarts_by_reason)
         d["watchdog_trips"] = dict(self.watchdog_trips)
         d["cuda_ooms"] = dict(self.cuda_ooms)
+        d["placement"] = list(self.placement)
         return d
 
     @classmethod
@@ -191,6 +207,11 @@ class JobModel:
             startup_ooms=int(d.get("startup_ooms", 0)),
             training_ooms=int(d.get("training_ooms", 0)),
             cuda_ooms=tuple(sorted((str(k), int(v)) for k, v in (d.get("cuda_ooms") or {}).items())),
+            placement=tuple(int(i) for i in d.get("placement") or ()),
+            placed_at=None if d.get("placed_at") is None else float(d["placed_at"]),
+            backfill=bool(d.get("backfill", False)),
+            submitted_at=None if d.get("submitted_at") is None else float(d["submitted_at"]),
+            preemptions=int(d.get("preemptions", 0)),
         )
 
 
@@ -201,7 +222,8 @@ def rebased(m: JobModel, now: float, stop_timeout: float) -> JobModel:
     return m.with_(
         backoff_until=now + (m.backoff_seconds or 0.0) if m.backoff_until is not None else None,
         stop=None if m.stop is None else replace(m.stop, deadline=now + stop_timeout),
-        restart_times=tuple(now for _ in m.restart_times))
+        restart_times=tuple(now for _ in m.restart_times),
+        placed_at=now if m.placed_at is not None else None)  # the minimum run time counts again (the safe side)
 
 
 def legacy_state(m: JobModel, open_trainer: bool, final_state: str | None, final_reason: str | None) -> JobModel:
