@@ -16,6 +16,7 @@ from .gpu.assign import missing_gpus
 from .gpu.oom_memory import MemoryHistory, OomNote, oom_note
 from .metrics import build_registry, gpu_status, serve
 from .status.types import GpusStatus, JobStatus
+from .scheduling.hook import HostQueue
 from .supervisor import Extension, Hooks, Running, Supervisor
 from .volumes import volumes
 from .watchdogs.engine import WatchdogEngine
@@ -93,7 +94,7 @@ class _PublishedGpus:
 def build_supervisor(cfg: Config, config_path: str | None) -> Supervisor:
     # source = "none" still gets a sampler: it reports the collector down (once, with the reason)
     sampler = GpuSampler.from_config(cfg.gpu)
-    sampler.gpus_optional = not any(j.device.startswith("cuda") or j.gpus for j in cfg.jobs)
+    sampler.gpus_optional = not any(j.device.startswith("cuda") or j.gpus or j.placed_by_isaacd for j in cfg.jobs)
     # a CUDA out-of-memory exit quotes who holds the job's GPUs (the published GPU status: NVML's processes,
     # attributed to jobs) and what their memory did during the attempt (the history of the sampler's snapshots)
     memory = MemoryHistory()
@@ -106,12 +107,14 @@ def build_supervisor(cfg: Config, config_path: str | None) -> Supervisor:
         memory.observe(sampler.snapshot())
 
     watchdogs = WatchdogEngine(SamplerFeed(sampler))
+    queue = HostQueue(cfg.queue, sampler.snapshot)  # jobs that ask for GPUs (issue 31): placed after the watchdogs
     extensions: list[Extension] = [_SamplerExtension(sampler), watchdogs]
     if cfg.metrics.enabled:
         extensions.append(_MetricsExtension(sampler))
     extensions.append(_BackupDrain())  # last in, first stopped
     return Supervisor(cfg, config_path, gpu_check=lambda job: missing_gpus(job, sampler.snapshot()),
                       gpu_memory=gpu_memory, gpu_snapshot=sampler.snapshot,
-                      hooks=Hooks(tick=[observe_memory, watchdogs.tick], job_status=[watchdogs.job_status],
+                      hooks=Hooks(tick=[observe_memory, watchdogs.tick, queue.tick],
+                                  job_status=[watchdogs.job_status, queue.job_status],
                                   status=[published.status]),
                       extensions=extensions)

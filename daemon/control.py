@@ -97,6 +97,12 @@ class Controlled(Protocol):
 
     def reload(self) -> dict[str, Any]: ...
 
+    def submit(self, text: str, source: str) -> str:
+        """`isaacd submit`: one job file, validated, written into jobs_dir, applied as a reload (issue 31)."""
+
+    def cancel(self, job: str) -> str:
+        """`isaacd cancel`: a submitted job stopped with a save and removed (its history and logs kept)."""
+
     def fleet(self) -> Fleet | None:
         """The runtime that places jobs on nodes (ray) when the config has a [ray] section, else None."""
 
@@ -133,12 +139,19 @@ def dispatch(sup: Controlled, req: Any) -> Any:
         return sup.command(cmd, job)
     if cmd == "reload":
         return sup.reload()
+    if cmd == "submit":
+        text, source = req.get("text"), req.get("source")
+        if not isinstance(text, str) or not isinstance(source, str):
+            raise RequestError("submit needs 'text' (the job file's contents) and 'source' (its path, for errors)")
+        return sup.submit(text, source)
+    if cmd == "cancel":
+        return sup.cancel(_job_field(req))
     if cmd in ("nodes", "cordon", "uncordon"):
         return _ray_request(sup, cmd, req)
     if cmd == "ping":
         return {"pid": os.getpid()}
     raise RequestError(f"unknown command {json.dumps(cmd)}; commands: status, events, stop, start, restart, "
-                       "reset, backup-takeover, reload, ping, nodes, cordon, uncordon")
+                       "reset, backup-takeover, reload, submit, cancel, ping, nodes, cordon, uncordon")
 
 
 def _ray_request(sup: Controlled, cmd: str, req: dict[str, Any]) -> Any:

@@ -166,6 +166,11 @@ class JobRunner:
             self.runtime = runtime()
 
     @property
+    def written(self) -> JobConfig:
+        """The job as written; `cfg` names the GPUs the host's queue gave it (issue 31)."""
+        return self.setting.written
+
+    @property
     def state(self) -> JobState:
         return self.model.state
 

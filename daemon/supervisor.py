@@ -42,6 +42,7 @@ from .daemon_log import log
 from .attempt.planner import GpuCheck
 from .backup.keeper import JobBackup
 from .runner import JobRunner
+from .scheduling.submit import cancel_job, submit_job
 from .runtimes.base import Runtime
 from .runtimes.factory import make_runtime
 from .status.signals import JobSignals
@@ -84,6 +85,12 @@ class Running(Protocol):
     config: Config
 
     def status(self) -> Status: ...
+
+    def submit(self, text: str, source: str) -> str:  # `isaacd submit` (scheduling/submit.py)
+        return submit_job(self, text, source)
+
+    def cancel(self, job: str) -> str:  # `isaacd cancel`
+        return cancel_job(self, job)
 
     def backups(self) -> list[JobBackup]: ...
 
@@ -315,7 +322,7 @@ class Supervisor:
             return {"ok": False, "error": "running on the embedded default config; nothing to reload"}
         try:
             new, raw = read_settled_config(self.config_path)
-            if not new.jobs and self.runners and "jobs" not in raw:
+            if not new.jobs and self.runners and "jobs" not in raw and new.supervisor.jobs_dir is None:
                 raise ConfigError(self.config_path, [ConfigIssue("", NO_JOBS)])
         except ConfigError as exc:
             self.config_errors += 1
@@ -337,10 +344,7 @@ class Supervisor:
         old = self.config
         ignored = [k for k in ("state_dir", "control_socket", "socket_mode")
                    if getattr(old.supervisor, k) != getattr(new.supervisor, k)]
-        if old.metrics != new.metrics:
-            ignored.append("metrics")
-        if old.gpu != new.gpu:
-            ignored.append("gpu")
+        ignored += [k for k in ("metrics", "gpu", "queue") if getattr(old, k) != getattr(new, k)]
         if ignored:
             log.warning("config_needs_restart", keys=ignored,
                         detail="these settings apply when the supervisor restarts")
@@ -373,7 +377,8 @@ class Supervisor:
             else:
                 del self.runners[name]
                 removed.append(name)
-        self.config = new.model_copy(update={"supervisor": old.supervisor, "metrics": old.metrics, "gpu": old.gpu})
+        self.config = new.model_copy(update={"supervisor": old.supervisor, "metrics": old.metrics, "gpu": old.gpu,
+                                             "queue": old.queue})
         return {"added": added, "removed": removed, "changed": changed, "needs_restart": ignored}
 
     # ---- read side -----------------------------------------------------------------------

@@ -40,7 +40,7 @@ WIRE_KEYS = [
     "mean_reward", "fps", "resume_from", "redo_until", "scalars", "last_progress_time", "checkpoint", "restarts",
     "num_envs", "num_envs_configured", "cuda_ooms", "last_restart_reason", "restarts_by_reason", "rollbacks",
     "run_dir", "attempt", "started_at", "backoff_until", "stopping_then", "parked_by", "persist_error", "spare",
-    "log_path", "watchdogs", "watchdog_trips", "backup", "compile_caches", "launch_wait", "boot",
+    "log_path", "watchdogs", "watchdog_trips", "backup", "compile_caches", "launch_wait", "boot", "queue",
 ]
 
 
@@ -72,6 +72,8 @@ def rich_job(name: str = "anymal", **changes: Any) -> JobStatus:
                             failures_total=4, bytes_total=123456, uploads_total=9, restoring="fetching"),
         compile_caches=(CompileCacheStatus(name="warp", path="/var/lib/isaacd/caches/anymal/warp", size_bytes=4096),
                         CompileCacheStatus(name="ov", path="/var/lib/isaacd/caches/anymal/kit/ov")),
+        queue=status_types.QueueStatus(request="12 GiB on 1 GPU", gpus_asked=1, memory_bytes=12 * 2**30, priority=5,
+                                       submitted_at=NOW - 900, placement=(3,), placed_at=NOW - 600, preemptions=1),
     )
     return dataclasses.replace(job, **changes)
 

@@ -16,13 +16,14 @@ from .deadlines import LaunchWait
 from ..config.schema import JobConfig
 from ..gpu.assign import status_gpus
 from ..history.store import job_log_path
-from ..jobs.model import JobState
+from ..jobs.model import JobModel, JobState
 from ..observations.checkpoints import Checkpoint
 from ..observations.tensorboard import finite_or_none
 from ..runtimes.view import RuntimeView
 from ..workflows import Resolved
 from ..status.source import RunnerParts
-from ..status.types import BootStatus
+from ..scheduling.scheduler import Request
+from ..status.types import BootStatus, QueueStatus
 from ..status.types import (BackupStatus, CheckpointStatus, CompileCacheStatus, JobStatus, LaunchWaitStatus, SpareStatus,
                     WatchdogTripCount)
 
@@ -68,6 +69,9 @@ class RunnerView(RunnerParts, Protocol):
     def spares(self) -> SpareSource: ...
 
     @property
+    def written(self) -> JobConfig: ...
+
+    @property
     def backup(self) -> BackupSource | None: ...
 
     @property
@@ -106,6 +110,17 @@ def boot_status(r: RunnerView, desc: RuntimeView) -> BootStatus | None:
     return BootStatus(seconds=round(now - attempt.started_at, 1) if attempt.started_at else None, phase=phase,
                       phase_seconds=round(max(now - since, 0.0), 1) if phase and since else None,
                       last_line=live.boot_line)
+
+
+def queue_status(written: JobConfig, m: JobModel, wall_minus_mono: float) -> QueueStatus | None:
+    """A job the host's queue places: what it asked for and holds (its place and why it waits: scheduling/hook.py)."""
+    if not written.placed_by_isaacd:
+        return None
+    ask = written.gpu_memory_bytes
+    return QueueStatus(request=Request(written.ranks, ask).describe(), gpus_asked=written.ranks, memory_bytes=ask,
+                       priority=written.priority, preemptible=written.preemptible, submitted_at=m.submitted_at,
+                       placement=m.placement, placed_at=None if m.placed_at is None else m.placed_at + wall_minus_mono,
+                       backfill=m.backfill, preemptions=m.preemptions)
 
 
 def job_status(r: RunnerView) -> JobStatus:
@@ -179,4 +194,5 @@ def job_status(r: RunnerView) -> JobStatus:
         backup=r.backup.status() if r.backup is not None else None,
         compile_caches=compile_cache_status(cfg, r.state_dir),
         boot=boot_status(r, desc),
+        queue=queue_status(r.written, m, wall_minus_mono),
     )

@@ -305,6 +305,18 @@ _COMMANDS: list[tuple[str, str, str]] = [
     ("reload", "re-read the config (same as SIGHUP); a bad file changes nothing",
      "Re-read the config file the supervisor was started with. A broken file changes nothing (exit 2); a valid "
      "change applies to each job at its next start, and running trainers are never killed by a reload."),
+    ("submit", "add a job from a job file to the host's queue",
+     "Validate FILE (one [[jobs]] table, as in the host config) and add it: written into [supervisor] jobs_dir "
+     "and applied as a reload applies a change, so it survives a supervisor restart. A job asking for GPUs "
+     "(gpus = N, gpu_memory) waits in the queue until they are free. A bad file is refused naming the key and the "
+     "fix (exit 1); nothing running is touched. docs/queue.md"),
+    ("cancel", "stop a submitted job with a save and remove it",
+     "The submitted job saves at its next iteration boundary, stops and leaves the queue; its history and logs "
+     "are kept, its file moved into jobs_dir/.cancelled/. Jobs of the host config are refused: `isaacd stop`."),
+    ("queue", "the host's queue: who waits for which GPUs, in order, and why",
+     "Jobs that ask for GPUs (gpus = N, gpu_memory): the waiting ones in the order they will start (priority, then "
+     "submission), each with what it asks for, how long it has waited and why it waits; then the placed ones with "
+     "their GPUs."),
     ("logs", "a job's trainer output",
      "The job's trainer output: the process runtime's log file, `podman logs` or the unit's journal."),
     ("doctor", "check this host for what isaacd and Isaac Lab need",
@@ -351,6 +363,8 @@ def _add_arguments(name: str, s: argparse.ArgumentParser) -> Callable[[argparse.
         return cmd_job
     if name == "reload":
         return cmd_reload
+    if name in ("submit", "cancel", "queue"):
+        return _queue_command(name, s)
     if name == "backup":
         s.add_argument("action", choices=["takeover"], help="takeover: take the job's bucket prefix over now")
         s.add_argument("job", help=_JOB_HELP)
@@ -386,6 +400,25 @@ def _add_arguments(name: str, s: argparse.ArgumentParser) -> Callable[[argparse.
     s.add_argument("--prefix", default="/", help="root to install into (for packaging)")
     s.add_argument("--bin", default=None, help="path of the isaacd executable for ExecStart")
     return cmd_install_units
+
+
+def _queue_command(name: str, s: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    from . import queue_cli
+
+    if name == "submit":
+        s.add_argument("file", metavar="FILE", help="a job file: one [[jobs]] table")
+    elif name == "cancel":
+        s.add_argument("job", help="a submitted job's name")
+    else:
+        s.add_argument("--json", action="store_true", help="the queue as JSON, for scripts")
+    run = {"submit": queue_cli.cmd_submit, "cancel": queue_cli.cmd_cancel, "queue": queue_cli.cmd_queue}[name]
+
+    def command(args: argparse.Namespace) -> int:
+        try:
+            return run(Client(args), args)
+        except queue_cli.SubmitFileError as exc:
+            raise CliError(str(exc), 2) from None
+    return command
 
 
 def build_parser() -> argparse.ArgumentParser:

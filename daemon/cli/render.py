@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .render_backup import backup_note
+from .render_queue import queue_note
 from .durations import age
 from ..status.types import WatchdogState
 from ..status.types import GpusStatus, JobStatus, LaunchWaitStatus, Status
@@ -113,6 +114,9 @@ def format_status(status: Status | Mapping[str, Any], now: float | None = None,
         if j.launch_wait is not None and j.state == "starting":
             notes.append(f"  {j.name}: {launch_wait_text(j.launch_wait)}")
         notes += _watchdog_notes(j, now)
+        queue = queue_note(j, now)
+        if queue:
+            notes.append(queue)
         spare = _spare_note(j)
         if spare:
             notes.append(spare)

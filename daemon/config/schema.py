@@ -24,6 +24,7 @@ else:  # pragma: no cover
 
 from .backup import BackupConfig
 from ..gpu.assign import device_outside_gpus, gpu_conflicts
+from .jobs_dir import DropInError, read_drop_ins, with_paths_under
 from .locate import DEFAULT_SOCKET, EMBEDDED_DEFAULT_NAME
 from .queue import QueueConfig
 from .watchdogs import WatchdogsConfig
@@ -628,11 +629,45 @@ def _resolve_paths(cfg: Config, base: Path) -> Config:
     return cfg.model_copy(update={"supervisor": sup, "gpu": gpu, "jobs": jobs, "ray": ray})
 
 
+def check_job_table(job: dict[str, Any], source: str, ray: Any = None) -> JobConfig:
+    """One [[jobs]] table validated on its own (a job file, a submitted job): ConfigError names `source` and the key."""
+    try:
+        return Config.model_validate({"jobs": [job], **({"ray": ray} if ray is not None else {})}).jobs[0]
+    except ValidationError as exc:
+        raise ConfigError(source, _issues_from(exc, {"jobs": [job]})) from None
+
+
+def _with_drop_ins(raw: dict[str, Any], source: str, base_dir: Path) -> dict[str, Any]:
+    """The host config's jobs and those of `[supervisor] jobs_dir`'s files (config/jobs_dir.py). Each file's job is
+    validated alone first, so an error names that file and the key; a name two files (or a file and the host config)
+    give is refused naming both."""
+    jobs_dir = (raw.get("supervisor") or {}).get("jobs_dir") if isinstance(raw.get("supervisor"), dict) else None
+    if not isinstance(jobs_dir, str):
+        return raw
+    directory = Path(jobs_dir) if Path(jobs_dir).is_absolute() else base_dir / jobs_dir
+    try:
+        drop_ins = read_drop_ins(directory)
+    except DropInError as exc:
+        raise ConfigError(str(exc.path), [ConfigIssue(exc.key, exc.message)]) from None
+    owners = {j.get("name"): source for j in raw.get("jobs", []) if isinstance(j, dict)}
+    jobs = list(raw.get("jobs", [])) if isinstance(raw.get("jobs"), list) else []
+    for d in drop_ins:
+        job = with_paths_under(d.job, d.path.parent)
+        check_job_table(job, str(d.path), raw.get("ray"))
+        if d.name in owners:
+            raise ConfigError(str(d.path), [ConfigIssue("jobs[0].name", f'"{d.name}" is already a job of '
+                                                        f'{owners[d.name]}; give this job another name')])
+        owners[d.name] = str(d.path)
+        jobs.append(job)
+    return {**raw, "jobs": jobs}
+
+
 def parse_config(text: str, source: str, base_dir: Path) -> Config:
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(source, [ConfigIssue("", f"not valid TOML: {exc}")]) from None
+    raw = _with_drop_ins(raw, source, base_dir)
     try:
         cfg = Config.model_validate(raw)
     except ValidationError as exc:

@@ -9,10 +9,29 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..config.schema import JobConfig
-from ..jobs.model import JobState
+from ..jobs.model import JobModel, JobState, Then
+from .types import SpareStatus
 from ..observations.tensorboard import ScalarPoint
 from ..history.store import Attempt
 from .source import RunnerParts
+
+
+@dataclass(frozen=True)
+class QueueFacts:
+    """What the host's queue reads of a job that asks for GPUs (scheduling/hook.py turns it into the scheduler's
+    input). Times: `submitted_at` wall clock (the order survives a reboot), `placed_at` monotonic."""
+
+    gpus: int
+    memory_bytes: int | None  # on each GPU; None: whole GPUs
+    priority: int
+    preemptible: bool
+    waiting: bool  # queued: it wants GPUs now
+    submitted_at: float | None
+    placement: tuple[int, ...]
+    placed_at: float | None
+    backfill: bool
+    preempting: bool  # a preemption's stop is under way (it saves, then gives its GPUs back)
+    spare_bytes: int  # GPU memory its warm spare holds on each of its GPUs
 
 
 @dataclass(frozen=True)
@@ -32,10 +51,21 @@ class JobSignals:
     parked_by: str | None = None
     state: JobState = JobState.PENDING
     waiting: bool = False  # the runtime has not placed the trainer yet (ray: no room): not a hang
+    queue: QueueFacts | None = None  # a job the host's queue places (issue 31)
+
+
+class SpareView(Protocol):
+    def status(self) -> SpareStatus: ...
 
 
 class SignalSource(RunnerParts, Protocol):
     """What a job's signals are built from (the runner's attributes of these names)."""
+
+    @property
+    def written(self) -> JobConfig: ...
+
+    @property
+    def spares(self) -> SpareView: ...
 
     @property
     def last_progress_mono(self) -> float | None: ...
@@ -57,4 +87,25 @@ def job_signals(r: SignalSource) -> JobSignals:
         iteration=r._job_iteration(prog.last_step, attempt) if prog and attempt else None,
         last_progress_time=r.last_progress_mono, new_points=tuple(live.new_points), pids=tuple(live.pids),
         parked_by=r.model.parked_by, state=r.state,
-        waiting=bool(live.handle is not None and r.runtime.describe(live.handle).waiting))
+        waiting=bool(live.handle is not None and r.runtime.describe(live.handle).waiting),
+        queue=queue_facts(r.written, r.model, r.spares.status()))
+
+
+IMPORTS_SPARE_BYTES = 512 * 2**20  # an imports-only spare's CUDA context (README "warm spare": ~0.5 GiB)
+
+
+def queue_facts(written: JobConfig, m: JobModel, spare: SpareStatus) -> QueueFacts | None:
+    """The queue's view of a job, or None for one that names its GPUs (or runs on Ray). A live spare on a GPU counts
+    as its job's: a booted one about the trainer's own memory (a second environment), an imports-only one its CUDA
+    context; a spare on the CPU holds no GPU memory."""
+    if not written.placed_by_isaacd:
+        return None
+    ask = written.gpu_memory_bytes
+    spare_bytes = 0
+    if spare.live and written.device.startswith("cuda") and ask is not None:
+        spare_bytes = spare.cuda_memory_bytes or (ask if spare.mode == "booted" else IMPORTS_SPARE_BYTES)
+    return QueueFacts(gpus=written.ranks, memory_bytes=ask, priority=written.priority,
+                      preemptible=written.preemptible, waiting=m.state == JobState.QUEUED,
+                      submitted_at=m.submitted_at, placement=m.placement, placed_at=m.placed_at, backfill=m.backfill,
+                      preempting=m.stop is not None and m.stop.then == Then.QUEUE and m.state == JobState.STOPPING,
+                      spare_bytes=spare_bytes)

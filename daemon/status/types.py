@@ -235,6 +235,32 @@ def _trips(v: Any) -> tuple[WatchdogTripCount, ...]:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueStatus:
+    """A job the host's queue places (issue 31): what it asked for, its order, and where it stands. Its place and
+    why it waits are the queue's part (scheduling/hook.py), added at publish."""
+
+    request: str = ""  # "12 GiB on 1 GPU", "2 GPUs (whole)"
+    gpus_asked: int = 1
+    memory_bytes: int | None = None  # on each GPU; None: whole GPUs
+    priority: int = 0
+    preemptible: bool = True
+    submitted_at: float | None = None  # wall clock: the order within a priority
+    placement: tuple[int, ...] = ()  # the GPUs it holds (physical indices)
+    placed_at: float | None = None  # wall clock
+    backfill: bool = False  # started ahead of a blocked job: gives its GPUs back the moment that job could run
+    preemptions: int = 0
+    position: int | None = None  # in the queue, 1 = next; None: not waiting
+    reason: str | None = None  # why it waits
+
+    def to_json(self) -> JSON:
+        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> "QueueStatus":
+        return cls(**_kwargs(cls, raw, {"placement": _tuple}))
+
+
+@dataclass(frozen=True, slots=True)
 class JobStatus:
     """One job as `isaacd status` and /metrics show it, at one publish (a fresh value each tick).
 
@@ -288,6 +314,7 @@ class JobStatus:
     compile_caches: tuple[CompileCacheStatus, ...] = ()  # where its compile caches are, and how big
     launch_wait: LaunchWaitStatus | None = None  # starting: the wait it is on, how long so far, its deadline
     boot: BootStatus | None = None  # starting, before its first iteration: how long, how far, its last output
+    queue: QueueStatus | None = None  # a job the host's queue places: its request, order, GPUs, place, why it waits
 
     def to_json(self) -> JSON:
         return {f.name: _to_json(getattr(self, f.name)) for f in fields(self)}
@@ -306,6 +333,7 @@ _JOB_PARTS: Mapping[str, Callable[[Any], Any]] = {
     "spare": _nested(SpareStatus.from_json), "backup": _nested(_backup_from_json),
     "launch_wait": _nested(LaunchWaitStatus.from_json),
     "boot": _nested(BootStatus.from_json),
+    "queue": _nested(QueueStatus.from_json),
     "watchdogs": _watchdogs, "watchdog_trips": _trips, "compile_caches": _caches,
 }
 

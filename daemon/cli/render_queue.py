@@ -1,0 +1,59 @@
+"""The host's queue as a person reads it (issue 31): `isaacd queue`, and each placed job's line in `isaacd status`.
+Pure functions over the status the control socket answers."""
+
+from __future__ import annotations
+
+from .durations import age
+from ..status.types import JobStatus, Status
+
+GiB = 2**30
+
+
+def _gpus(j: JobStatus) -> str:
+    q = j.queue
+    if q is None or not q.placement:
+        return "-"
+    return ",".join(str(i) for i in q.placement)
+
+
+def queue_note(j: JobStatus, now: float) -> str | None:
+    """`isaacd status`'s line for a job the queue places: its place and why it waits, or its GPUs and memory."""
+    q = j.queue
+    if q is None:
+        return None
+    prio = f"priority {q.priority}{'' if q.preemptible else ', not preemptible'}"
+    if j.state == "queued":
+        waited = f", waiting {age(q.submitted_at, now)}" if q.submitted_at else ""
+        place = f"#{q.position} " if q.position else ""
+        return f"  {j.name} queue: {place}asks {q.request} ({prio}{waited}): {q.reason or 'waiting for GPUs'}"
+    if q.placement:
+        mem = "whole" if q.memory_bytes is None else f"{q.memory_bytes / GiB:g} GiB asked on each"
+        extra = "; started ahead of a blocked job (backfill): gives them back when it could run" if q.backfill else ""
+        pre = f"; preempted {q.preemptions}x so far" if q.preemptions else ""
+        return f"  {j.name} queue: GPU {_gpus(j)} ({mem}; {prio}){extra}{pre}"
+    return None
+
+
+def format_queue(st: Status, now: float) -> str:
+    """`isaacd queue`: the waiting jobs in the order they will start, then the placed ones, with their GPUs."""
+    placed_by_queue = [j for j in st.jobs if j.queue is not None]
+    waiting = sorted((j for j in placed_by_queue if j.state == "queued"),
+                     key=lambda j: (j.queue.position or 10**9, j.name))  # type: ignore[union-attr]
+    holding = sorted((j for j in placed_by_queue if j.state != "queued" and j.queue and j.queue.placement),
+                     key=lambda j: (-j.queue.priority, j.name))  # type: ignore[union-attr]
+    if not placed_by_queue:
+        return "no job asks the queue for GPUs (gpus = N or gpu_memory in a job; see docs/queue.md)"
+    header = ["#", "JOB", "STATE", "PRIORITY", "ASKS", "GPUS", "WAITED", "WHY"]
+    rows = []
+    for j in waiting + holding:
+        q = j.queue
+        assert q is not None
+        waited = age(q.submitted_at, now) if j.state == "queued" else "-"
+        why = (q.reason or "waiting for GPUs") if j.state == "queued" else (
+            "backfill: gives its GPUs back when the blocked job could run" if q.backfill else "")
+        rows.append([str(q.position) if j.state == "queued" and q.position else "-", j.name, j.state,
+                     f"{q.priority}{'' if q.preemptible else '!'}", q.request, _gpus(j), waited, why])
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
+    lines = ["  ".join([*(c.ljust(w) for c, w in zip(r[:-1], widths)), r[-1]]).rstrip() for r in [header, *rows]]
+    lines.append(f"{len(waiting)} waiting, {len(holding)} placed; a priority marked ! is not preemptible")
+    return "\n".join(lines)

@@ -1,0 +1,113 @@
+"""The drop-in directory of job files (issue 31): `[supervisor] jobs_dir`, one `[[jobs]]` table per `*.toml`, read
+with the host config and at each reload (the conf.d convention of systemd, sudoers and nginx). `isaacd submit`
+writes a file here atomically; `isaacd cancel` moves one into `.cancelled/` (kept, no longer read).
+
+This module reads and writes the files; what a job in them means is schema.py's (parse_config validates each file's
+job alone first, so an error names the file it is in)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+CANCELLED = ".cancelled"  # cancelled jobs' files, kept for the record; a name starting with "." is never read
+
+
+@dataclass(frozen=True)
+class DropIn:
+    path: Path
+    job: dict[str, Any]  # the raw [[jobs]] table
+
+    @property
+    def name(self) -> str | None:
+        name = self.job.get("name")
+        return name if isinstance(name, str) else None
+
+
+class DropInError(Exception):
+    """A job file that cannot be read as one job; `key` the TOML key at fault ("" for the whole file)."""
+
+    def __init__(self, path: Path, key: str, message: str):
+        self.path, self.key, self.message = path, key, message
+        super().__init__(f"{path}: {key + ': ' if key else ''}{message}")
+
+
+def parse_drop_in(text: str, path: Path) -> DropIn:
+    """One job file's text: exactly one [[jobs]] table and nothing else."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise DropInError(path, "", f"not valid TOML: {exc}") from None
+    other = sorted(k for k in raw if k != "jobs")
+    if other:
+        raise DropInError(path, other[0], "a job file holds one [[jobs]] table and nothing else; host settings "
+                                          "belong in the host config")
+    jobs = raw.get("jobs")
+    if not isinstance(jobs, list) or len(jobs) != 1 or not isinstance(jobs[0], dict):
+        count = len(jobs) if isinstance(jobs, list) else 0
+        raise DropInError(path, "jobs", f"a job file holds exactly one [[jobs]] table (found {count}); write one "
+                                        "file per job")
+    return DropIn(path, jobs[0])
+
+
+def read_drop_ins(jobs_dir: Path) -> list[DropIn]:
+    """Every job file in `jobs_dir`, by file name; none when the directory does not exist yet."""
+    try:
+        paths = sorted(p for p in jobs_dir.iterdir() if p.suffix == ".toml" and not p.name.startswith("."))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise DropInError(jobs_dir, "", f"cannot read the jobs_dir: {exc.strerror}") from None
+    out = []
+    for path in paths:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise DropInError(path, "", f"cannot read: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise DropInError(path, "", "not UTF-8 text") from None
+        out.append(parse_drop_in(text, path))
+    return out
+
+
+def with_paths_under(job: dict[str, Any], base: Path) -> dict[str, Any]:
+    """A relative log_root or isaaclab_dir in a job file is relative to the file's directory (as the host config's
+    are to its own)."""
+    out = dict(job)
+    for key in ("log_root", "isaaclab_dir"):
+        v = out.get(key)
+        if isinstance(v, str) and not Path(v).is_absolute():
+            out[key] = str((base / v).resolve())
+    return out
+
+
+def job_file(jobs_dir: Path, name: str) -> Path:
+    return jobs_dir / f"{name}.toml"
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """The whole file or none: written beside it under a hidden name (never read), synced, renamed into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def set_aside(path: Path) -> Path:
+    """A cancelled job's file, moved into `.cancelled/` with the time (kept, no longer read)."""
+    dest = path.parent / CANCELLED / f"{path.stem}.{time.strftime('%Y%m%dT%H%M%S')}.toml"
+    dest.parent.mkdir(exist_ok=True)
+    os.replace(path, dest)
+    return dest

@@ -1,0 +1,100 @@
+"""The host's queue as a supervisor tick hook (issue 31): each tick it reads the jobs' signals and the GPU snapshot,
+asks the pure scheduler (scheduler.py) what to do, and returns the answers as commands for the jobs' state machines
+(`Placed`, `Preempt`, `DropSpare`), as the watchdog engine returns its trips. It acts on nothing itself: the machine
+decides each job's part and saves it before the runner acts, so a supervisor killed mid-preemption finds the stop
+on disk and finishes it.
+
+At publish it adds each waiting job's place and reason to its status row (`job_status`), from the last pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from ..config.queue import QueueConfig
+from ..daemon_log import log
+from ..gpu.assign import job_gpus
+from ..gpu.snapshot import GpuSnapshot
+from ..jobs.messages import Command, DropSpare, Placed, Preempt
+from ..jobs.model import JobState
+from ..status.signals import JobSignals
+from ..status.types import JobStatus
+from .scheduler import Gpu, Limits, PinnedJob, QueuedJob, Request, Schedule, Waiting, schedule
+
+SPARE_HOLD_SECONDS = 120.0  # a spare dropped for a waiting job stays off this long after the last pass needing it
+AT_REST = (JobState.STOPPED, JobState.COMPLETED, JobState.FAILED)
+
+
+class HostQueue:
+    """Places the jobs that ask for GPUs; one per supervisor, ticked on its main thread."""
+
+    def __init__(self, cfg: QueueConfig, gpu_snapshot: Callable[[], GpuSnapshot] | None):
+        self.cfg = cfg
+        self.gpu_snapshot = gpu_snapshot
+        self.waiting: dict[str, Waiting] = {}  # the last pass's answer for each waiting job
+        self.last: Schedule = Schedule()
+
+    def tick(self, now: float, signals: Sequence[JobSignals]) -> list[tuple[str, Command]]:
+        placed = [s for s in signals if s.queue is not None]
+        if not placed:
+            self.waiting, self.last = {}, Schedule()
+            return []
+        snap = self.gpu_snapshot() if self.gpu_snapshot is not None else None
+        gpus = self.gpus(snap)
+        if not gpus:
+            why = ("no GPU inventory: the GPU collector is down or sees no GPU ([gpu] source); nothing is placed "
+                   "until it is back" if snap is None or not snap.up else "no GPU on this host")
+            self.waiting = {s.name: Waiting(s.name, i + 1, why)
+                            for i, s in enumerate(x for x in placed if x.queue and x.queue.waiting)}
+            return []
+        jobs = [_queued(s) for s in placed]
+        pinned = [PinnedJob(s.name, tuple(sorted(job_gpus(s.cfg, snap).physical_indices)))
+                  for s in signals if s.queue is None and s.state not in AT_REST]
+        decided = schedule(jobs, gpus, now, Limits(self.cfg.min_run_seconds), pinned)
+        if decided.placements or decided.preemptions:
+            log.info("queue_pass", placed={p.job: list(p.gpus) for p in decided.placements},
+                     preempted={p.victim: p.by for p in decided.preemptions},
+                     waiting=[w.job for w in decided.waiting])
+        self.last = decided
+        self.waiting = {w.job: w for w in decided.waiting}
+        out: list[tuple[str, Command]] = [(p.job, Placed(p.gpus, p.reason, p.backfill)) for p in decided.placements]
+        out += [(p.victim, Preempt(p.by, p.reason)) for p in decided.preemptions]
+        out += [(d.job, DropSpare(d.by, d.reason, now + SPARE_HOLD_SECONDS)) for d in decided.spare_drops]
+        return out
+
+    def gpus(self, snap: GpuSnapshot | None) -> list[Gpu]:
+        """The physical GPUs as placement sees them: total and used memory from NVML, and why one takes no new job
+        (marked unhealthy by an XID or a watchdog, or hot). MIG devices are not placed on (their GPU is)."""
+        if snap is None or not snap.up:
+            return []
+        out = []
+        for key, info in snap.gpus.items():
+            if info.is_mig:
+                continue
+            sample = snap.samples.get(key)
+            total = sample.memory_total_bytes if sample is not None else None
+            if not total:
+                continue  # no memory reading this pass: not placed on until there is one
+            unusable = snap.unhealthy.get(key)
+            temp = sample.temperature_celsius if sample is not None else None
+            if unusable is None and temp is not None and temp >= self.cfg.hot_celsius:
+                unusable = f"hot ({temp:.0f} °C, [queue] hot_celsius = {self.cfg.hot_celsius:g})"
+            out.append(Gpu(info.index, total, sample.memory_used_bytes if sample is not None else None, unusable))
+        return out
+
+    def job_status(self, row: JobStatus) -> JobStatus:
+        """A waiting job's place in the queue and why it waits, added to its row at publish."""
+        w = self.waiting.get(row.name)
+        if row.queue is None or w is None or row.state != JobState.QUEUED.value:
+            return row
+        return replace(row, queue=replace(row.queue, position=w.position, reason=w.reason),
+                       state_reason=f"queued #{w.position}: {w.reason}")
+
+
+def _queued(s: JobSignals) -> QueuedJob:
+    q = s.queue
+    assert q is not None
+    return QueuedJob(s.name, Request(q.gpus, q.memory_bytes), q.priority,
+                     q.submitted_at if q.submitted_at is not None else float("inf"), q.preemptible, q.waiting,
+                     q.placement, q.placed_at, q.backfill, q.preempting, q.spare_bytes)
