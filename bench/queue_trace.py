@@ -1,0 +1,517 @@
+#!/usr/bin/env python3
+"""The queue of a shared 8-GPU host (issue 31), on a trace: isaacd's queue against plain FIFO.
+
+A seeded trace of `--jobs` Isaac Lab training jobs is played, time-compressed, through a discrete-event simulation
+of a scripted host of 8 x H200 (140 GiB each) that drives the real `isaacd.scheduling.scheduler.schedule()`: at
+every event (a submission, a job's end, a preempted job's save completing, a minimum run time running out) the
+simulation calls `schedule(jobs, gpus, now, limits)` with the jobs as `QueuedJob`s and the GPUs as `Gpu`s, applies
+its placements and preemptions, and calls it again at the same instant until it has nothing more to say (the
+supervisor's hook does the same, one pass a tick). Two policies run on the same trace, with the same packing:
+
+  isaacd  the jobs' priority classes, `preemptible` as drawn: priorities, backfill of preemptible jobs behind a
+          blocked one, preemption with a save (Limits(min_run_seconds=300)).
+  fifo    the baseline: every job priority 0 and preemptible = false, ordered by submission alone, so nothing
+          starts ahead of a blocked job and nothing is preempted (strict head-of-line FIFO).
+
+What a preemption costs, as isaacd does it (trainer/shim.py's docstring, "Stop before the first iteration" and
+"Save on stop"): a victim that has completed an iteration in this process finishes the iteration in flight (kept:
+it is progress), saves `model_<N>.pt` and exits, `--save-seconds` (default 5 s) after that boundary; one still
+booting or in its first iteration exits at once with nothing to save (its progress is its last checkpoint). Its
+GPUs come free when it has exited; it goes back to the queue in its old place (same submission time) and pays its
+start-up again when placed. Wasted GPU-seconds of preemptions = GPU-seconds (x ranks) that kept no iteration: a
+boot (and partial first iteration) cut short, the save and exit, and each start-up paid again on a resume.
+Iterations lost = iterations trained but in no checkpoint when a stop ended (a resume redoes them), summed from
+the simulation's own counts; with the shim's contract it is 0 by construction, so it checks the scheduler never
+kills a job outside that path (the real 0 is proven by the e2e tests on real trainers).
+
+No warm spares are modelled (every job's `spare_bytes` = 0; the spare path is tests/test_scheduler.py's). The
+scripted NVML reads each GPU's used memory as the sum of what the processes on it hold: a sized job exactly its
+ask, a whole-GPU job its own footprint (drawn below), passed as `Gpu.used_bytes` as the hook does; `--asks-only`
+passes None instead (only the asks count).
+
+The trace (one `random.Random(seed)` per seed; kinds drawn by weight):
+
+  kind             ranks  GPU memory per rank          iteration           iterations   weight
+  cartpole         1      3.3 GB                       4096*16/510k s      150          0.10
+  cartpole-camera  1      16.7 GB                      1024*64/32k s       200          0.05
+  g1-rough         1      6.1 GB                       4096*24/82k s       5000         0.15
+  shadow-hand      1      6.4 GB                       8192*16/170k s      3000         0.10
+  large            1      12-40 GiB                    1-3 s               1000-3000    0.25
+  whole            1      the whole GPU (uses 60-130)  2-4 s               1500-3000    0.25
+  gang             2      12-40 GiB, or whole (half)   1-2 s               2000-4000    0.10
+
+  Sources: VRAM of the first four at those env counts: Isaac Lab's docs/source/overview/reinforcement-learning/
+  performance_benchmarks.rst ("Memory Consumption"); iteration = envs x num_steps_per_env / "Environment Step,
+  Inference, and Train FPS" on one RTX 4090 (same page; an H200 is faster, which shortens every run alike);
+  num_steps_per_env and max_iterations from the installed Isaac Lab 3.0 agents' configs (.venv-isaaclab3 .../
+  isaaclab_tasks/core/cartpole/agents/rsl_rl_ppo_cfg.py:23-24 and :87-88, core/velocity/config/g1/agents/
+  rsl_rl_ppo_cfg.py:13-14, core/reorient/config/shadow_hand/agents/rsl_rl_ppo_cfg.py:15-16). "large" (bigger
+  scenes, cameras: the 1024-env camera cart-pole is already 16.7 GB), "whole" (e.g. 16x the envs of a 6.1 GB G1)
+  and the gangs are the issue's brief, not measurements.
+  Start-up (cold start, paid at every placement): uniform 20-60 s; the real Isaac Lab 3.0 on the H200 reaches
+  its first iteration in 26 s with warm compile caches, 50 s with an empty Warp cache (docs/recovery.md,
+  "Compile caches that survive a restart").
+  Priority class: high 10 (15 %), normal 5 (50 %), low 0 (35 %). Preemptible: 85 % of jobs.
+  Submissions: a Poisson stream, one every 150 s on average from t = 0 (a lab's day of submissions, front-loaded
+  against several hours of work, so a queue forms).
+
+Waits: "first" = submission to first placement; "queued" = that plus every stretch back in the queue after a
+preemption (the goal is judged on "queued", the stricter). Each seed is one trace; the summary is the median over
+the seeds of each figure.
+
+    .venv/bin/python bench/queue_trace.py                  # 5 seeds of 40 jobs, a few seconds
+    .venv/bin/python bench/queue_trace.py --seeds 9 --json /tmp/queue.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import math
+import random
+import statistics
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from isaacd.scheduling.scheduler import GiB, Gpu, Limits, QueuedJob, Request, schedule
+
+GB = 10**9
+GPUS = 8
+GPU_BYTES = 140 * GiB
+CLASSES = {"high": 10, "normal": 5, "low": 0}
+CLASS_WEIGHTS = {"high": 0.15, "normal": 0.50, "low": 0.35}
+PREEMPTIBLE_SHARE = 0.85
+MEAN_GAP_S = 150.0
+MIN_RUN_S = 300.0
+SAVE_S = 5.0  # the shim's save at the boundary, then the script's cleanup and the process's exit (an assumption)
+EARLY_EXIT_S = 1.0  # a stop before the first iteration: the shim exits at once (trainer/shim.py, docstring)
+PASSES_PER_INSTANT = 50  # schedule() again at the same instant until it is quiet; more is a livelock
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    weight: float
+    ranks: int
+    mem_gib: tuple[float, float] | None  # per rank, a range (low == high: measured); None: the whole GPU
+    iteration_s: tuple[float, float]
+    iterations: tuple[int, int]
+    whole_share: float = 0.0  # a gang: the share drawn as whole GPUs instead
+
+
+KINDS = (
+    Kind("cartpole", 0.10, 1, (3.3 * GB / GiB,) * 2, (4096 * 16 / 510_000,) * 2, (150, 150)),
+    Kind("cartpole-camera", 0.05, 1, (16.7 * GB / GiB,) * 2, (1024 * 64 / 32_000,) * 2, (200, 200)),
+    Kind("g1-rough", 0.15, 1, (6.1 * GB / GiB,) * 2, (4096 * 24 / 82_000,) * 2, (5000, 5000)),
+    Kind("shadow-hand", 0.10, 1, (6.4 * GB / GiB,) * 2, (8192 * 16 / 170_000,) * 2, (3000, 3000)),
+    Kind("large", 0.25, 1, (12.0, 40.0), (1.0, 3.0), (1000, 3000)),
+    Kind("whole", 0.25, 1, None, (2.0, 4.0), (1500, 3000)),
+    Kind("gang", 0.10, 2, (12.0, 40.0), (1.0, 2.0), (2000, 4000), whole_share=0.5),
+)
+WHOLE_FOOTPRINT_GIB = (60.0, 130.0)
+STARTUP_S = (20.0, 60.0)
+
+
+@dataclass(frozen=True)
+class TraceJob:
+    name: str
+    kind: str
+    submit_s: float
+    ranks: int
+    memory_bytes: int | None  # per rank; None: whole GPUs
+    footprint_bytes: int  # what NVML reads per rank
+    cls: str  # high / normal / low
+    iterations: int
+    iteration_s: float
+    startup_s: float
+    preemptible: bool
+
+    @property
+    def priority(self) -> int:
+        return CLASSES[self.cls]
+
+
+def make_trace(seed: int, n_jobs: int = 40) -> list[TraceJob]:
+    """The same jobs for the same seed, whatever the policy."""
+    rng = random.Random(seed)
+    jobs: list[TraceJob] = []
+    t = 0.0
+    for i in range(n_jobs):
+        kind = rng.choices(KINDS, [k.weight for k in KINDS])[0]
+        whole = kind.mem_gib is None or rng.random() < kind.whole_share
+        footprint_gib = rng.uniform(*WHOLE_FOOTPRINT_GIB) if whole else rng.uniform(*kind.mem_gib)  # type: ignore[misc]
+        cls = rng.choices(list(CLASS_WEIGHTS), list(CLASS_WEIGHTS.values()))[0]
+        jobs.append(TraceJob(
+            name=f"j{i:02d}-{kind.name}", kind=kind.name, submit_s=round(t, 3), ranks=kind.ranks,
+            memory_bytes=None if whole else int(footprint_gib * GiB), footprint_bytes=int(footprint_gib * GiB),
+            cls=cls, iterations=rng.randint(*kind.iterations), iteration_s=rng.uniform(*kind.iteration_s),
+            startup_s=rng.uniform(*STARTUP_S), preemptible=rng.random() < PREEMPTIBLE_SHARE))
+        t += rng.expovariate(1.0 / MEAN_GAP_S)
+    return jobs
+
+
+# ---- the simulation ------------------------------------------------------------------------------------------------
+@dataclass
+class _Live:
+    """One job as the simulated host sees it."""
+
+    spec: TraceJob
+    saved: int = 0  # iterations in its newest checkpoint (what a resume starts from)
+    trained: int = 0  # iterations trained over all attempts (a resume redoes trained - saved of a stop)
+    waiting: bool = False
+    placement: tuple[int, ...] = ()
+    running_since: float | None = None
+    backfilled: bool = False
+    stopping: bool = False
+    attempt: int = 0
+    boot_end: float = 0.0
+    queued_since: float | None = None
+    first_start: float | None = None
+    wait_queued: float = 0.0
+    preempted: int = 0
+    completed_at: float | None = None
+
+
+@dataclass
+class Result:
+    policy: str
+    utilisation: float  # time-weighted allocated GPU memory / capacity over the makespan
+    utilisation_queued: float  # the same over the time some job waited in the queue (did GPU memory sit idle then?)
+    makespan_s: float
+    wait_first: dict[str, list[float]]  # class -> the jobs' waits, seconds
+    wait_queued: dict[str, list[float]]
+    preemptions: int
+    backfills_preempted: int
+    iterations_lost: int
+    wasted_gpu_s: float
+    overcommit_gpu_s: float = 0.0  # seconds a GPU held more than its memory, summed over the GPUs
+    overcommits: list[str] = field(default_factory=list)  # each time a GPU came to hold more than its memory
+    incomplete: list[str] = field(default_factory=list)  # jobs that did not end with exactly their iterations
+
+
+class QueueSim:
+    """Plays a trace through `schedule()` under one policy."""
+
+    def __init__(self, trace: list[TraceJob], policy: str, limits: Limits = Limits(min_run_seconds=MIN_RUN_S),
+                 nvml_used: bool = True, save_s: float = SAVE_S, gpus: int = GPUS) -> None:
+        if policy not in ("isaacd", "fifo"):
+            raise ValueError(f"policy {policy!r}: isaacd or fifo")
+        self.policy, self.limits, self.nvml_used, self.save_s, self.n_gpus = policy, limits, nvml_used, save_s, gpus
+        self.jobs = {j.name: _Live(j) for j in trace}
+        self.events: list[tuple[float, int, str, str, int]] = []
+        self._seq = 0
+        self.now = 0.0
+        self.alloc_integral = 0.0  # byte-seconds
+        self.queued_alloc_integral = 0.0  # byte-seconds while some job waited
+        self.queued_time = 0.0
+        self.preemptions = 0
+        self.backfills_preempted = 0
+        self.lost = 0
+        self.wasted = 0.0
+        self.overcommits: list[str] = []
+        self.overcommit_gpu_s = 0.0
+        self._over: set[int] = set()  # the GPUs overcommitted now
+        for j in trace:
+            self._at(j.submit_s, "submit", j.name, 0)
+
+    def _at(self, t: float, kind: str, name: str, attempt: int) -> None:
+        self._seq += 1
+        heapq.heappush(self.events, (t, self._seq, kind, name, attempt))
+
+    # -- inputs of schedule() --
+    def queued(self, live: _Live) -> QueuedJob:
+        s = live.spec
+        isaacd = self.policy == "isaacd"
+        return QueuedJob(s.name, Request(s.ranks, s.memory_bytes), s.priority if isaacd else 0, s.submit_s,
+                         s.preemptible if isaacd else False, live.waiting, live.placement, live.running_since,
+                         live.backfilled, live.stopping)
+
+    def gpus(self) -> list[Gpu]:
+        used = [0] * self.n_gpus
+        for live in self.jobs.values():
+            for i in live.placement:
+                used[i] += live.spec.footprint_bytes
+        return [Gpu(i, GPU_BYTES, used[i] if self.nvml_used else None) for i in range(self.n_gpus)]
+
+    def allocated(self) -> tuple[int, list[int]]:
+        """Bytes allocated (a whole GPU counts whole) per GPU from the simulation's own books, and their sum capped
+        at each GPU's memory: an overcommitted byte is no use (a real GPU would answer it with a CUDA OOM), so it
+        never raises the utilisation; `_check` reports it instead."""
+        per = [0] * self.n_gpus
+        for live in self.jobs.values():
+            for i in live.placement:
+                per[i] += GPU_BYTES if live.spec.memory_bytes is None else live.spec.memory_bytes
+        return sum(min(b, GPU_BYTES) for b in per), per
+
+    # -- the loop --
+    def run(self) -> Result:
+        while self.events:
+            t = self.events[0][0]
+            alloc = self.allocated()[0] * (t - self.now)
+            self.overcommit_gpu_s += len(self._over) * (t - self.now)
+            self.alloc_integral += alloc
+            if any(j.waiting for j in self.jobs.values()):
+                self.queued_alloc_integral += alloc
+                self.queued_time += t - self.now
+            self.now = t
+            while self.events and self.events[0][0] == t:
+                _, _, kind, name, attempt = heapq.heappop(self.events)
+                getattr(self, f"_on_{kind}")(self.jobs[name], attempt)
+            self._schedule()
+            self._check()
+        return self._result()
+
+    def _schedule(self) -> None:
+        for _ in range(PASSES_PER_INSTANT):
+            # the jobs the host knows now: submitted and not completed (the others hold nothing and ask nothing)
+            active = [self.queued(j) for j in self.jobs.values() if j.waiting or j.placement]
+            s = schedule(active, self.gpus(), self.now, self.limits)
+            if s.spare_drops:
+                raise AssertionError(f"spare drops with no spares modelled: {s.spare_drops}")
+            for p in s.placements:
+                self._place(self.jobs[p.job], p.gpus, p.backfill)
+            for p in s.preemptions:
+                self._preempt(self.jobs[p.victim])
+            if not s.placements and not s.preemptions:
+                return
+            self._check()
+        raise AssertionError(f"schedule() still acting after {PASSES_PER_INSTANT} passes at t = {self.now:.0f} s")
+
+    def _check(self) -> None:
+        """After every event and every pass: does any GPU hold more than its memory (the simulation's own books)?"""
+        per = self.allocated()[1]
+        was, self._over = self._over, {i for i, b in enumerate(per) if b > GPU_BYTES}
+        for i in sorted(self._over - was):
+            holders = sorted(f"{j.spec.name}{' (stopping)' if j.stopping else ''}" for j in self.jobs.values()
+                             if i in j.placement)
+            self.overcommits.append(f"t={self.now:.0f}s GPU {i}: {per[i] / GiB:.1f} of {GPU_BYTES / GiB:.0f} GiB "
+                                    f"({', '.join(holders)})")
+
+    # -- events --
+    def _on_submit(self, live: _Live, _attempt: int) -> None:
+        live.waiting, live.queued_since = True, self.now
+
+    def _on_min_run(self, _live: _Live, _attempt: int) -> None:
+        pass  # nothing changes but the clock: schedule() may now preempt it
+
+    def _on_end(self, live: _Live, attempt: int) -> None:
+        if attempt != live.attempt or live.placement == ():
+            return  # an attempt a preemption ended first
+        live.trained += live.spec.iterations - live.saved
+        live.saved = live.spec.iterations
+        live.placement, live.running_since, live.stopping, live.completed_at = (), None, False, self.now
+
+    def _on_stopped(self, live: _Live, attempt: int) -> None:
+        if attempt != live.attempt or live.completed_at is not None:
+            return
+        live.placement, live.running_since, live.backfilled, live.stopping = (), None, False, False
+        live.waiting, live.queued_since = True, self.now
+
+    def _place(self, live: _Live, gpus: tuple[int, ...], backfill: bool) -> None:
+        s = live.spec
+        if live.first_start is None:
+            live.first_start = self.now
+        live.wait_queued += self.now - (live.queued_since if live.queued_since is not None else self.now)
+        if live.preempted:
+            self.wasted += s.startup_s * s.ranks  # the start-up paid again on a resume
+        live.attempt += 1
+        live.waiting, live.queued_since, live.placement = False, None, gpus
+        live.running_since, live.backfilled, live.stopping = self.now, backfill, False
+        live.boot_end = self.now + s.startup_s
+        self._at(live.boot_end + (s.iterations - live.saved) * s.iteration_s, "end", s.name, live.attempt)
+        self._at(self.now + self.limits.min_run_seconds + 1e-6, "min_run", s.name, live.attempt)
+
+    def _preempt(self, live: _Live) -> None:
+        """The shim's stop: at once before the first iteration, else at the next boundary with a save."""
+        s = live.spec
+        self.preemptions += 1
+        self.backfills_preempted += live.backfilled
+        live.preempted += 1
+        live.stopping = True
+        done = 0 if self.now < live.boot_end else math.floor((self.now - live.boot_end) / s.iteration_s)
+        left = s.iterations - live.saved
+        if done == 0:  # booting, or in the first iteration: nothing to save, exits at once
+            exit_at = self.now + EARLY_EXIT_S
+            self.wasted += (exit_at - (live.running_since or self.now)) * s.ranks
+            trained = kept = 0
+        else:
+            boundary = done + 1  # the iteration in flight completes: it is progress, not waste
+            if boundary >= left:
+                return  # it reaches max_iterations at that boundary: its end event completes it
+            exit_at = live.boot_end + boundary * s.iteration_s + self.save_s
+            self.wasted += self.save_s * s.ranks
+            trained = boundary
+            kept = boundary  # the shim saves model_<boundary>.pt at that very boundary
+        live.trained += trained
+        live.saved += kept
+        self.lost += trained - kept
+        self._at(exit_at, "stopped", s.name, live.attempt)
+
+    def _result(self) -> Result:
+        makespan = max((j.completed_at or 0.0) for j in self.jobs.values())
+        first: dict[str, list[float]] = {c: [] for c in CLASSES}
+        queued: dict[str, list[float]] = {c: [] for c in CLASSES}
+        incomplete = []
+        for j in self.jobs.values():
+            first[j.spec.cls].append((math.inf if j.first_start is None else j.first_start) - j.spec.submit_s)
+            queued[j.spec.cls].append(j.wait_queued)
+            if j.completed_at is None or j.saved != j.spec.iterations:
+                incomplete.append(f"{j.spec.name}: {j.saved} of {j.spec.iterations} iterations")
+        lost = self.lost + sum(j.trained - j.spec.iterations for j in self.jobs.values() if j.completed_at)
+        capacity = GPU_BYTES * self.n_gpus
+        return Result(self.policy, self.alloc_integral / (capacity * makespan) if makespan else 0.0,
+                      self.queued_alloc_integral / (capacity * self.queued_time) if self.queued_time else math.nan,
+                      makespan, first, queued, self.preemptions, self.backfills_preempted, lost, self.wasted,
+                      self.overcommit_gpu_s, self.overcommits, incomplete)
+
+
+def simulate(trace: list[TraceJob], policy: str, nvml_used: bool = True, gpus: int = GPUS) -> Result:
+    return QueueSim(trace, policy, nvml_used=nvml_used, gpus=gpus).run()
+
+
+# ---- figures -------------------------------------------------------------------------------------------------------
+def percentile(xs: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default); NaN for no values."""
+    if not xs:
+        return math.nan
+    s = sorted(xs)
+    k = (len(s) - 1) * q
+    lo = math.floor(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def mean(xs: list[float]) -> float:
+    return statistics.fmean(xs) if xs else math.nan
+
+
+def figures(r: Result) -> dict[str, float]:
+    out: dict[str, float] = {"utilisation": r.utilisation, "utilisation_queued": r.utilisation_queued,
+                             "makespan_s": r.makespan_s,
+                             "preemptions": r.preemptions, "backfills_preempted": r.backfills_preempted,
+                             "iterations_lost": r.iterations_lost, "wasted_gpu_s": r.wasted_gpu_s,
+                             "overcommits": len(r.overcommits), "overcommit_gpu_s": r.overcommit_gpu_s,
+                             "incomplete": len(r.incomplete)}
+    for c in CLASSES:
+        out[f"{c}_jobs"] = len(r.wait_first[c])
+        for kind, waits in (("first", r.wait_first[c]), ("queued", r.wait_queued[c])):
+            out[f"{c}_wait_{kind}_mean_s"] = mean(waits)
+            out[f"{c}_wait_{kind}_p95_s"] = percentile(waits, 0.95)
+    return out
+
+
+def median_of(rows: list[dict[str, float]], key: str) -> float:
+    vals = [r[key] for r in rows if not math.isnan(r[key])]
+    return statistics.median(vals) if vals else math.nan
+
+
+def ratio(a: float, b: float) -> float:
+    if math.isnan(a) or math.isnan(b):
+        return math.nan
+    return a / b if b else (0.0 if a == 0 else math.inf)
+
+
+def hms(s: float) -> str:
+    if math.isnan(s):
+        return "-"
+    s = int(round(s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def print_policy(title: str, fig: dict[str, float]) -> None:
+    print(f"  {title}")
+    print(f"    GPU-memory utilisation {fig['utilisation'] * 100:5.1f} % over the makespan, "
+          f"{fig['utilisation_queued'] * 100:5.1f} % while a job waited   makespan {hms(fig['makespan_s'])} "
+          f"({fig['makespan_s']:.0f} s)")
+    for c in CLASSES:
+        print(f"    wait {c:<6} ({fig[f'{c}_jobs']:2.0f} jobs)  first start: mean {fig[f'{c}_wait_first_mean_s']:6.0f} s"
+              f"  p95 {fig[f'{c}_wait_first_p95_s']:6.0f} s   queued (incl. re-queued): mean "
+              f"{fig[f'{c}_wait_queued_mean_s']:6.0f} s  p95 {fig[f'{c}_wait_queued_p95_s']:6.0f} s")
+    print(f"    preemptions {fig['preemptions']:.0f} (of backfills {fig['backfills_preempted']:.0f})   iterations lost "
+          f"{fig['iterations_lost']:.0f}   "
+          f"wasted GPU-s of preemptions {fig['wasted_gpu_s']:.0f}")
+    print(f"    a GPU overcommitted {fig['overcommits']:.0f} times, {fig['overcommit_gpu_s']:.0f} GPU-s in all   "
+          f"jobs not completed {fig['incomplete']:.0f}")
+
+
+def run_seed(seed: int, n_jobs: int, nvml_used: bool) -> dict:
+    trace = make_trace(seed, n_jobs)
+    res = {p: simulate(trace, p, nvml_used=nvml_used) for p in ("isaacd", "fifo")}
+    figs = {p: figures(r) for p, r in res.items()}
+    i, f = figs["isaacd"], figs["fifo"]
+    ratios = {"high_wait_queued": ratio(i["high_wait_queued_mean_s"], f["high_wait_queued_mean_s"]),
+              "high_wait_first": ratio(i["high_wait_first_mean_s"], f["high_wait_first_mean_s"]),
+              "utilisation": ratio(i["utilisation"], f["utilisation"])}
+    print(f"seed {seed}: high wait mean isaacd {i['high_wait_queued_mean_s']:5.0f} s / fifo "
+          f"{f['high_wait_queued_mean_s']:5.0f} s = {ratios['high_wait_queued']:.3f}; utilisation "
+          f"{i['utilisation'] * 100:.1f} / {f['utilisation'] * 100:.1f} % = {ratios['utilisation']:.3f}; makespan "
+          f"{hms(i['makespan_s'])} / {hms(f['makespan_s'])}; preemptions {i['preemptions']:.0f}; wasted "
+          f"{i['wasted_gpu_s']:.0f} GPU-s; lost {i['iterations_lost']:.0f} / {f['iterations_lost']:.0f}; "
+          f"GPU overcommitted {i['overcommits']:.0f} / {f['overcommits']:.0f} times")
+    for p, r in res.items():
+        for line in r.overcommits[:2]:
+            print(f"    {p}: overcommitted: {line}")
+        for line in r.incomplete:
+            print(f"    {p}: not completed: {line}")
+    return {"seed": seed, **figs, "ratios": ratios,
+            "overcommit_examples": {p: r.overcommits[:5] for p, r in res.items()},
+            "not_completed": {p: r.incomplete for p, r in res.items()}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=5, help="traces to run (seeds 1..N); the summary is their median")
+    ap.add_argument("--jobs", type=int, default=40, help="jobs per trace")
+    ap.add_argument("--json", type=Path, help="write the figures here")
+    ap.add_argument("--asks-only", action="store_true",
+                    help="pass Gpu.used_bytes = None (only the asks count) instead of the scripted NVML's used memory")
+    args = ap.parse_args(argv)
+    if args.seeds < 1 or args.jobs < 1:
+        ap.error("--seeds and --jobs must be at least 1")
+    print(f"queue trace: {args.jobs} jobs, {GPUS} x {GPU_BYTES / GiB:.0f} GiB, min_run_seconds {MIN_RUN_S:.0f}, "
+          f"save and exit {SAVE_S:.0f} s, no spares, Gpu.used_bytes "
+          f"{'None (asks only)' if args.asks_only else 'from the scripted NVML'}, seeds 1..{args.seeds}")
+    per_seed = [run_seed(seed, args.jobs, not args.asks_only) for seed in range(1, args.seeds + 1)]
+    med = {p: {k: median_of([s[p] for s in per_seed], k) for k in per_seed[0][p]} for p in ("isaacd", "fifo")}
+    print(f"median over {args.seeds} seed(s), each figure on its own:")
+    print_policy("isaacd (priorities, backfill, preemption)", med["isaacd"])
+    print_policy("fifo (baseline: one priority, no backfill, no preemption)", med["fifo"])
+    # a ratio is taken on one trace (paired), then the median over the seeds: the medians above may come from
+    # different seeds, and a ratio of those would compare two different traces
+    ratios = {k: median_of([s["ratios"] for s in per_seed], k) for k in per_seed[0]["ratios"]}
+    met_wait = sum(s["ratios"]["high_wait_queued"] <= 0.2 for s in per_seed)
+    met_util = sum(s["ratios"]["utilisation"] >= 1.0 for s in per_seed)
+    lost = max(s[p]["iterations_lost"] for s in per_seed for p in ("isaacd", "fifo"))
+    over = sum(s[p]["overcommits"] for s in per_seed for p in ("isaacd", "fifo"))
+    incomplete = sum(s[p]["incomplete"] for s in per_seed for p in ("isaacd", "fifo"))
+    print(f"high class mean wait isaacd / fifo (median of per-seed ratios): {ratios['high_wait_queued']:.3f} queued, "
+          f"{ratios['high_wait_first']:.3f} first start  (goal <= 0.2; met in {met_wait} of {args.seeds} seeds)")
+    print(f"utilisation isaacd / fifo (median of per-seed ratios): {ratios['utilisation']:.3f}  (goal >= 1.0; met in "
+          f"{met_util} of {args.seeds} seeds)")
+    print(f"iterations lost, most in any seed and policy: {lost:.0f}  (goal 0)")
+    goals = {"high class wait <= 0.2 x FIFO": ratios["high_wait_queued"] <= 0.2,
+             "utilisation >= FIFO": ratios["utilisation"] >= 1.0, "0 iterations lost": lost == 0}
+    for name, met in goals.items():
+        print(f"{'GOAL MET' if met else 'GOAL MISSED'}: {name}")
+    checks = {"no GPU ever held more than its memory": over == 0, "every job completed its iterations": incomplete == 0}
+    for name, ok in checks.items():
+        print(f"{'CHECK PASSED' if ok else 'CHECK FAILED'}: {name}" +
+              ("" if ok else f" ({over:.0f} times a GPU was overcommitted, {incomplete:.0f} jobs not completed)"))
+    if args.json:
+        doc = {"params": {"jobs": args.jobs, "seeds": args.seeds, "gpus": GPUS, "gpu_bytes": GPU_BYTES,
+                          "min_run_seconds": MIN_RUN_S, "save_seconds": SAVE_S, "nvml_used": not args.asks_only,
+                          "kinds": [asdict(k) for k in KINDS], "classes": CLASSES, "class_weights": CLASS_WEIGHTS,
+                          "preemptible_share": PREEMPTIBLE_SHARE, "mean_gap_s": MEAN_GAP_S},
+               "per_seed": per_seed, "median": med, "ratios": ratios, "goals": goals, "checks": checks}
+        try:
+            args.json.write_text(json.dumps(doc, indent=1) + "\n")
+        except OSError as e:
+            print(f"error: cannot write --json {args.json}: {e.strerror}; pick a writable path", file=sys.stderr)
+            return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
