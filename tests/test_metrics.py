@@ -46,8 +46,16 @@ def full_setup():
     sampler = scripted_sampler(script)
     sampler.mark_unhealthy(1, "hw thermal slowdown for 60 s")
     status = fake_status([fake_job("anymal", pids=[os.getpid()], gpus=[0, "GPU-00000001-0000-4000-8000-5c0000000000"]),
-                          fake_job("idle", pids=[], state="backing-off", gpus=[])])
+                          fake_job("idle", pids=[], state="backing-off", gpus=[]), queued_job("waiter")])
     return sampler, status
+
+
+def queued_job(name: str) -> dict:
+    """A job waiting in the host's queue for 12 GiB on one GPU (issue 31: the queue's series)."""
+    job = fake_job(name, pids=[], state="queued", gpus=[])
+    job["queue"] = {"request": "12 GiB on 1 GPU", "memory_bytes": 12 * 2**30, "priority": 5,
+                    "submitted_at": time.time() - 60, "position": 1, "reason": "needs 12 GiB on 1 GPU; 0 free"}
+    return job
 
 
 def samples(registry):

@@ -102,6 +102,27 @@ METRICS: tuple[MetricDef, ...] = (
        f"1 for the watchdog's current state, 0 for the others ({_values(WatchdogState)})."),
     _g("isaacd_watchdog_state_since_timestamp_seconds", ("job", "watchdog"), "Unix time the watchdog entered its state."),
     _c("isaacd_watchdog_trips_total", ("job", "watchdog", "action"), "Watchdog trips by the action taken (0 before the first trip when the watchdog's status names its action)."),
+    # ---- the host's queue (issue 31; metrics/queue_collector.py): jobs that ask for GPUs (gpus = N, gpu_memory)
+    _g("isaacd_queue_jobs", ("priority",),
+       "Jobs waiting in the host's queue (state queued), by priority; every priority of a job the queue places "
+       "(gpus = N or gpu_memory) is reported, from 0."),
+    _g("isaacd_queue_wait_seconds", ("job", "priority"),
+       "Seconds a queued job has waited since it last entered the queue: since its submission, or since its "
+       "requeue after a preemption. Present only while the job is queued."),
+    _g("isaacd_job_queue_info", ("job", "priority", "preemptible"),
+       "Always 1 per job the host's queue places (gpus = N or gpu_memory): its priority and whether a "
+       "higher priority may preempt it (preemptible = true|false)."),
+    _c("isaacd_job_preemptions_total", ("job",),
+       "Times the queue preempted the job (stopped it with a save at an iteration boundary and queued it again), "
+       "from 0 for every job the queue places; kept across supervisor restarts."),
+    _g("isaacd_gpu_memory_allocated_bytes", G,
+       "GPU memory the queue has given out on this physical GPU: the sum of gpu_memory over the placed jobs "
+       "holding it, a whole-GPU job (gpus = N without gpu_memory) counting the GPU's total. Jobs that name their "
+       "GPUs and warm spares are not counted (their memory shows in isaacd_gpu_memory_used_bytes).", True),
+    _g("isaacd_gpu_memory_idle_bytes", G,
+       "GPU memory neither given out by the queue nor in use: isaacd_gpu_memory_total_bytes - "
+       "max(isaacd_gpu_memory_allocated_bytes, isaacd_gpu_memory_used_bytes), at least 0. The queue places "
+       "nothing on a GPU a pinned job holds, or a cordoned (isaacd_gpu_unhealthy) or hot one.", True),
     # ---- GPU collector
     _g("isaacd_gpu_collector_up", (), "1 if the GPU source (NVML) is open and sampled; 0 with the reason in the log."),
     _g("isaacd_gpu_xid_watch_up", (), "1 if XID events are being watched (a thread blocked in nvmlEventSetWait_v2)."),

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import structlog
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from ..gpu.assign import assigned_keys
@@ -29,7 +29,9 @@ from ..jobs.messages import ReasonClass
 from ..jobs.model import JobState, OomPhase
 from ..status.types import JobStatus, Status, SupervisorInfo, WatchdogState
 from .attribution import attribute_pids
-from .catalog import BY_NAME
+from .families import Families as _Families
+from .families import num as _num
+from .queue_collector import collect_queue
 
 log = structlog.get_logger("isaacd.metrics")
 
@@ -45,40 +47,6 @@ OOM_PHASES = tuple(p.value for p in OomPhase)
 StatusProvider = Callable[[], "Status | Mapping[str, Any]"]
 VolumesProvider = Callable[[], list[Any]]  # -> [volumes.Volume]
 SnapshotProvider = Callable[[], GpuSnapshot]
-
-
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    return float(v)
-
-
-class _Families:
-    """Creates families on first use from the catalog, so names/labels/help can't drift."""
-
-    def __init__(self) -> None:
-        self._fams: dict[str, Metric] = {}
-
-    def get(self, name: str) -> Metric:
-        fam = self._fams.get(name)
-        if fam is None:
-            d = BY_NAME[name]
-            if d.type == "counter":
-                fam = CounterMetricFamily(name[: -len("_total")], d.help, labels=list(d.labels))
-            elif d.type == "histogram":
-                fam = HistogramMetricFamily(name, d.help, labels=list(d.labels))
-            else:
-                fam = GaugeMetricFamily(name, d.help, labels=list(d.labels))
-            self._fams[name] = fam
-        return fam
-
-    def add(self, name: str, labels: Iterable[str], value: float | None) -> None:
-        if value is None:
-            return  # not reported: no series, never a fake 0
-        self.get(name).add_metric(list(labels), value)  # type: ignore[attr-defined]  # on every family class
-
-    def families(self) -> list[Metric]:
-        return list(self._fams.values())
 
 
 class IsaacdCollector(Collector):
@@ -152,6 +120,10 @@ class IsaacdCollector(Collector):
             except Exception as e:  # noqa: BLE001 - one odd job must not cost the others
                 self._error("status", e, job=row.name if isinstance(row, JobStatus) else row.get("name"))
         self._gpu(f, snap, jobs)
+        try:  # the host's queue (queue_collector.py): its failure costs only its own series
+            collect_queue(f, jobs, snap, now)
+        except Exception as e:  # noqa: BLE001
+            self._error("status", e, part="queue")
         self._volume_space(f)
         with self._lock:
             errors = dict(self._scrape_errors)

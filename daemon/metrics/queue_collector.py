@@ -1,0 +1,83 @@
+"""The host's queue in /metrics (issue 31): how many jobs wait and for how long, who was preempted, and what the queue
+has given out on each GPU. Like the rest of /metrics it reads only the published status (each row's `queue`, a
+`QueueStatus`) and the GPU sampler's snapshot; what it exports is defined in catalog.py.
+
+Why one wait series per waiting job, not a longest-wait gauge per priority: the alert a person acts on is "this job
+has waited too long", and only a series that names the job can say which one (a per-priority maximum loses the name
+and jumps between jobs). It costs nothing in cardinality beyond what every isaacd_job_* family already has (one
+series per job, and only while it waits); the `priority` label, fixed per job, lets a panel take the longest wait
+per priority without a join.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..gpu.snapshot import GpuSnapshot
+from ..jobs.model import JobState
+from ..status.types import JobStatus, QueueStatus
+from .families import Families, num
+
+QUEUED = JobState.QUEUED.value
+UNKNOWN = "unknown"  # a priority a JSON row gave as no integer
+
+
+def collect_queue(f: Families, jobs: Sequence[JobStatus], snap: GpuSnapshot | None, now: float) -> None:
+    """The queue's families from this scrape's rows and snapshot. A host whose jobs all name their GPUs has no
+    queue series but the GPUs' allocated (0) and idle memory."""
+    placed = [(j, j.queue) for j in jobs if isinstance(j.queue, QueueStatus)]
+    waiting: dict[str, int] = {}
+    for job, q in placed:
+        prio = _priority(q)
+        waiting.setdefault(prio, 0)  # every priority in use from 0: a panel sees the queue drain to 0
+        f.add("isaacd_job_queue_info", [job.name, prio, "true" if q.preemptible is True else "false"], 1)
+        f.add("isaacd_job_preemptions_total", [job.name], num(q.preemptions))
+        if job.state == QUEUED:
+            waiting[prio] += 1
+            since = _queued_since(job, q)
+            if since is not None:
+                f.add("isaacd_queue_wait_seconds", [job.name, prio], max(0.0, now - since))
+    for prio, n in sorted(waiting.items(), key=lambda kv: (kv[0] == UNKNOWN, 0 if kv[0] == UNKNOWN else int(kv[0]))):
+        f.add("isaacd_queue_jobs", [prio], n)
+    if snap is not None and snap.up:
+        _gpu_memory(f, [q for _, q in placed], snap)
+
+
+def _priority(q: QueueStatus) -> str:
+    p = num(q.priority)
+    return str(int(p)) if p is not None and p.is_integer() else UNKNOWN
+
+
+def _queued_since(job: JobStatus, q: QueueStatus) -> float | None:
+    """When the job last entered the queue (wall clock). A job never preempted has waited since its submission (saved
+    with the job, so exact across supervisor restarts). A preempted one keeps its submission time for its place in
+    the queue, but it ran in between: its wait counts from its requeue, the state change this supervisor saw (after a
+    supervisor restart: from that start). `isaacd queue` (WAITED) and the `placed` event count from submission."""
+    submitted, entered = num(q.submitted_at), num(job.state_since)
+    if q.preemptions:
+        return entered if entered is not None else submitted
+    return submitted if submitted is not None else entered
+
+
+def _gpu_memory(f: Families, queue: Sequence[QueueStatus], snap: GpuSnapshot) -> None:
+    """Per physical GPU with a memory reading (the GPUs the queue places on: MIG devices are not): what the placed
+    jobs asked for on it, and what is neither asked for nor in use."""
+    gpus = {}
+    for key, info in snap.gpus.items():
+        sample = snap.samples.get(key)
+        total = num(sample.memory_total_bytes) if sample is not None else None
+        if info.is_mig or not total:
+            continue  # no reading this pass (a lost GPU): no series, never a guess
+        gpus[info.index] = (info, total, num(sample.memory_used_bytes) if sample is not None else None)
+    allocated = dict.fromkeys(gpus, 0.0)
+    for q in queue:
+        ask = None if q.memory_bytes is None else num(q.memory_bytes)
+        if q.memory_bytes is not None and ask is None:
+            continue  # an odd row from JSON: counted as nothing rather than as a whole GPU
+        for i in q.placement:
+            if isinstance(i, int) and i in gpus:
+                allocated[i] += gpus[i][1] if ask is None else ask  # a whole-GPU job holds all of it
+    for i, (info, total, used) in sorted(gpus.items()):
+        base = [info.key, info.uuid, info.model, info.pci_bus_id]
+        f.add("isaacd_gpu_memory_allocated_bytes", base, allocated[i])
+        f.add("isaacd_gpu_memory_idle_bytes", base, max(0.0, total - max(allocated[i], used or 0.0)))
