@@ -91,6 +91,12 @@ def job_with_watchdogs(name: str, enabled: set[str], **over) -> str:  # noqa: AN
     return job + "".join(f"\n[jobs.watchdogs.{wd}]\nenabled = false\n" for wd in WATCHDOGS if wd not in enabled)
 
 
+# A job in the host's queue (issue 31) on both hosts: it asks for more than any GPU holds, so it waits, never launched,
+# on A's scripted H200s and on B without a GPU collector alike (or a real GPU), and its queue series are there.
+WAITER = job_with_watchdogs("waiter", set(), command=["sh", "-c", "sleep 300"], gpu_memory="4096GiB", priority=7,
+                            stop_timeout=2.0)
+
+
 def supervisor_config(tmp: Path, jobs: str, port: int, gpu: str) -> Path:
     cfg = write_config(tmp, jobs)
     text = cfg.read_text()
@@ -195,11 +201,12 @@ def stack(tmp_path_factory):
     (tmp / "a" / "gpu.json").write_text(json.dumps(gpu_script(os.getpid())))
     jobs_a = (job_with_watchdogs("cp", {"no_progress", "duty_cycle"}, extra_args=FAST, gpus=[0], stop_timeout=3.0,
                                  environment=ONE_THREAD)
-              + job_with_watchdogs("sleeper", {"xid"}, command=["sh", "-c", "sleep 300"], gpus=[1], stop_timeout=2.0))
+              + job_with_watchdogs("sleeper", {"xid"}, command=["sh", "-c", "sleep 300"], gpus=[1], stop_timeout=2.0)
+              + WAITER)
     cfg_a = supervisor_config(tmp / "a", jobs_a, port_a,
                               'source = "scripted"\nscript = "gpu.json"\nsample_interval = 0.25\nslow_interval = 0.5')
     jobs_b = job_with_watchdogs("cpu-only", set(WATCHDOGS), extra_args=FAST, max_iterations=2, stop_timeout=3.0,
-                                environment=ONE_THREAD)
+                                environment=ONE_THREAD) + WAITER
     cfg_b = supervisor_config(tmp / "b", jobs_b, port_b, 'source = "nvml"\nsample_interval = 0.25\nslow_interval = 0.5')
 
     cfg = tmp / "prometheus.yml"
@@ -264,7 +271,8 @@ def test_job_series_arrive_with_the_right_labels(stack):
     prom, a, b = stack.prom, stack.a, stack.b
     got = {(s["metric"]["instance"], s["metric"]["job"], s["metric"]["state"])
            for s in prom.result("isaacd_job_state == 1")}
-    assert got == {(a, "cp", "running"), (a, "sleeper", "stopped"), (b, "cpu-only", "completed")}
+    assert got == {(a, "cp", "running"), (a, "sleeper", "stopped"), (b, "cpu-only", "completed"),
+                   (a, "waiter", "queued"), (b, "waiter", "queued")}
     assert prom.result('count({exported_job!=""})') == [], "honor_labels keeps the training job in `job`"
     assert prom.result('count by (__name__) ({__name__=~"isaacd_(job|watchdog)_.*", job="isaacd"})') == [], \
         "every job series carries the training job, not the scrape job"
@@ -366,6 +374,28 @@ def test_gpu_series_attribution_and_collector_state(stack):
     assert prom.value(f'isaacd_gpu_collector_errors_total{{instance="{a}",gpu="1",field="pcie_link_width"}}') >= 1
     assert prom.value(f'isaacd_gpu_pcie_link_width{{instance="{a}",gpu="0"}}') == 16
     assert prom.result(f'isaacd_gpu_pcie_link_width{{instance="{a}",gpu="1"}}') == [], "a failed read drops the series"
+
+
+def test_the_queue_series(stack):
+    """The waiting job on both hosts: counted by priority, its wait from its submission, its 0 preemptions; A's GPUs
+    have nothing allocated and their idle memory is what NVML does not use."""
+    prom, a, b = stack.prom, stack.a, stack.b
+    for inst, sup in ((a, stack.sup_a), (b, stack.sup_b)):
+        sel = f'instance="{inst}",job="waiter"'
+        assert prom.value(f'isaacd_queue_jobs{{instance="{inst}",priority="7"}}') == 1
+        assert prom.value(f'isaacd_job_queue_info{{{sel},priority="7",preemptible="true"}}') == 1
+        assert prom.value(f"isaacd_job_preemptions_total{{{sel}}}") == 0
+        [wait] = prom.result(f'isaacd_queue_wait_seconds{{{sel},priority="7"}}')
+        scraped_at, waited = float(wait["value"][0]), float(wait["value"][1])
+        submitted = sup.job("waiter")["queue"]["submitted_at"]
+        assert 0 <= scraped_at - submitted - waited < 30, "the wait counts from the submission isaacd saved"
+    assert {s["metric"]["gpu"]: float(s["value"][1])
+            for s in prom.result(f'isaacd_gpu_memory_allocated_bytes{{instance="{a}"}}')} == {"0": 0, "1": 0}
+    idle = prom.result(f'isaacd_gpu_memory_idle_bytes{{instance="{a}"}} - '
+                       f'(isaacd_gpu_memory_total_bytes{{instance="{a}"}} - isaacd_gpu_memory_used_bytes)')
+    assert sorted(float(s["value"][1]) for s in idle) == [0, 0], "idle = total - used with nothing allocated"
+    if not stack.nvml:
+        assert prom.result(f'isaacd_gpu_memory_idle_bytes{{instance="{b}"}}') == [], "no GPU collector: no guess"
 
 
 def test_promtool_check_metrics_passes_on_a_scrape_of_the_real_daemons(stack):

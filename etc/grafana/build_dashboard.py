@@ -201,6 +201,32 @@ def build() -> dm.Dashboard:
              [tgt(f'sum by (instance, job, gpu) (isaacd_gpu_process_memory_used_bytes{{{J},job!=""}})',
                   "{{job}} GPU {{gpu}}")], unit="bytes"))
 
+    # ------------------------------------------------------------------ the host's queue (issue 31)
+    L.row("Queue")
+    L.add(ts("Queued jobs by priority",
+             [tgt(f"sum by (instance, priority) (isaacd_queue_jobs{{{I}}})", "{{instance}} priority {{priority}}")],
+             unit="none", stepped=True, minv=0,
+             desc="Jobs waiting for the GPUs they asked for (gpus = N or gpu_memory); `isaacd queue` lists them "
+                  "in order, with why each waits."))
+    L.add(ts("Longest wait by priority",
+             [tgt(f"max by (instance, priority) (isaacd_queue_wait_seconds{{{J}}})",
+                  "{{instance}} priority {{priority}}")], unit="s", line_at=1800,
+             desc="Since each waiting job last entered the queue (its submission, or its requeue after a "
+                  "preemption). Alert IsaacdJobQueuedTooLong fires for a job above 30 minutes."))
+    L.add(ts("Preemptions per hour",
+             [tgt(f"sum by (instance, job) (rate(isaacd_job_preemptions_total{{{J}}}[$__rate_interval])) * 3600",
+                  "{{job}}")], unit="none", minv=0,
+             desc="Jobs stopped with a save at an iteration boundary to make room for a higher priority, and "
+                  "queued again (0 iterations lost)."))
+    L.add(ts("GPU memory: allocated by the queue vs idle", [
+        tgt(f"isaacd_gpu_memory_allocated_bytes{{{GP}}}", "GPU {{gpu}} allocated"),
+        tgt(f"isaacd_gpu_memory_idle_bytes{{{GP}}}", "GPU {{gpu}} idle"),
+        tgt(f"isaacd_gpu_memory_total_bytes{{{GP}}}", "GPU {{gpu}} total"),
+    ], unit="bytes", dashed="/total/", minv=0,
+        desc="Allocated: what the placed jobs asked for (a whole-GPU job: all of it). Idle: neither allocated nor "
+             "in use (total - max(allocated, used)): room the queue could give a waiting job unless the GPU is "
+             "pinned, cordoned or hot."), w=24)
+
     # ------------------------------------------------------------------ GPUs
     L.row("GPUs")
     L.add(ts("Temperature", [
