@@ -86,12 +86,6 @@ class Running(Protocol):
 
     def status(self) -> Status: ...
 
-    def submit(self, text: str, source: str) -> str:  # `isaacd submit` (scheduling/submit.py)
-        return submit_job(self, text, source)
-
-    def cancel(self, job: str) -> str:  # `isaacd cancel`
-        return cancel_job(self, job)
-
     def backups(self) -> list[JobBackup]: ...
 
 
@@ -362,7 +356,7 @@ class Supervisor:
                 runner.handle_message(Readded())
                 runner.event("config_changed", detail="back in the config after a reload had removed it")
                 added.append(job_cfg.name)
-            elif runner.cfg != job_cfg:
+            elif runner.written != job_cfg:  # as written: cfg names the GPUs the queue gave it
                 # Takes effect at the job's next launch; a running trainer is never killed by a reload.
                 runner.reconfigure(job_cfg, lambda: self.runtime(job_cfg.runtime))
                 runner.event("config_changed", detail="applies at the next start; `isaacd restart` applies it now")
@@ -401,6 +395,12 @@ class Supervisor:
         for r in self.runners.values():
             counts[r.state.value] = counts.get(r.state.value, 0) + 1
         return ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no jobs"
+
+    def submit(self, text: str, source: str) -> str:  # `isaacd submit` (scheduling/submit.py)
+        return submit_job(self, text, source)
+
+    def cancel(self, job: str) -> str:  # `isaacd cancel`
+        return cancel_job(self, job)
 
     def backups(self) -> list[JobBackup]:
         return [r.backup for r in self.runners.values() if r.backup is not None]

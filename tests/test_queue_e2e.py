@@ -1,0 +1,152 @@
+"""The host's queue end to end (issue 31): a real `isaacd run`, the real built-in trainer and CLI, on a scripted 8-GPU
+host (the GPU source interface NVML implements, `[gpu] source = "scripted"`, as the CUDA out-of-memory tests do).
+
+Six of the eight H200s are nearly full with another team's process (not an isaacd job), so two jobs asking 80 GiB
+each fit and the rest queue: few trainers, on a 2-core machine, and a queue all the same. The trainers train on the
+CPU (device = "cpu") while the queue places them on the scripted GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from helpers import SupervisorProc, wait_for, write_config
+from isaaclab3_helpers import steps
+from isaacd.history.store import StateStore
+
+pytestmark = pytest.mark.slow
+
+GiB = 2**30
+QUIET = "".join(f"\n[jobs.watchdogs.{w}]\nenabled = false\n" for w in (
+    "no_progress", "duty_cycle", "loss_stagnation", "reward_plateau", "divergence", "gpu_temperature", "xid"))
+
+
+def host(tmp_path: Path, free: tuple[int, ...]) -> Path:
+    """8 scripted H200s; every GPU but `free` holds 135 GiB of a process that is no isaacd job."""
+    busy = [{"t": 0, "gpu": g, "memory_used_bytes": 135 * GiB,
+             "processes": [{"pid": 4242, "used_bytes": 135 * GiB}]} for g in range(8) if g not in free]
+    (tmp_path / "gpu.json").write_text(json.dumps({"gpus": 8, "events": busy}))
+    cfg = write_config(tmp_path, "", extra="""
+        [queue]
+        min_run_seconds = 1
+        """)
+    cfg.write_text("jobs = []  # every job comes from jobs.d\n" + cfg.read_text().replace(
+        '[gpu]\nsource = "none"\n', '[gpu]\nsource = "scripted"\nscript = "gpu.json"\nsample_interval = 0.2\n').replace(
+        '[supervisor]\n', '[supervisor]\njobs_dir = "jobs.d"\n'))
+    return cfg
+
+
+def job_file(tmp_path: Path, name: str, **over) -> Path:  # noqa: ANN003
+    fields = {"gpu_memory": "80GiB", "device": "cpu", "num_envs": 64, "max_iterations": 400, "save_interval": 5,
+              "log_root": str(tmp_path / "logs"), "stop_timeout": 60.0, "spare": False,
+              "extra_args": ["agent.num_steps_per_env=8"], **over}
+    body = "\n".join(f"{k} = {json.dumps(v)}" for k, v in fields.items())
+    path = tmp_path / "submit" / f"{name}.toml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(f'[[jobs]]\nname = "{name}"\n{body}\n{QUIET}')
+    return path
+
+
+def events(sp: SupervisorProc, job: str, kind: str) -> list[dict]:
+    return [e for e in sp.events(job) if e["event"] == kind]
+
+
+def running_at(sp: SupervisorProc, job: str, iteration: int) -> dict:
+    return wait_for(lambda: (x := sp.job(job))["state"] == "running" and (x["iteration"] or 0) >= iteration and x,
+                    120, what=f"{job} training at iteration {iteration}")
+
+
+def gpus_of(sp: SupervisorProc, job: str) -> list[int]:
+    return sp.job(job)["queue"]["placement"]
+
+
+def test_submit_queue_preempt_with_a_save_resume_elsewhere_and_drain_in_order(tmp_path, supervisor_factory):
+    sp = supervisor_factory(host(tmp_path, free=(0, 1)))
+    for name, total in (("anymal", 30), ("g1", 30), ("cartpole", 5)):
+        sp.cli("submit", str(job_file(tmp_path, name, max_iterations=total)))
+    running_at(sp, "anymal", 5), running_at(sp, "g1", 5)
+    assert sorted(gpus_of(sp, "anymal") + gpus_of(sp, "g1")) == [0, 1]  # the only GPUs with 80 GiB free
+    waiting = sp.job("cartpole")
+    assert waiting["state"] == "queued" and waiting["queue"]["position"] == 1
+    assert waiting["queue"]["reason"].startswith("needs 80 GiB on 1 GPU; 0 with room")
+    listing = sp.cli("queue").stdout
+    assert listing.splitlines()[1].split()[:3] == ["1", "cartpole", "queued"], listing
+    assert "cartpole queue: #1 asks 80 GiB on 1 GPU (priority 0" in sp.cli("status").stdout
+
+    # a bad job file: refused with the file, the key and the fix; nothing running is touched
+    pids = {n: sp.job(n)["pid"] for n in ("anymal", "g1")}
+    bad = sp.cli("submit", str(job_file(tmp_path, "broken", gpu_memory="lots")), check=False)
+    assert bad.returncode == 1 and "broken.toml" in bad.stderr and "gpu_memory" in bad.stderr
+    assert 'is not a size: use bytes or a number with k, m, g or t, e.g. "16g"' in bad.stderr
+    assert {n: sp.job(n)["pid"] for n in pids} == pids and not (tmp_path / "jobs.d" / "broken.toml").exists()
+
+    # a high-priority submit preempts one job: it saves at the next iteration boundary and goes back to the queue
+    sp.cli("submit", str(job_file(tmp_path, "urgent", priority=10, max_iterations=10)))
+    victim = wait_for(lambda: next((n for n in ("anymal", "g1") if events(sp, n, "preempted")), None), 60,
+                      what="a preemption")
+    other = "g1" if victim == "anymal" else "anymal"
+    assert events(sp, victim, "preempted")[0]["by"] == "urgent"
+    first_gpus = events(sp, victim, "placed")[0]["gpus"]
+    wait_for(lambda: sp.job(victim)["state"] == "queued", 90, what=f"{victim} back in the queue")
+    saved = events(sp, victim, "trainer_saved_on_stop")[-1]
+    first_run = Path(events(sp, victim, "run_dir")[0]["run_dir"])
+    assert saved["iteration"] == steps(first_run)[-1]  # the last iteration it trained is saved: 0 lost
+    assert wait_for(lambda: gpus_of(sp, "urgent"), 60, what="urgent placed") == first_gpus
+    assert sp.job(victim)["queue"]["position"] == 1 and sp.job("cartpole")["queue"]["position"] == 2  # old place
+
+    # the other job is cancelled: it saves and leaves; the preempted job resumes on the GPU it frees, not its own
+    sp.cli("cancel", other)
+    wait_for(lambda: other not in [j["name"] for j in sp.status()["jobs"]], 90, what=f"{other} gone")
+    assert list((tmp_path / "jobs.d" / ".cancelled").glob(f"{other}.*.toml"))
+    kept = StateStore(tmp_path / "state").events(other)  # its history is kept, and says it saved before it went
+    assert [e for e in kept if e["event"] == "trainer_saved_on_stop"]
+    wait_for(lambda: sp.job(victim)["state"] == "running", 120, what=f"{victim} resumed")
+    assert gpus_of(sp, victim) != first_gpus and sp.job("cartpole")["state"] == "queued"
+
+    # urgent completes: cartpole, next in the queue, gets its GPU; the preempted job completes exactly
+    for name in ("urgent", "cartpole", victim):
+        j = wait_for(lambda: (x := sp.job(name))["state"] in ("completed", "failed") and x, 300, what=f"{name} done")
+        assert j["state"] == "completed", j["state_reason"]
+    resumed = [e for e in events(sp, victim, "started")]
+    assert len(resumed) == 2 and resumed[1]["resume_from"]["iteration"] == saved["iteration"]
+    runs = []
+    for e in events(sp, victim, "run_dir"):
+        if Path(e["run_dir"]) not in runs:
+            runs.append(Path(e["run_dir"]))
+    logged = [steps(d) for d in runs]
+    total = 30
+    assert set().union(*map(set, logged)) == set(range(total)) and logged[1][0] == saved["iteration"]
+    assert sp.job(victim)["queue"]["preemptions"] == 1 and sp.job(victim)["restarts"] == 0
+    placed = {n: events(sp, n, "placed")[-1]["time"] for n in (victim, "cartpole")}
+    assert placed[victim] < placed["cartpole"]  # back in its old place, ahead of the later submission
+
+
+def test_a_supervisor_killed_mid_preemption_neither_loses_nor_duplicates_a_job(tmp_path, supervisor_factory):
+    cfg = host(tmp_path, free=(0,))
+    sp = supervisor_factory(cfg)
+    sp.cli("submit", str(job_file(tmp_path, "long", max_iterations=40)))
+    j = running_at(sp, "long", 3)
+    os.kill(j["pid"], signal.SIGSTOP)  # frozen: the preemption's stop cannot finish before the supervisor dies
+    sp.cli("submit", str(job_file(tmp_path, "urgent", priority=10, max_iterations=10)))
+    wait_for(lambda: sp.job("long")["state"] == "stopping" and events(sp, "long", "preempted"), 60,
+             what="the preemption under way")
+    assert sp.job("urgent")["state"] == "queued"
+    sp.stop(signal.SIGKILL)
+
+    again = supervisor_factory(cfg)  # finds the stop on disk and finishes it
+    assert again.job("long")["state"] == "stopping" and again.job("long")["pid"] == j["pid"]
+    os.kill(j["pid"], signal.SIGCONT)
+    for name in ("urgent", "long"):
+        done = wait_for(lambda: (x := again.job(name))["state"] in ("completed", "failed") and x, 300,
+                        what=f"{name} done")
+        assert done["state"] == "completed", done["state_reason"]
+    started = events(again, "long", "started")
+    saved = events(again, "long", "trainer_saved_on_stop")[-1]
+    assert len(started) == 2 and started[1]["resume_from"]["iteration"] == saved["iteration"]
+    assert len(events(again, "urgent", "started")) == 1
+    assert [e["event"] for e in again.events("long") if e["event"] in ("preempted", "requeued", "placed")] == \
+        ["placed", "preempted", "requeued", "placed"]
