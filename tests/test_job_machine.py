@@ -441,8 +441,9 @@ def test_preempt_running_stops_with_a_save_then_exit_goes_back_to_the_queue_in_i
     j.send(Preempt("urgent", "preempted by urgent"))
     assert j.m.state == S.STOPPING and j.m.stop.then == Then.QUEUE and Signal(int(signal.SIGINT)) in j.effects
     assert j.events("preempted")[0]["by"] == "urgent" and j.m.preemptions == 1
-    j.send(Exited("exited with code 0", "exit_code", success=True))
+    j.at(50).send(Exited("exited with code 0", "exit_code", success=True))
     assert j.m.state == S.QUEUED and j.m.placement == () and j.m.submitted_at == submitted
+    assert j.m.queued_at == 1.7e9 + 1050  # its wait starts anew at the requeue; its place is its submission
     assert j.m.restarts == 0 and j.events("requeued")  # a preemption is no restart, no crash
 
 

@@ -119,6 +119,7 @@ def queue_status(written: JobConfig, m: JobModel, wall_minus_mono: float) -> Que
     ask = written.gpu_memory_bytes
     return QueueStatus(request=Request(written.ranks, ask).describe(), gpus_asked=written.ranks, memory_bytes=ask,
                        priority=written.priority, preemptible=written.preemptible, submitted_at=m.submitted_at,
+                       queued_since=m.queued_at if m.state == JobState.QUEUED else None,
                        placement=m.placement, placed_at=None if m.placed_at is None else m.placed_at + wall_minus_mono,
                        backfill=m.backfill, preemptions=m.preemptions)
 

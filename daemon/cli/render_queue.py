@@ -23,7 +23,8 @@ def queue_note(j: JobStatus, now: float) -> str | None:
         return None
     prio = f"priority {q.priority}{'' if q.preemptible else ', not preemptible'}"
     if j.state == "queued":
-        waited = f", waiting {age(q.submitted_at, now)}" if q.submitted_at else ""
+        since = q.queued_since or q.submitted_at
+        waited = f", waiting {age(since, now)}" if since else ""
         place = f"#{q.position} " if q.position else ""
         return f"  {j.name} queue: {place}asks {q.request} ({prio}{waited}): {q.reason or 'waiting for GPUs'}"
     if q.placement:
@@ -48,7 +49,7 @@ def format_queue(st: Status, now: float) -> str:
     for j in waiting + holding:
         q = j.queue
         assert q is not None
-        waited = age(q.submitted_at, now) if j.state == "queued" else "-"
+        waited = age(q.queued_since or q.submitted_at, now) if j.state == "queued" else "-"
         why = (q.reason or "waiting for GPUs") if j.state == "queued" else (
             "backfill: gives its GPUs back when the blocked job could run" if q.backfill else "")
         rows.append([str(q.position) if j.state == "queued" and q.position else "-", j.name, j.state,

@@ -122,7 +122,8 @@ def _rest(m: JobModel, state: JobState, reason: str, final: bool, ctx: Context, 
           parked_by: str | None = None) -> JobModel:
     """Come to rest in stopped/completed/failed; `final` keeps it so across supervisor restarts."""
     new = _to(m, state, reason, ctx, out, stop=None, backoff_until=None, backoff_seconds=None, final=final,
-              parked_by=parked_by, placement=(), placed_at=None, backfill=False, submitted_at=None)  # GPUs given back
+              parked_by=parked_by, placement=(), placed_at=None, backfill=False, submitted_at=None,
+              queued_at=None)  # its GPUs given back, out of the queue
     out.add(Persist())
     return new
 
@@ -371,8 +372,8 @@ def _queue(m: JobModel, ctx: Context, out: _Out) -> JobModel:
     """A job that asks for GPUs waits for the queue to place it; its submission time orders it (kept from before)."""
     submitted = m.submitted_at if m.submitted_at is not None else ctx.wall
     out.add(Event("queued", {"reason": m.launch.reason, "submitted_at": submitted}))
-    new = _to(m, S.QUEUED, "waiting for GPUs", ctx, out, submitted_at=submitted, backoff_until=None,
-              backoff_seconds=None, final=False)
+    new = _to(m, S.QUEUED, "waiting for GPUs", ctx, out, submitted_at=submitted, queued_at=ctx.wall,
+              backoff_until=None, backoff_seconds=None, final=False)
     out.add(Persist())
     return new
 
@@ -380,10 +381,11 @@ def _queue(m: JobModel, ctx: Context, out: _Out) -> JobModel:
 def _placed(m: JobModel, msg: Placed, ctx: Context, out: _Out) -> tuple[JobModel, str | None]:
     if m.state != S.QUEUED:
         return m, None  # a placement for a job that left the queue meanwhile (stopped): nothing to launch
-    waited = ctx.wall - m.submitted_at if m.submitted_at is not None else None
+    since = m.queued_at if m.queued_at is not None else m.submitted_at
+    waited = ctx.wall - since if since is not None else None
     out.add(Event("placed", {"gpus": list(msg.gpus), "backfill": msg.backfill, "reason": msg.reason,
                              "waited_seconds": None if waited is None else round(max(waited, 0.0), 3)}))
-    m = m.with_(placement=tuple(msg.gpus), placed_at=ctx.now, backfill=msg.backfill)
+    m = m.with_(placement=tuple(msg.gpus), placed_at=ctx.now, backfill=msg.backfill, queued_at=None)
     return _launch(m, m.launch, ctx, out), "placed"
 
 
@@ -412,7 +414,7 @@ def _requeue(m: JobModel, reason: str, ctx: Context, out: _Out) -> JobModel:
     out.add(Event("requeued", {"reason": reason, "gpus": list(m.placement)}))
     new = _to(m, S.QUEUED, reason, ctx, out, stop=None, placement=(), placed_at=None, backfill=False,
               launch=LaunchIntent(reason, Origin.SCHEDULER), backoff_until=None, backoff_seconds=None,
-              submitted_at=m.submitted_at if m.submitted_at is not None else ctx.wall)
+              submitted_at=m.submitted_at if m.submitted_at is not None else ctx.wall, queued_at=ctx.wall)
     out.add(Persist())
     return new
 

@@ -153,6 +153,7 @@ class JobModel:
     placed_at: float | None = None
     backfill: bool = False
     submitted_at: float | None = None
+    queued_at: float | None = None  # wall clock: when it last entered the queue (its wait; a requeue starts anew)
     preemptions: int = 0
 
     def with_(self, **changes: Any) -> "JobModel":
@@ -211,6 +212,7 @@ class JobModel:
             placed_at=None if d.get("placed_at") is None else float(d["placed_at"]),
             backfill=bool(d.get("backfill", False)),
             submitted_at=None if d.get("submitted_at") is None else float(d["submitted_at"]),
+            queued_at=None if d.get("queued_at") is None else float(d["queued_at"]),
             preemptions=int(d.get("preemptions", 0)),
         )
 

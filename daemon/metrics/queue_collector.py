@@ -49,10 +49,12 @@ def _priority(q: QueueStatus) -> str:
 
 
 def _queued_since(job: JobStatus, q: QueueStatus) -> float | None:
-    """When the job last entered the queue (wall clock). A job never preempted has waited since its submission (saved
-    with the job, so exact across supervisor restarts). A preempted one keeps its submission time for its place in
-    the queue, but it ran in between: its wait counts from its requeue, the state change this supervisor saw (after a
-    supervisor restart: from that start). `isaacd queue` (WAITED) and the `placed` event count from submission."""
+    """When the job last entered the queue (wall clock): `queued_since`, saved with the job (exact across supervisor
+    restarts; a preempted job's requeue starts its wait anew, though it keeps its submission time for its place).
+    A row of an older supervisor without it: from its submission, or, once preempted, its last state change."""
+    since = num(q.queued_since)
+    if since is not None:
+        return since
     submitted, entered = num(q.submitted_at), num(job.state_since)
     if q.preemptions:
         return entered if entered is not None else submitted
