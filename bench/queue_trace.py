@@ -15,8 +15,9 @@ supervisor's hook does the same, one pass a tick). Two policies run on the same 
 
 What a preemption costs, as isaacd does it (trainer/shim.py's docstring, "Stop before the first iteration" and
 "Save on stop"): a victim that has completed an iteration in this process finishes the iteration in flight (kept:
-it is progress), saves `model_<N>.pt` and exits, `--save-seconds` (default 5 s) after that boundary; one still
-booting or in its first iteration exits at once with nothing to save (its progress is its last checkpoint). Its
+it is progress), saves `model_<N>.pt` and exits, SAVE_S = 5 s after that boundary (an assumption: the save, the
+script's cleanup, the exit); one still booting or in its first iteration exits at once (1 s) with nothing to save
+(its progress is its last checkpoint). Its
 GPUs come free when it has exited; it goes back to the queue in its old place (same submission time) and pays its
 start-up again when placed. Wasted GPU-seconds of preemptions = GPU-seconds (x ranks) that kept no iteration: a
 boot (and partial first iteration) cut short, the save and exit, and each start-up paid again on a resume.
@@ -55,11 +56,18 @@ The trace (one `random.Random(seed)` per seed; kinds drawn by weight):
   Submissions: a Poisson stream, one every 150 s on average from t = 0 (a lab's day of submissions, front-loaded
   against several hours of work, so a queue forms).
 
-Waits: "first" = submission to first placement; "queued" = that plus every stretch back in the queue after a
-preemption (the goal is judged on "queued", the stricter). Each seed is one trace; the summary is the median over
-the seeds of each figure.
+Figures. Waits: "first" = submission to first placement; "queued" = that plus every stretch back in the queue
+after a preemption (the goal is judged on "queued", the stricter). GPU-memory utilisation = time-weighted allocated
+memory (a whole-GPU job allocates the whole GPU; bytes beyond a GPU's memory do not count) / capacity over the
+makespan (t = 0, the first submission, to the last completion); also printed over the time some job waited. Each
+seed is one trace; the summary is the median over the seeds of each figure, and each ratio isaacd / fifo is taken
+on one seed's trace, then the median over the seeds. At every event and every pass the simulation checks from its
+own books that no GPU holds more than its memory and counts each time one does. A run whose scheduler passes
+exceed MAX_PASSES (schedule() acting for ever and nothing finishing) is cut short and reported as a livelock, its
+unfinished jobs as not completed.
 
-    .venv/bin/python bench/queue_trace.py                  # 5 seeds of 40 jobs, a few seconds
+    .venv/bin/python bench/queue_trace.py                  # 5 seeds of 40 jobs: ~13 s on this 2-core box, most
+                                                           # of it seeds 4 and 5's preemption storms
     .venv/bin/python bench/queue_trace.py --seeds 9 --json /tmp/queue.json
 """
 
@@ -88,6 +96,7 @@ MIN_RUN_S = 300.0
 SAVE_S = 5.0  # the shim's save at the boundary, then the script's cleanup and the process's exit (an assumption)
 EARLY_EXIT_S = 1.0  # a stop before the first iteration: the shim exits at once (trainer/shim.py, docstring)
 PASSES_PER_INSTANT = 50  # schedule() again at the same instant until it is quiet; more is a livelock
+MAX_PASSES = 200_000  # schedule() calls in one simulation before it is called a livelock (40 jobs need ~1-2 000)
 
 
 @dataclass(frozen=True)
@@ -189,13 +198,15 @@ class Result:
     overcommit_gpu_s: float = 0.0  # seconds a GPU held more than its memory, summed over the GPUs
     overcommits: list[str] = field(default_factory=list)  # each time a GPU came to hold more than its memory
     incomplete: list[str] = field(default_factory=list)  # jobs that did not end with exactly their iterations
+    livelock: str | None = None  # why the simulation was cut short: schedule() kept acting and nothing finished
 
 
 class QueueSim:
     """Plays a trace through `schedule()` under one policy."""
 
     def __init__(self, trace: list[TraceJob], policy: str, limits: Limits = Limits(min_run_seconds=MIN_RUN_S),
-                 nvml_used: bool = True, save_s: float = SAVE_S, gpus: int = GPUS) -> None:
+                 nvml_used: bool = True, save_s: float = SAVE_S, gpus: int = GPUS,
+                 max_passes: int = MAX_PASSES) -> None:
         if policy not in ("isaacd", "fifo"):
             raise ValueError(f"policy {policy!r}: isaacd or fifo")
         self.policy, self.limits, self.nvml_used, self.save_s, self.n_gpus = policy, limits, nvml_used, save_s, gpus
@@ -212,6 +223,8 @@ class QueueSim:
         self.wasted = 0.0
         self.overcommits: list[str] = []
         self.overcommit_gpu_s = 0.0
+        self.passes, self.max_passes = 0, max_passes
+        self.livelock: str | None = None
         self._over: set[int] = set()  # the GPUs overcommitted now
         for j in trace:
             self._at(j.submit_s, "submit", j.name, 0)
@@ -247,7 +260,7 @@ class QueueSim:
 
     # -- the loop --
     def run(self) -> Result:
-        while self.events:
+        while self.events and self.livelock is None:
             t = self.events[0][0]
             alloc = self.allocated()[0] * (t - self.now)
             self.overcommit_gpu_s += len(self._over) * (t - self.now)
@@ -265,6 +278,10 @@ class QueueSim:
 
     def _schedule(self) -> None:
         for _ in range(PASSES_PER_INSTANT):
+            self.passes += 1
+            if self.passes > self.max_passes:
+                self._livelocked(f"{self.max_passes} scheduler passes")
+                return
             # the jobs the host knows now: submitted and not completed (the others hold nothing and ask nothing)
             active = [self.queued(j) for j in self.jobs.values() if j.waiting or j.placement]
             s = schedule(active, self.gpus(), self.now, self.limits)
@@ -277,7 +294,12 @@ class QueueSim:
             if not s.placements and not s.preemptions:
                 return
             self._check()
-        raise AssertionError(f"schedule() still acting after {PASSES_PER_INSTANT} passes at t = {self.now:.0f} s")
+        self._livelocked(f"{PASSES_PER_INSTANT} passes at one instant")
+
+    def _livelocked(self, after: str) -> None:
+        waiting = sorted(j.spec.name for j in self.jobs.values() if j.waiting)
+        self.livelock = (f"cut short at t = {self.now:.0f} s after {after}, {self.preemptions} preemptions; waiting: "
+                         f"{', '.join(waiting) or 'none'}")
 
     def _check(self) -> None:
         """After every event and every pass: does any GPU hold more than its memory (the simulation's own books)?"""
@@ -350,13 +372,14 @@ class QueueSim:
         self._at(exit_at, "stopped", s.name, live.attempt)
 
     def _result(self) -> Result:
-        makespan = max((j.completed_at or 0.0) for j in self.jobs.values())
+        makespan = self.now if self.livelock else max((j.completed_at or 0.0) for j in self.jobs.values())
         first: dict[str, list[float]] = {c: [] for c in CLASSES}
         queued: dict[str, list[float]] = {c: [] for c in CLASSES}
         incomplete = []
         for j in self.jobs.values():
-            first[j.spec.cls].append((math.inf if j.first_start is None else j.first_start) - j.spec.submit_s)
-            queued[j.spec.cls].append(j.wait_queued)
+            # a job still waiting when a livelock cut the run short: its wait so far (a lower bound)
+            first[j.spec.cls].append((self.now if j.first_start is None else j.first_start) - j.spec.submit_s)
+            queued[j.spec.cls].append(j.wait_queued + (self.now - j.queued_since if j.queued_since is not None else 0))
             if j.completed_at is None or j.saved != j.spec.iterations:
                 incomplete.append(f"{j.spec.name}: {j.saved} of {j.spec.iterations} iterations")
         lost = self.lost + sum(j.trained - j.spec.iterations for j in self.jobs.values() if j.completed_at)
@@ -364,11 +387,12 @@ class QueueSim:
         return Result(self.policy, self.alloc_integral / (capacity * makespan) if makespan else 0.0,
                       self.queued_alloc_integral / (capacity * self.queued_time) if self.queued_time else math.nan,
                       makespan, first, queued, self.preemptions, self.backfills_preempted, lost, self.wasted,
-                      self.overcommit_gpu_s, self.overcommits, incomplete)
+                      self.overcommit_gpu_s, self.overcommits, incomplete, self.livelock)
 
 
-def simulate(trace: list[TraceJob], policy: str, nvml_used: bool = True, gpus: int = GPUS) -> Result:
-    return QueueSim(trace, policy, nvml_used=nvml_used, gpus=gpus).run()
+def simulate(trace: list[TraceJob], policy: str, nvml_used: bool = True, gpus: int = GPUS,
+             max_passes: int = MAX_PASSES) -> Result:
+    return QueueSim(trace, policy, nvml_used=nvml_used, gpus=gpus, max_passes=max_passes).run()
 
 
 # ---- figures -------------------------------------------------------------------------------------------------------
@@ -393,7 +417,7 @@ def figures(r: Result) -> dict[str, float]:
                              "preemptions": r.preemptions, "backfills_preempted": r.backfills_preempted,
                              "iterations_lost": r.iterations_lost, "wasted_gpu_s": r.wasted_gpu_s,
                              "overcommits": len(r.overcommits), "overcommit_gpu_s": r.overcommit_gpu_s,
-                             "incomplete": len(r.incomplete)}
+                             "incomplete": len(r.incomplete), "livelocked": float(r.livelock is not None)}
     for c in CLASSES:
         out[f"{c}_jobs"] = len(r.wait_first[c])
         for kind, waits in (("first", r.wait_first[c]), ("queued", r.wait_queued[c])):
@@ -426,7 +450,8 @@ def print_policy(title: str, fig: dict[str, float]) -> None:
           f"{fig['utilisation_queued'] * 100:5.1f} % while a job waited   makespan {hms(fig['makespan_s'])} "
           f"({fig['makespan_s']:.0f} s)")
     for c in CLASSES:
-        print(f"    wait {c:<6} ({fig[f'{c}_jobs']:2.0f} jobs)  first start: mean {fig[f'{c}_wait_first_mean_s']:6.0f} s"
+        print(f"    wait {c:<6} ({fig[f'{c}_jobs']:2.0f} jobs)  first start: mean "
+              f"{fig[f'{c}_wait_first_mean_s']:6.0f} s"
               f"  p95 {fig[f'{c}_wait_first_p95_s']:6.0f} s   queued (incl. re-queued): mean "
               f"{fig[f'{c}_wait_queued_mean_s']:6.0f} s  p95 {fig[f'{c}_wait_queued_p95_s']:6.0f} s")
     print(f"    preemptions {fig['preemptions']:.0f} (of backfills {fig['backfills_preempted']:.0f})   iterations lost "
@@ -451,13 +476,16 @@ def run_seed(seed: int, n_jobs: int, nvml_used: bool) -> dict:
           f"{i['wasted_gpu_s']:.0f} GPU-s; lost {i['iterations_lost']:.0f} / {f['iterations_lost']:.0f}; "
           f"GPU overcommitted {i['overcommits']:.0f} / {f['overcommits']:.0f} times")
     for p, r in res.items():
+        if r.livelock:
+            print(f"    {p}: LIVELOCK: {r.livelock}")
         for line in r.overcommits[:2]:
             print(f"    {p}: overcommitted: {line}")
-        for line in r.incomplete:
+        for line in r.incomplete[:5]:
             print(f"    {p}: not completed: {line}")
     return {"seed": seed, **figs, "ratios": ratios,
             "overcommit_examples": {p: r.overcommits[:5] for p, r in res.items()},
-            "not_completed": {p: r.incomplete for p, r in res.items()}}
+            "not_completed": {p: r.incomplete for p, r in res.items()},
+            "livelock": {p: r.livelock for p, r in res.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:
