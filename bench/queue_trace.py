@@ -96,7 +96,9 @@ MIN_RUN_S = 300.0
 SAVE_S = 5.0  # the shim's save at the boundary, then the script's cleanup and the process's exit (an assumption)
 EARLY_EXIT_S = 1.0  # a stop before the first iteration: the shim exits at once (trainer/shim.py, docstring)
 PASSES_PER_INSTANT = 50  # schedule() again at the same instant until it is quiet; more is a livelock
-MAX_PASSES = 200_000  # schedule() calls in one simulation before it is called a livelock (40 jobs need ~1-2 000)
+# schedule() calls in one simulation before it is called a livelock: 40 jobs take 130-200, seed 4's preemption storm
+# (a scheduler defect, docs/queue.md "Benchmark") 125 000 and ends; the small-host livelocks never end
+MAX_PASSES = 200_000
 
 
 @dataclass(frozen=True)
