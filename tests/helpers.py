@@ -111,3 +111,15 @@ def kill_tree_by_job(status_job: dict[str, Any]) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def steps(run_dir: Path) -> list[int]:
+    """Every iteration step a run logged to TensorBoard (rsl_rl's `.../time` tags are stepped by seconds)."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    out: set[int] = set()
+    for f in sorted(run_dir.rglob("events.out.tfevents.*")):
+        for ev in EventFileLoader(str(f)).Load():
+            if any(not v.tag.endswith("/time") for v in ev.summary.value):
+                out.add(ev.step)
+    return sorted(out)

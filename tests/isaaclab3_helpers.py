@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from helpers import steps  # noqa: F401 (re-exported: the real-Isaac-Lab tests read their runs with it)
+
 REPO = Path(__file__).resolve().parents[1]
 VENV = Path(os.environ.get("ISAACLAB3_VENV", REPO / ".venv-isaaclab3"))  # scripts/isaaclab3-venv.sh
 PY = VENV / "bin" / "python"
@@ -30,13 +32,3 @@ def run_dirs(sp, job: str) -> list[Path]:  # noqa: ANN001
     return out
 
 
-def steps(run_dir: Path) -> list[int]:
-    """Every iteration step a run logged to TensorBoard (rsl_rl's `.../time` tags are stepped by seconds)."""
-    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
-
-    out: set[int] = set()
-    for f in sorted(run_dir.rglob("events.out.tfevents.*")):
-        for ev in EventFileLoader(str(f)).Load():
-            if any(not v.tag.endswith("/time") for v in ev.summary.value):
-                out.add(ev.step)
-    return sorted(out)

@@ -3,8 +3,8 @@ what a user of a shared GPU host would notice: every job ends with exactly its i
 more memory than it has, the high class waits no longer than under FIFO, and the FIFO baseline is strict FIFO.
 
 The trace: 12 jobs of seed 1 on 4 of the scripted H200s, where FIFO keeps a high-priority gang waiting for hours and
-isaacd's queue preempts once. The strict xfails are the scheduler's defects the benchmark found (see docs/queue.md,
-"Benchmark"): each passes once scheduler.py is mended, and then its marker must go."""
+isaacd's queue preempts once. The last two tests are the scheduler's defects the benchmark found (a job waiting for its
+victims reserved nothing; a saving victim's memory was handed out), mended in scheduler.py."""
 
 from __future__ import annotations
 
@@ -87,16 +87,11 @@ def test_an_unwritable_json_path_is_one_line_naming_it(tmp_path, capsys):
     assert err.startswith(f"error: cannot write --json {bad}") and "\n" not in err
 
 
-@pytest.mark.xfail(strict=True, reason="scheduler.py: a job waiting for its victims to stop reserves nothing, so "
-                   "backfills take the room they free and are preempted again at once: a high-priority 2-GPU gang "
-                   "never starts (docs/queue.md, Benchmark)")
 def test_a_high_priority_gang_on_a_small_host_starts_and_every_job_completes():
     r = qt.QueueSim(qt.make_trace(2, 12), "isaacd", gpus=2, max_passes=5000).run()
     assert r.livelock is None and r.incomplete == []
 
 
-@pytest.mark.xfail(strict=True, reason="scheduler.py: the memory of a victim still saving is handed to another job "
-                   "in the same pass (docs/queue.md, Benchmark)")
 def test_a_preemption_never_overcommits_a_gpu_while_its_victim_saves():
     r = qt.QueueSim(qt.make_trace(6, 12), "isaacd", gpus=2).run()
     assert r.overcommits == []

@@ -14,8 +14,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from helpers import SupervisorProc, wait_for, write_config
-from isaaclab3_helpers import steps
+from helpers import SupervisorProc, steps, wait_for, write_config
 from isaacd.history.store import StateStore
 
 pytestmark = pytest.mark.slow

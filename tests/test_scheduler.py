@@ -155,3 +155,19 @@ def test_a_preempted_job_goes_back_to_its_old_place_in_the_queue():
             holds("urgent", (0,), None, priority=10, order=9)]
     s = schedule(jobs, host(2), now=0)
     assert placed(s) == {"preempted": (1,)} and s.waiting[0].job == "later"
+
+
+def test_a_job_waiting_for_its_victims_keeps_their_room_from_backfills():
+    # wide waits for small to save; a preemptible backfill behind it must not take the GPU small frees
+    jobs = [wants("wide", None, gpus=2, priority=10, order=1), holds("small", (1,), 10, stopping=True),
+            wants("filler", 10, order=5)]
+    s = schedule(jobs, host(2), now=1000)
+    assert placed(s) == {} and s.preemptions == ()
+    assert s.waiting[0].reason == "needs 2 GPUs (whole); waiting for small to save and stop"
+
+
+def test_the_room_a_saving_victim_will_free_goes_to_nobody_else_in_the_same_pass():
+    # urgent preempts big (130 GiB); the 110 GiB big frees beyond urgent's 20 are still big's until it has saved
+    jobs = [holds("big", (0,), 130, since=0), wants("urgent", 20, priority=10, order=1), wants("next", 50, order=2)]
+    s = schedule(jobs, host(1), now=10_000)
+    assert [p.victim for p in s.preemptions] == ["big"] and placed(s) == {}

@@ -237,9 +237,12 @@ def schedule(jobs: Sequence[QueuedJob], gpus: Sequence[Gpu], now: float, limits:
             continue
         # it does not fit now: room the stopping victims will leave, then spares, then preemption
         stopping = [j for j in jobs if j.name in victims_taken and j.placement]
-        if stopping and room.without(stopping).best_fit(job.request) is not None:
+        if stopping and (after := room.without(stopping).best_fit(job.request)) is not None:
             names = ", ".join(sorted(j.name for j in stopping))
             reason = f"needs {job.request.describe()}; waiting for {names} to save and stop"
+            # reserved on top of the victims, who still hold it while they save: nobody behind takes that room
+            # (a backfill would be preempted again at once), nor is it counted free before they are gone
+            room.take(job, after)
         elif (spared := _spares_in_the_way(job, room, jobs)) is not None:
             drops += [SpareDrop(s.name, job.name, f"its warm spare's GPU memory is needed by {job.name} "
                                                    f"({job.request.describe()})") for s in spared]
@@ -250,8 +253,9 @@ def schedule(jobs: Sequence[QueuedJob], gpus: Sequence[Gpu], now: float, limits:
                 preemptions.append(Preemption(v.name, job.name, _preempt_reason(v, job)))
                 victims_taken.add(v.name)
             reason = f"needs {job.request.describe()}; preempting {', '.join(v.name for v in chosen)}"
-            room = room.without(chosen)
-            room.take(job, room.best_fit(job.request) or ())  # reserved: nobody behind takes what it freed
+            # reserved on top of the victims (they hold their memory until they saved): the rest of what they
+            # will free is not handed to anyone else in this pass either
+            room.take(job, room.without(chosen).best_fit(job.request) or ())
         else:
             reason = _short(job, room, jobs, now, limits)
         if blocked is None:
