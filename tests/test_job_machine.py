@@ -491,6 +491,15 @@ def test_completion_gives_the_gpus_back():
     assert j.m.state == S.COMPLETED and j.m.placement == () and j.m.submitted_at is None
 
 
+def test_a_supervisor_shutdown_keeps_the_queue_place_of_a_placed_job():
+    j = queued().send(Placed((1,), "fits")).send(Progressed(1))
+    submitted = j.m.submitted_at
+    j.send(Stop(Origin.SHUTDOWN, "supervisor shutdown", final=False)).send(crash())
+    assert (j.m.state, j.m.placement, j.m.submitted_at) == (S.STOPPED, (), submitted)
+    j.send(Start(Origin.RECOVERY, "resuming after a supervisor restart")).at(99).send(Tick())
+    assert j.m.state == S.QUEUED and j.m.submitted_at == submitted  # its old place, not the back of the queue
+
+
 def test_drop_spare_asks_the_interpreter_to_hold_the_spare_back():
     j = queued().send(Placed((1,), "fits")).send(DropSpare("urgent", "room for urgent", until=1060))
     assert j.effects == [HoldSpare("room for urgent", 1060)] and j.m.state == S.STARTING

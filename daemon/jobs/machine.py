@@ -122,8 +122,10 @@ def _rest(m: JobModel, state: JobState, reason: str, final: bool, ctx: Context, 
           parked_by: str | None = None) -> JobModel:
     """Come to rest in stopped/completed/failed; `final` keeps it so across supervisor restarts."""
     new = _to(m, state, reason, ctx, out, stop=None, backoff_until=None, backoff_seconds=None, final=final,
-              parked_by=parked_by, placement=(), placed_at=None, backfill=False, submitted_at=None,
-              queued_at=None)  # its GPUs given back, out of the queue
+              parked_by=parked_by, placement=(), placed_at=None, backfill=False, queued_at=None,
+              # its GPUs given back; a rest that is undone by itself (a supervisor shutdown, a config removal, a heat
+              # park) keeps its submission time, so the job goes back to its old place in the queue
+              submitted_at=None if final else m.submitted_at)
     out.add(Persist())
     return new
 
