@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .users import UnknownUser, is_admin, user_by_uid
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -26,6 +28,7 @@ CANCELLED = ".cancelled"  # cancelled jobs' files, kept for the record; a name s
 class DropIn:
     path: Path
     job: dict[str, Any]  # the raw [[jobs]] table
+    uid: int = 0  # the file's owner: the job's, unless an admin's file says `owner =` (issue 32)
 
     @property
     def name(self) -> str | None:
@@ -41,7 +44,7 @@ class DropInError(Exception):
         super().__init__(f"{path}: {key + ': ' if key else ''}{message}")
 
 
-def parse_drop_in(text: str, path: Path) -> DropIn:
+def parse_drop_in(text: str, path: Path, uid: int = 0) -> DropIn:
     """One job file's text: exactly one [[jobs]] table and nothing else."""
     try:
         raw = tomllib.loads(text)
@@ -56,7 +59,7 @@ def parse_drop_in(text: str, path: Path) -> DropIn:
         count = len(jobs) if isinstance(jobs, list) else 0
         raise DropInError(path, "jobs", f"a job file holds exactly one [[jobs]] table (found {count}); write one "
                                         "file per job")
-    return DropIn(path, jobs[0])
+    return DropIn(path, jobs[0], uid)
 
 
 def read_drop_ins(jobs_dir: Path) -> list[DropIn]:
@@ -71,11 +74,12 @@ def read_drop_ins(jobs_dir: Path) -> list[DropIn]:
     for path in paths:
         try:
             text = path.read_text(encoding="utf-8")
+            uid = path.stat().st_uid
         except OSError as exc:
             raise DropInError(path, "", f"cannot read: {exc.strerror}") from None
         except UnicodeDecodeError:
             raise DropInError(path, "", "not UTF-8 text") from None
-        out.append(parse_drop_in(text, path))
+        out.append(parse_drop_in(text, path, uid))
     return out
 
 
@@ -88,6 +92,21 @@ def with_paths_under(job: dict[str, Any], base: Path) -> dict[str, Any]:
         if isinstance(v, str) and not Path(v).is_absolute():
             out[key] = str((base / v).resolve())
     return out
+
+
+def owned(drop_in: DropIn, admin_group: str | None) -> dict[str, Any]:
+    """The job with its owner: the file's owner, or the `owner =` an admin's file names. Another user's file that
+    names someone else is refused (a job cannot be slipped in under another user's name)."""
+    try:
+        who = user_by_uid(drop_in.uid)
+    except UnknownUser as exc:
+        raise DropInError(drop_in.path, "", f"owned by {exc}; chown it to the job's user") from None
+    named = drop_in.job.get("owner")
+    if named is not None and named != who.name and not is_admin(who, admin_group):
+        raise DropInError(drop_in.path, "jobs[0].owner", f"only an admin may give a job another owner, and this file "
+                                                         f"is {who.name}'s; remove owner (the job is then "
+                                                         f"{who.name}'s)")
+    return drop_in.job if named is not None else {**drop_in.job, "owner": who.name}
 
 
 def job_file(jobs_dir: Path, name: str) -> Path:

@@ -24,9 +24,11 @@ else:  # pragma: no cover
 
 from .backup import BackupConfig
 from ..gpu.assign import device_outside_gpus, gpu_conflicts
-from .jobs_dir import DropInError, read_drop_ins, with_paths_under
+from .jobs_dir import DropInError, owned, read_drop_ins, with_paths_under
 from .locate import DEFAULT_SOCKET, EMBEDDED_DEFAULT_NAME
+from .access import NAME_RE, AccessConfig
 from .queue import QueueConfig
+from .sizes import memory_bytes
 from .watchdogs import WatchdogsConfig
 
 JOB_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
@@ -51,6 +53,10 @@ class SupervisorConfig(_Model):
     # a drop-in directory of job files, one [[jobs]] each (`isaacd submit` writes there): jobs without editing this
     # file (issue 31). Relative to this file's directory.
     jobs_dir: Path | None = None
+    # many people on one server (issue 32, docs/security.md): the control socket's group (mode 0660 then), whose
+    # members use isaacd with their own identity (from the kernel, SO_PEERCRED); and the group that may do anything
+    socket_group: str | None = None
+    admin_group: str | None = None
 
     @field_validator("socket_mode")
     @classmethod
@@ -184,16 +190,7 @@ class ContainerConfig(_Model):
     user: str | None = None
 
 
-MEMORY_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?$", re.IGNORECASE)
 RAY_LABEL_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-
-
-def memory_bytes(text: str) -> int:
-    """ "16g", "512m", "1.5GiB", "1000000" -> bytes (binary units)."""
-    m = MEMORY_RE.fullmatch(text.strip())
-    if not m:
-        raise ValueError(f'"{text}" is not a size: use bytes or a number with k, m, g or t, e.g. "16g"')
-    return int(float(m.group(1)) * 1024 ** " kmgt".index(m.group(2).lower() or " "))
 
 
 class RayConfig(_Model):
@@ -290,6 +287,9 @@ class JobConfig(_Model):
     # a job of a higher priority that does not fit may stop this one (saved at the next iteration boundary, 0 lost)
     # and queue it again in its old place, after it ran [queue] min_run_seconds
     preemptible: bool = True
+    # who the job belongs to, and runs as (issue 32): a job file's owner, a submitter; set here only by an admin.
+    # None: the supervisor's own user (a job of the host config, as before)
+    owner: str | None = None
     log_root: Path = Path("logs")
     extra_args: list[str] = []  # more trainer flags and Hydra overrides (env.*=..., agent.*=...)
     environment: dict[str, str] = {}
@@ -393,6 +393,13 @@ class JobConfig(_Model):
                 or data.get("gpu_memory") is not None):
             return {**data, "device": "cuda"}
         return data
+
+    @field_validator("owner")
+    @classmethod
+    def _owner(cls, v: str | None) -> str | None:
+        if v is not None and not NAME_RE.fullmatch(v):
+            raise ValueError(f'"{v}" is not a user name (lower-case letters, digits, "_", "-", ".")')
+        return v
 
     @field_validator("gpu_memory")
     @classmethod
@@ -499,6 +506,7 @@ class Config(_Model):
     gpu: GpuConfig = GpuConfig()
     ray: RayConfig | None = None
     queue: QueueConfig = QueueConfig()  # [queue]: placement and preemption of jobs that ask for GPUs (issue 31)
+    access: AccessConfig = AccessConfig()  # [access]: what users who are no admins may ask for, and hold (issue 32)
     jobs: list[JobConfig] = []
 
     @model_validator(mode="after")
@@ -651,8 +659,12 @@ def _with_drop_ins(raw: dict[str, Any], source: str, base_dir: Path) -> dict[str
         raise ConfigError(str(exc.path), [ConfigIssue(exc.key, exc.message)]) from None
     owners = {j.get("name"): source for j in raw.get("jobs", []) if isinstance(j, dict)}
     jobs = list(raw.get("jobs", [])) if isinstance(raw.get("jobs"), list) else []
+    admin_group = raw["supervisor"].get("admin_group")
     for d in drop_ins:
-        job = with_paths_under(d.job, d.path.parent)
+        try:
+            job = with_paths_under(owned(d, admin_group if isinstance(admin_group, str) else None), d.path.parent)
+        except DropInError as exc:
+            raise ConfigError(str(exc.path), [ConfigIssue(exc.key, exc.message)]) from None
         check_job_table(job, str(d.path), raw.get("ray"))
         if d.name in owners:
             raise ConfigError(str(d.path), [ConfigIssue("jobs[0].name", f'"{d.name}" is already a job of '
