@@ -66,8 +66,7 @@ own books that no GPU holds more than its memory and counts each time one does. 
 exceed MAX_PASSES (schedule() acting for ever and nothing finishing) is cut short and reported as a livelock, its
 unfinished jobs as not completed.
 
-    .venv/bin/python bench/queue_trace.py                  # 5 seeds of 40 jobs: ~13 s on this 2-core box, most
-                                                           # of it seeds 4 and 5's preemption storms
+    .venv/bin/python bench/queue_trace.py                  # 5 seeds of 40 jobs: 0.2 s on this 2-core box
     .venv/bin/python bench/queue_trace.py --seeds 9 --json /tmp/queue.json
 """
 
@@ -96,8 +95,8 @@ MIN_RUN_S = 300.0
 SAVE_S = 5.0  # the shim's save at the boundary, then the script's cleanup and the process's exit (an assumption)
 EARLY_EXIT_S = 1.0  # a stop before the first iteration: the shim exits at once (trainer/shim.py, docstring)
 PASSES_PER_INSTANT = 50  # schedule() again at the same instant until it is quiet; more is a livelock
-# schedule() calls in one simulation before it is called a livelock: 40 jobs take 130-200, seed 4's preemption storm
-# (a scheduler defect, docs/queue.md "Benchmark") 125 000 and ends; the small-host livelocks never end
+# schedule() calls in one simulation before it is called a livelock: 40 jobs take 130-200 (before f0a07d0 mended the
+# scheduler, seed 4's preemption storm took 125 000 and ended; a 2-GPU host's livelock never ended)
 MAX_PASSES = 200_000
 
 
