@@ -171,3 +171,16 @@ def test_the_room_a_saving_victim_will_free_goes_to_nobody_else_in_the_same_pass
     jobs = [holds("big", (0,), 130, since=0), wants("urgent", 20, priority=10, order=1), wants("next", 50, order=2)]
     s = schedule(jobs, host(1), now=10_000)
     assert [p.victim for p in s.preemptions] == ["big"] and placed(s) == {}
+
+
+def test_the_room_a_dropped_spare_frees_is_kept_for_the_job_it_was_dropped_for():
+    jobs = [holds("a", (0,), 65, spare_bytes=65 * GiB, since=0), wants("urgent", 15, priority=10, order=5),
+            wants("c", 70, order=6)]
+    s = schedule(jobs, host(1), now=10_000)
+    assert [d.job for d in s.spare_drops] == ["a"] and placed(s) == {}  # c is not booked on the spare's memory
+
+
+def test_a_job_held_whole_is_preempted_for_memory_its_own_process_uses():
+    jobs = [holds("whole", (0,), None, since=0), wants("sized", 40, priority=10)]
+    s = schedule(jobs, [Gpu(0, H200, used_bytes=110 * GiB)], now=1000)
+    assert [p.victim for p in s.preemptions] == ["whole"]
