@@ -144,6 +144,7 @@ def job_status(r: RunnerView) -> JobStatus:
         if lw is not None else None
     return JobStatus(
         name=cfg.name,
+        owner=cfg.owner,
         state=m.state.value,
         state_since=r.state_since,
         state_reason=reason,

@@ -316,6 +316,7 @@ class JobStatus:
     launch_wait: LaunchWaitStatus | None = None  # starting: the wait it is on, how long so far, its deadline
     boot: BootStatus | None = None  # starting, before its first iteration: how long, how far, its last output
     queue: QueueStatus | None = None  # a job the host's queue places: its request, order, GPUs, place, why it waits
+    owner: str | None = None  # whose job it is (issue 32): its config's `owner`; None: the supervisor's user's
 
     def to_json(self) -> JSON:
         return {f.name: _to_json(getattr(self, f.name)) for f in fields(self)}
