@@ -3,6 +3,7 @@ what a user of the host would notice."""
 
 from __future__ import annotations
 
+from isaacd.scheduling.quota import Quota, Quotas
 from isaacd.scheduling.scheduler import (GiB, Gpu, Limits, PinnedJob, QueuedJob, Request, queue_order, schedule)
 
 H200 = 140 * GiB
@@ -184,3 +185,72 @@ def test_a_job_held_whole_is_preempted_for_memory_its_own_process_uses():
     jobs = [holds("whole", (0,), None, since=0), wants("sized", 40, priority=10)]
     s = schedule(jobs, [Gpu(0, H200, used_bytes=110 * GiB)], now=1000)
     assert [p.victim for p in s.preemptions] == ["whole"]
+
+
+# ---- quotas (issue 32): per owner and per group; past one a job waits, blocks nobody and preempts nobody ----------
+def test_at_her_gpu_quota_alices_next_job_waits_saying_so_and_bobs_starts_past_it():
+    quotas = Quotas(users={"alice": Quota(gpus=2)})
+    jobs = [holds("a1", (0,), None, owner="alice"), holds("a2", (1,), None, owner="alice"),
+            wants("a3", None, order=1, owner="alice"), wants("b1", None, order=2, owner="bob", preemptible=False)]
+    s = schedule(jobs, host(4), now=1000, quotas=quotas)
+    assert [(p.job, p.backfill) for p in s.placements] == [("b1", False)]  # not blocked behind a3: no backfill
+    assert [(w.job, w.reason) for w in s.waiting] == [
+        ("a3", "alice's quota: 2 of 2 GPUs in use (this job needs 1); it starts when enough of them is free")]
+    # one of hers ends: the next one starts
+    s = schedule([holds("a1", (0,), None, owner="alice"), wants("a3", None, order=1, owner="alice")], host(4),
+                 now=1000, quotas=quotas)
+    assert placed(s) == {"a3": (1,)}
+
+
+def test_a_gpu_memory_job_counts_its_share_of_the_gpu():
+    quotas = Quotas(users={"alice": Quota(gpus=1)})
+    jobs = [holds("a1", (0,), 70, owner="alice"), wants("a2", 70, order=1, owner="alice"),
+            wants("a3", 35, order=2, owner="alice")]
+    s = schedule(jobs, host(2), now=0, quotas=quotas)  # 70/140 + 70/140 = 1 GPU: the third is past it
+    assert placed(s) == {"a2": (0,)}
+    assert s.waiting[0].reason.startswith("alice's quota: 1 of 1 GPUs in use (this job needs 0.25)")
+
+
+def test_a_gpu_memory_quota_counts_a_whole_gpu_as_all_of_its_memory():
+    quotas = Quotas(users={"alice": Quota(gpu_memory_bytes=160 * GiB)})
+    jobs = [holds("whole", (0,), None, owner="alice"), wants("a2", 30, order=1, owner="alice"),
+            wants("a3", 20, order=2, owner="alice")]
+    s = schedule(jobs, host(2), now=0, quotas=quotas)
+    assert placed(s) == {"a3": (1,)}  # 140 + 30 > 160; 140 + 20 fits
+    assert s.waiting[0].reason.startswith("alice's quota: 140 of 160 GiB of GPU memory in use (this job needs 30 GiB)")
+
+
+def test_a_group_quota_counts_its_members_together():
+    quotas = Quotas(groups={"lab": Quota(gpus=2)})
+    jobs = [holds("a1", (0,), None, owner="alice", groups=("lab",)), holds("c1", (1,), None, owner="carol",
+                                                                             groups=("lab",)),
+            wants("a2", None, order=1, owner="alice", groups=("lab",)), wants("d1", None, order=2, owner="dave")]
+    s = schedule(jobs, host(4), now=0, quotas=quotas)
+    assert placed(s) == {"d1": (2,)}
+    assert s.waiting[0].reason.startswith("group lab's quota: 2 of 2 GPUs in use")
+
+
+def test_a_job_past_its_quota_never_preempts_to_get_around_it():
+    quotas = Quotas(users={"alice": Quota(gpus=1)})
+    jobs = [holds("a1", (0,), None, priority=5, owner="alice"), holds("b-low", (1,), None, priority=0, owner="bob"),
+            wants("a-urgent", None, priority=10, order=1, owner="alice")]
+    s = schedule(jobs, host(2), now=10_000, quotas=quotas)
+    assert s.preemptions == () and s.waiting[0].reason.startswith("alice's quota: 1 of 1 GPUs in use")
+    # under her quota on the GPUs it would take, a priority still preempts as before
+    s = schedule(jobs, host(2), now=10_000, quotas=Quotas(users={"alice": Quota(gpus=2)}))
+    assert [(p.victim, p.by) for p in s.preemptions] == [("b-low", "a-urgent")]
+
+
+def test_past_her_queued_quota_alices_later_jobs_wait_behind_everyones():
+    quotas = Quotas(users={"alice": Quota(queued=1)})
+    jobs = [holds("x", (0,), None, owner="bob", preemptible=False), wants("a1", None, priority=5, order=1,
+                                                                         owner="alice"),
+            wants("a2", None, priority=5, order=2, owner="alice"), wants("b1", None, order=3, owner="bob")]
+    s = schedule(jobs, host(1), now=0, quotas=quotas)
+    assert [(w.job, w.position) for w in s.waiting] == [("a1", 1), ("b1", 2), ("a2", 3)]
+    assert s.waiting[2].reason.startswith("alice's quota: 1 jobs waiting in line (queued = 1); this one waits "
+                                          "behind everyone's")
+    # a1 placed: a2 is in line again, ahead of bob's later submission
+    later = [j for j in jobs if j.name not in ("x", "a1")] + [holds("a1", (0,), None, owner="alice")]
+    s = schedule(later, host(2), now=0, quotas=quotas)
+    assert placed(s) == {"a2": (1,)}

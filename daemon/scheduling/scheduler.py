@@ -18,6 +18,9 @@ The rules, each a scenario in tests/test_scheduler.py:
   * Else it preempts the fewest jobs it outranks (lower priority, or a backfill behind it), lowest priority and most
     recently started first, among the preemptible ones past their minimum run time; each saves at its next iteration
     boundary and goes back to the queue. While victims stop, it waits for them and preempts no more.
+  * Quotas (issue 32, quota.py): a job whose placement would take its owner (or a group of theirs) past a quota of
+    GPUs or GPU memory held waits, saying so; it blocks nobody behind it and preempts nobody to get past it. Past a
+    `queued` quota, an owner's later jobs wait behind everyone's.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+
+from .quota import Ledger, Quotas
 
 GiB = 2**30
 MAX_VICTIM_SETS = 20_000  # preemption search: subsets tried before the greedy fallback (the 40-job benchmark on 8
@@ -70,6 +75,8 @@ class QueuedJob:
     backfilled: bool = False  # placed ahead of a blocked job: gives its GPUs back the moment that job could run
     stopping: bool = False  # a preemption's stop is under way: its GPUs come free once it has saved
     spare_bytes: int = 0  # what its warm spare holds on each of its GPUs
+    owner: str | None = None  # whose job: its owner's quota counts it (None: no quota, the supervisor's own)
+    groups: tuple[str, ...] = ()  # the owner's groups with a quota, which count it too
 
 
 @dataclass(frozen=True)
@@ -215,29 +222,42 @@ def queue_order(jobs: Iterable[QueuedJob]) -> list[QueuedJob]:
 
 
 def schedule(jobs: Sequence[QueuedJob], gpus: Sequence[Gpu], now: float, limits: Limits = Limits(),
-             pinned: Sequence[PinnedJob] = ()) -> Schedule:
+             pinned: Sequence[PinnedJob] = (), quotas: Quotas = Quotas()) -> Schedule:
     room = _Room.of(gpus, jobs, pinned)
+    ledger = Ledger(quotas, {g.index: g.total_bytes for g in gpus}, jobs)  # what owners and groups hold (quota.py)
     placements: list[Placement] = []
     preemptions: list[Preemption] = []
     drops: list[SpareDrop] = []
     waiting: list[Waiting] = []
     blocked: QueuedJob | None = None  # the first job that could not be placed
     victims_taken: set[str] = {j.name for j in jobs if j.stopping}
-    for job in queue_order(j for j in jobs if j.waiting):
+    in_line, behind = ledger.in_line(queue_order(j for j in jobs if j.waiting))
+    for job in in_line:
         if not _possible(job.request, room):
             waiting.append(Waiting(job.name, len(waiting) + 1, _never(job.request, room)))
+            continue
+        if (over := ledger.refusal(job, None)) is not None:  # past a quota wherever it went: it blocks nobody
+            waiting.append(Waiting(job.name, len(waiting) + 1, over))
             continue
         if blocked is not None and not job.preemptible:
             waiting.append(Waiting(job.name, len(waiting) + 1, f"behind {blocked.name}, which waits for GPUs; "
                                                                "not preemptible, so it may not start ahead of it"))
             continue
         where = room.best_fit(job.request)
+        if where is not None and (over := ledger.refusal(job, where)) is not None:
+            waiting.append(Waiting(job.name, len(waiting) + 1, over))
+            continue
+        if where is None and job.name in behind:  # past its `queued` quota: it waits, and moves nobody
+            waiting.append(Waiting(job.name, len(waiting) + 1,
+                                   f"{behind[job.name]}; {_short(job, room, jobs, now, limits)}"))
+            continue
         if where is not None:
             backfill = blocked is not None
             why = (f"ahead of {blocked.name} (blocked), preemptible: gives the GPUs back when it could run"
                    if blocked is not None else "fits")
             placements.append(Placement(job.name, where, backfill, why))
             room.take(job, where)
+            ledger.take(job, where)
             continue
         # it does not fit now: room the stopping victims will leave, then spares, then preemption
         stopping = [j for j in jobs if j.name in victims_taken and j.placement]
@@ -253,7 +273,11 @@ def schedule(jobs: Sequence[QueuedJob], gpus: Sequence[Gpu], now: float, limits:
             reason = f"needs {job.request.describe()}; dropping the warm spares of {', '.join(s.name for s in spared)}"
             # reserved on top of the spares (they hold their memory until killed): nobody behind takes that room
             room.take(job, room.without((), spared).best_fit(job.request) or ())
-        elif (chosen := _victims(job, jobs, room, now, limits, victims_taken)) is not None:
+        elif (chosen := _victims(job, jobs, room, now, limits, victims_taken)) is not None and \
+                (over := ledger.refusal(job, room.without(chosen).best_fit(job.request))) is not None:
+            waiting.append(Waiting(job.name, len(waiting) + 1, over))  # no preemption to get past its quota
+            continue
+        elif chosen is not None:
             for v in chosen:
                 preemptions.append(Preemption(v.name, job.name, _preempt_reason(v, job)))
                 victims_taken.add(v.name)
