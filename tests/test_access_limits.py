@@ -34,9 +34,9 @@ def refused(access: AccessConfig = ACCESS, **over) -> dict[str, str]:  # noqa: A
 
 
 def test_a_job_inside_the_users_areas_asking_the_queue_is_allowed():
+    env = {"PYTHONPATH": "/home/alice/ext:/data/alice/x", "WANDB_MODE": "offline"}
     assert refused(gpu_memory="12GiB", device="cpu", priority=0, launcher=["/opt/il/bin/python"],
-                   command=None, isaaclab_dir="/opt/isaaclab", environment={"PYTHONPATH": "/home/alice/ext:/data/alice/x",
-                                                                            "WANDB_MODE": "offline"},
+                   command=None, isaaclab_dir="/opt/isaaclab", environment=env,
                    container={"volumes": ["/data/alice/assets:/assets:ro"], "ports": ["127.0.0.1:6006:6006"]}) == {}
 
 
