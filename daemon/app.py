@@ -107,8 +107,9 @@ def build_supervisor(cfg: Config, config_path: str | None) -> Supervisor:
         memory.observe(sampler.snapshot())
 
     watchdogs = WatchdogEngine(SamplerFeed(sampler))
-    queue = HostQueue(cfg.queue, sampler.snapshot)  # jobs that ask for GPUs (issue 31): placed after the watchdogs
-    extensions: list[Extension] = [_SamplerExtension(sampler), watchdogs]
+    # jobs that ask for GPUs (issue 31): placed after the watchdogs; an extension too, for the [access] in force
+    queue = HostQueue(cfg.queue, sampler.snapshot, cfg.access, cfg.supervisor.admin_group)
+    extensions: list[Extension] = [_SamplerExtension(sampler), watchdogs, queue]
     if cfg.metrics.enabled:
         extensions.append(_MetricsExtension(sampler))
     extensions.append(_BackupDrain())  # last in, first stopped

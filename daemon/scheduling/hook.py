@@ -5,14 +5,20 @@ decides each job's part and saves it before the runner acts, so a supervisor kil
 on disk and finishes it.
 
 At publish it adds each waiting job's place and reason to its status row (`job_status`), from the last pass.
+
+Quotas (issue 32) come from the `[access]` in force (a reload changes them): it is an extension too, handed the
+running supervisor's view at start, and reads `running.config` each tick (owners.py: each owner's limits and groups).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Protocol
 
+from ..config.access import AccessConfig
 from ..config.queue import QueueConfig
+from ..config.schema import Config
 from ..daemon_log import log
 from ..gpu.assign import job_gpus
 from ..gpu.snapshot import GpuSnapshot
@@ -20,20 +26,37 @@ from ..jobs.messages import Command, DropSpare, Placed, Preempt
 from ..jobs.model import JobState
 from ..status.signals import JobSignals
 from ..status.types import JobStatus
+from .owners import Owners
 from .scheduler import Gpu, Limits, PinnedJob, QueuedJob, Request, Schedule, Waiting, schedule
 
 SPARE_HOLD_SECONDS = 120.0  # a spare dropped for a waiting job stays off this long after the last pass needing it
 AT_REST = (JobState.STOPPED, JobState.COMPLETED, JobState.FAILED)
 
 
+class InForce(Protocol):
+    """The running supervisor as an extension sees it (supervisor.Running): the config in force."""
+
+    config: Config
+
+
 class HostQueue:
     """Places the jobs that ask for GPUs; one per supervisor, ticked on its main thread."""
 
-    def __init__(self, cfg: QueueConfig, gpu_snapshot: Callable[[], GpuSnapshot] | None):
+    def __init__(self, cfg: QueueConfig, gpu_snapshot: Callable[[], GpuSnapshot] | None,
+                 access: AccessConfig = AccessConfig(), admin_group: str | None = None, owners: Owners | None = None):
         self.cfg = cfg
         self.gpu_snapshot = gpu_snapshot
         self.waiting: dict[str, Waiting] = {}  # the last pass's answer for each waiting job
         self.last: Schedule = Schedule()
+        self.access, self.admin_group = access, admin_group  # until started: the config it was built with
+        self.owners = owners or Owners()
+        self._running: InForce | None = None
+
+    def start(self, running: InForce) -> None:
+        self._running = running
+
+    def stop(self) -> None:
+        self._running = None
 
     def tick(self, now: float, signals: Sequence[JobSignals]) -> list[tuple[str, Command]]:
         placed = [s for s in signals if s.queue is not None]
@@ -48,10 +71,14 @@ class HostQueue:
             self.waiting = {s.name: Waiting(s.name, i + 1, why)
                             for i, s in enumerate(x for x in placed if x.queue and x.queue.waiting)}
             return []
-        jobs = [_queued(s) for s in placed]
+        access, admin_group = self.access, self.admin_group
+        if self._running is not None:
+            access, admin_group = self._running.config.access, self._running.config.supervisor.admin_group
+        quotas, groups = self.owners.quotas((s.queue.owner for s in placed if s.queue), access, admin_group, now)
+        jobs = [_queued(s, groups) for s in placed]
         pinned = [PinnedJob(s.name, tuple(sorted(job_gpus(s.cfg, snap).physical_indices)))
                   for s in signals if s.queue is None and s.state not in AT_REST]
-        decided = schedule(jobs, gpus, now, Limits(self.cfg.min_run_seconds), pinned)
+        decided = schedule(jobs, gpus, now, Limits(self.cfg.min_run_seconds), pinned, quotas)
         if decided.placements or decided.preemptions:
             log.info("queue_pass", placed={p.job: list(p.gpus) for p in decided.placements},
                      preempted={p.victim: p.by for p in decided.preemptions},
@@ -92,9 +119,10 @@ class HostQueue:
                        state_reason=f"queued #{w.position}: {w.reason}")
 
 
-def _queued(s: JobSignals) -> QueuedJob:
+def _queued(s: JobSignals, groups: dict[str, tuple[str, ...]]) -> QueuedJob:
     q = s.queue
     assert q is not None
     return QueuedJob(s.name, Request(q.gpus, q.memory_bytes), q.priority,
                      q.submitted_at if q.submitted_at is not None else float("inf"), q.preemptible, q.waiting,
-                     q.placement, q.placed_at, q.backfill, q.preempting, q.spare_bytes)
+                     q.placement, q.placed_at, q.backfill, q.preempting, q.spare_bytes, q.owner,
+                     groups.get(q.owner, ()) if q.owner is not None else ())

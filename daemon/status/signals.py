@@ -32,6 +32,7 @@ class QueueFacts:
     backfill: bool
     preempting: bool  # a preemption's stop is under way (it saves, then gives its GPUs back)
     spare_bytes: int  # GPU memory its warm spare holds on each of its GPUs
+    owner: str | None = None  # whose job (its written config's `owner`; None: the supervisor's user's): quotas count it
 
 
 @dataclass(frozen=True)
@@ -108,4 +109,4 @@ def queue_facts(written: JobConfig, m: JobModel, spare: SpareStatus) -> QueueFac
                       preemptible=written.preemptible, waiting=m.state == JobState.QUEUED,
                       submitted_at=m.submitted_at, placement=m.placement, placed_at=m.placed_at, backfill=m.backfill,
                       preempting=m.stop is not None and m.stop.then == Then.QUEUE and m.state == JobState.STOPPING,
-                      spare_bytes=spare_bytes)
+                      spare_bytes=spare_bytes, owner=written.owner)
