@@ -55,6 +55,14 @@ def _user(pw: pwd.struct_passwd) -> User:
     return User(pw.pw_uid, pw.pw_gid, pw.pw_name, pw.pw_dir, tuple(names), tuple(gids))
 
 
+def supervisor_user() -> str:
+    """This process's user name (root, as a service): whose a job without `owner` is."""
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return f"uid {os.geteuid()}"
+
+
 def is_admin(user: User, admin_group: str | None) -> bool:
     """Root, or a member of `[supervisor] admin_group`."""
     return user.root or (admin_group is not None and admin_group in user.groups)

@@ -123,6 +123,14 @@ METRICS: tuple[MetricDef, ...] = (
        "GPU memory neither given out by the queue nor in use: isaacd_gpu_memory_total_bytes - "
        "max(isaacd_gpu_memory_allocated_bytes, isaacd_gpu_memory_used_bytes), at least 0. The queue places "
        "nothing on a GPU a pinned job holds, or a cordoned (isaacd_gpu_unhealthy) or hot one.", True),
+    # ---- per user (issue 32; metrics/queue_collector.py): the owners of jobs the queue places, as quotas count
+    _g("isaacd_user_gpus", ("user",),
+       "GPUs held by the user's jobs the queue placed (running, starting, saving): a whole GPU counts 1, a "
+       "gpu_memory job its share of the GPU (asked / total). user: the job's owner (a job without one: the "
+       "supervisor's user). Every owner of a job the queue places, from 0."),
+    _g("isaacd_user_gpu_memory_allocated_bytes", ("user",),
+       "GPU memory held by the user's jobs the queue placed: gpu_memory on each GPU, a whole GPU its total."),
+    _g("isaacd_user_queued_jobs", ("user",), "The user's jobs waiting in the host's queue (state queued)."),
     # ---- GPU collector
     _g("isaacd_gpu_collector_up", (), "1 if the GPU source (NVML) is open and sampled; 0 with the reason in the log."),
     _g("isaacd_gpu_xid_watch_up", (), "1 if XID events are being watched (a thread blocked in nvmlEventSetWait_v2)."),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..config.users import supervisor_user
 from ..gpu.snapshot import GpuSnapshot
 from ..jobs.model import JobState
 from ..status.types import JobStatus, QueueStatus
@@ -22,9 +23,11 @@ QUEUED = JobState.QUEUED.value
 UNKNOWN = "unknown"  # a priority a JSON row gave as no integer
 
 
-def collect_queue(f: Families, jobs: Sequence[JobStatus], snap: GpuSnapshot | None, now: float) -> None:
+def collect_queue(f: Families, jobs: Sequence[JobStatus], snap: GpuSnapshot | None, now: float,
+                  me: str | None = None) -> None:
     """The queue's families from this scrape's rows and snapshot. A host whose jobs all name their GPUs has no
-    queue series but the GPUs' allocated (0) and idle memory."""
+    queue series but the GPUs' allocated (0) and idle memory. `me`: whose a job without an owner is (the
+    supervisor's user)."""
     placed = [(j, j.queue) for j in jobs if isinstance(j.queue, QueueStatus)]
     waiting: dict[str, int] = {}
     for job, q in placed:
@@ -39,8 +42,52 @@ def collect_queue(f: Families, jobs: Sequence[JobStatus], snap: GpuSnapshot | No
                 f.add("isaacd_queue_wait_seconds", [job.name, prio], max(0.0, now - since))
     for prio, n in sorted(waiting.items(), key=lambda kv: (kv[0] == UNKNOWN, 0 if kv[0] == UNKNOWN else int(kv[0]))):
         f.add("isaacd_queue_jobs", [prio], n)
+    _per_user(f, placed, _totals(snap) if snap is not None and snap.up else {}, me or supervisor_user())
     if snap is not None and snap.up:
         _gpu_memory(f, [q for _, q in placed], snap)
+
+
+def _totals(snap: GpuSnapshot) -> dict[int, float]:
+    """Each physical GPU's memory, where this pass read it."""
+    out = {}
+    for key, info in snap.gpus.items():
+        sample = snap.samples.get(key)
+        total = num(sample.memory_total_bytes) if sample is not None else None
+        if not info.is_mig and total:
+            out[info.index] = total
+    return out
+
+
+def _per_user(f: Families, placed: Sequence[tuple[JobStatus, QueueStatus]], totals: dict[int, float],
+              me: str) -> None:
+    """Per owner of a job the queue places (issue 32), as the quotas count (scheduling/quota.py): the GPUs their
+    placed jobs hold (a whole GPU 1, a gpu_memory job asked / the GPU's total; a GPU without a reading counted
+    whole), the GPU memory (a whole GPU its total), the jobs waiting. Every such owner from 0. Names only: a job's
+    environment and credentials are in no label."""
+    gpus: dict[str, float] = {}
+    memory: dict[str, float] = {}
+    waiting: dict[str, int] = {}
+    for job, q in placed:
+        user = job.owner if isinstance(job.owner, str) and job.owner else me
+        gpus.setdefault(user, 0.0)
+        memory.setdefault(user, 0.0)
+        waiting.setdefault(user, 0)
+        if job.state == QUEUED:
+            waiting[user] += 1
+            continue
+        ask = None if q.memory_bytes is None else num(q.memory_bytes)
+        for i in q.placement:
+            total = totals.get(i) if isinstance(i, int) else None
+            if ask is None:
+                gpus[user] += 1.0
+                memory[user] += total or 0.0
+            else:
+                gpus[user] += ask / total if total else 1.0
+                memory[user] += ask
+    for user in sorted(gpus):
+        f.add("isaacd_user_gpus", [user], gpus[user])
+        f.add("isaacd_user_gpu_memory_allocated_bytes", [user], memory[user])
+        f.add("isaacd_user_queued_jobs", [user], waiting[user])
 
 
 def _priority(q: QueueStatus) -> str:

@@ -8,25 +8,15 @@ quota either."""
 
 from __future__ import annotations
 
-import os
-import pwd
 from collections.abc import Callable, Iterable
 
 from ..access.limits import effective_limits
 from ..config.access import AccessConfig, Limits
 from ..config.sizes import memory_bytes
-from ..config.users import UnknownUser, User, is_admin, user_by_name
+from ..config.users import UnknownUser, User, is_admin, supervisor_user, user_by_name
 from .quota import Quota, Quotas
 
 USER_TTL_SECONDS = 60.0
-
-
-def supervisor_user() -> str:
-    """The supervisor's own user name (root, as a service): the owner of a job without `owner`."""
-    try:
-        return pwd.getpwuid(os.geteuid()).pw_name
-    except KeyError:
-        return f"uid {os.geteuid()}"
 
 
 class Owners:
