@@ -1,22 +1,33 @@
 """Control API: JSON over a Unix socket (one request line, one response line).
 
 The socket file is created with the configured mode (default 0600, root only) inside a directory
-only its owner can enter; `isaacd status|events|stop|start|restart|reset|reload|nodes|cordon|uncordon` are its
-clients. The server sees the supervisor through `Controlled` and the ray runtime through `Fleet`, and imports
+only its owner can enter; with `[supervisor] socket_group` it is that group's, mode 0660, in a directory of mode
+0750 of that group (issue 32). `isaacd status|events|stop|start|restart|reset|reload|nodes|cordon|uncordon` are its
+clients. Each connection's user is the kernel's (SO_PEERCRED), never a field of the request; what that user may do
+is access/policy.py's, and what they may not read of another's job access/redact.py's (docs/security.md).
+The server sees the supervisor through `Controlled` and the ray runtime through `Fleet`, and imports
 neither: the clients import this module, and must not pay for pydantic (tests/test_cli.py).
 """
 
 from __future__ import annotations
 
+import grp
 import json
 import os
+import pwd
 import socket
+import stat
+import struct
 import threading
 import time
 from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, Sequence, runtime_checkable
 
+from .access.policy import ADMIN_ONLY, Caller, caller_for, job_refusal, admin_refusal, may_see, \
+    read_refusal, sees_secrets
+from .access.redact import credentials, redact, secret_values
 from .daemon_log import log
 from .status.types import Status
 from .wording import no_such_job
@@ -25,6 +36,7 @@ MAX_REQUEST_BYTES = 64 * 1024
 # Bounds that keep a flood of clients from costing the supervisor more than a few fds and threads:
 # supervision (saving history, launching trainers) needs fds too, and must never wait on a client.
 MAX_CLIENTS = 16  # connections served at once; more get an immediate "busy" reply and retry
+MAX_CLIENTS_PER_USER = 4  # of those, one user (not root) holds at most this many: a flood leaves room for the others
 BACKLOG = 256  # the kernel queues this many before connect() says EAGAIN; clients retry that too
 REQUEST_DEADLINE = 5.0  # a client has this long to send its request line (a silent client is cut off)
 REPLY_DEADLINE = 10.0  # and to take its reply
@@ -82,10 +94,21 @@ class Fleet(Protocol):
         """Queue a fresh node listing; its answer comes with a later `nodes_status`."""
 
 
+class Journal(Protocol):
+    """Where the operator's commands are written down (history/store.StateStore): the job's event journal."""
+
+    def append_event(self, job: str, event: str, **fields: Any) -> dict[str, Any]: ...
+
+
 class Controlled(Protocol):
     """What the control socket may do to the supervisor (supervisor.Supervisor is it): read the published
     status and a job's events, hand a job an operator command, reload the config, reach the fleet of nodes.
     Called from the socket's threads: each method takes the supervisor's lock itself where it needs it."""
+
+    # the config in force (config.schema.Config, not imported here: the clients must not pay for pydantic): whose
+    # each job is and its environment (access/policy.py, access/redact.py), and [access] status
+    config: Any
+    store: Journal
 
     def status(self) -> Status: ...
 
@@ -97,8 +120,9 @@ class Controlled(Protocol):
 
     def reload(self) -> dict[str, Any]: ...
 
-    def submit(self, text: str, source: str) -> str:
-        """`isaacd submit`: one job file, validated, written into jobs_dir, applied as a reload (issue 31)."""
+    def submit(self, text: str, source: str, caller: Caller | None = None) -> str:
+        """`isaacd submit`: one job file, validated, written into jobs_dir (the caller's file: their job), applied
+        as a reload (issue 31)."""
 
     def cancel(self, job: str) -> str:
         """`isaacd cancel`: a submitted job stopped with a save and removed (its history and logs kept)."""
@@ -118,40 +142,156 @@ def _no_such_job(sup: Controlled, job: str) -> RequestError:
     return RequestError(no_such_job(job, sup.job_names()))  # the one wording the client uses too
 
 
-def dispatch(sup: Controlled, req: Any) -> Any:
+@dataclass(frozen=True)
+class Rules:
+    """What the server knows of who may act, fixed for the supervisor's life (`[supervisor]` needs a restart)."""
+
+    admin_group: str | None = None
+    supervisor_uid: int = 0
+    supervisor_user: str = "root"  # whose a job without `owner` is
+
+
+def _rules(admin_group: str | None) -> Rules:
+    uid = os.getuid()
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = f"uid {uid}"
+    return Rules(admin_group, uid, name)
+
+
+def _job_cfg(sup: Controlled, job: str) -> Any:
+    return sup.config.job(job) if sup.config is not None else None
+
+
+def _owner(sup: Controlled, job: str) -> str | None:
+    """The job's owner: its config in force, else (a removed job still stopping) its last published row."""
+    cfg = _job_cfg(sup, job)
+    if cfg is not None:
+        return cfg.owner
+    row = sup.status().job(job)
+    return row.owner if row is not None else None
+
+
+def _hidden(sup: Controlled, caller: Caller, rules: Rules) -> set[str]:
+    """What `caller` may not read: the supervisor's credentials (the backup's), and the environment values of every
+    job that is not theirs. Nothing for an admin."""
+    if caller.admin:
+        return set()
+    out = credentials(os.environ)
+    for cfg in (sup.config.jobs if sup.config is not None else ()):
+        if not sees_secrets(caller, cfg.owner, rules.supervisor_user):
+            out |= secret_values([*cfg.environment.values(), *cfg.container.environment.values()])
+    return out
+
+
+def _refuse(why: str | None, caller: Caller, cmd: Any, job: str | None = None) -> None:
+    if why is not None:
+        log.info("control_refused", user=caller.name, uid=caller.uid, command=cmd, job=job)
+        raise RequestError(why)
+
+
+def _audit(sup: Controlled, job: str, cmd: str, caller: Caller) -> None:
+    """Every command in the job's events with who gave it (issue 32), written before it acts."""
+    sup.store.append_event(job, "operator_command", command=cmd, user=caller.name, uid=caller.uid)
+
+
+def _scope(sup: Controlled) -> Any:
+    return sup.config.access.status if sup.config is not None else "all"
+
+
+def _status_for(sup: Controlled, caller: Caller, rules: Rules) -> dict[str, Any]:
+    raw = sup.status().to_json()
+    if caller.admin:
+        return raw
+    scope = _scope(sup)
+    raw["jobs"] = [row for row in raw.get("jobs", [])
+                   if may_see(caller, row.get("owner"), rules.supervisor_user, scope)]
+    return redact(raw, _hidden(sup, caller, rules))
+
+
+def dispatch(sup: Controlled, req: Any, caller: Caller, rules: Rules = Rules()) -> Any:
+    """One request of `caller` (the kernel's user of the connection: a "uid" or "user" field of `req` is ignored)."""
     if not isinstance(req, dict):
         raise RequestError("a request is one JSON object per line, e.g. {\"cmd\": \"status\"}")
     cmd = req.get("cmd")
     if cmd == "status":
-        return sup.status().to_json()
+        return _status_for(sup, caller, rules)
     if cmd == "events":
         job = _job_field(req)
         if job not in sup.job_names():
             raise _no_such_job(sup, job)
+        _refuse(read_refusal(caller, job, _owner(sup, job), rules.supervisor_user, _scope(sup), rules.admin_group),
+                caller, cmd, job)
         limit = req.get("limit")
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
             raise RequestError(f"limit must be a whole number >= 0, got {json.dumps(limit)}")
-        return sup.events(job, limit)
-    if cmd in ("stop", "start", "restart", "reset", "backup-takeover"):
+        return redact(sup.events(job, limit), _hidden(sup, caller, rules))
+    if cmd in ("stop", "start", "restart", "reset", "backup-takeover", "cancel"):
+        job = _job_field(req)
+        if job not in sup.job_names():
+            if cmd == "cancel" and caller.admin:  # a submitted file not (yet) read, or none: cancel_job says which
+                return sup.cancel(job)
+            raise _no_such_job(sup, job)
+        _refuse(job_refusal(caller, cmd, job, _owner(sup, job), rules.supervisor_user, rules.admin_group), caller,
+                cmd, job)
+        _audit(sup, job, cmd, caller)
+        return sup.cancel(job) if cmd == "cancel" else sup.command(cmd, job)
+    if cmd == "logs":
         job = _job_field(req)
         if job not in sup.job_names():
             raise _no_such_job(sup, job)
-        return sup.command(cmd, job)
+        _refuse(job_refusal(caller, cmd, job, _owner(sup, job), rules.supervisor_user, rules.admin_group), caller,
+                cmd, job)
+        return _log_text(sup, job, req)
     if cmd == "reload":
-        return sup.reload()
+        _refuse(admin_refusal(caller, cmd, rules.admin_group), caller, cmd)
+        result = sup.reload()
+        for job in [*result.get("added", []), *result.get("changed", []), *result.get("removed", [])]:
+            _audit(sup, job, cmd, caller)
+        return result
     if cmd == "submit":
         text, source = req.get("text"), req.get("source")
         if not isinstance(text, str) or not isinstance(source, str):
             raise RequestError("submit needs 'text' (the job file's contents) and 'source' (its path, for errors)")
-        return sup.submit(text, source)
-    if cmd == "cancel":
-        return sup.cancel(_job_field(req))
+        return sup.submit(text, source, caller)
     if cmd in ("nodes", "cordon", "uncordon"):
+        if cmd in ADMIN_ONLY:
+            _refuse(admin_refusal(caller, cmd, rules.admin_group), caller, cmd)
         return _ray_request(sup, cmd, req)
     if cmd == "ping":
         return {"pid": os.getpid()}
     raise RequestError(f"unknown command {json.dumps(cmd)}; commands: status, events, stop, start, restart, "
-                       "reset, backup-takeover, reload, submit, cancel, ping, nodes, cordon, uncordon")
+                       "reset, backup-takeover, reload, submit, cancel, logs, ping, nodes, cordon, uncordon")
+
+
+LOG_REPLY_BYTES = 256 * 1024  # one `logs` answer at most: a follower asks again from where it ended
+
+
+def _log_text(sup: Controlled, job: str, req: dict[str, Any]) -> dict[str, Any]:
+    """`isaacd logs` for a user who cannot read the state dir (root's, 0700): the trainer's output file of the
+    process and ray runtimes, its last `lines` lines, or what follows `offset`; the answer's `offset` is where it
+    ended. A container's output is in podman's or the journal's keeping, which only root reads."""
+    row = sup.status().job(job)
+    if row is None or row.log_path is None or row.runtime in ("podman", "systemd"):
+        raise RequestError(f"{job}'s output is in {'its container' if row else 'no file yet'}: "
+                           "an admin reads it (`isaacd logs` as root: podman logs or journalctl)")
+    lines, offset = req.get("lines", 50), req.get("offset")
+    if isinstance(lines, bool) or not isinstance(lines, int) or lines < 1:
+        raise RequestError(f"lines must be a whole number >= 1, got {json.dumps(lines)}")
+    try:
+        with open(row.log_path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if isinstance(offset, int) and not isinstance(offset, bool) and 0 <= offset <= size:
+                f.seek(offset)
+                data = f.read(LOG_REPLY_BYTES)
+                return {"text": data.decode("utf-8", "replace"), "offset": offset + len(data)}
+            f.seek(max(size - LOG_REPLY_BYTES, 0))  # truncated or new: the tail again
+            data = f.read(LOG_REPLY_BYTES)
+    except FileNotFoundError:
+        raise RequestError(f"no log yet at {row.log_path}") from None
+    tail = data.splitlines(keepends=True)[-lines:]
+    return {"text": b"".join(tail).decode("utf-8", "replace"), "offset": size}
 
 
 def _ray_request(sup: Controlled, cmd: str, req: dict[str, Any]) -> Any:
@@ -205,13 +345,38 @@ def _send(conn: socket.socket, resp: dict[str, Any], timeout: float) -> None:
     conn.sendall(json.dumps(resp, default=str).encode() + b"\n")
 
 
-class ControlServer:
-    """One accept thread; at most MAX_CLIENTS handler threads, each with a deadline."""
+class ControlSocketError(RuntimeError):
+    """The control socket cannot be made as the config says (one line, naming the key)."""
 
-    def __init__(self, supervisor: Controlled, path: Path, mode: int):
+
+def peer_uid(conn: socket.socket) -> int:
+    """The connecting process's uid as the kernel saw it at connect() (SO_PEERCRED: pid, uid, gid)."""
+    _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                          struct.calcsize("3i")))
+    return uid
+
+
+def _group_id(group: str) -> int:
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise ControlSocketError(f'[supervisor] socket_group: no group "{group}" on this host (getent group '
+                                 f'{group}); create it (groupadd {group}) or remove the key') from None
+
+
+class ControlServer:
+    """One accept thread; at most MAX_CLIENTS handler threads (MAX_CLIENTS_PER_USER of one user), each with a
+    deadline. `group`: `[supervisor] socket_group` (socket 0660 of that group); `admin_group`: who may do anything."""
+
+    def __init__(self, supervisor: Controlled, path: Path, mode: int, group: str | None = None,
+                 admin_group: str | None = None):
         self.path = Path(path)
-        self.mode = mode
+        self.mode = mode if group is None else 0o660
+        self.group = group
+        self.rules = _rules(admin_group)
         self.supervisor = supervisor
+        self._per_user: dict[int, int] = {}
+        self._per_user_lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._slots = threading.BoundedSemaphore(MAX_CLIENTS)
@@ -220,8 +385,11 @@ class ControlServer:
         self.timeouts = 0
 
     def start(self) -> None:
+        gid = _group_id(self.group) if self.group is not None else None
         dir_mode = 0o700 | (0o050 if self.mode & 0o060 else 0)
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=dir_mode)
+        if gid is not None:
+            self._share_dir(gid)
         if self.path.exists() or self.path.is_socket():
             try:
                 request(self.path, {"cmd": "ping"}, timeout=1.0)
@@ -235,12 +403,44 @@ class ControlServer:
             sock.bind(str(self.path))
         finally:
             os.umask(old)
+        if gid is not None:
+            os.chown(self.path, -1, gid)  # before listen(): nobody connects before it is the group's
         os.chmod(self.path, self.mode)
         sock.listen(BACKLOG)
         sock.settimeout(0.5)  # so stop() is noticed without a wake-up connection
         self._sock = sock
         self._thread = threading.Thread(target=self._accept_loop, name="control", daemon=True)
         self._thread.start()
+
+    def _share_dir(self, gid: int) -> None:
+        """The socket's directory: 0750 of the socket's group, so only its members reach the socket. A directory
+        others share (world-writable, sticky: /tmp) or another user's is left as it is: the socket's own mode and
+        group still keep others out (connect() needs write permission on it)."""
+        d = self.path.parent
+        st = d.stat()
+        if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWOTH | stat.S_ISVTX):
+            log.warning("control_socket_dir_shared", dir=str(d), detail="left as it is; the socket is 0660 of "
+                        "[supervisor] socket_group all the same")
+            return
+        os.chown(d, -1, gid)
+        os.chmod(d, 0o750)
+
+    def _admit(self, uid: int) -> bool:
+        """One more connection of `uid`, unless it holds MAX_CLIENTS_PER_USER already (root: no such bound)."""
+        with self._per_user_lock:
+            n = self._per_user.get(uid, 0)
+            if uid != 0 and n >= MAX_CLIENTS_PER_USER:
+                return False
+            self._per_user[uid] = n + 1
+            return True
+
+    def _leave(self, uid: int) -> None:
+        with self._per_user_lock:
+            n = self._per_user.get(uid, 1) - 1
+            if n <= 0:
+                self._per_user.pop(uid, None)
+            else:
+                self._per_user[uid] = n
 
     def _accept_loop(self) -> None:
         assert self._sock is not None
@@ -257,22 +457,34 @@ class ControlServer:
                 log.warning("control_accept_failed", error=str(exc))
                 self._stopping.wait(0.2)
                 continue
-            if not self._slots.acquire(blocking=False):
-                self.busy_replies += 1
-                try:
-                    _send(conn, {"ok": False, "busy": True, "error": "supervisor busy: too many control clients"},
-                          0.2)
-                except OSError:
-                    pass
+            try:
+                uid = peer_uid(conn)
+            except OSError:
                 conn.close()
                 continue
+            if not self._admit(uid):
+                self._busy(conn, "supervisor busy: too many control clients of yours at once")
+                continue
+            if not self._slots.acquire(blocking=False):
+                self._leave(uid)
+                self._busy(conn, "supervisor busy: too many control clients")
+                continue
             try:
-                threading.Thread(target=self._serve, args=(conn,), name="control-client", daemon=True).start()
+                threading.Thread(target=self._serve, args=(conn, uid), name="control-client", daemon=True).start()
             except RuntimeError:  # cannot start a thread: answer nothing, keep accepting
                 self._slots.release()
+                self._leave(uid)
                 conn.close()
 
-    def _serve(self, conn: socket.socket) -> None:
+    def _busy(self, conn: socket.socket, why: str) -> None:
+        self.busy_replies += 1
+        try:
+            _send(conn, {"ok": False, "busy": True, "error": why}, 0.2)
+        except OSError:
+            pass
+        conn.close()
+
+    def _serve(self, conn: socket.socket, uid: int) -> None:
         try:
             with conn:
                 try:
@@ -285,7 +497,8 @@ class ControlServer:
                         _send(conn, {"ok": False, "error": str(exc)}, REPLY_DEADLINE)
                     return
                 try:
-                    resp = {"ok": True, "result": dispatch(self.supervisor, json.loads(line))}
+                    caller = caller_for(uid, self.rules.admin_group, self.rules.supervisor_uid)
+                    resp = {"ok": True, "result": dispatch(self.supervisor, json.loads(line), caller, self.rules)}
                 except (KeyError, ValueError, TypeError) as exc:  # RequestError, bad JSON, refused command
                     resp = {"ok": False, "error": _error_text(exc) if not isinstance(exc, json.JSONDecodeError)
                             else f"not a JSON request: {exc}"}
@@ -297,6 +510,7 @@ class ControlServer:
             pass  # the client went away or stopped reading: its problem, not ours
         finally:
             self._slots.release()
+            self._leave(uid)
 
     def stop(self) -> None:
         self._stopping.set()
@@ -304,6 +518,8 @@ class ControlServer:
             self._sock.close()
         if self._thread is not None:
             self._thread.join(2.0)
+        if self._sock is None:
+            return  # never bound (a start refused: no group, another supervisor answers): the file is not ours
         try:
             self.path.unlink()
         except FileNotFoundError:
@@ -350,8 +566,8 @@ def request(path: Path, req: dict[str, Any], timeout: float = 10.0, retry_for: f
             raise NotRunning(f"no isaacd supervisor is listening on {path} ({exc.strerror}); "
                              "start it with `isaacd run --config FILE` or `systemctl start isaaclab-supervisor`") from None
         except PermissionError:
-            raise NotRunning(f"permission denied on {path}: the control socket is root-only by default "
-                             "(run as root, or set [supervisor] socket_mode)") from None
+            raise NotRunning(f"permission denied on {path}: the control socket is root-only by default; with "
+                             "[supervisor] socket_group its members may use it (docs/security.md)") from None
     if not resp.get("ok"):
         raise RuntimeError(resp.get("error", "request failed"))
     return resp["result"]

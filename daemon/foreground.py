@@ -43,6 +43,7 @@ def _abandon(sup: Any) -> None:
 
 def run_supervisor(cfg: Any, path: str | None) -> int:
     from .app import MetricsUnavailable, build_supervisor
+    from .control import ControlSocketError
     from .daemon_log import configure_logging
     from .supervisor import AlreadyRunning
 
@@ -63,6 +64,10 @@ def run_supervisor(cfg: Any, path: str | None) -> int:
             print(f"isaacd: metrics: {exc}; set another address in [metrics] listen, or enabled = false",
                   file=sys.stderr)
         return 1
+    except ControlSocketError as exc:  # [supervisor] socket_group names no group: one line naming the key
+        _abandon(sup)
+        print(f"isaacd: {path or 'config'}: {exc}", file=sys.stderr)
+        return 2
     except BaseException:
         _abandon(sup)
         raise

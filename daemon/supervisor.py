@@ -28,6 +28,7 @@ from .service import sdnotify
 from .config.schema import Config, ConfigError, ConfigIssue, JobConfig
 from .config.read import quiet_for, read_settled_config
 from .clock import Clock, SystemClock
+from .access.policy import Caller
 from .control import ControlServer, Fleet
 from .service.early_signals import take as take_early_signal
 from .os_seam.exitwatch import ExitWatcher
@@ -163,8 +164,8 @@ class Supervisor:
             self.runners[job_cfg.name] = runner
         with self.lock:
             self._publish()  # the control socket never answers with an empty job list
-        self.control = ControlServer(self, self.config.supervisor.control_socket,
-                                     int(self.config.supervisor.socket_mode, 8))
+        s = self.config.supervisor  # socket_group and admin_group: issue 32, access/policy.py
+        self.control = ControlServer(self, s.control_socket, int(s.socket_mode, 8), s.socket_group, s.admin_group)
         self.control.start()
         self.exit_watcher.start()
         for ext in self.extensions:
@@ -336,7 +337,7 @@ class Supervisor:
 
     def _apply_config(self, new: Config) -> dict[str, Any]:
         old = self.config
-        ignored = [k for k in ("state_dir", "control_socket", "socket_mode")
+        ignored = [k for k in ("state_dir", "control_socket", "socket_mode", "socket_group", "admin_group")
                    if getattr(old.supervisor, k) != getattr(new.supervisor, k)]
         ignored += [k for k in ("metrics", "gpu", "queue") if getattr(old, k) != getattr(new, k)]
         if ignored:
@@ -396,8 +397,8 @@ class Supervisor:
             counts[r.state.value] = counts.get(r.state.value, 0) + 1
         return ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no jobs"
 
-    def submit(self, text: str, source: str) -> str:  # `isaacd submit` (scheduling/submit.py)
-        return submit_job(self, text, source)
+    def submit(self, text: str, source: str, caller: Caller | None = None) -> str:  # `isaacd submit`
+        return submit_job(self, text, source, caller)  # (scheduling/submit.py)
 
     def cancel(self, job: str) -> str:  # `isaacd cancel`
         return cancel_job(self, job)

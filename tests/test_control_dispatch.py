@@ -11,7 +11,14 @@ import pytest
 from helpers import write_config
 
 from isaacd.config.schema import load_config
-from isaacd.control import Controlled, Fleet, RequestError, dispatch
+from isaacd.access.policy import Caller
+from isaacd.control import Controlled, Fleet, RequestError, dispatch as dispatch_as
+
+ROOT = Caller(0, "root", True)
+
+
+def dispatch(sup: Controlled, req: Any) -> Any:
+    return dispatch_as(sup, req, ROOT)
 from isaacd.jobs.model import JobState
 from isaacd.status.types import JobStatus
 from isaacd.status.signals import JobSignals
@@ -54,7 +61,19 @@ class FakeFleet:
         self.refreshes += 1
 
 
+class FakeJournal:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, dict[str, Any]]] = []
+
+    def append_event(self, job: str, event: str, **fields: Any) -> dict[str, Any]:
+        self.events.append((job, event, fields))
+        return fields
+
+
 class FakeSupervisor:
+    config = None
+    store = FakeJournal()
+
     def __init__(self, fleet: Fleet | None = None) -> None:
         self.jobs = {"a": [{"event": "started"}]}
         self.commands: list[tuple[str, str]] = []

@@ -113,11 +113,16 @@ def job_file(jobs_dir: Path, name: str) -> Path:
     return jobs_dir / f"{name}.toml"
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """The whole file or none: written beside it under a hidden name (never read), synced, renamed into place."""
+def write_atomically(path: Path, text: str, owner: tuple[int, int] | None = None) -> None:
+    """The whole file or none: written beside it under a hidden name (never read), synced, renamed into place.
+    `owner` (uid, gid): the file is theirs before it has its name, so it is never read as anyone else's job (issue
+    32: a job file's owner is the job's). Mode 0600: its environment may hold secrets."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with open(fd, "w", encoding="utf-8") as f:
+        if owner is not None:
+            os.fchown(f.fileno(), *owner)
         f.write(text)
         f.flush()
         os.fsync(f.fileno())

@@ -16,6 +16,8 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..access.limits import refusals
+from ..access.policy import Caller, submit_refusal
 from ..config.jobs_dir import DropInError, job_file, parse_drop_in, read_drop_ins, set_aside, with_paths_under, \
     write_atomically
 from ..config.schema import Config, ConfigError, check_job_table
@@ -23,9 +25,14 @@ from ..config.schema import Config, ConfigError, check_job_table
 _ONE_AT_A_TIME = threading.Lock()  # two submits of one name must not both find the name free
 
 
+class Journal(Protocol):
+    def append_event(self, job: str, event: str, **fields: Any) -> dict[str, Any]: ...
+
+
 class Submittable(Protocol):
     config: Config
     config_path: str | None
+    store: Journal
 
     def reload(self) -> dict[str, Any]: ...
 
@@ -40,13 +47,29 @@ def _jobs_dir(sup: Submittable) -> Path:
     return d
 
 
-def submit_job(sup: Submittable, text: str, source: str) -> str:
+def _as_caller(sup: Submittable, table: dict[str, Any], source: str, caller: Caller | None) -> dict[str, Any]:
+    """The job table as `caller` submits it (issue 32): theirs (owner = their name, as their file's owner makes it
+    when it is read back); a user who is no admin may not name another owner."""
+    if caller is None:  # in-process (tests): the file is the supervisor's, as before
+        return table
+    why = submit_refusal(caller, table.get("owner"), sup.config.supervisor.admin_group)
+    if why is not None:
+        raise ValueError(f"not submitted: {source}: {why}")
+    return table if table.get("owner") is not None else {**table, "owner": caller.name}
+
+
+def submit_job(sup: Submittable, text: str, source: str, caller: Caller | None = None) -> str:
+    """`caller`: who asked (the control socket's peer); the file is chowned to them, so the job is theirs."""
     jobs_dir = _jobs_dir(sup)
     try:
         drop_in = parse_drop_in(text, Path(source))
-        job = check_job_table(with_paths_under(drop_in.job, jobs_dir), source)
+        job = check_job_table(with_paths_under(_as_caller(sup, drop_in.job, source, caller), jobs_dir), source)
     except (DropInError, ConfigError) as exc:
         raise ValueError(f"not submitted: {exc}") from None
+    if caller is not None and caller.user is not None and not caller.admin:
+        issues = refusals(job, caller.user, sup.config.access)  # what a user who is no admin may not ask for
+        if issues:
+            raise ValueError(f"not submitted: {ConfigError(source, issues)}")
     path = job_file(jobs_dir, job.name)
     with _ONE_AT_A_TIME:
         if path.exists():
@@ -55,11 +78,14 @@ def submit_job(sup: Submittable, text: str, source: str) -> str:
         if job.name in sup.job_names():
             raise ValueError(f"not submitted: a job named {job.name} is already supervised (in "
                              f"{sup.config_path}, or still stopping after its cancel); give this job another name")
-        write_atomically(path, text)
+        owner = (caller.uid, caller.user.gid) if caller is not None and caller.user is not None else None
+        write_atomically(path, text, owner)
         result = sup.reload()
         if not result.get("ok"):
             path.unlink(missing_ok=True)
             raise ValueError(f"not submitted (nothing changed): {result.get('error')}")
+        if caller is not None:  # who submitted it, in its events (issue 32)
+            sup.store.append_event(job.name, "operator_command", command="submit", user=caller.name, uid=caller.uid)
     where = "queued until the GPUs it asks for are free" if job.placed_by_isaacd else "starting"
     return f"submitted as {path}: {where} (`isaacd queue`, `isaacd status {job.name}`)"
 
