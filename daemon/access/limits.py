@@ -26,8 +26,8 @@ nothing of the kind), and every config model forbids unknown keys, so `privilege
 "host"` or `pid = "host"` is refused by the schema itself as an unknown key.
 
 Allowed: `isaaclab_dir`, `launcher`, `command`, `train_script`, `extra_args`, `spare_preload`: they name what the
-job's trainer runs, and the trainer runs as the job's owner (runtimes/), so they grant nothing the user does not
-already have at a shell.
+job's trainer runs, and the trainer runs as the job's owner (runtimes/), as does isaacd's probe of the launcher's
+Isaac Lab version (workflows/installed.py), so they grant nothing the user does not already have at a shell.
 """
 
 from __future__ import annotations

@@ -55,7 +55,9 @@ def resolve(job: JobConfig) -> Resolved:
         raise WorkflowError("workflow", f'workflow = "{job.workflow}" is not supported: use "rsl_rl", '
                                         '"rl_games", "skrl" or "builtin"')
     if pip_installed(job) and not in_container:
-        installed_isaaclab(job.launcher or [])  # also when isaaclab_version names the generation: the module must be there
+        # also when isaaclab_version names the generation: the module must be there. As the job's owner: the
+        # launcher is theirs to name (issue 32)
+        installed_isaaclab(job.launcher or [], job.owner)
     if not in_container:
         _check_asset_root(job)
     resolved = Resolved(job, wf, gen)

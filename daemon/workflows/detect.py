@@ -59,7 +59,7 @@ def _from_install(job: JobConfig) -> Generation:
     if root is None and job.launcher:
         # pip / uv: the package installed in the job's Python is the install
         launcher = " ".join(job.launcher)
-        return parse_version(installed_isaaclab(job.launcher), f"isaaclab installed in {launcher}")
+        return parse_version(installed_isaaclab(job.launcher, job.owner), f"isaaclab installed in {launcher}")
     if root is None:
         raise WorkflowError("isaaclab_dir", f'workflow = "{job.workflow}" with the process runtime needs either '
                                             'launcher = ["/path/to/venv/bin/python"] (Isaac Lab 3.x installed with '
