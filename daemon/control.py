@@ -530,7 +530,11 @@ def _request_once(path: Path, req: dict[str, Any], timeout: float) -> dict[str, 
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(str(path))  # BlockingIOError (EAGAIN) when the listen backlog is full
-        sock.sendall(json.dumps(req).encode() + b"\n")
+        try:
+            sock.sendall(json.dumps(req).encode() + b"\n")
+        except (BrokenPipeError, ConnectionResetError):
+            # closed before it read the request: a "busy" reply (too many clients, too many of ours), never acted on
+            raise _Busy("the supervisor closed the connection before reading the request") from None
         buf = b""
         while not buf.endswith(b"\n"):
             chunk = sock.recv(1 << 16)

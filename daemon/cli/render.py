@@ -126,6 +126,10 @@ def format_status(status: Status | Mapping[str, Any], now: float | None = None,
         caches = compile_cache_note(j)
         if caches:
             notes.append(caches)
+    if any(j.owner for j in st.jobs):  # a shared server (issue 32): whose each job is; "-" the supervisor's user's
+        header.insert(1, "OWNER")
+        for r, j in zip(rows, st.jobs):
+            r.insert(1, j.owner or "-")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, *rows]:
         lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
