@@ -200,13 +200,23 @@ def _scope(sup: Controlled) -> Any:
     return sup.config.access.status if sup.config is not None else "all"
 
 
+OTHERS_JOB = "another user's job"  # a GPU's job the caller may not see ([access] status = "own")
+
+
 def _status_for(sup: Controlled, caller: Caller, rules: Rules) -> dict[str, Any]:
     raw = sup.status().to_json()
     if caller.admin:
         return raw
     scope = _scope(sup)
-    raw["jobs"] = [row for row in raw.get("jobs", [])
-                   if may_see(caller, row.get("owner"), rules.supervisor_user, scope)]
+    rows = raw.get("jobs", [])
+    raw["jobs"] = [row for row in rows if may_see(caller, row.get("owner"), rules.supervisor_user, scope)]
+    unseen = {row.get("name") for row in rows} - {row.get("name") for row in raw["jobs"]}
+    for gpu in ((raw.get("gpus") or {}).get("devices") or []) if unseen else []:  # whose a GPU is: not named
+        gpu["jobs"] = [OTHERS_JOB if n in unseen else n for n in gpu.get("jobs") or []]
+        gpu["assigned"] = [OTHERS_JOB if n in unseen else n for n in gpu.get("assigned") or []]
+        for p in gpu.get("processes") or []:
+            if p.get("job") in unseen:
+                p["job"] = OTHERS_JOB
     return redact(raw, _hidden(sup, caller, rules))
 
 

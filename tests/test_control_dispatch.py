@@ -3,22 +3,19 @@ without a supervisor, a socket or Ray; and the real parts fit those interfaces."
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from helpers import write_config
 
-from isaacd.config.schema import load_config
 from isaacd.access.policy import Caller
-from isaacd.control import Controlled, Fleet, RequestError, dispatch as dispatch_as
-
-ROOT = Caller(0, "root", True)
-
-
-def dispatch(sup: Controlled, req: Any) -> Any:
-    return dispatch_as(sup, req, ROOT)
+from isaacd.config.schema import load_config
+from isaacd.config.users import User
+from isaacd.control import Controlled, Fleet, RequestError, Rules, dispatch as dispatch_as
 from isaacd.jobs.model import JobState
 from isaacd.status.types import JobStatus
 from isaacd.status.signals import JobSignals
@@ -28,6 +25,13 @@ from isaacd.status.types import Status
 from isaacd.supervisor import Supervisor
 from isaacd.watchdogs.engine import WatchdogEngine
 from isaacd.watchdogs.gpufeed import FeedTick
+
+ROOT = Caller(0, "root", True)
+
+
+def dispatch(sup: Controlled, req: Any) -> Any:
+    """A request of root's (the requests' own tests); a user who is no admin: dispatch_as, at the end."""
+    return dispatch_as(sup, req, ROOT)
 
 
 class FakeCordons:
@@ -160,3 +164,68 @@ def test_watchdog_engine_needs_only_the_jobs_signals(tmp_path: Path) -> None:
     assert engine.tick(1.0, [sig]) == []
     assert set(engine.job_status(JobStatus(name="a")).watchdogs) >= {"no_progress", "xid"}
     assert engine.job_status(JobStatus(name="b")) == JobStatus(name="b")
+
+
+# ---- issue 32: a caller who is no admin (access/policy.py decides; here, that dispatch asks it and acts on it) ----
+def _job(name: str, owner: str | None, env: dict[str, str] | None = None) -> Any:
+    return SimpleNamespace(name=name, owner=owner, environment=env or {}, container=SimpleNamespace(environment={}))
+
+
+class SharedSupervisor(FakeSupervisor):
+    """alice's job "a" (its token in its output), bob's "b", root's "r"; a GPU each of them is seen on."""
+
+    def __init__(self, scope: str = "all") -> None:
+        super().__init__()
+        self.store = FakeJournal()
+        jobs = [_job("a", "alice", {"API_TOKEN": "tok-alice-1234"}), _job("b", "bob"), _job("r", None)]
+        self.config = SimpleNamespace(jobs=jobs, job=lambda n: next((j for j in jobs if j.name == n), None),
+                                      access=SimpleNamespace(status=scope))
+        self.jobs = {"a": [{"event": "exited", "tail": "token is tok-alice-1234"}], "b": [], "r": []}
+
+    def status(self) -> Status:
+        return Status.from_json({"jobs": [{"name": "a", "owner": "alice", "boot": {"last_line": "tok-alice-1234"}},
+                                          {"name": "b", "owner": "bob"}, {"name": "r"}],
+                                 "gpus": {"devices": [{"index": "0", "jobs": ["a", "b"], "assigned": ["a"],
+                                                       "processes": [{"pid": 7, "job": "a"}]}]}})
+
+
+BOB = Caller(1002, "bob", False, User(1002, 1002, "bob", "/home/bob", ("bob",), (1002,)))
+RULES = Rules(admin_group="adm")
+
+
+def test_a_user_is_refused_another_users_job_and_nothing_reaches_it() -> None:
+    sup = SharedSupervisor()
+    for cmd in ("stop", "start", "restart", "reset", "backup-takeover", "cancel", "logs"):
+        with pytest.raises(RequestError, match="^not .*: a is alice's job; only alice or an admin"):
+            dispatch_as(sup, {"cmd": cmd, "job": "a", "uid": 1001, "user": "alice"}, BOB, RULES)  # forged: ignored
+    with pytest.raises(RequestError, match="^not reloaded: only an admin"):
+        dispatch_as(sup, {"cmd": "reload", "uid": 0}, BOB, RULES)
+    assert sup.commands == [] and sup.store.events == []
+
+
+def test_a_users_command_on_their_job_is_carried_out_and_written_down_with_their_name_and_uid() -> None:
+    sup = SharedSupervisor()
+    assert dispatch_as(sup, {"cmd": "stop", "job": "b"}, BOB, RULES) == "ok"
+    assert sup.store.events == [("b", "operator_command", {"command": "stop", "user": "bob", "uid": 1002})]
+    assert sup.commands == [("stop", "b")]
+
+
+def test_another_users_secrets_are_hidden_from_status_and_events() -> None:
+    sup = SharedSupervisor()
+    st = dispatch_as(sup, {"cmd": "status"}, BOB, RULES)
+    assert [j["name"] for j in st["jobs"]] == ["a", "b", "r"] and "tok-alice-1234" not in json.dumps(st)
+    assert st["jobs"][0]["boot"]["last_line"] == "<hidden>"
+    assert dispatch_as(sup, {"cmd": "events", "job": "a"}, BOB, RULES) == [{"event": "exited",
+                                                                           "tail": "token is <hidden>"}]
+    alice = Caller(1001, "alice", False, User(1001, 1001, "alice", "/home/alice", ("alice",), (1001,)))
+    assert "tok-alice-1234" in json.dumps(dispatch_as(sup, {"cmd": "status"}, alice, RULES))
+
+
+def test_status_own_leaves_out_other_users_rows_and_their_names_on_the_gpus() -> None:
+    st = dispatch_as(SharedSupervisor("own"), {"cmd": "status"}, BOB, RULES)
+    assert [j["name"] for j in st["jobs"]] == ["b"]
+    gpu = st["gpus"]["devices"][0]
+    assert (gpu["jobs"], gpu["assigned"], gpu["processes"][0]["job"]) == (
+        ["another user's job", "b"], ["another user's job"], "another user's job")
+    with pytest.raises(RequestError, match='^not shown: a is alice\'s job; with \\[access\\] status = "own"'):
+        dispatch_as(SharedSupervisor("own"), {"cmd": "events", "job": "a"}, BOB, RULES)
