@@ -50,6 +50,15 @@ def test_a_symlink_inside_an_area_that_points_outside_is_refused():
     assert "jobs[0].log_root" not in refused(log_root="/data/alice/run")  # /data -> /mnt/data: still hers
 
 
+def test_a_home_of_slash_makes_no_area_of_the_whole_filesystem():
+    daemon = User(2, 2, "daemon", "/", ("daemon",), (2,))
+    got = {i.key for i in refusals(job(log_root="/etc/cron.d"), daemon, AccessConfig(), realpath=fake_realpath)}
+    assert "jobs[0].log_root" in got
+    nohome = User(3, 3, "ghost", "", ("ghost",), (3,))
+    assert "jobs[0].log_root" in {i.key for i in refusals(job(log_root="/tmp/x"), nohome, AccessConfig(),
+                                                          realpath=fake_realpath)}
+
+
 def test_a_relative_log_root_is_refused():
     assert "jobs[0].log_root" in refused(log_root="logs")
 

@@ -84,10 +84,17 @@ def effective_limits(user: User, access: AccessConfig) -> Limits:
 
 
 def areas_of(user: User, access: AccessConfig, realpath: Realpath = os.path.realpath) -> list[str]:
-    """The user's areas, expanded and resolved (an area may itself be a symlink, /data -> /mnt/data)."""
+    """The user's areas, expanded and resolved (an area may itself be a symlink, /data -> /mnt/data). An area that
+    comes out as "/" or relative is none: a system account's home is often "/" (or unset), and "{home}" must not
+    make the whole filesystem theirs."""
     out = []
     for a in access.areas:
-        out.append(realpath(os.path.normpath(a.replace("{home}", user.home).replace("{user}", user.name))))
+        path = a.replace("{home}", user.home).replace("{user}", user.name)
+        if not os.path.isabs(path):
+            continue
+        resolved = realpath(os.path.normpath(path))
+        if resolved != "/":
+            out.append(resolved)
     return out
 
 
