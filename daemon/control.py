@@ -14,7 +14,6 @@ from __future__ import annotations
 import grp
 import json
 import os
-import pwd
 import socket
 import stat
 import struct
@@ -28,6 +27,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 from .access.policy import ADMIN_ONLY, Caller, caller_for, job_refusal, admin_refusal, may_see, \
     read_refusal, sees_secrets
 from .access.redact import credentials, redact, secret_values
+from .config.users import supervisor_user
 from .daemon_log import log
 from .status.types import Status
 from .wording import no_such_job
@@ -152,12 +152,7 @@ class Rules:
 
 
 def _rules(admin_group: str | None) -> Rules:
-    uid = os.getuid()
-    try:
-        name = pwd.getpwuid(uid).pw_name
-    except KeyError:
-        name = f"uid {uid}"
-    return Rules(admin_group, uid, name)
+    return Rules(admin_group, os.geteuid(), supervisor_user())
 
 
 def _job_cfg(sup: Controlled, job: str) -> Any:
