@@ -43,6 +43,7 @@ class SpawnCall:
     env: dict[str, str]
     new_session: bool
     stdout: BinaryIO
+    run_as: object = None  # oscalls.RunAs: whom the child was to run as (None: us)
 
 
 class FakeChild:
@@ -76,6 +77,7 @@ class FakeOs:
         self.open_fds: dict[int, tuple[str, int]] = {}  # fd -> (path, flags), until closed
         self._next_fd = 100
         self.meminfo_text = ""  # /proc/meminfo as the test sets it
+        self.handed: list[tuple[str, int, int]] = []  # (path, uid, gid) given to a job's owner, in order
 
     # ---- setting the scene ----------------------------------------------------------------------
     def add(self, ppid: int, *, pgid: int | None = None, sid: int | None = None, env: Mapping[str, str] = {},
@@ -138,15 +140,15 @@ class FakeOs:
 
     # ---- processes ------------------------------------------------------------------------------
     def spawn(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], stdout: BinaryIO,
-              new_session: bool) -> FakeChild:
-        self.spawns.append(SpawnCall(list(argv), cwd, dict(env), new_session, stdout))
+              new_session: bool, run_as: object = None) -> FakeChild:
+        self.spawns.append(SpawnCall(list(argv), cwd, dict(env), new_session, stdout, run_as))
         if self.spawn_error is not None:
             raise self.spawn_error
         self._next_pid += 1
         pid = self._next_pid
         # a new session leads its own group; otherwise the child stays in ours (add() inherits the parent's)
         p = self.add(self.our_pid, pid=pid, env=env, argv=argv, pgid=pid if new_session else None,
-                     sid=pid if new_session else None)
+                     sid=pid if new_session else None, uid=getattr(run_as, "uid", OUR_UID))
         p.cwd, p.parent_is_us = cwd, True
         return FakeChild(self, p.pid)
 
@@ -172,6 +174,13 @@ class FakeOs:
     # ---- files (the spare's FIFO) ---------------------------------------------------------------
     def mkfifo(self, path: Path, mode: int) -> None:
         Path(path).touch(mode)
+
+    def hand_over(self, path: Path, run_as: object) -> None:
+        self.handed.append((str(path), run_as.uid, run_as.gid))  # type: ignore[attr-defined]
+
+    def create_owned_file(self, path: Path, run_as: object) -> None:
+        Path(path).touch()
+        self.hand_over(path, run_as)
 
     def open_fd(self, path: Path, flags: int) -> int:
         fd, self._next_fd = self._next_fd, self._next_fd + 1

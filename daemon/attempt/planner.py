@@ -23,6 +23,7 @@ from ..jobs.model import LaunchIntent
 from ..observations.checkpoints import Checkpoint
 from ..runtimes.base import LaunchSpec
 from ..runtimes.container_spec import hand_to_container_user
+from ..runtimes.run_as import OWNER_RUNTIMES, OwnerProblem, job_run_as, owner_env, prepare_owned
 from ..history.store import Attempt, JobHistory, job_log_path
 from ..workflows import WorkflowError, resolve
 from ..workflows.launcher import Program
@@ -77,6 +78,13 @@ class LaunchPlanner:
         except WorkflowError as exc:  # a missing train script or an unknown Isaac Lab generation
             return LaunchRefused(f"cannot start: {exc.key}: {exc.message}", settle=Settle.FAILED)
         wf = resolved.workflow
+        try:  # whom the trainer runs as (issue 32): its owner, never root
+            owner = job_run_as(cfg)
+        except OwnerProblem as exc:
+            return LaunchRefused(f"cannot start: owner: {exc}", settle=Settle.FAILED)
+        if owner is not None and cfg.runtime not in OWNER_RUNTIMES:
+            return LaunchRefused(f'cannot start: owner: runtime = "{cfg.runtime}" runs trainers as its own user, not '
+                                 f'as {owner.name}; use runtime = "process", "podman" or "systemd"', settle=Settle.FAILED)
         rejected: list[tuple[Checkpoint, str]] = []
         # a reset's launch resumes from nothing: its runner has set the old run dirs aside (attempt/reset.py)
         resume = None if intent.fresh else newest_checkpoint(self.setting, history, deep=True,
@@ -121,20 +129,26 @@ class LaunchPlanner:
         job = cfg if num_envs == cfg.num_envs else cfg.model_copy(update={"num_envs": num_envs})
         args = trainer_command.trainer_args(job, resume, seed, resolved)
         caches = compile_caches.for_job(cfg, self.state_dir)
+        if owner is not None:  # its log_root, experiment dir, workdir, caches and log: the owner's, no symlink followed
+            problem = prepare_owned(cfg, owner, self.state_dir, exp, trainer_command.workdir_path(cfg, self.state_dir),
+                                    caches)
+            if problem is not None:
+                return LaunchRefused(f"cannot start: {problem}", settle=Settle.FAILED)
         problem = compile_caches.prepare(caches)
         if problem is not None:  # a directory isaacd cannot write: the operator has to fix it, a retry cannot
             return LaunchRefused(f"cannot start: compile_cache: {problem}", settle=Settle.FAILED)
-        if cfg.in_container:  # Isaac Lab 3 kit-less images run as uid 1000
+        if owner is None and cfg.in_container:  # Isaac Lab 3 kit-less images run as uid 1000
             hand_to_container_user(cfg, [c.host for c in caches])
         env = trainer_command.trainer_env(cfg, shim_events if program.shim else None, token,
                                  wandb_run=trainer_command.wandb_run_id(cfg, first_started_at), caches=caches)
+        env = owner_env(env, owner, cfg.environment)
         keeper = self.backup_keeper() if cfg.runtime == "ray" else None
         if keeper is not None:  # a node without the shared log_root fetches and uploads itself (backup/remote.py)
             env.update(keeper.node_env(wf, resume, token))  # the node writes the bucket for us, as this token
         spec = LaunchSpec(job=cfg, argv=program.argv(args), trainer_args=args, env=env,
                           cwd=trainer_command.workdir(cfg, self.state_dir),
                           log_path=job_log_path(self.state_dir, cfg.name), attempt=number, token=token,
-                          caches=tuple(caches))
+                          caches=tuple(caches), run_as=owner)
         return LaunchPlan(attempt, spec, program, args, seed, num_envs, shim_events if program.shim else None,
                           run_dirs_before, spare_token)
 

@@ -58,6 +58,8 @@ from ..history.store import job_log_path
 from ..os_seam.oscalls import HOST_OS, OsCalls, ProcFs
 from ..runtimes.base import Handle, LaunchSpec, Runtime
 from ..runtimes.container_spec import container_args, container_device_arg, hand_to_container_user
+from ..runtimes.run_as import OwnerProblem, job_run_as, owner_env
+from ..os_seam.owned_dirs import OwnershipRefused
 from ..os_seam.proctree import process_tree
 from ..gpu.snapshot import GpuSnapshot
 from ..status.types import SpareStatus
@@ -233,15 +235,20 @@ class SpareKeeper:
         events = base / f"events-{token}.jsonl"
         in_container = self.cfg.in_container
         try:
+            owner = job_run_as(self.cfg)  # the spare runs as the job's owner, as its trainer does (issue 32)
             self.oscalls.mkfifo(control, 0o600)
-            keepalive = self.oscalls.open_fd(control, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError as exc:
+            if owner is not None:  # its FIFO and events file are the owner's: the spare reads and writes them
+                self.oscalls.hand_over(control, owner)
+                self.oscalls.create_owned_file(events, owner)
+            # O_NOFOLLOW: never a symlink put in the FIFO's place (a container's owner may write this dir)
+            keepalive = self.oscalls.open_fd(control, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except (OSError, OwnerProblem, OwnershipRefused) as exc:
             control.unlink(missing_ok=True)
             self.log.warning("spare_not_started", error=str(exc))
             self.retry_at = now + RETRY_MAX
             return []
         caches = compile_caches.for_job(self.cfg, self.state_dir)
-        env = trainer_command.trainer_env(self.cfg, events, token, caches=caches)
+        env = owner_env(trainer_command.trainer_env(self.cfg, events, token, caches=caches), owner, self.cfg.environment)
         env[SPARE_CONTROL_ENV] = str(control)
         env[SPARE_DEVICE_ENV] = container_device_arg(self.cfg) if in_container else self.cfg.device
         preload = (BUILTIN_PRELOAD if self.cfg.workflow == "builtin" else LIBRARY_PRELOAD.get(self.cfg.workflow, [])) \
@@ -264,12 +271,17 @@ class SpareKeeper:
             # there), and the go brings the attempt's WANDB_RUN_ID/WANDB_RESUME (go_message): a placeholder here
             env.setdefault("WANDB_RUN_ID", BOOTED_WANDB_PLACEHOLDER)
         mounts: tuple[Path, ...] = ()
+        if owner is not None:  # deepest first: each is chowned while its parent is still root's (owned_dirs.py)
+            for d in reversed(staging_dirs(staging)):
+                self.oscalls.hand_over(d, owner)
         if in_container:  # a second container of the job's spec (container_spec.from_launch, LaunchSpec.spare)
             mounts = (base, self._attempts_events_dir())
-            hand_to_container_user(self.cfg, [base, control, *staging_dirs(staging)])
+            if owner is None:  # an owner's spare has its files handed above; its base dir stays root's
+                hand_to_container_user(self.cfg, [base, control, *staging_dirs(staging)])
         spec = LaunchSpec(job=self.cfg, argv=program.spare_head + [SPARE_FLAG], trainer_args=[], env=env,
                           cwd=cwd, log_path=log_path, token=token, caches=tuple(caches), spare=in_container,
-                          container_argv=tuple(program.spare_head + [SPARE_FLAG]), same_path_mounts=mounts)
+                          container_argv=tuple(program.spare_head + [SPARE_FLAG]), same_path_mounts=mounts,
+                          run_as=owner)
         return [StartSpare(spec, _Prepared(token, control, events, now, mode, staging, boot_args, keepalive))]
 
     def started(self, start: StartSpare, handle: Handle) -> None:
@@ -321,7 +333,7 @@ class SpareKeeper:
         line = (json.dumps(go) + "\n").encode()
         sp.go_wall = time.time()
         try:
-            fd = self.oscalls.open_fd(sp.control, os.O_WRONLY | os.O_NONBLOCK)
+            fd = self.oscalls.open_fd(sp.control, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
         except OSError as exc:  # ENXIO: nobody reads the FIFO any more (the spare is going away)
             self.log.warning("spare_handover_failed", error=str(exc))
             return self.dismiss("handover failed")
@@ -377,7 +389,8 @@ class SpareKeeper:
         go hands it the attempt's events file there."""
         d = trainer_command.shim_events_path(self.state_dir, self.cfg, 1).parent
         d.mkdir(parents=True, exist_ok=True)
-        hand_to_container_user(self.cfg, [d])
+        if self.cfg.owner is None:  # an owner's attempt events files are made for them, one by one (starter.py)
+            hand_to_container_user(self.cfg, [d])
         return d
 
     def _drop(self, sp: _Spare) -> None:

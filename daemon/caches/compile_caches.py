@@ -71,14 +71,17 @@ class CacheDir:
     container: str | None
 
 
-def scope_dir(state_dir: Path, job_name: str, scope: str, image: str | None) -> Path | None:
+def scope_dir(state_dir: Path, job_name: str, scope: str, image: str | None, owner: str | None = None) -> Path | None:
     """The directory a job's caches live in; None when caching is off."""
     if scope == "off":
         return None
     if scope == "image" and image:
         # one per image reference, in a file-system-safe spelling ("nvcr.io/nvidia/isaac-lab:2.3.0" ->
-        # "nvcr.io_nvidia_isaac-lab_2.3.0"); without an image (process runtime) per job it is
-        return state_dir / "caches" / "images" / re.sub(r"[^A-Za-z0-9._-]+", "_", image)
+        # "nvcr.io_nvidia_isaac-lab_2.3.0"); without an image (process runtime) per job it is. A job that runs as
+        # its owner (issue 32) shares only with that owner's jobs ("...@alice": "@" is never in the safe spelling),
+        # since the cache is theirs and another user's trainer must not write what theirs will load
+        safe = re.sub(r"[^A-Za-z0-9._-]+", "_", image)
+        return state_dir / "caches" / "images" / (f"{safe}@{owner}" if owner not in (None, "root") else safe)
     return state_dir / "caches" / job_name
 
 
@@ -168,5 +171,5 @@ def for_job(job: "JobConfig", state_dir: Path) -> list[CacheDir]:
         # `podman run` fail there (podman does not create bind sources); such containers keep the image's caches
         return []
     image = job.container.image if job.in_container else None
-    root = scope_dir(state_dir, job.name, job.compile_cache, image)
+    root = scope_dir(state_dir, job.name, job.compile_cache, image, job.owner)
     return cache_dirs(root, in_container=job.in_container, kit=kit_image(job))

@@ -14,8 +14,25 @@ from __future__ import annotations
 
 import os
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Mapping, Protocol, Sequence
+
+from . import owned_dirs
+
+
+@dataclass(frozen=True)
+class RunAs:
+    """Whom a spawned child runs as (issue 32: a job runs as its owner, never as root): set in the child between
+    fork and exec in initgroups order, the supplementary groups, then the gid, then the uid. subprocess's
+    extra_groups=, group= and user= do exactly that (CPython Modules/_posixsubprocess.c child_exec: setgroups,
+    setregid, setreuid, in that order, before the exec)."""
+
+    uid: int
+    gid: int
+    gids: tuple[int, ...]  # every group of the user (os.getgrouplist), the primary one included
+    name: str = ""  # for messages, and USER / LOGNAME
+    home: str = ""
 
 
 class Child(Protocol):
@@ -47,10 +64,10 @@ class OsCalls(ProcFs, Protocol):
     """Everything else the process runtime and the spare keeper ask the kernel for."""
 
     def spawn(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], stdout: BinaryIO,
-              new_session: bool) -> Child:
+              new_session: bool, run_as: RunAs | None = None) -> Child:
         """fork+exec: stdin from /dev/null, stdout and stderr both to `stdout`, no other descriptor inherited;
-        `new_session` makes the child a session and process-group leader (setsid). Raises OSError when the
-        program cannot be executed."""
+        `new_session` makes the child a session and process-group leader (setsid); `run_as` its user and groups
+        (None: ours). Raises OSError when the program cannot be executed (PermissionError when that user may not)."""
 
     def killpg(self, pgid: int, sig: int) -> None:
         """Signal a whole process group. Raises ProcessLookupError when the group is empty."""
@@ -62,6 +79,12 @@ class OsCalls(ProcFs, Protocol):
     def getpgid(self, pid: int) -> int: ...
 
     def mkfifo(self, path: Path, mode: int) -> None: ...
+
+    def hand_over(self, path: Path, run_as: RunAs) -> None:
+        """chown an existing file or directory to the user, never through a symlink (owned_dirs.hand_over)."""
+
+    def create_owned_file(self, path: Path, run_as: RunAs) -> None:
+        """An empty file for the user to write (owned_dirs.create_owned_file)."""
 
     def open_fd(self, path: Path, flags: int) -> int: ...
 
@@ -93,9 +116,10 @@ class HostOs:
         return os.stat(f"/proc/{pid}").st_uid
 
     def spawn(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], stdout: BinaryIO,
-              new_session: bool) -> Child:
+              new_session: bool, run_as: RunAs | None = None) -> Child:
+        who = {} if run_as is None else {"user": run_as.uid, "group": run_as.gid, "extra_groups": list(run_as.gids)}
         return subprocess.Popen(list(argv), cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=stdout,
-                                stderr=subprocess.STDOUT, start_new_session=new_session, close_fds=True)
+                                stderr=subprocess.STDOUT, start_new_session=new_session, close_fds=True, **who)
 
     def killpg(self, pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
@@ -111,6 +135,12 @@ class HostOs:
 
     def mkfifo(self, path: Path, mode: int) -> None:
         os.mkfifo(path, mode)
+
+    def hand_over(self, path: Path, run_as: RunAs) -> None:
+        owned_dirs.hand_over(path, run_as.uid, run_as.gid, run_as.name)
+
+    def create_owned_file(self, path: Path, run_as: RunAs) -> None:
+        owned_dirs.create_owned_file(path, run_as.uid, run_as.gid, run_as.name)
 
     def open_fd(self, path: Path, flags: int) -> int:
         return os.open(path, flags)

@@ -43,6 +43,7 @@ from typing import Any, Protocol
 from ..caches.compile_caches import CacheDir
 from ..config.schema import JobConfig
 from ..jobs.messages import ReasonClass
+from ..os_seam.oscalls import RunAs
 from .view import RuntimeView
 
 
@@ -68,6 +69,9 @@ class LaunchSpec:
     spare: bool = False
     container_argv: tuple[str, ...] = ()
     same_path_mounts: tuple[Path, ...] = ()
+    # the job's owner (run_as.job_run_as, issue 32): the process runtime spawns the trainer (or spare) as this user,
+    # the container runtimes give its uid:gid as the container's --user; None: the supervisor's own user
+    run_as: RunAs | None = None
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,8 @@ from isaacd_trainer.shim_protocol import (LAUNCH_TOKEN_ENV, SNAPSHOT_BUDGET_ENV,
 
 from .base import LaunchSpec, RuntimeFailure
 from .host import SYSTEMD_SERVICE_ENV, containers_conf_ulimits, memlock_ulimit
+from .run_as import OwnerProblem, container_user, job_run_as
+from ..os_seam import owned_dirs
 from .unit_syntax import sd_escape, sd_join, sd_quote
 
 # a job's container, and the systemd unit that runs it (quadlet.unit_name), are named after the job
@@ -177,8 +179,20 @@ def prepare_log_root(job: JobConfig) -> None:
 
 
 def hand_to_container_user(job: JobConfig, dirs: list[Path]) -> None:
-    """chown existing `dirs` (or files: a spare's FIFO) to a numeric container.user, so a non-root trainer can write
-    there."""
+    """chown existing `dirs` (or files: a spare's FIFO) to the container's user, so a non-root trainer can write
+    there: the job's owner (issue 32; through os_seam/owned_dirs.py, never through a symlink, never a third user's),
+    else a numeric container.user (a symlink itself is chowned, never its target)."""
+    try:
+        owner = job_run_as(job)
+    except OwnerProblem:
+        owner = None  # the planner refuses the launch, naming the owner
+    if owner is not None:
+        for d in dirs:
+            try:
+                owned_dirs.hand_over(d, owner.uid, owner.gid, owner.name)
+            except (owned_dirs.OwnershipRefused, OSError):
+                pass  # stays root's: the planner has refused a log_root it could not hand over, naming it
+        return
     m = re.fullmatch(r"(\d+)(?::(\d+))?", (job.container.user or "").strip())
     if not m:
         return
@@ -187,7 +201,7 @@ def hand_to_container_user(job: JobConfig, dirs: list[Path]) -> None:
     for d in dirs:
         if d.exists():
             try:
-                os.chown(d, uid, gid)
+                os.chown(d, uid, gid, follow_symlinks=False)
             except OSError:
                 pass
 
@@ -292,7 +306,7 @@ class ContainerSpec:
             ports=[] if spec.spare else [parse_port(p, job.name) for p in job.container.ports], devices=cdi_devices(job),
             shm_size=job.container.shm_size, ulimits=container_ulimits(),
             labels={"isaacd.job": job.name, "isaacd.attempt": str(attempt), TOKEN_LABEL: token},
-            workdir=workdir, user=job.container.user, stop_timeout=max(1, int(round(job.stop_timeout))),
+            workdir=workdir, user=container_user(job, spec.run_as), stop_timeout=max(1, int(round(job.stop_timeout))),
             attempt=attempt, token=token,
             description=f"isaacd job {job.name} ({'warm spare' if spec.spare else f'attempt {attempt}'})",
         )

@@ -16,6 +16,7 @@ from isaacd_trainer.shim_protocol import LAUNCH_TOKEN_ENV
 from ..config.schema import JobConfig
 from ..os_seam.oscalls import HOST_OS, Child, OsCalls, ProcFs
 from .base import ExitStatus, Handle, LaunchSpec
+from .run_as import OwnerProblem, job_run_as
 from ..os_seam.proctree import proc_start_time, process_tree, read_stat
 from .view import RuntimeView
 
@@ -25,6 +26,10 @@ TOKEN_ENV = LAUNCH_TOKEN_ENV  # set in the trainer's environment: `find` reads i
 def _is_zombie(pid: int, procfs: ProcFs = HOST_OS) -> bool:
     stat = read_stat(procfs, pid)
     return stat is None or stat.state == "Z"
+
+
+def _no_follow(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW, 0o644)
 
 
 class ProcessRuntime:
@@ -40,9 +45,12 @@ class ProcessRuntime:
         env = dict(spec.env)
         if spec.token:
             env[TOKEN_ENV] = spec.token
-        with open(spec.log_path, "ab", buffering=0) as log:
+        # O_NOFOLLOW: a booted spare's boot.log lies in a staging dir its owner may write (a symlink planted there
+        # must not make root append the spare's output to another file)
+        with open(spec.log_path, "ab", buffering=0, opener=_no_follow) as log:
             log_offset = log.seek(0, os.SEEK_END)  # where this attempt's output starts (exit reasons quote it)
-            proc = self.oscalls.spawn(spec.argv, cwd=spec.cwd, env=env, stdout=log, new_session=True)
+            proc = self.oscalls.spawn(spec.argv, cwd=spec.cwd, env=env, stdout=log, new_session=True,
+                                      run_as=spec.run_as)
         self._children[proc.pid] = proc
         state = {"pid": proc.pid, "pgid": proc.pid, "start_time": proc_start_time(proc.pid, self.oscalls),
                  "log_path": str(spec.log_path), "log_offset": log_offset}
@@ -94,11 +102,16 @@ class ProcessRuntime:
     def find(self, job: JobConfig, token: str) -> Handle | None:
         """The live trainer started with ISAACD_LAUNCH_TOKEN=<token>: a session leader (start() gives
         each trainer its own session; its children inherit the variable but are not leaders) owned by
-        our uid, found in /proc/*/environ. One /proc walk: ~1-5 ms for a few hundred processes."""
+        our uid (the job owner's, for a job that runs as its owner), found in /proc/*/environ. One /proc walk: ~1-5 ms
+        for a few hundred processes."""
         if not token:
             return None
         needle = f"{TOKEN_ENV}={token}".encode()
-        uid = self.oscalls.getuid()
+        try:
+            owner = job_run_as(job)
+        except OwnerProblem:
+            return None  # it could not have been started as its owner
+        uid = owner.uid if owner is not None else self.oscalls.getuid()
         for pid in self.oscalls.list_pids():
             try:
                 if self.oscalls.proc_owner(pid) != uid:

@@ -41,9 +41,13 @@ def shim_events_path(state_dir: Path, job: JobConfig, attempt: int) -> Path:
     return state_dir / "shim" / job.name / f"attempt-{attempt}.jsonl"
 
 
+def workdir_path(job: JobConfig, state_dir: Path) -> Path:
+    return state_dir / "work" / job.name
+
+
 def workdir(job: JobConfig, state_dir: Path) -> Path:
     """A cwd whose logs/ is the job's log_root: where upstream train scripts write their runs."""
-    wd = state_dir / "work" / job.name
+    wd = workdir_path(job, state_dir)
     wd.mkdir(parents=True, exist_ok=True)
     link = wd / "logs"
     if not link.is_symlink() or Path(os.readlink(link)) != job.log_root:
