@@ -39,6 +39,17 @@ pytestmark = [
 CLIENT = "import sys; from isaacd.cli.main import main; sys.exit(main(sys.argv[1:]))"
 QUIET = "".join(f"\n[jobs.watchdogs.{w}]\nenabled = false\n" for w in (
     "no_progress", "duty_cycle", "loss_stagnation", "reward_plateau", "divergence", "gpu_temperature", "xid"))
+FORGE = textwrap.dedent("""
+    import sys
+    from isaacd.control import request
+    sock, job, uid, user = sys.argv[1:]
+    for req in ({"cmd": "reload", "uid": 0, "user": "root"},
+                {"cmd": "stop", "job": job, "uid": int(uid), "user": user}):
+        try:
+            print(request(sock, req))
+        except RuntimeError as exc:
+            print("refused:", exc)
+""")
 FLOOD = textwrap.dedent("""
     import json, sys, threading
     from isaacd.control import request
@@ -111,8 +122,8 @@ class As:
     def run(self, argv: list[str], timeout: float = 90) -> subprocess.CompletedProcess[str]:
         w = self.who
         return subprocess.run(argv, user=w.pw_uid, group=w.pw_gid, extra_groups=os.getgrouplist(w.pw_name, w.pw_gid),
-                              env={"PYTHONPATH": f"{self.base / 'py'}:{SITE}", "HOME": w.pw_dir, "PATH": "/usr/bin:/bin",
-                                   "PYTHONDONTWRITEBYTECODE": "1", "USER": w.pw_name},
+                              env={"PYTHONPATH": f"{self.base / 'py'}:{SITE}", "HOME": w.pw_dir, "USER": w.pw_name,
+                                   "PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"},
                               cwd=w.pw_dir, capture_output=True, text=True, timeout=timeout)
 
     def isaacd(self, *args: str) -> subprocess.CompletedProcess[str]:
@@ -198,12 +209,7 @@ def test_who_may_do_what_through_the_real_socket(users, base):
         assert not (base / "jobs.d" / "bobs-for-alice.toml").exists()
 
         # a forged identity in the request changes nothing: the kernel's uid is the caller
-        forged = bob.python("import json, sys\nfrom isaacd.control import request\n"
-                            "for req in ({'cmd': 'reload', 'uid': 0, 'user': 'root'},\n"
-                            "            {'cmd': 'stop', 'job': sys.argv[2], 'uid': int(sys.argv[3]), 'user': sys.argv[4]}):\n"
-                            "    try:\n        print(request(sys.argv[1], req))\n"
-                            "    except RuntimeError as exc:\n        print('refused:', exc)\n",
-                            str(bob.socket), job, str(users["alice"].pw_uid), a)
+        forged = bob.python(FORGE, str(bob.socket), job, str(users["alice"].pw_uid), a)
         b = users["bob"]
         assert f"refused: not reloaded: only an admin (root or a member of group {users['admin']}) may reload the " \
                f"config; you are {b.pw_name} (uid {b.pw_uid})" in forged
@@ -288,7 +294,8 @@ def _a_flood_of_submits_leaves_the_others_be(sp: SupervisorProc, bob: As, alice:
 def test_a_socket_group_that_does_not_exist_is_one_line_naming_the_key(tmp_path):
     group = f"i32n{uuid.uuid4().hex[:6]}"
     cfg = write_config(tmp_path, "")
-    cfg.write_text("jobs = []\n" + cfg.read_text().replace("[supervisor]\n", f'[supervisor]\nsocket_group = "{group}"\n'))
+    cfg.write_text("jobs = []\n" + cfg.read_text().replace("[supervisor]\n",
+                                                            f'[supervisor]\nsocket_group = "{group}"\n'))
     res = subprocess.run([str(BIN / "isaacd"), "run", "--config", str(cfg)], capture_output=True, text=True,
                          timeout=60)
     lines = [ln for ln in res.stderr.splitlines() if not ln.startswith("{")]  # the JSON log lines aside
