@@ -29,6 +29,7 @@ from isaacd.runtimes.container_spec import (
     container_device_arg,
     parse_port,
 )
+from isaacd.os_seam.oscalls import RunAs
 from isaacd.runtimes.quadlet import render_quadlet, render_service
 from isaacd.runtimes.unit_syntax import sd_quote, sd_split
 from isaacd.service.units import AGENT_UNIT_NAME, UNIT_NAME, install_units, render_agent_unit, render_supervisor_unit
@@ -316,6 +317,10 @@ def _all_specs() -> list[tuple[str, ContainerSpec]]:
     for name, toml in JOBS.items():
         out.append((name, spec_for(job_from(toml))))
     out.append(("spare", spare_spec_for(job_from(JOBS["rsl_rl_gpus"]))))
+    # issue 32: a job of alice's runs as her uid:gid whatever its container.user says (Quadlet User=, a number)
+    owned = LaunchSpec(job=job_from(JOBS["rsl_rl_gpus"]), argv=[], trainer_args=["--x"], env={}, cwd=Path("/"),
+                       log_path=Path("/tmp/x.log"), run_as=RunAs(1234, 1235, (1235, 2000), "alice", "/home/alice"))
+    out.append(("owner", ContainerSpec.from_launch(owned, "tok", 1)))  # second to last
     out.append(("weird_args", spec_for(job_from(JOBS["builtin_rootfs"]), trainer_args=WEIRD)))  # the last one
     return out
 
@@ -366,6 +371,8 @@ def test_quadlet_dryrun_and_verify_every_generated_container(chroot_tools):
     # what Quadlet made of the weird arguments: exactly our words, systemd-quoted
     weird = (outdir / f"isaaclab-job-{len(specs) - 1}.service").read_text()
     assert '"100%%" "$$HOME" "$${X}"' in weird
+    owned = (outdir / f"isaaclab-job-{len(specs) - 2}.service").read_text()
+    assert "--user 1234:1235" in owned and "1000:1000" not in owned  # Quadlet's User= as podman's --user
 
 
 @pytest.mark.systemd

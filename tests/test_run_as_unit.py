@@ -1,0 +1,196 @@
+"""Issue 32, jobs run as their owner: the pure parts and the thin filesystem layer, without a trainer.
+
+- os_seam/owned_dirs.py on a real filesystem (as root, handing to uid 65534 `nobody`, no user made): what it makes
+  and hands over, the symlinks it follows (only those root alone can change) and those it refuses, a third user's
+  directory refused;
+- runtimes/run_as.py: whom a job runs as, its HOME/USER/LOGNAME, the container's --user in all three renderings;
+- the process runtime and the spare keeper on the fake kernel (os_fakes.FakeOs): the spawn carries the owner, `find`
+  looks for the owner's uid, the spare's FIFO and events file are handed to the owner and its spawn runs as them.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import stat
+from pathlib import Path
+
+import pytest
+
+from isaacd.attempt.spare import SpareKeeper
+from isaacd.attempt.spare_effects import StartSpare
+from isaacd.config.schema import parse_config
+from isaacd.jobs.model import JobState
+from isaacd.os_seam.oscalls import RunAs
+from isaacd.os_seam.owned_dirs import OwnershipRefused, create_owned_file, hand_over, make_owned_dir
+from isaacd.runtimes.base import LaunchSpec
+from isaacd.runtimes.container_spec import ContainerSpec
+from isaacd.runtimes.process import TOKEN_ENV, ProcessRuntime
+from isaacd.runtimes.quadlet import render_quadlet, render_service
+from isaacd.runtimes.run_as import OwnerProblem, container_user, job_run_as, owner_env
+from isaacd.workflows import resolve
+
+from os_fakes import FakeOs
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
+NOBODY = 65534
+OWNER = RunAs(1234, 1235, (1235, 2000), "alice", "/home/alice")
+
+
+def job_of(toml: str, tmp_path: Path):  # noqa: ANN201
+    return parse_config(toml, "test", tmp_path).jobs[0]
+
+
+# ---- owned_dirs on a real filesystem --------------------------------------------------------------
+@pytest.fixture()
+def root_dir(tmp_path: Path) -> Path:
+    """A root-owned directory no one else may write (tmp_path's own parents are root's 0700)."""
+    d = tmp_path / "r"
+    d.mkdir(mode=0o755)
+    return d
+
+
+@needs_root
+def test_a_new_dir_and_its_new_parents_in_the_users_area_are_the_users(root_dir: Path):
+    area = root_dir / "data-alice"
+    area.mkdir()
+    os.chown(area, NOBODY, NOBODY)
+    make_owned_dir(area / "logs" / "rsl_rl" / "exp", NOBODY, NOBODY, "nobody")
+    for p in (area / "logs", area / "logs" / "rsl_rl", area / "logs" / "rsl_rl" / "exp"):
+        assert p.stat().st_uid == NOBODY, p
+    assert stat.S_IMODE((area / "logs" / "rsl_rl" / "exp").stat().st_mode) == 0o750
+    # made in a root directory: the parents stay root's, only the directory asked for is handed over
+    make_owned_dir(root_dir / "state" / "caches" / "j", NOBODY, NOBODY, "nobody")
+    assert (root_dir / "state").stat().st_uid == 0 and (root_dir / "state" / "caches").stat().st_uid == 0
+    assert (root_dir / "state" / "caches" / "j").stat().st_uid == NOBODY
+
+
+@needs_root
+def test_a_symlink_the_user_could_plant_is_never_followed(root_dir: Path):
+    area = root_dir / "home"
+    area.mkdir()
+    os.chown(area, NOBODY, NOBODY)
+    secret = root_dir / "etc"
+    (secret / "exp").mkdir(parents=True)
+    (area / "logs").symlink_to(secret)  # in the user's own directory: they could have put it there
+    with pytest.raises(OwnershipRefused, match=r"logs is a symlink in a directory that someone other than root"):
+        make_owned_dir(area / "logs" / "exp", NOBODY, NOBODY, "nobody")
+    with pytest.raises(OwnershipRefused, match="is a symlink"):
+        hand_over(area / "logs", NOBODY, NOBODY, "nobody")
+    assert secret.stat().st_uid == 0 and (secret / "exp").stat().st_uid == 0
+    # a file in the user's dir replaced by a link: create_owned_file refuses (O_EXCL | O_NOFOLLOW), hands nothing
+    (area / "events.jsonl").symlink_to(secret / "passwd")
+    (secret / "passwd").write_text("root:x:0:0\n")
+    with pytest.raises(OwnershipRefused, match="is a symlink"):
+        create_owned_file(area / "events.jsonl", NOBODY, NOBODY, "nobody")
+    assert (secret / "passwd").stat().st_uid == 0 and (secret / "passwd").read_text() == "root:x:0:0\n"
+
+
+@needs_root
+def test_a_symlink_only_root_can_change_is_followed(root_dir: Path):
+    real = root_dir / "real"
+    real.mkdir()
+    (root_dir / "data").symlink_to(real)  # in a root directory, 0755: the admin's
+    make_owned_dir(root_dir / "data" / "alice", NOBODY, NOBODY, "nobody")
+    assert (real / "alice").stat().st_uid == NOBODY and real.stat().st_uid == 0
+
+
+@needs_root
+def test_a_third_users_directory_is_refused_and_roots_is_handed_over(root_dir: Path):
+    theirs = root_dir / "bobs"
+    theirs.mkdir()
+    os.chown(theirs, 4242, 4242)
+    with pytest.raises(OwnershipRefused, match=r"belongs to uid 4242, not to nobody"):
+        make_owned_dir(theirs, NOBODY, NOBODY, "nobody")
+    assert theirs.stat().st_uid == 4242
+    left = root_dir / "left-by-a-root-run"
+    left.mkdir()
+    make_owned_dir(left, NOBODY, NOBODY, "nobody")
+    assert left.stat().st_uid == NOBODY
+    fifo = root_dir / "control.fifo"
+    os.mkfifo(fifo, 0o600)
+    assert hand_over(fifo, NOBODY, NOBODY, "nobody") and fifo.stat().st_uid == NOBODY
+    assert hand_over(root_dir / "missing", NOBODY, NOBODY, "nobody") is False
+    create_owned_file(root_dir / "job.log", NOBODY, NOBODY, "nobody")
+    st = (root_dir / "job.log").stat()
+    assert st.st_uid == NOBODY and stat.S_IMODE(st.st_mode) == 0o640
+
+
+# ---- whom a job runs as ---------------------------------------------------------------------------
+def test_a_job_without_an_owner_or_of_root_runs_as_the_supervisor(tmp_path: Path):
+    assert job_run_as(job_of('[[jobs]]\nname = "a"\n', tmp_path)) is None
+    assert job_run_as(job_of('[[jobs]]\nname = "a"\nowner = "root"\n', tmp_path)) is None
+    me = pwd.getpwuid(os.getuid()).pw_name
+    assert job_run_as(job_of(f'[[jobs]]\nname = "a"\nowner = "{me}"\n', tmp_path)) is None
+
+
+def test_an_unknown_owner_is_a_problem_naming_the_user(tmp_path: Path):
+    with pytest.raises(OwnerProblem, match='"nosuchuser32" is no user on this host'):
+        job_run_as(job_of('[[jobs]]\nname = "a"\nowner = "nosuchuser32"\n', tmp_path))
+
+
+@needs_root
+def test_an_owners_job_runs_with_all_their_groups(tmp_path: Path):
+    ra = job_run_as(job_of('[[jobs]]\nname = "a"\nowner = "nobody"\n', tmp_path))
+    pw = pwd.getpwnam("nobody")
+    assert ra == RunAs(pw.pw_uid, pw.pw_gid, tuple(ra.gids), "nobody", pw.pw_dir)
+    assert ra.gids[0] == pw.pw_gid and set(ra.gids) == set(os.getgrouplist("nobody", pw.pw_gid))
+
+
+def test_the_owners_home_user_and_logname_unless_the_job_sets_them():
+    env = {"HOME": "/root", "USER": "root", "LOGNAME": "root", "PATH": "/usr/bin"}
+    assert owner_env(env, None, {}) == env
+    assert owner_env(env, OWNER, {}) == {"HOME": "/home/alice", "USER": "alice", "LOGNAME": "alice", "PATH": "/usr/bin"}
+    assert owner_env({**env, "HOME": "/scratch"}, OWNER, {"HOME": "/scratch"})["HOME"] == "/scratch"
+
+
+def test_the_container_runs_as_the_owner_whatever_container_user_says(tmp_path: Path):
+    job = job_of('[[jobs]]\nname = "a"\nruntime = "podman"\n[jobs.container]\nimage = "img"\nuser = "0:0"\n', tmp_path)
+    assert container_user(job, None) == "0:0"  # a root job: the admin's container.user
+    assert container_user(job, OWNER) == "1234:1235"
+    ls = LaunchSpec(job=job, argv=[], trainer_args=[], env={}, cwd=Path("/"), log_path=Path("/tmp/x.log"),
+                    run_as=OWNER)
+    cs = ContainerSpec.from_launch(ls, "tok", 1)
+    assert "\nUser=1234:1235\n" in render_quadlet(cs)
+    assert "--user 1234:1235" in render_service(cs)
+    assert cs.libpod_create_body()["user"] == "1234:1235"
+
+
+# ---- the process runtime and the spare on the fake kernel ----------------------------------------
+def test_the_trainer_is_spawned_as_its_owner_and_found_under_the_owners_uid(tmp_path: Path):
+    kernel = FakeOs()
+    kernel.add(1, pid=100)
+    job = job_of(f'[[jobs]]\nname = "p"\nlog_root = "{tmp_path}/logs"\n', tmp_path)
+    rt = ProcessRuntime(kernel)
+    rt.start(LaunchSpec(job=job, argv=["python3", "train.py"], trainer_args=[], env={}, cwd=tmp_path,
+                        log_path=tmp_path / "p.log", token="t1", run_as=OWNER))
+    assert kernel.spawns[0].run_as == OWNER
+    # a trainer of uid 1234 is not ours (1000) for a job without an owner: never adopted by mistake
+    assert rt.find(job, "t1") is None
+
+
+@needs_root
+def test_find_looks_for_the_owners_uid(tmp_path: Path):
+    kernel = FakeOs()
+    kernel.add(1, pid=100)
+    job = job_of(f'[[jobs]]\nname = "p"\nowner = "nobody"\nlog_root = "{tmp_path}/logs"\n', tmp_path)
+    lost = kernel.add(1, env={TOKEN_ENV: "t1"}, uid=NOBODY)
+    assert ProcessRuntime(kernel).find(job, "t1").pid == lost.pid
+
+
+@needs_root
+def test_an_owners_spare_has_its_fifo_and_events_file_and_runs_as_them(tmp_path: Path):
+    kernel = FakeOs()
+    job = job_of(f'[[jobs]]\nname = "s"\nowner = "nobody"\nlog_root = "{tmp_path}/logs"\n', tmp_path)
+    keeper = SpareKeeper(job, runtime=None, state_dir=tmp_path / "state", event=lambda *a, **k: None,  # type: ignore[arg-type]
+                         oscalls=kernel)
+    program = resolve(job).program(in_container=False)
+    (start,) = keeper.tick(JobState.RUNNING, program, now=100.0)
+    assert isinstance(start, StartSpare)
+    pw = pwd.getpwnam("nobody")
+    handed = {Path(p).name.split("-")[0]: (uid, gid) for p, uid, gid in kernel.handed}
+    assert handed == {"control": (pw.pw_uid, pw.pw_gid), "events": (pw.pw_uid, pw.pw_gid)}
+    assert start.spec.run_as is not None and start.spec.run_as.uid == pw.pw_uid
+    assert start.spec.env["HOME"] == pw.pw_dir and start.spec.env["USER"] == "nobody"
+    # the keepalive and the go open the FIFO without following a link put in its place
+    assert all(flags & os.O_NOFOLLOW for _path, flags in kernel.open_fds.values())
