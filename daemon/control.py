@@ -278,9 +278,11 @@ def _log_text(sup: Controlled, job: str, req: dict[str, Any]) -> dict[str, Any]:
     process and ray runtimes, its last `lines` lines, or what follows `offset`; the answer's `offset` is where it
     ended. A container's output is in podman's or the journal's keeping, which only root reads."""
     row = sup.status().job(job)
-    if row is None or row.log_path is None or row.runtime in ("podman", "systemd"):
-        raise RequestError(f"{job}'s output is in {'its container' if row else 'no file yet'}: "
-                           "an admin reads it (`isaacd logs` as root: podman logs or journalctl)")
+    if row is None or row.log_path is None:
+        raise RequestError(f"{job} has no output yet; try again once it has started")
+    if row.runtime in ("podman", "systemd"):
+        raise RequestError(f"{job}'s output is its container's ({row.runtime}), which only root reads: ask an admin "
+                           f"(`isaacd logs {job}` as root: podman logs or journalctl)")
     lines, offset = req.get("lines", 50), req.get("offset")
     if isinstance(lines, bool) or not isinstance(lines, int) or lines < 1:
         raise RequestError(f"lines must be a whole number >= 1, got {json.dumps(lines)}")

@@ -207,6 +207,9 @@ def test_who_may_do_what_through_the_real_socket(users, base):
         theirs = bob.job_file("bobs-for-alice", owner=a)
         assert "jobs[0].owner: only an admin" in bob.refused("submit", str(theirs))
         assert not (base / "jobs.d" / "bobs-for-alice.toml").exists()
+        # what a user who is no admin may not ask for (access/limits.py) comes back through the socket, naming the key
+        outside = bob.refused("submit", str(bob.job_file("outside", log_root=str(base / "state"))))
+        assert outside.startswith("not submitted: ") and "jobs[0].log_root" in outside, outside
 
         # a forged identity in the request changes nothing: the kernel's uid is the caller
         forged = bob.python(FORGE, str(bob.socket), job, str(users["alice"].pw_uid), a)

@@ -229,3 +229,22 @@ def test_status_own_leaves_out_other_users_rows_and_their_names_on_the_gpus() ->
         ["another user's job", "b"], ["another user's job"], "another user's job")
     with pytest.raises(RequestError, match='^not shown: a is alice\'s job; with \\[access\\] status = "own"'):
         dispatch_as(SharedSupervisor("own"), {"cmd": "events", "job": "a"}, BOB, RULES)
+
+
+def test_logs_through_the_socket_give_the_tail_then_what_follows_to_the_owner_only(tmp_path: Path) -> None:
+    log = tmp_path / "b.log"
+    log.write_text("one\ntwo\nthree\n")
+
+    class WithLog(SharedSupervisor):
+        def status(self) -> Status:
+            return Status.from_json({"jobs": [{"name": "b", "owner": "bob", "runtime": "process",
+                                               "log_path": str(log)}, {"name": "a", "owner": "alice"}]})
+
+    sup = WithLog()
+    first = dispatch_as(sup, {"cmd": "logs", "job": "b", "lines": 2}, BOB, RULES)
+    assert first == {"text": "two\nthree\n", "offset": len("one\ntwo\nthree\n")}
+    with log.open("a") as f:
+        f.write("four\n")
+    assert dispatch_as(sup, {"cmd": "logs", "job": "b", "offset": first["offset"]}, BOB, RULES)["text"] == "four\n"
+    with pytest.raises(RequestError, match="^not shown: a is alice's job"):
+        dispatch_as(sup, {"cmd": "logs", "job": "a"}, BOB, RULES)
