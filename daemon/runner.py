@@ -44,6 +44,7 @@ from .jobs.policy import num_envs_in_use
 from .daemon_log import log
 from .observations.checkpoints import Checkpoint, timeline
 from .runtimes.base import Handle, LaunchSpec, Runtime
+from .runtimes.run_as import OwnerProblem, job_run_as
 from .attempt.spare import SpareKeeper
 from .attempt.spare_effects import SpareEffect, StartSpare
 from .status.signals import JobSignals, job_signals
@@ -328,9 +329,13 @@ class JobRunner:
             self.backup = None
         if want is not None and self.backup is None and self.resolved is not None:
             fingerprint = job_fingerprint(self.cfg, self.resolved, self.record.history.trainer_rsl_rl_version)
+            try:
+                owner = job_run_as(self.cfg)  # a job of its owner's: what lands is theirs, only theirs is uploaded
+            except OwnerProblem:
+                owner = None  # the launch is refused, naming the owner; nothing of theirs to fetch or upload
             self.backup = JobBackup(want, self.cfg.name, self.resolved.workflow.layout,
                                     validator(self.setting, self.record.history), Identity.here(self.state_dir),
-                                    fingerprint)
+                                    fingerprint, owner)
         return self.backup
 
     def backup_takeover(self) -> str:

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import stat
@@ -17,7 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from backup_fakes import fake_checkpoint
+from test_backup import events, make, validator
+
 from isaacd.attempt.spare import SpareKeeper
+from isaacd.backup.manifest import Manifest
+from isaacd.backup.restore import restore_newest
+from isaacd.backup.uploader import Run
 from isaacd.attempt.spare_effects import StartSpare
 from isaacd.config.schema import parse_config
 from isaacd.jobs.model import JobState
@@ -194,3 +201,53 @@ def test_an_owners_spare_has_its_fifo_and_events_file_and_runs_as_them(tmp_path:
     assert start.spec.env["HOME"] == pw.pw_dir and start.spec.env["USER"] == "nobody"
     # the keepalive and the go open the FIFO without following a link put in its place
     assert all(flags & os.O_NOFOLLOW for _path, flags in kernel.open_fds.values())
+
+
+# ---- the backup of an owner's job: what lands is theirs, only theirs is uploaded -------------------
+@needs_root
+def test_an_owners_upload_takes_only_their_own_files_never_a_link_or_anothers(tmp_path: Path):
+
+    run = tmp_path / "logs" / "rsl_rl" / "cp" / "2026-01-01_00-00-00_cp"
+    os.chown(fake_checkpoint(run / "model_2.pt", 2), NOBODY, NOBODY)
+    bobs = fake_checkpoint(tmp_path / "bob" / "model_9.pt", 4)  # root's (or bob's) file, readable only by them
+    (run / "model_4.pt").symlink_to(bobs)  # the owner points a checkpoint name at it
+    os.chown(fake_checkpoint(run / "model_6.pt", 6), 4242, 4242)  # a file of a third user's in the owner's dir
+    up, notes, prefix = make(tmp_path, keep=0)
+    up.owner_uid = NOBODY
+    up.set_runs([Run(run)])
+    up.one_pass()
+    files = {e["file"] for e in json.loads((prefix / "manifest.json").read_text())["checkpoints"]}
+    assert files == {"model_2.pt"}
+    skipped = {Path(e["path"]).name: e["problem"] for e in events(notes)["backup_skipped"]}
+    assert skipped == {"model_4.pt": "a symlink in the owner's run dir",
+                       "model_6.pt": f"not a file of the job's owner (uid 4242, the owner's is {NOBODY})"}
+    assert not (prefix / run.name / "model_4.pt").exists() and not (prefix / run.name / "model_6.pt").exists()
+
+
+@needs_root
+def test_an_owners_restore_lands_as_theirs_and_never_through_their_links(tmp_path: Path):
+
+    run = tmp_path / "old" / "2026-01-01_00-00-00_cp"
+    fake_checkpoint(run / "model_2.pt", 2, pad=2000)
+    up, notes, prefix = make(tmp_path)
+    up.set_runs([Run(run)])
+    up.one_pass()
+    manifest = Manifest.from_bytes("cp", (prefix / "manifest.json").read_bytes())
+    area = tmp_path / "area"
+    area.mkdir()
+    os.chown(area, NOBODY, NOBODY)
+    owner = RunAs(NOBODY, NOBODY, (NOBODY,), "nobody", "/")
+    got = restore_newest(up.store, manifest, area / "exp", None, notes, validator, owner)
+    assert got is not None and got.downloaded and got.checkpoint.path == area / "exp" / run.name / "model_2.pt"
+    st = got.checkpoint.path.stat()
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (NOBODY, 0o640)
+    assert (area / "exp" / run.name).stat().st_uid == NOBODY
+    assert got.checkpoint.path.read_bytes() == (run / "model_2.pt").read_bytes()
+    assert not list(area.rglob(".*isaacd-restore*"))
+    # the owner's experiment dir is a link to a root directory: refused, nothing written there
+    root_dir = tmp_path / "rootdir"
+    root_dir.mkdir()
+    (area / "exp2").symlink_to(root_dir)
+    with pytest.raises(OwnershipRefused, match="exp2 is a symlink"):
+        restore_newest(up.store, manifest, area / "exp2", None, notes, validator, owner)
+    assert list(root_dir.iterdir()) == []

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..observations.checkpoints import Checkpoint, CheckpointLayout
 from ..config.backup import BackupConfig
+from ..os_seam.oscalls import RunAs
 from .fingerprint import describe, differences
 from .lease import Identity, Lease
 from .manifest import MANIFEST_KEY, Manifest, ManifestError
@@ -57,16 +58,20 @@ class _Fetch:
 
 class JobBackup:
     def __init__(self, cfg: BackupConfig, job: str, layout: CheckpointLayout, validator: Validator | None = None,
-                 identity: Identity | None = None, fingerprint: dict[str, Any] | None = None):
-        """`identity`: who holds the prefix's lease (None: no lease, as in tools and older tests)."""
+                 identity: Identity | None = None, fingerprint: dict[str, Any] | None = None,
+                 owner: RunAs | None = None):
+        """`identity`: who holds the prefix's lease (None: no lease, as in tools and older tests). `owner`: the job
+        runs as this user (issue 32): a fetched checkpoint lands as theirs, and only their files are uploaded."""
         self.cfg = cfg
+        self.owner = owner
         self.store = ObjectStore(cfg, job)
         self.notes = Notes()
         self.validator = validator
         self.fingerprint = fingerprint
         self.lease = Lease(self.store, identity, fingerprint, cfg.lease_seconds, self.notes) \
             if identity is not None else None
-        self.uploader = Uploader(self.store, cfg, layout, self.notes, validator, self.lease, fingerprint)
+        self.uploader = Uploader(self.store, cfg, layout, self.notes, validator, self.lease, fingerprint,
+                                 owner_uid=owner.uid if owner is not None else None)
         self._lock = threading.Lock()
         self._fetch: _Fetch | None = None
         self._last_restored: Restored | None = None
@@ -159,7 +164,8 @@ class JobBackup:
                                       "starting without them")
                 f.error, f.result = None, None
                 return
-            got = restore_newest(self.store, manifest, f.experiment_dir, f.bound, self.notes, self.validator)
+            got = restore_newest(self.store, manifest, f.experiment_dir, f.bound, self.notes, self.validator,
+                                 self.owner)
         except BackupError as exc:
             f.tries += 1
             f.error = str(exc)

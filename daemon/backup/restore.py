@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
 from ..observations.checkpoints import Checkpoint
+from ..os_seam import owned_dirs
+from ..os_seam.oscalls import RunAs
 from .manifest import Entry, Manifest
 from .notes import Notes
 from .objects import ObjectStore
@@ -49,9 +52,10 @@ def _matches(path: Path, e: Entry) -> bool:
 
 
 def restore_newest(store: ObjectStore, manifest: Manifest, experiment_dir: Path, bound: int | None,
-                   notes: Notes, validator: Validator | None = None) -> Restored | None:
+                   notes: Notes, validator: Validator | None = None, owner: RunAs | None = None) -> Restored | None:
     """The newest entry at or below `bound` that verifies, in place; None when none does. Store failures
-    (unreachable, refused) raise BackupError: the caller retries, it does not fall back to older entries."""
+    (unreachable, refused) raise BackupError: the caller retries, it does not fall back to older entries.
+    `owner`: the job runs as this user (issue 32): what lands is theirs, and no link in their dirs is followed."""
     for e in manifest.newest_first():
         if bound is not None and e.iteration > bound:
             continue
@@ -64,26 +68,75 @@ def restore_newest(store: ObjectStore, manifest: Manifest, experiment_dir: Path,
         if _matches(dest, e):
             return Restored(Checkpoint(dest, e.iteration, dest.stat().st_mtime, e.size), e, False,
                             time.monotonic() - t0)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.isaacd-restore-{os.getpid()}")
+        landing = _Landing(dest) if owner is None else _OwnedLanding(dest, owner)
         try:
             try:
-                store.get_file(e.key, tmp)
+                store.get_file(e.key, landing.download)
             except FileNotFoundError:
                 notes.add("backup_object_rejected", key=e.key, iteration=e.iteration,
                           problem="the manifest names it but the bucket has no such object")
                 continue
-            problem = _verify(tmp, e, validator)
+            problem = _verify(landing.verify, e, validator)
             if problem is not None:
                 notes.add("backup_object_rejected", key=e.key, iteration=e.iteration, problem=problem,
                           detail="never resumed from; trying the previous checkpoint in the bucket")
                 continue
-            os.replace(tmp, dest)
-            os.utime(dest, (e.mtime, e.mtime))  # the time the trainer wrote it, as status shows checkpoints
+            landing.place(e.mtime)  # the time the trainer wrote it, as status shows checkpoints
         finally:
-            tmp.unlink(missing_ok=True)
+            landing.close()
         return Restored(Checkpoint(dest, e.iteration, e.mtime, e.size), e, True, time.monotonic() - t0)
     return None
+
+
+class _Landing:
+    """Where a download lands before it is verified and renamed into place: beside its final name."""
+
+    def __init__(self, dest: Path):
+        self.dest = dest
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        self.download = self.verify = dest.with_name(f".{dest.name}.isaacd-restore-{os.getpid()}")
+
+    def place(self, mtime: float) -> None:
+        os.replace(self.download, self.dest)
+        os.utime(self.dest, (mtime, mtime))
+
+    def close(self) -> None:
+        self.download.unlink(missing_ok=True)
+
+
+class _OwnedLanding(_Landing):
+    """The same for a job that runs as its owner (issue 32): the run dir is the owner's, so they could put a symlink
+    at any name in it. The dir is made and opened by owned_dirs (no link on the way followed); the temp file is
+    created in it O_EXCL | O_NOFOLLOW under an unguessable name, owned by the owner, and written through its own
+    descriptor (`/proc/self/fd/N`: the store's client opens that, the same file whatever the dir's names say); the
+    rename goes through the dir's descriptor."""
+
+    def __init__(self, dest: Path, owner: RunAs):  # noqa: super().__init__ not called: nothing made by path
+        self.dest = dest
+        self.dir_fd = owned_dirs.open_owned_dir(dest.parent, owner.uid, owner.gid, owner.name)
+        self.name = f".{dest.name}.isaacd-restore-{uuid.uuid4().hex[:12]}"
+        try:
+            self.fd = os.open(self.name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640,
+                              dir_fd=self.dir_fd)
+            os.fchown(self.fd, owner.uid, owner.gid)
+        except BaseException:
+            os.close(self.dir_fd)
+            raise
+        self.download = Path(f"/proc/self/fd/{self.fd}")
+        self.verify = Path(f"/proc/self/fd/{self.dir_fd}/{self.name}")  # keeps the name, as the checks read it
+
+    def place(self, mtime: float) -> None:
+        os.utime(self.fd, (mtime, mtime))
+        os.replace(self.name, self.dest.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+
+    def close(self) -> None:
+        try:
+            os.unlink(self.name, dir_fd=self.dir_fd)
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(self.fd)
+            os.close(self.dir_fd)
 
 
 def _verify(path: Path, e: Entry, validator: Validator | None) -> str | None:

@@ -23,8 +23,10 @@ A store that fails (unreachable, refusing writes, no credentials) costs only thi
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import stat
 import random
 import threading
 import time
@@ -66,6 +68,29 @@ class Run:
     bound: int | None = None
 
 
+def _owners_file(path: Path, uid: int) -> tuple[int | None, str | None]:
+    """(an open descriptor of the checkpoint, None) when it is a regular file of `uid`'s, else (None, why not).
+    Raises FileNotFoundError when it is gone."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return None, "a symlink in the owner's run dir"
+        return None, f"cannot open: {exc.strerror or exc}"
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != uid:
+        os.close(fd)
+        return None, f"not a file of the job's owner (uid {st.st_uid}, the owner's is {uid})"
+    return fd, None
+
+
+def _close(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)
+
+
 def sha256_of(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -81,8 +106,11 @@ def is_snapshot(path: Path) -> bool:
 class Uploader:
     def __init__(self, store: ObjectStore, cfg: BackupConfig, layout: CheckpointLayout, notes: Notes,
                  validator: Validator | None = None, lease: WriterGate | None = None,
-                 fingerprint: dict[str, Any] | None = None):
+                 fingerprint: dict[str, Any] | None = None, owner_uid: int | None = None):
         self.store, self.cfg, self.layout, self.notes, self.validator = store, cfg, layout, notes, validator
+        # the job runs as this uid (issue 32): its run dirs are the owner's, who could put a symlink at a checkpoint's
+        # name (to a root file, to another user's run): only a regular file of the owner's own is uploaded
+        self.owner_uid = owner_uid
         self.lease = lease  # None: unguarded (tests, tools)
         self.fingerprint = fingerprint
         self.blocked: str | None = None  # why this supervisor may not write the prefix now
@@ -324,15 +352,28 @@ class Uploader:
             self.notes.add("backup_skipped", path=str(c.path), iteration=c.iteration, problem=problem,
                            detail="not copied to the backup target: the resume choice would not use it either")
             return
+        source, fd = c.path, None
         try:
-            before = os.stat(c.path)
-            digest = sha256_of(c.path)
+            if self.owner_uid is not None:
+                fd, refusal = _owners_file(c.path, self.owner_uid)
+                if refusal is not None:
+                    self._rejected.add(self._rejected_key(c))
+                    self.notes.add("backup_skipped", path=str(c.path), iteration=c.iteration, problem=refusal,
+                                   detail="not copied to the backup target: isaacd uploads only the owner's own files")
+                    return
+                source = Path(f"/proc/self/fd/{fd}")  # read through the descriptor checked, whatever the name says
+            before = os.stat(source)
+            digest = sha256_of(source)
         except FileNotFoundError:
+            _close(fd)
             return  # the shim pruned an old snapshot meanwhile
         name, rel = self._key(c, run)
         key = f"{name}/{rel}"
         t0 = time.monotonic()
-        version = self.store.put_file(c.path, key)
+        try:
+            version = self.store.put_file(source, key)
+        finally:
+            _close(fd)
         try:
             after = os.stat(c.path)
         except FileNotFoundError:

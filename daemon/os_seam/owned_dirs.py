@@ -107,13 +107,21 @@ def _hand(fd: int, st: os.stat_result, path: Path, uid: int, gid: int, who: str,
 def make_owned_dir(path: Path, uid: int, gid: int, who: str, mode: int = 0o750) -> None:
     """`mkdir -p path` and hand it to uid:gid (mode `mode` when created here), never through a symlink the user could
     have planted. Raises OwnershipRefused (a symlink on the way, a third user's directory) or OSError."""
+    os.close(open_owned_dir(path, uid, gid, who, mode))
+
+
+def open_owned_dir(path: Path, uid: int, gid: int, who: str, mode: int = 0o750) -> int:
+    """make_owned_dir, and the directory's descriptor (the caller closes it): what root then writes there goes through
+    it (`openat`, `renameat`), so a link the user puts in the directory's place later changes nothing."""
     fd, created = _walk(path, create=True, uid=uid, gid=gid, who=who, mode=mode)
     try:
         _hand(fd, os.fstat(fd), path, uid, gid, who, created)
         if created:
             os.fchmod(fd, mode)  # mkdir's mode went through the umask
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
 
 
 def hand_over(path: Path, uid: int, gid: int, who: str) -> bool:
