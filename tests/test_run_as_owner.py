@@ -126,7 +126,7 @@ def test_jobs_run_as_their_owners_and_cannot_write_into_each_others_log_root(use
     script.write_text(PROBE)
     bob_logs = b_area / "logs"
     trainer = builtin_job("own", owner=alice.pw_name, log_root=str(a_area / "logs"), max_iterations=16, launcher=[user_python],
-                          save_interval=4, extra_args=["agent.num_steps_per_env=8"]) \
+                          save_interval=4, extra_args=["agent.num_steps_per_env=8"], spare="booted") \
         + "\n[jobs.watchdogs.divergence]\nenabled = false\n[jobs.watchdogs.no_progress]\nenabled = false\n"
     probe = builtin_job("probe", owner=alice.pw_name, log_root=str(a_area / "probe"),
                         command=["/usr/bin/python3", str(script), str(bob_logs)])
@@ -142,6 +142,7 @@ def test_jobs_run_as_their_owners_and_cannot_write_into_each_others_log_root(use
         os.killpg(first, signal.SIGSTOP)
         j = wait_for(lambda: (x := sp.job("own"))["spare"].get("state") == "ready" and x, 180, what="a ready spare")
         spare = j["spare"]["pid"]
+        assert j["spare"]["mode"] == "booted"  # its boot wrote into a staging dir of alice's, its go reopens her log
         assert proc_ids(spare)["Uid"] == [alice.pw_uid] * 4 and proc_ids(spare)["Gid"] == [alice.pw_gid] * 4
         os.killpg(first, signal.SIGKILL)  # the spare (alice's) takes the attempt over, from its FIFO
         j = wait_for(lambda: (x := sp.job("own"))["pid"] not in (None, first) and x, 60, what="the spare's takeover")
