@@ -394,9 +394,10 @@ class ControlServer:
     def start(self) -> None:
         gid = _group_id(self.group) if self.group is not None else None
         dir_mode = 0o700 | (0o050 if self.mode & 0o060 else 0)
+        made = not self.path.parent.exists()
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=dir_mode)
         if gid is not None:
-            self._share_dir(gid)
+            self._share_dir(gid, made)
         if self.path.exists() or self.path.is_socket():
             try:
                 request(self.path, {"cmd": "ping"}, timeout=1.0)
@@ -419,15 +420,18 @@ class ControlServer:
         self._thread = threading.Thread(target=self._accept_loop, name="control", daemon=True)
         self._thread.start()
 
-    def _share_dir(self, gid: int) -> None:
-        """The socket's directory: 0750 of the socket's group, so only its members reach the socket. A directory
-        others share (world-writable, sticky: /tmp) or another user's is left as it is: the socket's own mode and
-        group still keep others out (connect() needs write permission on it)."""
+    def _share_dir(self, gid: int, made: bool) -> None:
+        """The socket's directory: 0750 of the socket's group, so only its members reach the socket. Only a
+        directory of the socket's own (made now, or holding nothing but the socket: /run/isaacd): one that holds
+        more (the state dir, a config dir), others share (/tmp) or another user owns is left as it is, since opening
+        it to the group would open what else it holds; the socket's own mode and group keep others out all the same
+        (connect() needs write permission on it)."""
         d = self.path.parent
         st = d.stat()
-        if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWOTH | stat.S_ISVTX):
-            log.warning("control_socket_dir_shared", dir=str(d), detail="left as it is; the socket is 0660 of "
-                        "[supervisor] socket_group all the same")
+        own = made or set(os.listdir(d)) <= {self.path.name}
+        if not own or st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWOTH | stat.S_ISVTX):
+            log.warning("control_socket_dir_kept", dir=str(d), detail="the directory holds more than the socket or "
+                        "is shared: left as it is; the socket is 0660 of [supervisor] socket_group all the same")
             return
         os.chown(d, -1, gid)
         os.chmod(d, 0o750)

@@ -4,6 +4,7 @@ without a supervisor, a socket or Ray; and the real parts fit those interfaces."
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Collection
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,7 +16,7 @@ from helpers import write_config
 from isaacd.access.policy import Caller
 from isaacd.config.schema import load_config
 from isaacd.config.users import User
-from isaacd.control import Controlled, Fleet, RequestError, Rules, dispatch as dispatch_as
+from isaacd.control import ControlServer, Controlled, Fleet, RequestError, Rules, dispatch as dispatch_as
 from isaacd.jobs.model import JobState
 from isaacd.status.types import JobStatus
 from isaacd.status.signals import JobSignals
@@ -248,3 +249,23 @@ def test_logs_through_the_socket_give_the_tail_then_what_follows_to_the_owner_on
     assert dispatch_as(sup, {"cmd": "logs", "job": "b", "offset": first["offset"]}, BOB, RULES)["text"] == "four\n"
     with pytest.raises(RequestError, match="^not shown: a is alice's job"):
         dispatch_as(sup, {"cmd": "logs", "job": "a"}, BOB, RULES)
+
+
+def test_the_sockets_directory_is_opened_to_its_group_only_when_it_holds_nothing_else(tmp_path: Path) -> None:
+    """/run/isaacd (made now, or the socket alone) becomes 0750 of socket_group; a directory that holds more (a
+    state dir) is left as it is, since the group would reach what else it holds. The socket is 0660 either way."""
+    import grp
+    import stat
+
+    group = grp.getgrgid(os.getgid()).gr_name
+    shared = tmp_path / "state"
+    shared.mkdir(mode=0o700)
+    (shared / "history.json").write_text("{}")
+    for sock, dir_mode in ((tmp_path / "run" / "isaacd.sock", 0o750), (shared / "isaacd.sock", 0o700)):
+        server = ControlServer(FakeSupervisor(), sock, 0o600, group)
+        server.start()
+        try:
+            assert stat.S_IMODE(sock.parent.stat().st_mode) == dir_mode
+            assert (stat.S_IMODE(sock.stat().st_mode), sock.stat().st_gid) == (0o660, os.getgid())
+        finally:
+            server.stop()
