@@ -330,7 +330,8 @@ _COMMANDS: list[tuple[str, str, str]] = [
      "Validate FILE (one [[jobs]] table, as in the host config) and add it: written into [supervisor] jobs_dir "
      "and applied as a reload applies a change, so it survives a supervisor restart. A job asking for GPUs "
      "(gpus = N, gpu_memory) waits in the queue until they are free. A bad file is refused naming the key and the "
-     "fix (exit 1); nothing running is touched. docs/queue.md"),
+     "fix (exit 1); nothing running is touched. The job is yours: its file in jobs_dir is yours, and only you "
+     "and an admin may stop or cancel it (docs/security.md). docs/queue.md"),
     ("cancel", "stop a submitted job with a save and remove it",
      "The submitted job saves at its next iteration boundary, stops and leaves the queue; its history and logs "
      "are kept, its file moved into jobs_dir/.cancelled/. Jobs of the host config are refused: `isaacd stop`."),
@@ -339,7 +340,8 @@ _COMMANDS: list[tuple[str, str, str]] = [
      "submission), each with what it asks for, how long it has waited and why it waits; then the placed ones with "
      "their GPUs."),
     ("logs", "a job's trainer output",
-     "The job's trainer output: the process runtime's log file, `podman logs` or the unit's journal."),
+     "The job's trainer output: the process runtime's log file, `podman logs` or the unit's journal. A user "
+     "who cannot read root's state dir gets the output of their own jobs through the supervisor."),
     ("doctor", "check this host for what isaacd and Isaac Lab need",
      "Check the driver, NVML, CDI spec, Podman/Quadlet, shared memory, disk space and listeners for the "
      "config's jobs; exit 1 if a check fails."),
