@@ -182,7 +182,8 @@ def test_who_may_do_what_through_the_real_socket(users, base):
         token = f"tok-{uuid.uuid4().hex}"
         job = f"{a}-g1"
         out = alice.ok("submit", str(alice.job_file(job, environment={"API_TOKEN": token},
-                                                    command=["sh", "-c", "echo token is $API_TOKEN; sleep 1000"])))
+                                                    command=["sh", "-c", "echo token is $API_TOKEN; sleep 1000",
+                                                             token])))  # also in argv: the `started` event has it
         assert "submitted as" in out
         f = base / "jobs.d" / f"{job}.toml"
         assert (f.stat().st_uid, stat.S_IMODE(f.stat().st_mode)) == (users["alice"].pw_uid, 0o600)
@@ -223,7 +224,9 @@ def test_who_may_do_what_through_the_real_socket(users, base):
         bobs_row = next(j for j in seen_by_bob["jobs"] if j["name"] == job)
         assert bobs_row["state"] == sp.job(job)["state"] and token not in json.dumps(seen_by_bob)
         assert "<hidden>" in json.dumps(bobs_row)  # where her output quoted it
-        assert token not in bob.ok("events", job, "--json")
+        bobs_events = bob.ok("events", job, "--json")
+        assert token not in bobs_events and "<hidden>" in bobs_events
+        assert token in alice.ok("events", job, "--json")
         table = bob.ok("status").splitlines()
         assert table[1].split()[:2] == ["JOB", "OWNER"] and f"{job}  {a}" in "\n".join(table), table
         assert token in dana.ok("status", "--json") and token in alice.ok("status", "--json")
@@ -255,6 +258,14 @@ def test_who_may_do_what_through_the_real_socket(users, base):
                                               f"{a} or {admins} may read its events")
         assert {j["name"] for j in json.loads(alice.ok("status", "--json"))["jobs"]} == {job}
         assert sp.job(job)["pid"] == pid and sp.job("sys")["pid"]
+
+        # an admin acts on anyone's job, and is written down as who did
+        d = users["dana"]
+        assert token in dana.ok("events", job, "--json")
+        dana.ok("stop", job)
+        wait_for(lambda: sp.job(job)["state"] == "stopped", 30, what="alice's job stopped by the admin")
+        assert [(e["command"], e["user"], e["uid"]) for e in sp.events(job) if e["event"] == "operator_command"][-1] \
+            == ("stop", d.pw_name, d.pw_uid)
     finally:
         sp.stop()
 
