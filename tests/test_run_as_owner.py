@@ -170,6 +170,11 @@ def test_jobs_run_as_their_owners_and_cannot_write_into_each_others_log_root(use
         assert owned_by(log, alice) and stat.S_IMODE(log.stat().st_mode) & 0o007 == 0  # her output: not for others
         warp = base / "state" / "caches" / "probe" / "warp"
         assert owned_by(warp, alice) and stat.S_IMODE(warp.stat().st_mode) == 0o750
+        # the root supervisor's signals reach alice's process: `isaacd stop` ends it
+        probe_pid = sp.job("probe")["pid"]
+        sp.cli("stop", "probe")
+        wait_for(lambda: sp.job("probe")["state"] == "stopped", 30, what="alice's probe stopped by root")
+        assert not Path(f"/proc/{probe_pid}").exists()
 
         # bob's job: bob's process, bob's log_root (0750: alice cannot even list it)
         b = wait_for(lambda: (x := sp.job("bobs"))["pid"] and x, 30, what="bob's job")

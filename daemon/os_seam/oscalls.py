@@ -26,7 +26,7 @@ class RunAs:
     """Whom a spawned child runs as (issue 32: a job runs as its owner, never as root): set in the child between
     fork and exec in initgroups order, the supplementary groups, then the gid, then the uid. subprocess's
     extra_groups=, group= and user= do exactly that (CPython Modules/_posixsubprocess.c child_exec: setgroups,
-    setregid, setreuid, in that order, before the exec)."""
+    setregid, setreuid, in that order, before the exec; with any of them set it forks, never vforks)."""
 
     uid: int
     gid: int
@@ -117,7 +117,10 @@ class HostOs:
 
     def spawn(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], stdout: BinaryIO,
               new_session: bool, run_as: RunAs | None = None) -> Child:
-        who = {} if run_as is None else {"user": run_as.uid, "group": run_as.gid, "extra_groups": list(run_as.gids)}
+        # an empty extra_groups would skip setgroups (child_exec calls it only for a non-empty list) and leave the
+        # child root's groups: the primary gid at least
+        who = {} if run_as is None else {"user": run_as.uid, "group": run_as.gid,
+                                         "extra_groups": list(run_as.gids) or [run_as.gid]}
         return subprocess.Popen(list(argv), cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=stdout,
                                 stderr=subprocess.STDOUT, start_new_session=new_session, close_fds=True, **who)
 
