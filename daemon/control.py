@@ -149,10 +149,13 @@ class Rules:
     admin_group: str | None = None
     supervisor_uid: int = 0
     supervisor_user: str = "root"  # whose a job without `owner` is
+    # no socket_group, socket_mode "0660": the socket's group (the supervisor's) could do everything before issue
+    # 32, and still may: that setting shares the supervisor, it does not make its members users
+    admin_gid: int | None = None
 
 
-def _rules(admin_group: str | None) -> Rules:
-    return Rules(admin_group, os.geteuid(), supervisor_user())
+def _rules(admin_group: str | None, shared_with_own_group: bool) -> Rules:
+    return Rules(admin_group, os.geteuid(), supervisor_user(), os.getegid() if shared_with_own_group else None)
 
 
 def _job_cfg(sup: Controlled, job: str) -> Any:
@@ -380,7 +383,7 @@ class ControlServer:
         self.path = Path(path)
         self.mode = mode if group is None else 0o660
         self.group = group
-        self.rules = _rules(admin_group)
+        self.rules = _rules(admin_group, group is None and bool(mode & 0o060))
         self.supervisor = supervisor
         self._per_user: dict[int, int] = {}
         self._per_user_lock = threading.Lock()
@@ -508,7 +511,7 @@ class ControlServer:
                         _send(conn, {"ok": False, "error": str(exc)}, REPLY_DEADLINE)
                     return
                 try:
-                    caller = caller_for(uid, self.rules.admin_group, self.rules.supervisor_uid)
+                    caller = caller_for(uid, self.rules.admin_group, self.rules.supervisor_uid, self.rules.admin_gid)
                     resp = {"ok": True, "result": dispatch(self.supervisor, json.loads(line), caller, self.rules)}
                 except (KeyError, ValueError, TypeError) as exc:  # RequestError, bad JSON, refused command
                     resp = {"ok": False, "error": _error_text(exc) if not isinstance(exc, json.JSONDecodeError)

@@ -110,3 +110,14 @@ def test_short_values_are_no_secrets_and_credentials_are_found_by_name() -> None
     assert secret_values(["1", "cuda", "true", "sk-123456"]) == {"sk-123456"}
     assert credentials({"AWS_SECRET_ACCESS_KEY": "abcdefgh", "AWS_SESSION_TOKEN": "zzzzzzzz", "HOME": "/root/x",
                         "PATH": "/usr/bin:/bin"}) == {"abcdefgh", "zzzzzzzz"}
+
+
+def test_without_socket_group_the_group_a_0660_socket_was_shared_with_keeps_doing_everything() -> None:
+    import pwd
+
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no user nobody on this host")
+    assert not caller_for(nobody.pw_uid, None, 0).admin
+    assert caller_for(nobody.pw_uid, None, 0, admin_gid=nobody.pw_gid).admin

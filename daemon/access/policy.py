@@ -47,14 +47,16 @@ class Caller:
         return f"{self.name} (uid {self.uid})"
 
 
-def caller_for(uid: int, admin_group: str | None, supervisor_uid: int) -> Caller:
+def caller_for(uid: int, admin_group: str | None, supervisor_uid: int, admin_gid: int | None = None) -> Caller:
     """The caller for a peer uid. The supervisor's own user is an admin too: a supervisor a user runs for
-    themselves (`isaacd run` without root) is theirs to command."""
+    themselves (`isaacd run` without root) is theirs to command. `admin_gid`: a group whose members are admins
+    without being named (the socket's group of a `socket_mode = "0660"` set before `socket_group` existed)."""
     try:
         user = user_by_uid(uid)
     except UnknownUser:
         return Caller(uid, f"uid {uid}", uid in (0, supervisor_uid))
-    return Caller(uid, user.name, uid == supervisor_uid or is_admin(user, admin_group), user)
+    admin = uid == supervisor_uid or is_admin(user, admin_group) or (admin_gid is not None and admin_gid in user.gids)
+    return Caller(uid, user.name, admin, user)
 
 
 def owner_name(owner: str | None, supervisor_user: str) -> str:
