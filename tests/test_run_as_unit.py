@@ -251,3 +251,19 @@ def test_an_owners_restore_lands_as_theirs_and_never_through_their_links(tmp_pat
     with pytest.raises(OwnershipRefused, match="exp2 is a symlink"):
         restore_newest(up.store, manifest, area / "exp2", None, notes, validator, owner)
     assert list(root_dir.iterdir()) == []
+
+
+def test_an_owners_run_dir_is_read_only_inside_their_log_root(tmp_path: Path):
+    """The run dir an owner's trainer reports is read (TensorBoard, checkpoints) and swept by root only inside the
+    job's log_root, links resolved: never another user's run."""
+    from isaacd.runtimes.run_as import inside_log_root
+
+    logs, bob = tmp_path / "logs", tmp_path / "bob" / "run"
+    (logs / "rsl_rl" / "cp" / "run1").mkdir(parents=True)
+    bob.mkdir(parents=True)
+    (logs / "rsl_rl" / "cp" / "evil").symlink_to(bob)
+    owned = job_of(f'[[jobs]]\nname = "a"\nowner = "nobody"\nlog_root = "{logs}"\n', tmp_path)
+    assert inside_log_root(owned, logs / "rsl_rl" / "cp" / "run1")
+    assert not inside_log_root(owned, logs / "rsl_rl" / "cp" / "evil")
+    assert not inside_log_root(owned, bob) and not inside_log_root(owned, logs / ".." / "bob" / "run")
+    assert inside_log_root(job_of(f'[[jobs]]\nname = "a"\nlog_root = "{logs}"\n', tmp_path), bob)  # an admin's job

@@ -20,6 +20,7 @@ from ..observations.checkpoints import Checkpoint, sweep_snapshot_temps
 from ..observations.shim_events import ShimEvents
 from ..observations.tensorboard import ScalarPoint, TensorBoardTail, finite_or_none
 from ..runtimes.base import ExitStatus, Handle, Runtime
+from ..runtimes.run_as import inside_log_root
 from ..clock import Clock
 from ..history.store import Attempt
 from ..workflows.validate import VALIDATOR
@@ -68,6 +69,7 @@ class AttemptObserver:
         self.gpu_memory = gpu_memory
         self.on_checkpoint_saved = on_checkpoint_saved
         self.live = LiveAttempt()
+        self._refused_run_dirs: set[int] = set()  # attempts whose reported run dir was refused (said once)
         self.ended: list[Handle] = []  # ended trainers whose runtime resources are still being released
         self.iteration: int | None = None
         self.scalars: dict[str, float] = {}
@@ -281,6 +283,13 @@ class AttemptObserver:
         found: Path | None = None
         if live.shim is not None and live.shim.report.run_dir:
             found = trainer_command.host_path(self.setting.cfg, live.shim.report.run_dir)  # rank 0's run dir, as reported
+            if not inside_log_root(self.setting.cfg, found):  # an owner's trainer says what it likes (issue 32)
+                if attempt.number not in self._refused_run_dirs:
+                    self._refused_run_dirs.add(attempt.number)
+                    self.record.event("run_dir_refused", attempt=attempt.number, run_dir=str(found),
+                                      detail="not under the job's log_root: isaacd reads no other user's files "
+                                             "for a job that runs as its owner")
+                return
         elif live.shim is None and self.setting.resolved is not None:
             found = self._guess_run_dir()
         if found is not None:

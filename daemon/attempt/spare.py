@@ -460,9 +460,9 @@ class SpareKeeper:
         """A booted spare died before it was ready: booted spares off for this job; its boot output's tail."""
         tail = ""
         if sp.staging is not None:
-            try:
-                with open(sp.staging / "boot.log", "rb") as f:
-                    f.seek(max(0, os.path.getsize(f.name) - BOOT_LOG_TAIL))
+            try:  # O_NOFOLLOW: an owner's staging is theirs (issue 32), a link there must not be read as root
+                with open(sp.staging / "boot.log", "rb", opener=lambda p, fl: os.open(p, fl | os.O_NOFOLLOW)) as f:
+                    f.seek(max(0, os.fstat(f.fileno()).st_size - BOOT_LOG_TAIL))
                     tail = f.read().decode("utf-8", "replace")
             except OSError:
                 pass

@@ -62,6 +62,18 @@ def owner_env(env: dict[str, str], run_as: RunAs | None, job_environment: dict[s
     return out
 
 
+def inside_log_root(job: JobConfig, path: Path) -> bool:
+    """A path an owner's trainer reported (its run dir) lies in the job's log_root once every link is resolved: the
+    root supervisor reads (TensorBoard, checkpoints) and sweeps only there, never another user's run. Any path for a
+    job of the supervisor's own user."""
+    if job.owner is None or job.owner in ROOT_NAMES:
+        return True
+    try:
+        return Path(path).resolve().is_relative_to(Path(os.path.abspath(job.log_root)).resolve())
+    except (OSError, RuntimeError):
+        return False
+
+
 def container_user(job: JobConfig, run_as: RunAs | None) -> str | None:
     """`--user` of the job's container: the owner's uid:gid, else the job's own container.user (an admin's job)."""
     if run_as is not None:
