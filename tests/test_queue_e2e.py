@@ -65,8 +65,11 @@ def gpus_of(sp: SupervisorProc, job: str) -> list[int]:
 
 def test_submit_queue_preempt_with_a_save_resume_elsewhere_and_drain_in_order(tmp_path, supervisor_factory):
     sp = supervisor_factory(host(tmp_path, free=(0, 1)))
-    for name, total in (("anymal", 30), ("g1", 30), ("cartpole", 5)):
-        sp.cli("submit", str(job_file(tmp_path, name, max_iterations=total)))
+    # g1 is not preemptible and trains for good: anymal is the one urgent preempts, g1 the one cancelled later (a
+    # finite g1 could complete before its cancel on a fast worker, leaving nothing to save)
+    for name, over in (("anymal", {"max_iterations": 60}), ("g1", {"max_iterations": 100000, "preemptible": False}),
+                       ("cartpole", {"max_iterations": 5})):
+        sp.cli("submit", str(job_file(tmp_path, name, **over)))
     running_at(sp, "anymal", 5), running_at(sp, "g1", 5)
     assert sorted(gpus_of(sp, "anymal") + gpus_of(sp, "g1")) == [0, 1]  # the only GPUs with 80 GiB free
     waiting = sp.job("cartpole")
@@ -85,9 +88,8 @@ def test_submit_queue_preempt_with_a_save_resume_elsewhere_and_drain_in_order(tm
 
     # a high-priority submit preempts one job: it saves at the next iteration boundary and goes back to the queue
     sp.cli("submit", str(job_file(tmp_path, "urgent", priority=10, max_iterations=10)))
-    victim = wait_for(lambda: next((n for n in ("anymal", "g1") if events(sp, n, "preempted")), None), 60,
-                      what="a preemption")
-    other = "g1" if victim == "anymal" else "anymal"
+    victim, other = "anymal", "g1"
+    wait_for(lambda: events(sp, victim, "preempted"), 60, what="a preemption")
     assert events(sp, victim, "preempted")[0]["by"] == "urgent"
     first_gpus = events(sp, victim, "placed")[0]["gpus"]
     wait_for(lambda: sp.job(victim)["state"] == "queued", 90, what=f"{victim} back in the queue")
@@ -117,7 +119,7 @@ def test_submit_queue_preempt_with_a_save_resume_elsewhere_and_drain_in_order(tm
         if Path(e["run_dir"]) not in runs:
             runs.append(Path(e["run_dir"]))
     logged = [steps(d) for d in runs]
-    total = 30
+    total = 60
     assert set().union(*map(set, logged)) == set(range(total)) and logged[1][0] == saved["iteration"]
     assert sp.job(victim)["queue"]["preemptions"] == 1 and sp.job(victim)["restarts"] == 0
     placed = {n: events(sp, n, "placed")[-1]["time"] for n in (victim, "cartpole")}
