@@ -154,3 +154,11 @@ def test_limits_merge_defaults_then_groups_in_their_order_then_the_user():
     assert (got.max_priority, got.gpus) == (2, 3)
     bare = effective_limits(ALICE, AccessConfig.model_validate({"defaults": {}}))
     assert (bare.max_priority, bare.non_preemptible, bare.gpus) == (0, False, None)
+
+
+def test_object_storage_backups_are_refused_for_users_who_are_no_admins():
+    """The supervisor uploads and prunes with its own credentials: a user's prefix could be anyone's."""
+    job = check_job_table({"name": "j", "log_root": "/data/alice/j", "backup": {"url": "s3://lab-bucket/isaacd/j"}},
+                          "j.toml")
+    issues = refusals(job, ALICE, AccessConfig(areas=["/data/{user}"]), realpath=lambda p: p)
+    assert [i.key for i in issues] == ["jobs[0].backup.url"] and "supervisor's credentials" in issues[0].message

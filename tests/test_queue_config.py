@@ -199,3 +199,20 @@ def test_the_hook_places_only_on_cool_healthy_whole_gpus_and_says_why_in_the_sta
     row = q.job_status(JobStatus("w", state="queued", queue=QueueStatus(request="10 GiB on 1 GPU")))
     assert row.queue.position == 1 and row.state_reason.startswith("queued #1: needs 10 GiB on 1 GPU; 0 with room")
     assert "not placing on GPU 0: hot" in row.queue.reason
+
+
+def test_on_a_host_with_users_the_job_files_directory_must_be_the_supervisors_alone(tmp_path):
+    """Each job file is its submitter's (0600): a directory they can search would let them rewrite it after submit,
+    past every check the submit made (issue 32)."""
+    cfg = host(tmp_path)
+    cfg.write_text(cfg.read_text().replace("[supervisor]\n", '[supervisor]\nsocket_group = "root"\n'))
+    (tmp_path / "jobs.d").chmod(0o755)
+    with pytest.raises(ConfigError, match=r"supervisor.jobs_dir: .*jobs.d is open to other users \(mode 0755\).*chmod 700"):
+        load_config(cfg)
+    (tmp_path / "jobs.d").chmod(0o700)
+    assert load_config(cfg).supervisor.socket_group == "root"
+    write_atomically_dir = tmp_path / "fresh" / "jobs.d"
+    submit_into = write_atomically_dir / "a.toml"
+    from isaacd.config.jobs_dir import write_atomically
+    write_atomically(submit_into, "[[jobs]]\nname = \"a\"\n")
+    assert write_atomically_dir.stat().st_mode & 0o777 == 0o700  # submit makes it root's alone

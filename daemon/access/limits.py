@@ -142,7 +142,12 @@ def refusals(job: JobConfig, user: User, access: AccessConfig,
                                                  'you; use runtime = "process" or "podman"'))
     if job.backup is not None and job.backup.protocol == "file" and outside(urlsplit(job.backup.url).path):
         out.append(ConfigIssue(f"{KEY}.backup.url", f'"{job.backup.url}" is outside your areas (the supervisor writes '
-                                                    f"and prunes there): use file:// under {where}, or s3:// or gs://"))
+                                                    f"and prunes there): use file:// under {where}"))
+    elif job.backup is not None and job.backup.protocol != "file":
+        # the supervisor uploads and prunes with its own credentials: a prefix a user names could be anyone's
+        out.append(ConfigIssue(f"{KEY}.backup.url", f'"{job.backup.url}": object storage is written with the '
+                                                    "supervisor's credentials, under any prefix they reach; ask an "
+                                                    f"admin to set it in your job, or use file:// under {where}"))
     for i, spec in enumerate(job.container.ports):
         port = _host_port(spec)
         if port is not None and port < PRIVILEGED_PORTS:

@@ -109,6 +109,20 @@ def owned(drop_in: DropIn, admin_group: str | None) -> dict[str, Any]:
     return drop_in.job if named is not None else {**drop_in.job, "owner": who.name}
 
 
+def open_to_others(jobs_dir: Path) -> str | None:
+    """Why the drop-in directory is not the supervisor's alone, or None. On a host with users (issue 32) each job
+    file is its submitter's (0600, chowned to them): a directory they can search would let them rewrite their file
+    after its submit (priority = 100, a log_root anywhere), past every check a submit makes."""
+    try:
+        st = jobs_dir.stat()
+    except FileNotFoundError:
+        return None
+    if st.st_mode & 0o077:
+        return (f"{jobs_dir} is open to other users (mode {st.st_mode & 0o777:04o}): they could rewrite the jobs "
+                f"they submitted past [access]; chmod 700 {jobs_dir}")
+    return None
+
+
 def job_file(jobs_dir: Path, name: str) -> Path:
     return jobs_dir / f"{name}.toml"
 
@@ -117,7 +131,7 @@ def write_atomically(path: Path, text: str, owner: tuple[int, int] | None = None
     """The whole file or none: written beside it under a hidden name (never read), synced, renamed into place.
     `owner` (uid, gid): the file is theirs before it has its name, so it is never read as anyone else's job (issue
     32: a job file's owner is the job's). Mode 0600: its environment may hold secrets."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # root's alone: see open_to_others
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with open(fd, "w", encoding="utf-8") as f:

@@ -24,7 +24,7 @@ else:  # pragma: no cover
 
 from .backup import BackupConfig
 from ..gpu.assign import device_outside_gpus, gpu_conflicts
-from .jobs_dir import DropInError, owned, read_drop_ins, with_paths_under
+from .jobs_dir import DropInError, open_to_others, owned, read_drop_ins, with_paths_under
 from .locate import DEFAULT_SOCKET, EMBEDDED_DEFAULT_NAME
 from .access import NAME_RE, AccessConfig
 from .queue import QueueConfig
@@ -653,6 +653,8 @@ def _with_drop_ins(raw: dict[str, Any], source: str, base_dir: Path) -> dict[str
     if not isinstance(jobs_dir, str):
         return raw
     directory = Path(jobs_dir) if Path(jobs_dir).is_absolute() else base_dir / jobs_dir
+    if isinstance(raw["supervisor"].get("socket_group"), str) and (why := open_to_others(directory)):
+        raise ConfigError(source, [ConfigIssue("supervisor.jobs_dir", why)])
     try:
         drop_ins = read_drop_ins(directory)
     except DropInError as exc:
