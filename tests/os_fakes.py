@@ -182,6 +182,10 @@ class FakeOs:
         Path(path).touch()
         self.hand_over(path, run_as)
 
+    def make_owned_dir(self, path: Path, run_as: object) -> None:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        self.hand_over(path, run_as)
+
     def open_fd(self, path: Path, flags: int) -> int:
         fd, self._next_fd = self._next_fd, self._next_fd + 1
         self.open_fds[fd] = (str(path), flags)

@@ -210,27 +210,41 @@ def test_a_symlink_the_owner_planted_in_the_log_root_is_refused_naming_it(users,
 
 
 @pytest.mark.podman
-def test_an_owners_container_runs_as_the_owner(users, base, podman_url, cleanup_containers):  # noqa: F811
+def test_an_owners_container_and_its_spare_run_as_the_owner(users, base, user_python, podman_url,  # noqa: F811
+                                                             cleanup_containers):  # noqa: F811
+    """Rootful Podman, the host's root filesystem as the image: alice's trainer container and its spare container
+    run as her uid:gid (podman inspect, /proc), though the job's container.user says 0:0; the spare (its FIFO, events
+    file and the attempt's events file made hers) takes the attempt over after a SIGKILL, as alice."""
     alice = users["alice"]
     a_area = area(base, alice)
     name = f"i32c{uuid.uuid4().hex[:6]}"
     cleanup_containers.append(name)
-    logs = a_area / "logs"  # mounted at the same path: the probe reports there
-    probe = f'id -u > {logs}/id.txt; id -g >> {logs}/id.txt; exec sleep 1000'
     # an explicit container.user is the admin's choice for a root job; an owner's job runs as the owner anyway
-    job = builtin_job(name, runtime="podman", owner=alice.pw_name, log_root=str(logs),
-                      command=["sh", "-c", probe], container={"image": "/:O", "shm_size": "64m", "user": "0:0"})
+    job = builtin_job(name, runtime="podman", owner=alice.pw_name, log_root=str(a_area / "logs"),
+                      launcher=[user_python], max_iterations=100000, save_interval=1, spare="imports",
+                      extra_args=["agent.num_steps_per_env=8"],
+                      container={"image": "/:O", "shm_size": "256m", "user": "0:0"})
     sp = SupervisorProc(write_config(base, job)).start()
     try:
-        out = wait_for(lambda: (t := (logs / "id.txt").read_text()).count("\n") == 2 and t, 120,
-                       what="the container's ids")
-        assert out.split() == [str(alice.pw_uid), str(alice.pw_gid)]
-        user = subprocess.run(["podman", "inspect", "-f", "{{.Config.User}}", f"isaaclab-job-{name}"],
-                              capture_output=True, text=True).stdout.strip()
-        assert user == f"{alice.pw_uid}:{alice.pw_gid}"
-        pid = sp.job(name)["pids"][0] if sp.job(name).get("pids") else None
-        if pid:
-            assert proc_ids(pid)["Uid"][0] == alice.pw_uid
-        assert owned_by(logs / "id.txt", alice)
+        j = wait_for(lambda: (x := sp.job(name))["state"] == "running" and x["spare"].get("state") == "ready" and x,
+                     180, what="alice's container training, with a ready spare container")
+        trainer, spare = j["pid"], j["spare"]["pid"]
+        for pid in (trainer, spare):
+            ids = proc_ids(pid)
+            assert ids["Uid"] == [alice.pw_uid] * 4 and ids["Gid"] == [alice.pw_gid] * 4, ids
+        users_of = subprocess.run(["podman", "ps", "--filter", f"label=isaacd.job={name}", "--format", "{{.Names}}"],
+                                  capture_output=True, text=True).stdout.split()
+        for c in users_of:
+            user = subprocess.run(["podman", "inspect", "-f", "{{.Config.User}}", c], capture_output=True,
+                                  text=True).stdout.strip()
+            assert user == f"{alice.pw_uid}:{alice.pw_gid}", (c, user)
+        assert len(users_of) == 2  # the attempt's and the spare's
+        os.kill(trainer, signal.SIGKILL)
+        j = wait_for(lambda: (x := sp.job(name))["pid"] not in (None, trainer) and x["state"] == "running" and x,
+                     60, what="the spare container's takeover")
+        assert j["pid"] == spare and proc_ids(spare)["Uid"] == [alice.pw_uid] * 4
+        assert [e for e in sp.events(name) if e["event"] == "started"][-1]["warm_spare"] is True
+        ckpts = list((a_area / "logs").rglob("model_*.pt"))
+        assert ckpts and all(owned_by(p, alice) for p in ckpts)  # written by the container as alice
     finally:
         sp.stop()

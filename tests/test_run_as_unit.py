@@ -158,6 +158,8 @@ def test_the_container_runs_as_the_owner_whatever_container_user_says(tmp_path: 
     ls = LaunchSpec(job=job, argv=[], trainer_args=[], env={}, cwd=Path("/"), log_path=Path("/tmp/x.log"),
                     run_as=OWNER)
     cs = ContainerSpec.from_launch(ls, "tok", 1)
+    # Hydra writes outputs/ in the cwd, the image's workdir is root's: the owner's host dir is mounted there
+    assert ("/outputs", "/workspace/isaacd/outputs", "") in cs.volumes
     assert "\nUser=1234:1235\n" in render_quadlet(cs)
     assert "--user 1234:1235" in render_service(cs)
     assert cs.libpod_create_body()["user"] == "1234:1235"

@@ -57,7 +57,7 @@ from ..daemon_log import log
 from ..history.store import job_log_path
 from ..os_seam.oscalls import HOST_OS, OsCalls, ProcFs
 from ..runtimes.base import Handle, LaunchSpec, Runtime
-from ..runtimes.container_spec import container_args, container_device_arg, hand_to_container_user
+from ..runtimes.container_spec import HYDRA_OUTPUTS, container_args, container_device_arg, hand_to_container_user
 from ..runtimes.run_as import OwnerProblem, job_run_as, owner_env
 from ..os_seam.owned_dirs import OwnershipRefused
 from ..os_seam.proctree import process_tree
@@ -272,8 +272,18 @@ class SpareKeeper:
             env.setdefault("WANDB_RUN_ID", BOOTED_WANDB_PLACEHOLDER)
         mounts: tuple[Path, ...] = ()
         if owner is not None:  # deepest first: each is chowned while its parent is still root's (owned_dirs.py)
-            for d in reversed(staging_dirs(staging)):
-                self.oscalls.hand_over(d, owner)
+            try:
+                for d in reversed(staging_dirs(staging)):
+                    self.oscalls.hand_over(d, owner)
+                if in_container:  # the container's outputs/ (container_spec.from_launch: Hydra writes it in the cwd)
+                    self.oscalls.make_owned_dir(cwd / HYDRA_OUTPUTS, owner)
+            except (OSError, OwnershipRefused) as exc:
+                self.oscalls.close_fd(keepalive)
+                control.unlink(missing_ok=True)
+                remove_staging(staging)
+                self.log.warning("spare_not_started", error=str(exc))
+                self.retry_at = now + RETRY_MAX
+                return []
         if in_container:  # a second container of the job's spec (container_spec.from_launch, LaunchSpec.spare)
             mounts = (base, self._attempts_events_dir())
             if owner is None:  # an owner's spare has its files handed above; its base dir stays root's

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 import types
 import typing
@@ -176,7 +177,9 @@ class StateStore:
         self.dir = Path(state_dir)
         self.jobs_dir = self.dir / "jobs"
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.dir, 0o700)
+        # root's alone, but traversal kept once granted: a job that runs as its owner reaches its own files under
+        # the state dir (runtimes/run_as.open_state_dir makes it 0711; jobs/ stays 0700)
+        os.chmod(self.dir, 0o700 | (stat.S_IMODE(os.stat(self.dir).st_mode) & 0o011))
 
     def _doc(self, job: str) -> Path:
         return self.jobs_dir / f"{job}.json"

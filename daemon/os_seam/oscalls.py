@@ -86,6 +86,9 @@ class OsCalls(ProcFs, Protocol):
     def create_owned_file(self, path: Path, run_as: RunAs) -> None:
         """An empty file for the user to write (owned_dirs.create_owned_file)."""
 
+    def make_owned_dir(self, path: Path, run_as: RunAs) -> None:
+        """`mkdir -p` handed to the user, no symlink of theirs followed (owned_dirs.make_owned_dir)."""
+
     def open_fd(self, path: Path, flags: int) -> int: ...
 
     def write_fd(self, fd: int, data: bytes) -> int:
@@ -144,6 +147,9 @@ class HostOs:
 
     def create_owned_file(self, path: Path, run_as: RunAs) -> None:
         owned_dirs.create_owned_file(path, run_as.uid, run_as.gid, run_as.name)
+
+    def make_owned_dir(self, path: Path, run_as: RunAs) -> None:
+        owned_dirs.make_owned_dir(path, run_as.uid, run_as.gid, run_as.name)
 
     def open_fd(self, path: Path, flags: int) -> int:
         return os.open(path, flags)

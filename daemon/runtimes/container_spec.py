@@ -67,6 +67,7 @@ SPARE_CARRIED_ENV = (LAUNCH_TOKEN_ENV, "WANDB_RUN_ID")
 SNAPSHOT_SETTINGS_ENV = (SNAPSHOT_EVERY_ENV, SNAPSHOT_MIN_SECONDS_ENV, SNAPSHOT_BUDGET_ENV)
 
 LOOPBACK_NAMES = {"127.0.0.1", "::1", "localhost"}
+HYDRA_OUTPUTS = "outputs"  # Hydra's run dir in the cwd (hydra.run.dir's default outputs/<date>/<time>)
 
 
 def container_name(job: str) -> str:
@@ -273,6 +274,10 @@ class ContainerSpec:
         # upstream train scripts write ./logs/<library>/... relative to their cwd
         workdir = trainer_command.container_workdir(job)
         volumes.append((log_root, f"{workdir}/logs", ""))
+        if spec.run_as is not None:
+            # Hydra writes outputs/ in the cwd, and an image's workdir is root's: the owner's own directory there
+            # (the host cwd's, made theirs by the planner or the spare keeper)
+            volumes.append((str(spec.cwd / HYDRA_OUTPUTS), f"{workdir}/{HYDRA_OUTPUTS}", ""))
         env = container_env(job)
         # the compile caches (prepared and handed to container.user by the planner): Warp's, and Kit's for
         # Isaac Sim-based images, at upstream's places (caches/compile_caches.py)

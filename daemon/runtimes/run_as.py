@@ -117,7 +117,7 @@ def prepare_owned(job: JobConfig, run_as: RunAs, state_dir: Path, experiment_dir
     if exp.is_relative_to(log_root):  # the library's dir and the experiment's, where the trainer makes its run dirs
         wanted += [("log_root", p) for p in reversed(exp.parents) if p.is_relative_to(log_root) and p != log_root]
         wanted.append(("log_root", exp))
-    wanted.append(("state_dir", workdir))
+    wanted += [("state_dir", workdir), ("state_dir", workdir / "outputs")]  # a container's outputs/ (container_spec)
     wanted += [("compile_cache", c.host) for c in caches]
     key, path = "log_root", log_root
     try:
