@@ -269,3 +269,24 @@ def test_an_owners_run_dir_is_read_only_inside_their_log_root(tmp_path: Path):
     assert not inside_log_root(owned, logs / "rsl_rl" / "cp" / "evil")
     assert not inside_log_root(owned, bob) and not inside_log_root(owned, logs / ".." / "bob" / "run")
     assert inside_log_root(job_of(f'[[jobs]]\nname = "a"\nlog_root = "{logs}"\n', tmp_path), bob)  # an admin's job
+
+
+@needs_root
+def test_a_reset_sets_an_owners_runs_aside_in_a_folder_of_theirs(tmp_path: Path):
+    """`isaacd reset` moves the run dirs into `<experiment>.reset-<time>`: for an owner's job that folder is theirs
+    (made by root in their log_root, they could not clear it otherwise)."""
+    from isaacd.attempt.reset import set_runs_aside
+    from isaacd.attempt.setting import JobSetting
+    from isaacd.history.store import Attempt, JobHistory
+
+    logs = tmp_path / "logs"
+    job = job_of(f'[[jobs]]\nname = "cp"\nowner = "nobody"\nlog_root = "{logs}"\n', tmp_path)
+    setting = JobSetting.of(job)
+    run = setting.resolved.workflow.experiment_dir(job) / "2026-01-01_00-00-00"
+    run.mkdir(parents=True)
+    for d in (logs, *(p for p in run.parents if p.is_relative_to(logs)), run):
+        os.chown(d, NOBODY, NOBODY)
+    history = JobHistory(name="cp", attempts=[Attempt(number=1, started_at=0.0, reason="initial", run_dir=str(run))])
+    done = set_runs_aside(setting, history, 0.0)
+    assert done.folder is not None and done.folder.stat().st_uid == NOBODY
+    assert (done.folder / run.name).is_dir() and not run.exists()

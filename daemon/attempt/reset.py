@@ -10,12 +10,15 @@ anew (setting.timeline_attempts), so a run dir that could not be found here is n
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..history.store import JobHistory
+from ..os_seam.owned_dirs import OwnershipRefused, make_owned_dir
+from ..runtimes.run_as import OwnerProblem, job_run_as
 from .setting import JobSetting
 
 
@@ -56,7 +59,17 @@ def set_runs_aside(setting: JobSetting, history: JobHistory, wall: float) -> Set
     while folder.exists():  # two resets within a second
         n += 1
         folder = exp.with_name(f"{exp.name}.reset-{stamp}-{n}")
-    folder.mkdir(parents=True)
+    try:
+        owner = job_run_as(setting.cfg)
+    except OwnerProblem as exc:
+        raise OSError(errno.EPERM, f"owner: {exc}") from None
+    if owner is None:
+        folder.mkdir(parents=True)
+    else:  # the owner's own (issue 32), made without following a link of theirs
+        try:
+            make_owned_dir(folder, owner.uid, owner.gid, owner.name)
+        except OwnershipRefused as exc:
+            raise OSError(errno.EPERM, str(exc)) from None
     moved = []
     for run in runs:
         dest = folder / run.name
