@@ -19,14 +19,19 @@ from pathlib import Path
 import pytest
 
 from backup_fakes import fake_checkpoint
+from test_attempt_planner import World
 from test_backup import events, make, validator
 
+from isaacd.attempt.reset import set_runs_aside
+from isaacd.attempt.setting import JobSetting
 from isaacd.attempt.spare import SpareKeeper
 from isaacd.backup.manifest import Manifest
 from isaacd.backup.restore import restore_newest
 from isaacd.backup.uploader import Run
 from isaacd.attempt.spare_effects import StartSpare
 from isaacd.config.schema import parse_config
+from isaacd.history.store import Attempt, JobHistory
+from isaacd.jobs.messages import LaunchRefused
 from isaacd.jobs.model import JobState
 from isaacd.os_seam.oscalls import RunAs
 from isaacd.os_seam.owned_dirs import OwnershipRefused, create_owned_file, hand_over, make_owned_dir
@@ -34,7 +39,7 @@ from isaacd.runtimes.base import LaunchSpec
 from isaacd.runtimes.container_spec import ContainerSpec
 from isaacd.runtimes.process import TOKEN_ENV, ProcessRuntime
 from isaacd.runtimes.quadlet import render_quadlet, render_service
-from isaacd.runtimes.run_as import OwnerProblem, container_user, job_run_as, owner_env
+from isaacd.runtimes.run_as import OwnerProblem, container_user, inside_log_root, job_run_as, owner_env
 from isaacd.workflows import resolve
 
 from os_fakes import FakeOs
@@ -258,8 +263,6 @@ def test_an_owners_restore_lands_as_theirs_and_never_through_their_links(tmp_pat
 def test_an_owners_run_dir_is_read_only_inside_their_log_root(tmp_path: Path):
     """The run dir an owner's trainer reports is read (TensorBoard, checkpoints) and swept by root only inside the
     job's log_root, links resolved: never another user's run."""
-    from isaacd.runtimes.run_as import inside_log_root
-
     logs, bob = tmp_path / "logs", tmp_path / "bob" / "run"
     (logs / "rsl_rl" / "cp" / "run1").mkdir(parents=True)
     bob.mkdir(parents=True)
@@ -275,10 +278,6 @@ def test_an_owners_run_dir_is_read_only_inside_their_log_root(tmp_path: Path):
 def test_a_reset_sets_an_owners_runs_aside_in_a_folder_of_theirs(tmp_path: Path):
     """`isaacd reset` moves the run dirs into `<experiment>.reset-<time>`: for an owner's job that folder is theirs
     (made by root in their log_root, they could not clear it otherwise)."""
-    from isaacd.attempt.reset import set_runs_aside
-    from isaacd.attempt.setting import JobSetting
-    from isaacd.history.store import Attempt, JobHistory
-
     logs = tmp_path / "logs"
     job = job_of(f'[[jobs]]\nname = "cp"\nowner = "nobody"\nlog_root = "{logs}"\n', tmp_path)
     setting = JobSetting.of(job)
@@ -290,3 +289,27 @@ def test_a_reset_sets_an_owners_runs_aside_in_a_folder_of_theirs(tmp_path: Path)
     done = set_runs_aside(setting, history, 0.0)
     assert done.folder is not None and done.folder.stat().st_uid == NOBODY
     assert (done.folder / run.name).is_dir() and not run.exists()
+
+
+# ---- the planner and the starter for an owner's job ------------------------------------------------
+@needs_root
+def test_an_owners_launch_runs_every_rank_as_them_and_makes_their_dirs(tmp_path: Path):
+    """A two-rank job (torchrun starts the ranks, as its own children: the same user) of nobody's: the plan's spec runs
+    as nobody with their HOME, its log_root, experiment dir, workdir and job log are theirs, and the starter makes the
+    attempt's events file theirs. A Ray job with an owner is refused naming `owner`."""
+    pw = pwd.getpwnam("nobody")
+    w = World(tmp_path, '[[jobs]]\nname = "cp"\nowner = "nobody"\nmax_iterations = 10\nlog_root = "logs"\n'
+                        'device = "cuda:0"\ngpus = [0, 1]\nspare = false\n')
+    plan = w.plan()
+    assert plan.spec.run_as is not None and plan.spec.run_as.uid == pw.pw_uid and w.cfg.ranks == 2
+    assert "torch.distributed.run" in plan.spec.argv
+    assert plan.spec.env["HOME"] == pw.pw_dir and plan.spec.env["USER"] == "nobody"
+    logs = tmp_path / "logs"
+    for d in (logs, logs / "rsl_rl", w.setting.resolved.workflow.experiment_dir(w.cfg), plan.spec.cwd,
+              w.state_dir / "logs" / "cp.log"):
+        assert d.stat().st_uid == pw.pw_uid, d
+    assert w.starter().start(plan) is None
+    assert Path(plan.shim_events).stat().st_uid == pw.pw_uid
+    ray = World(tmp_path / "r", '[ray]\naddress = "auto"\n[[jobs]]\nname = "cp"\nowner = "nobody"\nruntime = "ray"\n')
+    refused = ray.plan()
+    assert isinstance(refused, LaunchRefused) and refused.reason.startswith('cannot start: owner: runtime = "ray"')
