@@ -67,7 +67,9 @@ SPARE_CARRIED_ENV = (LAUNCH_TOKEN_ENV, "WANDB_RUN_ID")
 SNAPSHOT_SETTINGS_ENV = (SNAPSHOT_EVERY_ENV, SNAPSHOT_MIN_SECONDS_ENV, SNAPSHOT_BUDGET_ENV)
 
 LOOPBACK_NAMES = {"127.0.0.1", "::1", "localhost"}
-HYDRA_OUTPUTS = "outputs"  # Hydra's run dir in the cwd (hydra.run.dir's default outputs/<date>/<time>)
+# Hydra's run dir in the cwd: hydra/conf/hydra/output/default.yaml `run.dir: outputs/${now:%Y-%m-%d}/...`, which
+# Isaac Lab 3.0's train entry keeps (isaaclab_tasks/utils/hydra.py:476 `@hydra.main(config_path=None, ...)`)
+HYDRA_OUTPUTS = "outputs"
 
 
 def container_name(job: str) -> str:
