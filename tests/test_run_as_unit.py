@@ -35,7 +35,7 @@ from isaacd.jobs.messages import LaunchRefused
 from isaacd.jobs.model import JobState
 from isaacd.os_seam.oscalls import RunAs
 from isaacd.os_seam.owned_dirs import OwnershipRefused, create_owned_file, hand_over, make_owned_dir
-from isaacd.runtimes.base import LaunchSpec
+from isaacd.runtimes.base import LaunchSpec, RuntimeFailure
 from isaacd.runtimes.container_spec import ContainerSpec
 from isaacd.runtimes.process import TOKEN_ENV, ProcessRuntime
 from isaacd.runtimes.quadlet import render_quadlet, render_service
@@ -313,3 +313,13 @@ def test_an_owners_launch_runs_every_rank_as_them_and_makes_their_dirs(tmp_path:
     ray = World(tmp_path / "r", '[ray]\naddress = "auto"\n[[jobs]]\nname = "cp"\nowner = "nobody"\nruntime = "ray"\n')
     refused = ray.plan()
     assert isinstance(refused, LaunchRefused) and refused.reason.startswith('cannot start: owner: runtime = "ray"')
+
+
+def test_a_program_the_owner_may_not_run_says_so(tmp_path: Path):
+    kernel = FakeOs()
+    kernel.spawn_error = PermissionError(13, "Permission denied", "/root/venv/bin/python")
+    job = job_of(f'[[jobs]]\nname = "p"\nlog_root = "{tmp_path}/logs"\n', tmp_path)
+    spec = LaunchSpec(job=job, argv=["/root/venv/bin/python"], trainer_args=[], env={}, cwd=tmp_path,
+                      log_path=tmp_path / "p.log", run_as=OWNER)
+    with pytest.raises(RuntimeFailure, match=r"^/root/venv/bin/python: permission denied for alice, who runs the job"):
+        ProcessRuntime(kernel).start(spec)

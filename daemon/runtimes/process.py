@@ -15,7 +15,7 @@ from isaacd_trainer.shim_protocol import LAUNCH_TOKEN_ENV
 
 from ..config.schema import JobConfig
 from ..os_seam.oscalls import HOST_OS, Child, OsCalls, ProcFs
-from .base import ExitStatus, Handle, LaunchSpec
+from .base import ExitStatus, Handle, LaunchSpec, RuntimeFailure
 from .run_as import OwnerProblem, job_run_as
 from ..os_seam.proctree import proc_start_time, process_tree, read_stat
 from .view import RuntimeView
@@ -49,8 +49,16 @@ class ProcessRuntime:
         # must not make root append the spare's output to another file)
         with open(spec.log_path, "ab", buffering=0, opener=_no_follow) as log:
             log_offset = log.seek(0, os.SEEK_END)  # where this attempt's output starts (exit reasons quote it)
-            proc = self.oscalls.spawn(spec.argv, cwd=spec.cwd, env=env, stdout=log, new_session=True,
-                                      run_as=spec.run_as)
+            try:
+                proc = self.oscalls.spawn(spec.argv, cwd=spec.cwd, env=env, stdout=log, new_session=True,
+                                          run_as=spec.run_as)
+            except PermissionError as exc:
+                if spec.run_as is None:
+                    raise
+                who = spec.run_as.name or f"uid {spec.run_as.uid}"
+                raise RuntimeFailure(f"{exc.filename or spec.argv[0]}: permission denied for {who}, who runs the job: "
+                                     f"its program (launcher, command) and working directory must be ones {who} may "
+                                     "use") from None
         self._children[proc.pid] = proc
         state = {"pid": proc.pid, "pgid": proc.pid, "start_time": proc_start_time(proc.pid, self.oscalls),
                  "log_path": str(spec.log_path), "log_offset": log_offset}
