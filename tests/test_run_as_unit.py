@@ -117,8 +117,9 @@ def test_a_third_users_directory_is_refused_and_roots_is_handed_over(root_dir: P
     assert theirs.stat().st_uid == 4242
     left = root_dir / "left-by-a-root-run"
     left.mkdir()
+    left.chmod(0o755)
     make_owned_dir(left, NOBODY, NOBODY, "nobody")
-    assert left.stat().st_uid == NOBODY
+    assert left.stat().st_uid == NOBODY and stat.S_IMODE(left.stat().st_mode) == 0o750
     fifo = root_dir / "control.fifo"
     os.mkfifo(fifo, 0o600)
     assert hand_over(fifo, NOBODY, NOBODY, "nobody") and fifo.stat().st_uid == NOBODY

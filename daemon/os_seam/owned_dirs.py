@@ -10,8 +10,9 @@ change it (in a root-owned directory no one else may write to, or a root-owned l
 Any other symlink on the way is refused, naming it. The last component is created and chowned through its own
 descriptor (`fchown`), or, for a file, `lchown`ed in its parent's descriptor.
 
-What is handed over: what this walk created, what is root's (left by an earlier run as root), or what is the
-user's already; a directory of a third user is refused (a job must not take someone else's directory).
+What is handed over: what this walk created, what is root's (left by an earlier run as root; it gets the mode too),
+or what is the user's already (left as it is); a directory of a third user is refused (a job must not take someone
+else's directory).
 
 Stdlib only, like the rest of the seam. The callers decide which paths; this module only makes and hands them.
 """
@@ -95,13 +96,15 @@ def _walk(path: Path, *, create: bool, uid: int, gid: int, who: str, mode: int) 
         raise
 
 
-def _hand(fd: int, st: os.stat_result, path: Path, uid: int, gid: int, who: str, created: bool) -> None:
+def _hand(fd: int, st: os.stat_result, path: Path, uid: int, gid: int, who: str, created: bool) -> bool:
+    """Give the open directory to uid:gid; whether it changed hands (False: it was theirs already)."""
     if st.st_uid == uid:
-        return
+        return False
     if not created and st.st_uid != 0:
         raise OwnershipRefused(f"{path} belongs to uid {st.st_uid}, not to {who} (uid {uid}), who runs the job; "
                                "give the job a directory of its own")
     os.fchown(fd, uid, gid)
+    return True
 
 
 def make_owned_dir(path: Path, uid: int, gid: int, who: str, mode: int = 0o750) -> None:
@@ -115,9 +118,8 @@ def open_owned_dir(path: Path, uid: int, gid: int, who: str, mode: int = 0o750) 
     it (`openat`, `renameat`), so a link the user puts in the directory's place later changes nothing."""
     fd, created = _walk(path, create=True, uid=uid, gid=gid, who=who, mode=mode)
     try:
-        _hand(fd, os.fstat(fd), path, uid, gid, who, created)
-        if created:
-            os.fchmod(fd, mode)  # mkdir's mode went through the umask
+        if _hand(fd, os.fstat(fd), path, uid, gid, who, created) or created:
+            os.fchmod(fd, mode)  # mkdir's mode went through the umask; a root dir handed over gets it too
     except BaseException:
         os.close(fd)
         raise
