@@ -55,7 +55,7 @@ from ..config.schema import JobConfig
 from ..jobs.model import JobState
 from ..daemon_log import log
 from ..history.store import job_log_path
-from ..os_seam.oscalls import HOST_OS, OsCalls, ProcFs
+from ..os_seam.oscalls import HOST_OS, OsCalls, ProcFs, RunAs
 from ..runtimes.base import Handle, LaunchSpec, Runtime
 from ..runtimes.container_spec import HYDRA_OUTPUTS, container_args, container_device_arg, hand_to_container_user
 from ..runtimes.run_as import OwnerProblem, job_run_as, owner_env
@@ -285,7 +285,7 @@ class SpareKeeper:
                 self.retry_at = now + RETRY_MAX
                 return []
         if in_container:  # a second container of the job's spec (container_spec.from_launch, LaunchSpec.spare)
-            mounts = (base, self._attempts_events_dir())
+            mounts = (base, self._attempts_events_dir(owner))
             if owner is None:  # an owner's spare has its files handed above; its base dir stays root's
                 hand_to_container_user(self.cfg, [base, control, *staging_dirs(staging)])
         spec = LaunchSpec(job=self.cfg, argv=program.spare_head + [SPARE_FLAG], trainer_args=[], env=env,
@@ -394,12 +394,12 @@ class SpareKeeper:
             sp.keepalive = None
         sp.control.unlink(missing_ok=True)
 
-    def _attempts_events_dir(self) -> Path:
+    def _attempts_events_dir(self, owner: RunAs | None) -> Path:
         """Where the attempts' side channels are (trainer_command.shim_events_path): a container spare needs it mounted, the
         go hands it the attempt's events file there."""
         d = trainer_command.shim_events_path(self.state_dir, self.cfg, 1).parent
         d.mkdir(parents=True, exist_ok=True)
-        if self.cfg.owner is None:  # an owner's attempt events files are made for them, one by one (starter.py)
+        if owner is None:  # an owner's attempt events files are made for them, one by one (starter.py)
             hand_to_container_user(self.cfg, [d])
         return d
 
