@@ -324,3 +324,18 @@ def test_a_program_the_owner_may_not_run_says_so(tmp_path: Path):
                       log_path=tmp_path / "p.log", run_as=OWNER)
     with pytest.raises(RuntimeFailure, match=r"^/root/venv/bin/python: permission denied for alice, who runs the job"):
         ProcessRuntime(kernel).start(spec)
+
+
+def test_an_owners_trainer_never_inherits_the_supervisors_credentials():
+    from isaacd.runtimes.run_as import RunAs, owner_env
+
+    supervisor = {"PATH": "/usr/bin", "LANG": "C.UTF-8", "AWS_SECRET_ACCESS_KEY": "root-key", "HOME": "/root",
+                  "CUDA_MODULE_LOADING": "LAZY", "SSH_AUTH_SOCK": "/tmp/ssh-root"}
+    attempt = {**supervisor, "ISAACD_SHIM_EVENTS": "/var/lib/isaacd/e.jsonl", "WANDB_PROJECT": "mine",
+               "PYTHONUNBUFFERED": "1"}
+    env = owner_env(attempt, RunAs(1001, 1001, (1001,), "alice", "/home/alice"), {"WANDB_PROJECT": "mine"},
+                    supervisor_env=supervisor)
+    assert env == {"PATH": "/usr/bin", "LANG": "C.UTF-8", "CUDA_MODULE_LOADING": "LAZY",
+                   "ISAACD_SHIM_EVENTS": "/var/lib/isaacd/e.jsonl", "WANDB_PROJECT": "mine", "PYTHONUNBUFFERED": "1",
+                   "HOME": "/home/alice", "USER": "alice", "LOGNAME": "alice"}
+    assert owner_env(attempt, None, {}) is attempt  # a job of the supervisor's own user: as before

@@ -51,12 +51,28 @@ def job_run_as(job: JobConfig) -> RunAs | None:
     return RunAs(user.uid, user.gid, user.gids, user.name, user.home)
 
 
-def owner_env(env: dict[str, str], run_as: RunAs | None, job_environment: dict[str, str]) -> dict[str, str]:
-    """The trainer's environment with the owner's HOME, USER and LOGNAME in place of the supervisor's (unchanged for
-    a job of our own user); what the job's own `environment` sets keeps priority."""
+# What an owner's trainer inherits of the supervisor's own environment: the locale, the search path, the terminal,
+# the time zone, the GPU stack's settings and thread counts. Nothing else: the supervisor's environment holds its
+# backup credentials (AWS_*, GOOGLE_*, ...: docs/backup.md) and whatever root's session had, none of it the user's.
+INHERITED = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                       "PYTHONUNBUFFERED"})
+INHERITED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_")
+
+
+def _inherited(key: str) -> bool:
+    return key in INHERITED or key.startswith(INHERITED_PREFIXES)
+
+
+def owner_env(env: dict[str, str], run_as: RunAs | None, job_environment: dict[str, str],
+              supervisor_env: dict[str, str] | None = None) -> dict[str, str]:
+    """The trainer's environment for a job of another user: what isaacd sets for the attempt and the job's own
+    `environment`, the few inherited variables above, and the owner's HOME, USER and LOGNAME; never the rest of the
+    supervisor's environment (its credentials). Unchanged for a job of our own user."""
     if run_as is None:
         return env
-    out = dict(env)
+    mine = os.environ if supervisor_env is None else supervisor_env
+    out = {k: v for k, v in env.items()
+           if k in job_environment or _inherited(k) or mine.get(k) != v}  # set or changed for the attempt: kept
     out.update({k: v for k, v in (("HOME", run_as.home), ("USER", run_as.name), ("LOGNAME", run_as.name))
                 if k not in job_environment})
     return out
