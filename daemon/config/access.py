@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .sizes import memory_bytes
+from .sizes import Size
 
 NAME_RE = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}\$?$")  # a POSIX user or group name (useradd's)
 
@@ -29,17 +29,9 @@ class Limits(_Model):
     non_preemptible: bool | None = None  # may set `preemptible = false`
     gpus: Annotated[int, Field(ge=0)] | None = None  # quota: GPUs held by running jobs (a whole GPU counts 1, a
     # gpu_memory job its share of the GPU: asked / total)
-    gpu_memory: str | None = None  # quota: GPU memory held by running jobs ("80GiB")
+    gpu_memory: Size | None = None  # quota: GPU memory held by running jobs ("80GiB")
     queued: Annotated[int, Field(ge=0)] | None = None  # quota: jobs waiting in the queue (more are not refused:
     # they wait with that reason, and do not count in anyone's place until below it)
-
-    @field_validator("gpu_memory")
-    @classmethod
-    def _size(cls, v: str | None) -> str | None:
-        if v is not None:
-            memory_bytes(v)
-        return v
-
 
 class AccessConfig(_Model):
     # "all": every user reads everyone's status, queue and events (never another's environment or credentials);

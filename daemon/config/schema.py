@@ -28,7 +28,7 @@ from .jobs_dir import DropInError, open_to_others, owned, read_drop_ins, with_pa
 from .locate import DEFAULT_SOCKET, EMBEDDED_DEFAULT_NAME
 from .access import NAME_RE, AccessConfig
 from .queue import QueueConfig
-from .sizes import memory_bytes
+from .sizes import Size, memory_bytes
 from .watchdogs import WatchdogsConfig
 
 JOB_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
@@ -226,7 +226,7 @@ class RayJobConfig(_Model):
 
     num_gpus: Annotated[float, Field(ge=0)] = 1.0
     num_cpus: Annotated[float, Field(ge=0)] = 1.0
-    memory: str | None = None  # "32g": Ray's memory resource (scheduling only, not a cgroup limit)
+    memory: Size | None = None  # "32g": Ray's memory resource (scheduling only, not a cgroup limit)
     resources: dict[str, Annotated[float, Field(ge=0)]] = {}  # custom Ray resources, e.g. {"A100" = 1}
     labels: dict[str, str] = {}  # the node must carry these labels (`ray start --labels k=v`)
     nodes: list[str] = []  # only these nodes (by name, see [ray] node_label); [] = any node that fits
@@ -234,13 +234,6 @@ class RayJobConfig(_Model):
     # ...; the GPUs Ray gave the attempt by CDI), as an Isaac Lab image does. false: a process with this host's
     # paths (the venv and Isaac Lab at the same place on every node).
     container: bool = False
-
-    @field_validator("memory")
-    @classmethod
-    def _memory(cls, v: str | None) -> str | None:
-        if v is not None:
-            memory_bytes(v)
-        return v
 
     @field_validator("labels")
     @classmethod

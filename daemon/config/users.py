@@ -7,7 +7,9 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -29,19 +31,18 @@ class UnknownUser(LookupError):
 
 
 def user_by_uid(uid: int) -> User:
-    try:
-        pw = pwd.getpwuid(uid)
-    except KeyError:
-        raise UnknownUser(f"uid {uid} is no user on this host") from None
-    return _user(pw)
+    return _lookup(pwd.getpwuid, uid, f"uid {uid} is no user on this host")
 
 
 def user_by_name(name: str) -> User:
+    return _lookup(pwd.getpwnam, name, f'"{name}" is no user on this host (getent passwd {name})')
+
+
+def _lookup(find: Callable[[Any], pwd.struct_passwd], key: Any, missing: str) -> User:
     try:
-        pw = pwd.getpwnam(name)
+        return _user(find(key))
     except KeyError:
-        raise UnknownUser(f'"{name}" is no user on this host (getent passwd {name})') from None
-    return _user(pw)
+        raise UnknownUser(missing) from None
 
 
 def _user(pw: pwd.struct_passwd) -> User:
