@@ -57,8 +57,13 @@ def test_warm_spare_takes_over_from_the_last_snapshot_and_a_dead_spare_is_replac
     assert j["pid"] == spare_pid  # the spare became the trainer
     started = events(sp, "started")[-1]
     assert started["warm_spare"] is True and started["reason"] == "killed by signal 9 (SIGKILL)"
-    # the newest resume point is the snapshot of the last finished iteration, not model_<save_interval k>.pt
-    assert "isaacd_snapshot_" in started["resume_from"]["path"] and started["resume_from"]["iteration"] >= at_kill - 1
+    # the newest resume point is the snapshot of the last finished iteration, not an older model_<save_interval k>.pt
+    # (a kill just after a save_interval iteration finds that iteration's model_<k>.pt, as new a resume point as its
+    # snapshot: a fresh-clone run killed right after iteration 50 resumed from model_50.pt)
+    resumed = started["resume_from"]
+    assert resumed["iteration"] >= at_kill - 1
+    assert "isaacd_snapshot_" in resumed["path"] or (resumed["iteration"] % 50 == 0
+                                                     and resumed["path"].endswith(f"model_{resumed['iteration']}.pt"))
     assert [e for e in events(sp, "restart_scheduled")][-1]["delay_seconds"] == 0.0  # the first restart: at once
     wait_for(lambda: (x := sp.job("cp"))["run_dir"] not in (None, old_run) and x["state"] == "running", 60,
              interval=0.05, what="training again")
