@@ -394,20 +394,19 @@ def _placed(m: JobModel, msg: Placed, ctx: Context, out: _Out) -> tuple[JobModel
 def _preempt(m: JobModel, msg: Preempt, ctx: Context, out: _Out) -> tuple[JobModel, str | None]:
     """Stop with a save at the next iteration boundary, then back to the queue in its old place. A job backing off
     holds its GPUs without a trainer: it goes back to the queue at once."""
+    restarting = m.stop if m.state == S.STOPPING and m.stop is not None and m.stop.then == Then.RESTART else None
+    if m.state not in (S.STARTING, S.RUNNING, S.BACKING_OFF) and restarting is None:
+        return m, None
+    out.add(Event("preempted", {"by": msg.by, "reason": msg.reason}))
+    m = m.with_(preemptions=m.preemptions + 1)
     if m.state in (S.STARTING, S.RUNNING):
-        out.add(Event("preempted", {"by": msg.by, "reason": msg.reason}))
         intent = StopIntent(msg.reason, Origin.SCHEDULER, Then.QUEUE, ctx.now + ctx.stop_timeout, final=False)
-        return _begin_stop(m.with_(preemptions=m.preemptions + 1), intent, ctx, out), "preempting"
-    if m.state == S.BACKING_OFF:
-        out.add(Event("preempted", {"by": msg.by, "reason": msg.reason}))
-        return _requeue(m.with_(preemptions=m.preemptions + 1), msg.reason, ctx, out), "queued"
-    if m.state == S.STOPPING and m.stop is not None and m.stop.then == Then.RESTART:
-        out.add(Event("preempted", {"by": msg.by, "reason": msg.reason}))
-        out.add(Event("stop_changed", {"reason": msg.reason, "then": Then.QUEUE.value, "final": False}))
-        out.add(Persist())
-        return m.with_(stop=replace(m.stop, then=Then.QUEUE, reason=msg.reason, origin=Origin.SCHEDULER),
-                       preemptions=m.preemptions + 1), "preempting"
-    return m, None
+        return _begin_stop(m, intent, ctx, out), "preempting"
+    if restarting is None:  # backing off
+        return _requeue(m, msg.reason, ctx, out), "queued"
+    out.add(Event("stop_changed", {"reason": msg.reason, "then": Then.QUEUE.value, "final": False}))
+    out.add(Persist())
+    return m.with_(stop=replace(restarting, then=Then.QUEUE, reason=msg.reason, origin=Origin.SCHEDULER)), "preempting"
 
 
 def _requeue(m: JobModel, reason: str, ctx: Context, out: _Out) -> JobModel:

@@ -27,7 +27,7 @@ from ..jobs.model import JobState
 from ..status.signals import JobSignals
 from ..status.types import JobStatus
 from .owners import Owners
-from .scheduler import Gpu, Limits, PinnedJob, QueuedJob, Request, Schedule, Waiting, schedule
+from .scheduler import Gpu, Limits, PinnedJob, QueuedJob, Request, Waiting, schedule
 
 SPARE_HOLD_SECONDS = 120.0  # a spare dropped for a waiting job stays off this long after the last pass needing it
 AT_REST = (JobState.STOPPED, JobState.COMPLETED, JobState.FAILED)
@@ -47,7 +47,6 @@ class HostQueue:
         self.cfg = cfg
         self.gpu_snapshot = gpu_snapshot
         self.waiting: dict[str, Waiting] = {}  # the last pass's answer for each waiting job
-        self.last: Schedule = Schedule()
         self.access, self.admin_group = access, admin_group  # until started: the config it was built with
         self.owners = owners or Owners()
         self._running: InForce | None = None
@@ -61,7 +60,7 @@ class HostQueue:
     def tick(self, now: float, signals: Sequence[JobSignals]) -> list[tuple[str, Command]]:
         placed = [s for s in signals if s.queue is not None]
         if not placed:
-            self.waiting, self.last = {}, Schedule()
+            self.waiting = {}
             return []
         snap = self.gpu_snapshot() if self.gpu_snapshot is not None else None
         gpus = self.gpus(snap)
@@ -83,7 +82,6 @@ class HostQueue:
             log.info("queue_pass", placed={p.job: list(p.gpus) for p in decided.placements},
                      preempted={p.victim: p.by for p in decided.preemptions},
                      waiting=[w.job for w in decided.waiting])
-        self.last = decided
         self.waiting = {w.job: w for w in decided.waiting}
         out: list[tuple[str, Command]] = [(p.job, Placed(p.gpus, p.reason, p.backfill)) for p in decided.placements]
         out += [(p.victim, Preempt(p.by, p.reason)) for p in decided.preemptions]
@@ -100,14 +98,13 @@ class HostQueue:
             if info.is_mig:
                 continue
             sample = snap.samples.get(key)
-            total = sample.memory_total_bytes if sample is not None else None
-            if not total:
+            if sample is None or not sample.memory_total_bytes:
                 continue  # no memory reading this pass: not placed on until there is one
             unusable = snap.unhealthy.get(key)
-            temp = sample.temperature_celsius if sample is not None else None
+            temp = sample.temperature_celsius
             if unusable is None and temp is not None and temp >= self.cfg.hot_celsius:
                 unusable = f"hot ({temp:.0f} °C, [queue] hot_celsius = {self.cfg.hot_celsius:g})"
-            out.append(Gpu(info.index, total, sample.memory_used_bytes if sample is not None else None, unusable))
+            out.append(Gpu(info.index, sample.memory_total_bytes, sample.memory_used_bytes, unusable))
         return out
 
     def job_status(self, row: JobStatus) -> JobStatus:
