@@ -89,21 +89,22 @@ def job_signals(r: SignalSource) -> JobSignals:
         last_progress_time=r.last_progress_mono, new_points=tuple(live.new_points), pids=tuple(live.pids),
         parked_by=r.model.parked_by, state=r.state,
         waiting=bool(live.handle is not None and r.runtime.describe(live.handle).waiting),
-        queue=queue_facts(r.written, r.model, r.spares.status()))
+        queue=queue_facts(r.written, r.model, r.spares))
 
 
 IMPORTS_SPARE_BYTES = 512 * 2**20  # an imports-only spare's CUDA context (README "warm spare": ~0.5 GiB)
 
 
-def queue_facts(written: JobConfig, m: JobModel, spare: SpareStatus) -> QueueFacts | None:
+def queue_facts(written: JobConfig, m: JobModel, spares: SpareView) -> QueueFacts | None:
     """The queue's view of a job, or None for one that names its GPUs (or runs on Ray). A live spare on a GPU counts
     as its job's: a booted one about the trainer's own memory (a second environment), an imports-only one its CUDA
-    context; a spare on the CPU holds no GPU memory."""
+    context; a spare on the CPU holds no GPU memory. The spare's status (a look at the GPU's processes) is asked for
+    only here, for a job the queue places: this runs every tick."""
     if not written.placed_by_isaacd:
         return None
     ask = written.gpu_memory_bytes
     spare_bytes = 0
-    if spare.live and written.device.startswith("cuda") and ask is not None:
+    if written.device.startswith("cuda") and ask is not None and (spare := spares.status()).live:
         spare_bytes = spare.cuda_memory_bytes or (ask if spare.mode == "booted" else IMPORTS_SPARE_BYTES)
     return QueueFacts(gpus=written.ranks, memory_bytes=ask, priority=written.priority,
                       preemptible=written.preemptible, waiting=m.state == JobState.QUEUED,
