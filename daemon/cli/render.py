@@ -10,6 +10,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from .columns import aligned
 from .render_backup import backup_note
 from .render_queue import queue_note
 from .durations import age
@@ -130,9 +131,7 @@ def format_status(status: Status | Mapping[str, Any], now: float | None = None,
         header.insert(1, "OWNER")
         for r, j in zip(rows, st.jobs):
             r.insert(1, j.owner or "-")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    for r in [header, *rows]:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    lines += aligned([header, *rows])
     if not rows:
         lines.append("(no jobs)")
     lines += notes
@@ -290,9 +289,7 @@ def format_nodes(res: dict) -> str:
         rows.append([n["name"], state, res_s("GPU"), res_s("CPU"), ", ".join(n.get("jobs") or []) or "-",
                      (n["node_id"] or "")[:12]])
     header = ["NODE", "STATE", "GPU FREE", "CPU FREE", "JOBS", "NODE ID"]
-    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
-    lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip())
-    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines += aligned([header, *rows])
     for n in res.get("nodes") or []:
         if n.get("cordoned"):
             lines.append(f"  {n['name']}: cordoned: {n['cordoned'].get('reason')} (`isaacd uncordon {n['name']}` "

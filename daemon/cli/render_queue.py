@@ -3,6 +3,7 @@ Pure functions over the status the control socket answers."""
 
 from __future__ import annotations
 
+from .columns import aligned
 from .durations import age
 from ..status.types import JobStatus, Status
 
@@ -54,7 +55,6 @@ def format_queue(st: Status, now: float) -> str:
             "backfill: gives its GPUs back when the blocked job could run" if q.backfill else "")
         rows.append([str(q.position) if j.state == "queued" and q.position else "-", j.name, j.state,
                      f"{q.priority}{'' if q.preemptible else '!'}", q.request, _gpus(j), waited, why])
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
-    lines = ["  ".join([*(c.ljust(w) for c, w in zip(r[:-1], widths)), r[-1]]).rstrip() for r in [header, *rows]]
+    lines = aligned([header, *rows])
     lines.append(f"{len(waiting)} waiting, {len(holding)} placed; a priority marked ! is not preemptible")
     return "\n".join(lines)
