@@ -217,7 +217,8 @@ def test_ranks_agree_on_the_stop_iteration(tmp_path, procs):
     (tmp_path / "ranks.py").write_text(RANKS_SCRIPT)
     ev = tmp_path / "ev.jsonl"
     p = start([PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", SHIM,
-               str(tmp_path / "ranks.py")], tmp_path, env=shim_env(ev))
+               str(tmp_path / "ranks.py")], tmp_path,
+              env=shim_env(ev, PYTHONFAULTHANDLER="1"))  # a rank that dies of a signal prints every thread's stack
     procs.append(p)
     wait_for(lambda: len(by(events(ev), "checkpoint_saved")) >= 2 and len(by(events(ev), "runner_started")) == 2,
              90, "both ranks training", p)
