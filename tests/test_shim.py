@@ -195,9 +195,13 @@ def test_stop_before_learn_second_signal_and_switch_off(tmp_path, procs):
 RANKS_SCRIPT = """
 import os, sys
 import torch.distributed as dist
+# rsl_rl (and tensordict with it) imported before the process group exists, as Isaac Lab's train script does (its
+# rsl_rl runner creates the group): imported after, tensordict keeps the group alive past destroy_process_group, and
+# gloo's threads still running at interpreter exit now and then abort the first rank to exit (SIGABRT)
+from isaacd_trainer import runtime
+import rsl_rl.runners
 dist.init_process_group("gloo")  # torchrun's env:// rendezvous, CPU
 os.environ.pop("WORLD_SIZE")     # rsl_rl itself would insist on NCCL/CUDA for multi-GPU: keep it single-process
-from isaacd_trainer import runtime
 env_cfg, agent_cfg = runtime.load_cfgs("Isaacd-Cartpole-v0")
 agent_cfg.update(device="cpu", num_steps_per_env=8, save_interval=1000, seed=1 + dist.get_rank())
 env = runtime.make_env("Isaacd-Cartpole-v0", env_cfg, 16, "cpu", agent_cfg["seed"])

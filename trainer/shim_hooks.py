@@ -126,21 +126,9 @@ def _agree_to_stop() -> bool:
     import torch
 
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
-    t = _FLAGS.get(str(device))
-    if t is None:
-        t = _FLAGS[str(device)] = torch.zeros(1, dtype=torch.int32, device=device)
-    t.fill_(1 if flag else 0)
+    t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())
-
-
-# One flag tensor per device for the process's life, never a temporary: the backend's worker thread (gloo's, or
-# NCCL's watchdog) may drop its reference to a collective's tensor after wait() has returned here. If Python's
-# reference were gone by then, that late drop frees the tensor's Python object from a C++ thread, which must take
-# the GIL; at interpreter exit that thread is ended mid-destructor and the process aborts ("terminate called
-# without an active exception", SIGABRT; pytorch/pytorch PR 179291 describes this path). A rank that aborted so
-# after a clean stop was seen in tests/test_shim.py::test_ranks_agree_on_the_stop_iteration under CI load.
-_FLAGS: dict[str, object] = {}
 
 
 # ----------------------------------------------------------------------------------------------- runner hooks
