@@ -95,6 +95,24 @@ def test_a_file_lease_is_taken_once_refused_to_another_and_taken_over_when_expir
     assert holder.ensure() and not other.ensure()
 
 
+def test_a_racer_whose_conditional_write_was_let_through_but_overwritten_does_not_hold_the_lease(tmp_path):
+    """A store whose check-then-write races (SeaweedFS under load let 2 of 6 If-Match writers through): host-b's
+    write lands right after host-a's, both answered 200. host-a reads its copy back, finds host-b's, and does not
+    hold the lease; host-b does."""
+    a, _ = _lease(tmp_path, "host-a")
+    b, _ = _lease(tmp_path, "host-b")
+    real = a.store.write_if
+
+    def let_through_then_overwritten(key, data, tag):
+        out = real(key, data, tag)
+        b.store.write_bytes(key, json.dumps(b._doc(time.time(), None, None)).encode())
+        return out
+
+    a.store.write_if = let_through_then_overwritten
+    assert a.ensure() is False and not a.holds() and a.store.conditional
+    assert b.ensure() and b.holds() and not a.ensure()
+
+
 def test_a_stale_tag_never_overwrites_a_document(tmp_path):
     store = ObjectStore(BackupConfig(url=f"file://{tmp_path / 'b'}"), "cp")
     tag = store.write_if("doc.json", b"1", None)

@@ -9,8 +9,10 @@ resumes from the prefix: `status` and `doctor` name the holder and the fix.
 - **Taken and renewed with conditional writes** (objects.write_if): S3's `If-None-Match: *` to create it and
   `If-Match: <ETag of the copy read>` to replace it; on a filesystem an exclusive create (link(2)) and a
   compare + rename under a lock file. Two supervisors deciding at once: one write wins, the other reads again.
-  A store that ignores the headers (docs/backup.md lists what each store does) makes this best-effort: the
-  lease is read back after each write, and `isaacd doctor` says the store cannot do conditional writes.
+  The lease is read back after each write, and held only if the copy read back is this supervisor's: a store
+  that ignores the headers (`isaacd doctor` says so), or whose check-then-write races under load (SeaweedFS,
+  measured), makes the conditional write best-effort, and the read-back (then the next renewal) settles it.
+  docs/backup.md lists what each store does.
 - **A lost host can be replaced.** The same machine (machine-id and state dir) takes its lease back at once:
   a new disk, a reinstall. Another machine takes it over once it has expired (the holder stopped renewing:
   dead, frozen, cut off), or at once when an operator says so (`isaacd backup takeover JOB`); the old holder
@@ -229,9 +231,14 @@ class Lease:
                                detail="the store cannot do conditional writes: the lease is written, then read back "
                                       "(two hosts writing it in the same moment could both believe they hold it)")
             self.conditional = False
-            back = parse((self.store.read_tagged(LEASE_KEY) or (None, None))[0]) or {}
-            if (back.get("holder") or {}).get("instance") != self.me.instance:
-                return False  # someone else's write landed after ours
+        # Read back after every write, conditional or not: a store's compare-and-swap is only as good as its
+        # locking, and SeaweedFS 4.48 let 2 of 6 racing If-Match writes through on a loaded 2-core host (measured:
+        # docs/backup.md). A racer whose write was overwritten sees the other's copy here and does not hold the
+        # lease; one that read back before the other's write landed finds out at its next renewal (a third of
+        # lease_seconds) and stops writing. One GET per renewal.
+        back = parse((self.store.read_tagged(LEASE_KEY) or (None, None))[0]) or {}
+        if (back.get("holder") or {}).get("instance") != self.me.instance:
+            return False  # someone else's write landed after ours
         self.error = None
         self.held_until = new["expires"]
         self.other = None
