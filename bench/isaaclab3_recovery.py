@@ -144,16 +144,16 @@ class Bench:
     def job(self) -> dict[str, Any]:
         return next(j for j in self.status()["jobs"] if j["name"] == JOB)
 
-    def events(self, kind: str | None = None) -> list[dict[str, Any]]:
-        evs = request(self.sock, {"cmd": "events", "job": JOB}, timeout=10)
+    def events(self, kind: str | None = None, job: str = JOB) -> list[dict[str, Any]]:
+        evs = request(self.sock, {"cmd": "events", "job": job}, timeout=10)
         return [e for e in evs if kind is None or e["event"] == kind]
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "isaacd", "--config", str(self.cfg), *args], capture_output=True,
                               text=True, timeout=120, env=self.env())
 
-    def shim_events(self, attempt: int) -> list[dict[str, Any]]:
-        p = self.state / "shim" / JOB / f"attempt-{attempt}.jsonl"
+    def shim_events(self, attempt: int, job: str = JOB) -> list[dict[str, Any]]:
+        p = self.state / "shim" / job / f"attempt-{attempt}.jsonl"
         out = []
         try:
             for line in p.read_text(errors="replace").splitlines():
@@ -165,8 +165,8 @@ class Bench:
             pass
         return out
 
-    def shim_event(self, attempt: int, kind: str) -> dict[str, Any] | None:
-        return next((e for e in self.shim_events(attempt) if e.get("event") == kind and not e.get("rank")), None)
+    def shim_event(self, attempt: int, kind: str, job: str = JOB) -> dict[str, Any] | None:
+        return next((e for e in self.shim_events(attempt, job) if e.get("event") == kind and not e.get("rank")), None)
 
     def started(self) -> list[dict[str, Any]]:
         return self.events("started")
@@ -521,6 +521,30 @@ class Bench:
                         "launch_to_shim_started_s": round(t0 - s["time"], 2), **marks})
         return out
 
+    def begin(self, **more: Any) -> None:
+        """The run's arguments, environment and config, saved before anything starts."""
+        self.res.update({"args": vars(self.a), "workdir": str(self.w), "environment": environment(self.a), **more})
+        self.log(f"work dir {self.w}; {json.dumps(self.res['environment'])}")
+        self.write_config()
+        self.res["config"] = self.cfg.read_text()
+        self.save()
+
+    def run(self, body: Callable[[], None], table: Callable[[dict[str, Any]], str]) -> int:
+        """The supervisor started and body() run; whatever happens, then the cleanup, the verdict, the JSON and the
+        table. 0 when summarize() found the run ok."""
+        try:
+            self.start_supervisor()
+            body()
+        except Exception as exc:  # noqa: BLE001 - keep going to collect figures
+            self.res["errors"].append(f"{type(exc).__name__}: {exc}")
+            self.log(f"FAILED: {exc}")
+        finally:
+            self.cleanup()
+            self.summarize()
+            self.save()
+        print(table(self.res), flush=True)
+        return 0 if self.res["ok"] else 1
+
     def summarize(self) -> None:
         kills = self.res["kills"]
 
@@ -569,6 +593,13 @@ class Bench:
                     self.podman_service.wait(30)
                 except subprocess.TimeoutExpired:
                     self.podman_service.kill()
+
+
+def launcher_path(python: str) -> str:
+    """The jobs' launcher as an absolute path: the supervisor runs in its own work dir."""
+    if "/" in python:
+        return str(Path(python).absolute())
+    return shutil.which(python) or python
 
 
 def mount_point(p: Path) -> Path:
@@ -679,13 +710,16 @@ def table(res: dict[str, Any]) -> str:
     tb = res.get("tensorboard") or {}
     L.append(f"    TensorBoard across {len(tb.get('run_dirs', []))} run dirs: steps exactly 0..{a['max_iterations'] - 1}: "
              f"{tb.get('ok')} " + " ".join(f"[{d['first']}..{d['last']}]" for d in tb.get("run_dirs", [])))
-    for e in res.get("errors", []):
-        L.append(f"ERROR: {e}")
+    return "\n".join(L + table_footer(res))
+
+
+def table_footer(res: dict[str, Any]) -> list[str]:
+    """A table's last lines: the errors, then the verdict with the time, the load and the work dir."""
     la = res["environment"].get("load_avg") or [None]
-    L.append(f"ok: {res.get('ok')}  ({res.get('elapsed_s')} s; load average {la[0]} at the start, "
-             f"{(res.get('load_avg_end') or [None])[0]} at the end on {res['environment'].get('cpus')} CPUs; "
-             f"work dir {res.get('workdir')})")
-    return "\n".join(L)
+    return [f"ERROR: {e}" for e in res.get("errors", [])] + [
+        f"ok: {res.get('ok')}  ({res.get('elapsed_s')} s; load average {la[0]} at the start, "
+        f"{(res.get('load_avg_end') or [None])[0]} at the end on {res['environment'].get('cpus')} CPUs; "
+        f"work dir {res.get('workdir')})"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -726,25 +760,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", default=None, help="where the run's temp dir goes (kept afterwards)")
     ap.add_argument("--out", required=True, help="results JSON")
     a = ap.parse_args(argv)
-    if "/" in a.python:  # the job's launcher: an absolute path (the supervisor runs in its own work dir)
-        a.python = str(Path(a.python).absolute())
-    elif shutil.which(a.python):
-        a.python = shutil.which(a.python)
+    a.python = launcher_path(a.python)
 
     b = Bench(a)
-    b.res.update({"args": vars(a), "workdir": str(b.w), "environment": environment(a), "kills": []})
-    b.log(f"work dir {b.w}; {json.dumps(b.res['environment'])}")
-    b.write_config()
-    b.res["config"] = b.cfg.read_text()
-    b.save()
+    b.begin(kills=[])
     phases: list[tuple[str, Callable[[], None]]] = [("startup", b.phase_startup)]
     if a.throughput_iterations:
         phases += [("throughput", b.phase_throughput)]
     else:
         phases += [(f"kill {k}", lambda k=k: b.phase_kill(k)) for k in range(1, a.kills + 1)]
         phases += [("stop", b.phase_stop), ("start", b.phase_start)]
-    try:
-        b.start_supervisor()
+
+    def body() -> None:
         for name, fn in phases:
             try:
                 fn()
@@ -766,15 +793,7 @@ def main(argv: list[str] | None = None) -> int:
             b.res["events"] = b.events()
         except Exception:  # noqa: BLE001
             pass
-    except Exception as exc:  # noqa: BLE001 - keep going to collect figures
-        b.res["errors"].append(f"{type(exc).__name__}: {exc}")
-        b.log(f"FAILED: {exc}")
-    finally:
-        b.cleanup()
-        b.summarize()
-        b.save()
-    print(table(b.res), flush=True)
-    return 0 if b.res["ok"] else 1
+    return b.run(body, table)
 
 
 if __name__ == "__main__":
