@@ -25,6 +25,12 @@
 # "off booted"); its first run pays Warp's kernel compile (~2 min on a new machine), the rest ~50 s each, so three
 # repeats fit one call only with BUDGET raised (565 worked, 397 s). MIN_LEFT (120 s) is what a run needs to start.
 #
+# Issue 31's figures, after the three stash calls, carrying .dw4 (or on a warm machine that installed already):
+# `queue` runs bench/queue_h200.py --device cuda ([gpu] source = "nvml"): job a alone (gpu_memory 40GiB), then a, b and
+# c packed on the one GPU (3 x 40 GiB fit its 140 GiB, a 4th does not), then a priority-10 job that preempts one of
+# them; every job to the end. QMAX_IT (500: a must still train when b and c are measured) and QWINDOW (40 iterations
+# per rate window); extra arguments go to the bench. Results $OUT/isaaclab3-h200-queue.{json,txt} and -state.tar.gz.
+#
 # If a call after the first reports warm: false, the machine is new and /tmp is empty: start again from call 1.
 # Each call writes $OUT/log (everything, timestamped); calls 4 and 5 also $OUT/isaaclab3-h200-<runtime>.json
 # (the bench's results, rewritten after every phase), .txt (its table) and -state.tar.gz (the supervisor's journal,
@@ -108,11 +114,30 @@ bench() {  # $1 runtime, then extra args; TAG names the result files (default: t
     --workdir "$W" --deadline "$budget" --out "$OUT/isaaclab3-h200-$tag.json" "$@" 2>&1 | tee "$OUT/isaaclab3-h200-$tag.txt"
   local rc=${PIPESTATUS[0]}
   log "$rt bench rc $rc"
-  local last; last=$(ls -dt "$W"/isaacd-il3-"$rt"-* 2>/dev/null | head -1)
+  keep_state "$W/isaacd-il3-$rt" "$tag"
+  nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
+  return "$rc"
+}
+
+keep_state() {  # $1 a bench's work dir prefix, $2 the tag: its newest run's state, as a tarball into $OUT
+  local last; last=$(ls -dt "$1"-* 2>/dev/null | head -1)
   if [ -n "$last" ]; then  # the supervisor's journal, logs, shim events and config; no checkpoints
-    tar -C "$last" --exclude='*.pt' --exclude='events.out.tfevents.*' -czf "$OUT/isaaclab3-h200-$tag-state.tar.gz" . 2>/dev/null
-    ls -la "$OUT/isaaclab3-h200-$tag-state.tar.gz"
+    tar -C "$last" --exclude='*.pt' --exclude='events.out.tfevents.*' -czf "$OUT/isaaclab3-h200-$2-state.tar.gz" . 2>/dev/null
+    ls -la "$OUT/isaaclab3-h200-$2-state.tar.gz"
   fi
+}
+
+queue() {  # issue 31: bench/queue_h200.py on the GPU: a alone, a+b+c packed by gpu_memory, urgent preempts one
+  local budget; budget=$(( $(left) - 25 ))
+  if [ "$budget" -lt "${MIN_LEFT:-120}" ]; then echo "SKIP queue: only $budget s left in this call"; return 1; fi
+  mkdir -p "$W/queue"
+  log "bench/queue_h200.py --device cuda --num-envs $NUM_ENVS --max-iterations ${QMAX_IT:-500} --window ${QWINDOW:-40} $* (deadline $budget s)"
+  $PY "$REPO/bench/queue_h200.py" --python "$PY" --device cuda --num-envs "$NUM_ENVS" --max-iterations "${QMAX_IT:-500}" \
+    --window "${QWINDOW:-40}" --asset-root "$REPO/tests/isaaclab3/asset_root" --workdir "$W/queue" --deadline "$budget" \
+    --out "$OUT/isaaclab3-h200-queue.json" "$@" 2>&1 | tee "$OUT/isaaclab3-h200-queue.txt"
+  local rc=${PIPESTATUS[0]}
+  log "queue bench rc $rc"
+  keep_state "$W/queue/isaacd-il3-process" queue
   nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
   return "$rc"
 }
@@ -166,6 +191,9 @@ case "$MODE" in
     podman_up || exit 1
     KILLS=3 TAG=podman-booted bench podman --gpus 0 --spare booted --warp-cache ""
     TAG=podman-booted-hostwarp bench podman --gpus 0 --spare booted ;;
+  queue)  # issue 31: the host's queue on the GPU (bench/queue_h200.py)
+    stash; install || exit 1
+    queue ;;
   cpu)  # issue 21: the CPU goal (16 envs, booted spare) on this host's 16 cores, no GPU used
     stash; install || exit 1
     DEVICE=cpu NUM_ENVS=16 KILLS=${KILLS_CPU:-3} TAG=cpu-booted bench process --spare booted --max-iterations 300 ;;
@@ -173,7 +201,7 @@ case "$MODE" in
     stash; install || exit 1
     bench process
     podman_up && bench podman --gpus 0 ;;
-  *) echo "usage: $0 stash|process|podman|booted|throughput|containers|cpu|all"; exit 2 ;;
+  *) echo "usage: $0 stash|process|podman|booted|throughput|containers|cpu|queue|all"; exit 2 ;;
 esac
 rc=$?
 # At most 8 files come back from a call: past 7, everything but the log travels as one tar (unpack it here).
