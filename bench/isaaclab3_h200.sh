@@ -30,6 +30,8 @@
 # c packed on the one GPU (3 x 40 GiB fit its 140 GiB, a 4th does not), then a priority-10 job that preempts one of
 # them; every job to the end. QMAX_IT (500: a must still train when b and c are measured) and QWINDOW (40 iterations
 # per rate window); extra arguments go to the bench. Results $OUT/isaaclab3-h200-queue.{json,txt} and -state.tar.gz.
+# `prepare` (carrying .dw4, before `queue`) installs and runs Isaac Lab for 2 iterations once, so the queue bench
+# times warm launches (Warp's kernel cache, bytecode), as on a server that has run Isaac Lab before.
 #
 # If a call after the first reports warm: false, the machine is new and /tmp is empty: start again from call 1.
 # Each call writes $OUT/log (everything, timestamped); calls 4 and 5 also $OUT/isaaclab3-h200-<runtime>.json
@@ -191,6 +193,14 @@ case "$MODE" in
     podman_up || exit 1
     KILLS=3 TAG=podman-booted bench podman --gpus 0 --spare booted --warp-cache ""
     TAG=podman-booted-hostwarp bench podman --gpus 0 --spare booted ;;
+  prepare)  # install, then one 2-iteration Isaac Lab run on the GPU: Warp's kernels (~/.cache/warp), bytecode and
+    # CUDA caches warm, as on a server that has run Isaac Lab before; a later call's bench then times warm launches
+    stash; install || exit 1
+    log "warm-up: Isaac-Cartpole-Direct, 2 iterations on cuda:0"
+    mkdir -p "$W/warmup" && (cd "$W/warmup" && ISAACSIM_ASSET_ROOT="$REPO/tests/isaaclab3/asset_root" timeout "$(( $(left) - 20 ))" \
+      $PY -m isaaclab train --rl_library rsl_rl --task Isaac-Cartpole-Direct --num_envs 1024 --max_iterations 2 \
+      --device cuda:0 agent.device=cuda:0 2>&1 | tail -5)
+    log "warm-up rc ${PIPESTATUS[0]}; ~/.cache/warp: $(du -sh ~/.cache/warp 2>/dev/null | cut -f1)" ;;
   queue)  # issue 31: the host's queue on the GPU (bench/queue_h200.py)
     stash; install || exit 1
     queue ;;
@@ -201,7 +211,7 @@ case "$MODE" in
     stash; install || exit 1
     bench process
     podman_up && bench podman --gpus 0 ;;
-  *) echo "usage: $0 stash|process|podman|booted|throughput|containers|cpu|queue|all"; exit 2 ;;
+  *) echo "usage: $0 stash|prepare|process|podman|booted|throughput|containers|cpu|queue|all"; exit 2 ;;
 esac
 rc=$?
 # At most 8 files come back from a call: past 7, everything but the log travels as one tar (unpack it here).
