@@ -203,7 +203,7 @@ case "$MODE" in
     log "warm-up rc ${PIPESTATUS[0]}; ~/.cache/warp: $(du -sh ~/.cache/warp 2>/dev/null | cut -f1)" ;;
   queue)  # issue 31: the host's queue on the GPU (bench/queue_h200.py)
     stash; install || exit 1
-    queue ;;
+    queue ${QARGS:-} ;;   # QARGS: more bench arguments, e.g. QARGS="--gpu-memory 24GiB" on an 80 GB H100
   cpu)  # issue 21: the CPU goal (16 envs, booted spare) on this host's 16 cores, no GPU used
     stash; install || exit 1
     DEVICE=cpu NUM_ENVS=16 KILLS=${KILLS_CPU:-3} TAG=cpu-booted bench process --spare booted --max-iterations 300 ;;
