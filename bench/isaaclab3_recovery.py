@@ -474,15 +474,20 @@ class Bench:
         row["restarts"] = j["restarts"]
         self.log(f"{j['state']} after {row['start_to_end_s']} s at iteration {j['iteration']} ({j.get('state_reason')})")
 
+    def run_dirs(self, job: str = JOB) -> list[Path]:
+        """The job's run dirs, first to last, from its `run_dir` events."""
+        out: list[Path] = []
+        for e in self.events("run_dir", job=job):
+            if Path(e["run_dir"]) not in out:
+                out.append(Path(e["run_dir"]))
+        return out
+
     def check_tensorboard(self) -> None:
-        dirs: list[str] = []
-        for e in self.events("run_dir"):
-            if e["run_dir"] not in dirs:
-                dirs.append(e["run_dir"])
-        per = [tb_steps(Path(d)) for d in dirs]
+        dirs = self.run_dirs()
+        per = [tb_steps(d) for d in dirs]
         union = set().union(*map(set, per)) if per else set()
         n = self.a.max_iterations
-        tb = {"run_dirs": [{"run_dir": d, "first": s[0] if s else None, "last": s[-1] if s else None,
+        tb = {"run_dirs": [{"run_dir": str(d), "first": s[0] if s else None, "last": s[-1] if s else None,
                             "count": len(s)} for d, s in zip(dirs, per)],
               "union_is_0_to_n_minus_1": union == set(range(n)),
               "last_run_ends_at_n_minus_1": bool(per and per[-1] and per[-1][-1] == n - 1),
@@ -621,13 +626,18 @@ def pids_mentioning(text: str) -> list[int]:
     return out
 
 
-def tb_scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
-    """(step, value) of one scalar in a run's TensorBoard files, in step order."""
+def tb_scalar_events(run_dir: Path, tag: str) -> list[Any]:
+    """One scalar's events (step, wall_time, value) in a run's TensorBoard files, in step order."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
     acc.Reload()
-    return sorted((e.step, e.value) for e in acc.Scalars(tag)) if tag in acc.Tags().get("scalars", []) else []
+    return sorted(acc.Scalars(tag), key=lambda e: e.step) if tag in acc.Tags().get("scalars", []) else []
+
+
+def tb_scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
+    """(step, value) of one scalar in a run's TensorBoard files, in step order."""
+    return [(e.step, e.value) for e in tb_scalar_events(run_dir, tag)]
 
 
 def tb_steps(run_dir: Path) -> list[int]:

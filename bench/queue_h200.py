@@ -58,7 +58,7 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from isaaclab3_recovery import (REPO, TASK, Bench, Deadline, launcher_path, table_footer,  # noqa: E402
-                                tb_steps)
+                                tb_scalar_events, tb_steps)
 
 PACKED = ("a", "b", "c")
 URGENT = "urgent"
@@ -90,13 +90,6 @@ class QueueBench(Bench):
 
     def ev(self, name: str, kind: str) -> list[dict[str, Any]]:
         return self.events(kind, job=name)
-
-    def run_dirs(self, name: str) -> list[Path]:
-        out: list[Path] = []
-        for e in self.ev(name, "run_dir"):
-            if Path(e["run_dir"]) not in out:
-                out.append(Path(e["run_dir"]))
-        return out
 
     # ---- config and job files --------------------------------------------------------------------
     def write_config(self) -> None:
@@ -378,13 +371,7 @@ class Skip(Exception):
 
 def tb_perf(run_dir: Path) -> dict[int, tuple[float, float]]:
     """step -> (wall time, value) of rsl_rl's Perf/total_fps, which its logger adds once per iteration."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    acc.Reload()
-    if "Perf/total_fps" not in acc.Tags().get("scalars", []):
-        return {}
-    return {e.step: (e.wall_time, e.value) for e in acc.Scalars("Perf/total_fps")}
+    return {e.step: (e.wall_time, e.value) for e in tb_scalar_events(run_dir, "Perf/total_fps")}
 
 
 def steps_per_env(run_dir: Path) -> int | None:
