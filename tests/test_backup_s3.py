@@ -136,8 +136,8 @@ def test_supervisors_racing_for_one_lease_end_with_exactly_one_holder(s3, bucket
     lease's read-back and its next renewal settle it."""
     cfg = BackupConfig(url=f"s3://{bucket}/p", endpoint_url=s3.endpoint)
 
-    def racers(first: int, seconds: float) -> list[Lease]:
-        return [Lease(ObjectStore(cfg, "cp"), Identity(f"host-{i}", "/srv/isaacd", f"instance-{i}"), None, seconds,
+    def racers(first: int) -> list[Lease]:
+        return [Lease(ObjectStore(cfg, "cp"), Identity(f"host-{i}", "/srv/isaacd", f"instance-{i}"), None, 60.0,
                       Notes()) for i in range(first, first + 6)]
 
     def race(leases: list[Lease]) -> None:
@@ -149,7 +149,7 @@ def test_supervisors_racing_for_one_lease_end_with_exactly_one_holder(s3, bucket
         data, _ = ObjectStore(cfg, "cp").read_tagged("lease.json")
         return json.loads(data)["holder"]["instance"]
 
-    for leases, what in ((racers(0, 60.0), "an empty prefix"), (racers(6, 60.0), "an expired lease")):
+    for leases, what in ((racers(0), "an empty prefix"), (racers(6), "an expired lease")):
         if what == "an expired lease":  # its holder froze: the copy it last wrote, now past its expiry
             doc = json.loads(ObjectStore(cfg, "cp").read_tagged("lease.json")[0])
             ObjectStore(cfg, "cp").write_bytes("lease.json", json.dumps({**doc, "expires": time.time() - 1}).encode())
