@@ -61,7 +61,7 @@ CLAIMS = [
     ({"device": "cuda:3"}, "device", ("3",)),
     ({"device": "cuda", "nproc_per_node": 3}, "nproc_per_node", ("0", "1", "2")),  # rank r on cuda:r
     ({"device": "cuda:5", "nproc_per_node": 2}, "nproc_per_node", ("0", "1")),
-    ({"device": "cpu", "nproc_per_node": 2}, None, ()),
+    ({"nproc_per_node": 2}, None, ()),  # device unset: cpu (device = "cpu" written with 2 ranks is refused)
     ({"gpus": "all"}, "gpus", ("all",)),
     ({"gpus": [2, 0]}, "gpus", ("2", "0")),
     ({"gpus": [1], "device": "cuda:1"}, "gpus", ("1",)),

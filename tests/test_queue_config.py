@@ -21,7 +21,7 @@ from isaacd.scheduling.hook import HostQueue
 from isaacd.scheduling.submit import cancel_job, submit_job
 from isaacd.config.queue import QueueConfig
 from isaacd.status.signals import QueueFacts, JobSignals
-from isaacd.status.types import JobStatus, QueueStatus
+from isaacd.status.types import JobStatus, QueueStatus, Status
 
 GiB = 2**30
 
@@ -46,7 +46,7 @@ def test_a_job_that_asks_for_gpus_is_placed_by_isaacd_and_trains_on_cuda():
     ({"gpu_memory": "12GiB", "device": "cuda:1"}, 'isaacd picks the GPUs of a placed job; use device = "cuda"'),
     ({"gpus": 2, "nproc_per_node": 4}, "a placed job runs one rank per GPU; remove nproc_per_node"),
     ({"gpu_memory": "12GiB", "share_gpus": True}, "a placed job shares a GPU by its gpu_memory"),
-    ({"gpu_memory": "a lot"}, 'is not a size: use bytes or a number with k, m, g or t, e.g. "16g"'),
+    ({"gpu_memory": "a lot"}, '"a lot" is not a size: write a number and a unit, such as "12GiB"'),
     ({"gpus": 0}, "greater than or equal to 1"),
 ])
 def test_a_wrong_request_names_the_key_and_the_fix(keys, words):
@@ -56,7 +56,7 @@ def test_a_wrong_request_names_the_key_and_the_fix(keys, words):
 
 
 def test_ray_keeps_its_own_scheduler():
-    text = '[ray]\naddress = "auto"\n[[jobs]]\nname = "r"\nruntime = "ray"\ngpu_memory = "8g"\n'
+    text = '[ray]\naddress = "auto"\n[[jobs]]\nname = "r"\nruntime = "ray"\ngpu_memory = "8GiB"\n'
     with pytest.raises(ConfigError, match="Ray places the job"):
         parse_config(text, "host.toml", Path("/"))
 
@@ -75,8 +75,8 @@ def test_a_gang_of_two_ranks_gets_cuda_visible_devices_and_torchrun_ranks():
 
 
 def test_a_cpu_trainer_stays_on_the_cpu_and_an_unplaced_job_is_as_written():
-    assert placed_config(job(gpu_memory="1g", device="cpu"), (2,)).device == "cpu"
-    written = job(gpu_memory="1g")
+    assert placed_config(job(gpu_memory="1GiB", device="cpu"), (2,)).device == "cpu"
+    written = job(gpu_memory="1GiB")
     assert placed_config(written, ()) is written
 
 
@@ -90,7 +90,7 @@ def host(tmp_path: Path, jobs: str = "") -> Path:
 
 def test_drop_ins_join_the_host_jobs_with_paths_relative_to_their_directory(tmp_path):
     cfg = host(tmp_path, '[[jobs]]\nname = "pinned"\n')
-    (tmp_path / "jobs.d" / "a.toml").write_text('[[jobs]]\nname = "a"\ngpu_memory = "8g"\nlog_root = "runs"\n')
+    (tmp_path / "jobs.d" / "a.toml").write_text('[[jobs]]\nname = "a"\ngpu_memory = "8GiB"\nlog_root = "runs"\n')
     (tmp_path / "jobs.d" / ".a.toml.tmp.1").write_text("half a fi")  # a submit in flight: never read
     c = load_config(cfg)
     assert [j.name for j in c.jobs] == ["pinned", "a"]
@@ -98,7 +98,7 @@ def test_drop_ins_join_the_host_jobs_with_paths_relative_to_their_directory(tmp_
 
 
 @pytest.mark.parametrize("text, words", [
-    ('[[jobs]]\nname = "b"\ngpu_memory = "8 pints"\n', 'b.toml: jobs[0] (name = "b").gpu_memory: "8 pints" is not'),
+    ('[[jobs]]\nname = "b"\ngpu_memory = "8 pints"\n', 'b.toml: jobs[0] (name = "b").gpu_memory: "8 pints": unknown unit "pints"'),
     ('[[jobs]]\nname = "b"\n[[jobs]]\nname = "c"\n', "b.toml: jobs: a job file holds exactly one [[jobs]] table (found 2)"),
     ('[supervisor]\nstate_dir = "/"\n[[jobs]]\nname = "b"\n', "b.toml: supervisor: a job file holds one [[jobs]] table"),
     ('[[jobs]]\nname = "pinned"\n', 'b.toml: jobs[0].name: "pinned" is already a job of'),
@@ -116,10 +116,15 @@ def test_a_bad_job_file_names_itself_the_key_and_the_fix(tmp_path, text, words):
 class Sup:
     """What submit/cancel see of the supervisor: its config and a reload that reads the files as the real one does."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, gpus: GpuSnapshot | None = None):
         self.config_path = str(path)
         self.config = load_config(path)
         self.reloads = 0
+        self.gpu_snapshot = None if gpus is None else (lambda: gpus)
+
+    def status(self) -> Status:  # the first queue pass after a submit: every placed job waits, first in line
+        return Status(jobs=tuple(JobStatus(j.name, state="queued", state_reason="queued #1: needs it all",
+                                           queue=QueueStatus(position=1)) for j in self.config.jobs))
 
     def reload(self) -> dict[str, Any]:
         self.reloads += 1
@@ -135,8 +140,9 @@ class Sup:
 
 def test_submit_writes_the_file_and_reloads_cancel_sets_it_aside(tmp_path):
     sup = Sup(host(tmp_path))
-    reply = submit_job(sup, '[[jobs]]\nname = "a"\ngpu_memory = "8g"\n', "/home/alice/a.toml")
-    assert "queued until the GPUs it asks for are free" in reply and sup.job_names() == ["a"]
+    reply = submit_job(sup, '[[jobs]]\nname = "a"\ngpu_memory = "8GiB"\n', "/home/alice/a.toml")
+    assert reply.endswith("jobs.d/a.toml: queued #1: needs it all (`isaacd queue`, `isaacd status a`)"), reply
+    assert sup.job_names() == ["a"]
     assert (tmp_path / "jobs.d" / "a.toml").read_text().startswith("[[jobs]]")
     with pytest.raises(ValueError, match="a is already submitted"):
         submit_job(sup, '[[jobs]]\nname = "a"\n', "/home/alice/a2.toml")
@@ -185,7 +191,7 @@ def snapshot(temps: dict[int, float], unhealthy: dict[str, str] | None = None) -
 def waiting_signals(name: str = "w") -> JobSignals:
     facts = QueueFacts(gpus=1, memory_bytes=10 * GiB, priority=0, preemptible=True, waiting=True, submitted_at=1.0,
                        placement=(), placed_at=None, backfill=False, preempting=False, spare_bytes=0)
-    return JobSignals(name, job(name=name, gpu_memory="10g"), False, 0, None, None, None, None, queue=facts)
+    return JobSignals(name, job(name=name, gpu_memory="10GiB"), False, 0, None, None, None, None, queue=facts)
 
 
 def test_the_hook_places_only_on_cool_healthy_whole_gpus_and_says_why_in_the_status():
@@ -216,3 +222,26 @@ def test_on_a_host_with_users_the_job_files_directory_must_be_the_supervisors_al
     from isaacd.config.jobs_dir import write_atomically
     write_atomically(submit_into, "[[jobs]]\nname = \"a\"\n")
     assert write_atomically_dir.stat().st_mode & 0o777 == 0o700  # submit makes it root's alone
+
+
+# ---- a request this host can never hold: refused at submit, naming what the host has ----------------------------
+@pytest.mark.parametrize("text, words", [
+    ('gpus = 4', 'jobs[0] (name = "a").gpus: asks 4 GPUs; this host has 2 (GPU 0, 1): lower gpus to 2 or fewer'),
+    ('gpu_memory = "200GB"', 'jobs[0] (name = "a").gpu_memory: "200GB" (186.3 GiB) is more than any GPU here holds: '
+                             'the largest is GPU 0 with 140 GiB (NVML\'s total); lower gpu_memory'),
+    ('gpus = 2\ngpu_memory = "141GiB"', 'asks 2 GPUs with "141GiB" each; this host has 0 that large'),
+])
+def test_a_request_larger_than_the_host_is_refused_naming_what_it_has(tmp_path, text, words):
+    sup = Sup(host(tmp_path), snapshot({0: 40, 1: 40}))  # two 140 GiB GPUs (and a MIG device of GPU 0: not counted)
+    with pytest.raises(ValueError) as info:
+        submit_job(sup, f'[[jobs]]\nname = "a"\n{text}\n', "/home/alice/a.toml")
+    assert str(info.value).startswith('not submitted: /home/alice/a.toml: jobs[0] (name = "a").gpu')
+    assert words in str(info.value), info.value
+    assert sup.reloads == 0 and list((tmp_path / "jobs.d").iterdir()) == []
+
+
+def test_what_fits_an_empty_host_is_submitted_and_unknown_gpus_refuse_nothing(tmp_path):
+    sup = Sup(host(tmp_path), snapshot({0: 40, 1: 40}))
+    assert "queued #1" in submit_job(sup, '[[jobs]]\nname = "a"\ngpus = 2\ngpu_memory = "140GiB"\n', "a.toml")
+    sup = Sup(host(tmp_path))  # no GPU layer: the job waits, saying so, rather than being refused
+    assert "queued #1" in submit_job(sup, '[[jobs]]\nname = "b"\ngpus = 64\n', "b.toml")

@@ -7,7 +7,7 @@ in a config that validated completely.
 
 from __future__ import annotations
 
-import difflib
+import json
 import re
 import sys
 from dataclasses import dataclass
@@ -22,13 +22,14 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from . import errors as type_errors
 from .backup import BackupConfig
 from ..gpu.assign import device_outside_gpus, gpu_conflicts
 from .jobs_dir import DropInError, open_to_others, owned, read_drop_ins, with_paths_under
 from .locate import DEFAULT_SOCKET, EMBEDDED_DEFAULT_NAME
 from .access import NAME_RE, AccessConfig
 from .queue import QueueConfig
-from .sizes import Size, memory_bytes
+from .sizes import Size, size_bytes
 from .watchdogs import WatchdogsConfig
 
 JOB_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
@@ -226,7 +227,7 @@ class RayJobConfig(_Model):
 
     num_gpus: Annotated[float, Field(ge=0)] = 1.0
     num_cpus: Annotated[float, Field(ge=0)] = 1.0
-    memory: Size | None = None  # "32g": Ray's memory resource (scheduling only, not a cgroup limit)
+    memory: Size | None = None  # "32GiB": Ray's memory resource (scheduling only, not a cgroup limit)
     resources: dict[str, Annotated[float, Field(ge=0)]] = {}  # custom Ray resources, e.g. {"A100" = 1}
     labels: dict[str, str] = {}  # the node must carry these labels (`ray start --labels k=v`)
     nodes: list[str] = []  # only these nodes (by name, see [ray] node_label); [] = any node that fits
@@ -245,7 +246,7 @@ class RayJobConfig(_Model):
 
     @property
     def memory_bytes(self) -> int | None:
-        return memory_bytes(self.memory) if self.memory else None
+        return size_bytes(self.memory) if self.memory else None
 
     def demand(self) -> dict[str, float]:
         """The Ray resources one attempt needs, as Ray names them."""
@@ -275,7 +276,7 @@ class JobConfig(_Model):
     share_gpus: bool = False  # allow other jobs with share_gpus on the same GPUs
     # What one rank needs on one GPU ("12GiB"): isaacd places the job on a GPU with that much room, beside others
     # (with gpus = N: N GPUs, that much on each). A job placed by isaacd waits in the queue until it fits.
-    gpu_memory: str | None = None
+    gpu_memory: Size | None = None  # "12GiB" (2^30 bytes each) or "12GB" (10^9): config/sizes.py
     priority: int = 0  # the queue's order: higher first, then the earlier submitted
     # a job of a higher priority that does not fit may stop this one (saved at the next iteration boundary, 0 lost)
     # and queue it again in its old place, after it ran [queue] min_run_seconds
@@ -374,7 +375,7 @@ class JobConfig(_Model):
 
     @property
     def gpu_memory_bytes(self) -> int | None:
-        return memory_bytes(self.gpu_memory) if self.gpu_memory else None
+        return size_bytes(self.gpu_memory) if self.gpu_memory else None
 
     @model_validator(mode="before")
     @classmethod
@@ -397,7 +398,7 @@ class JobConfig(_Model):
     @field_validator("gpu_memory")
     @classmethod
     def _gpu_memory(cls, v: str | None) -> str | None:
-        if v is not None and memory_bytes(v) <= 0:
+        if v is not None and size_bytes(v) <= 0:
             raise ValueError('must be more than 0, e.g. "12GiB"')
         return v
 
@@ -423,6 +424,23 @@ class JobConfig(_Model):
             raise ValueError("share_gpus is for jobs that name their GPUs; a placed job shares a GPU by its "
                              "gpu_memory: remove share_gpus")
         return self
+
+    @model_validator(mode="after")
+    def _ranks_on_the_cpu(self) -> "JobConfig":
+        """Several ranks run under torchrun with --distributed, which trains on GPUs only: Isaac Lab 3 refuses a CPU
+        device there, the 2.x scripts and the built-in trainer put rank r on cuda:r whatever --device says (and
+        crash-loop where there is no CUDA: "Cannot get CUDA generator"). A raw `command` is the job's own program."""
+        if self.device != "cpu" or "device" not in self.model_fields_set or self.ranks < 2 or self.command is not None:
+            return self  # (device unset beside a list of GPUs: rank r on cuda:r, as before)
+        if isinstance(self.gpus, int):
+            said, drop = f"gpus = {self.gpus}", "drop gpus (or gpus = 1: one rank, on the CPU)"
+        elif self.nproc_per_node is not None:
+            said, drop = f"nproc_per_node = {self.nproc_per_node}", "remove nproc_per_node (one rank, on the CPU)"
+        else:
+            said, drop = f"gpus = {json.dumps(self.gpus)}", "name one GPU (one rank, on the CPU)"
+        raise ValueError(f'device = "cpu" with {said}: {self.ranks} ranks train under torchrun --distributed, which '
+                         f'runs on GPUs only (Isaac Lab refuses a CPU device there); set device = "cuda" to train on '
+                         f'the GPUs, or {drop}')
 
     @field_validator("compile_cache")
     @classmethod
@@ -550,68 +568,9 @@ class ConfigError(Exception):
         super().__init__("\n".join(lines))
 
 
-def _key_path(loc: tuple[Any, ...], raw: dict[str, Any]) -> str:
-    parts: list[str] = []
-    node: Any = raw
-    for item in loc:
-        if isinstance(item, int):
-            label = f"[{item}]"
-            if isinstance(node, list) and item < len(node) and isinstance(node[item], dict) and "name" in node[item]:
-                label = f'[{item}] (name = "{node[item]["name"]}")'
-            parts.append(label)
-            node = node[item] if isinstance(node, list) and item < len(node) else None
-        else:
-            # pydantic inserts union member names ("int", "str") and validator tags into loc; skip them
-            if isinstance(node, dict) and item not in node and parts and item in ("int", "str", "function-after"):
-                continue
-            parts.append(("." if parts else "") + str(item))
-            node = node.get(item) if isinstance(node, dict) else None
-    return "".join(parts)
-
-
-def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | None:
-    """The field names valid at the parent of `loc`, for 'unknown key' messages."""
-    current: Any = model
-    for item in loc[:-1]:
-        if isinstance(item, int):
-            continue
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return None
-        field = current.model_fields.get(str(item))
-        if field is None:
-            return None
-        ann = field.annotation
-        args = getattr(ann, "__args__", ())
-        current = args[0] if args and isinstance(args[0], type) and issubclass(args[0], BaseModel) else ann
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return sorted(current.model_fields)
-    return None
-
-
-def _did_you_mean(key: str, allowed: list[str]) -> str:
-    """"; did you mean `max_iterations`?" for a typo: the fix, before the list of every allowed key."""
-    # a key that is the last word of one allowed key names that thing ("socket" is `control_socket`; `socket_mode`
-    # is its mode), before difflib's ratio, which favours the shorter `socket_mode`
-    words = [k for k in allowed if k.rsplit("_", 1)[-1] == key.lower()]
-    close = words if len(words) == 1 else difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-    return f"; did you mean `{close[0]}`?" if close else ""
-
-
 def _issues_from(err: ValidationError, raw: dict[str, Any]) -> list[ConfigIssue]:
-    issues = []
-    for e in err.errors():
-        loc = tuple(e["loc"])
-        key = _key_path(loc, raw)
-        if e["type"] == "extra_forbidden":
-            allowed = _allowed_keys(Config, loc)
-            msg = "unknown key" + _did_you_mean(str(loc[-1]), allowed or []) + \
-                (f"; allowed keys here: {', '.join(allowed)}" if allowed else "")
-        else:
-            msg = e["msg"].removeprefix("Value error, ")
-            if e["type"].endswith("_type") or e["type"] in ("int_from_float",):
-                msg += f" (got {type(e.get('input')).__name__} {e.get('input')!r})"
-        issues.append(ConfigIssue(key, msg))
-    return issues
+    """One issue per mistake, naming the key, the value and the fix (errors.py: a union's lines read as one)."""
+    return [ConfigIssue(key, msg) for key, msg in type_errors.lines(err, raw, Config)]
 
 
 def _resolve_paths(cfg: Config, base: Path) -> Config:

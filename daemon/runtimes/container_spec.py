@@ -28,7 +28,8 @@ from typing import Any, Callable
 from . import trainer_command
 from ..caches.compile_caches import container_volumes
 from ..caches.compile_caches import trainer_env as cache_trainer_env
-from ..config.schema import JobConfig, memory_bytes
+from ..config.schema import JobConfig
+from ..config.sizes import podman_bytes
 from ..gpu import assign as gpu_assign
 from ..history.store import StateStore
 from ..workflows import resolve
@@ -469,10 +470,10 @@ def _portmapping(p: str) -> dict[str, Any]:
 
 
 def parse_size(s: str) -> int:
-    """shm_size in bytes, in the daemon's one size grammar (config.memory_bytes: binary units, as podman reads
-    `--shm-size`), so the API's body says what `podman run` and Quadlet would."""
+    """shm_size in bytes as podman reads `--shm-size` (config.sizes.podman_bytes: binary units), so the API's body
+    says what `podman run` and Quadlet would."""
     try:
-        return memory_bytes(s)
+        return podman_bytes(s)
     except ValueError:
         raise RuntimeFailure(f"shm_size {s!r}: use a size such as \"8g\" or \"512m\"") from None
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 
 from ..access.limits import effective_limits
 from ..config.access import AccessConfig, Limits
-from ..config.sizes import memory_bytes
+from ..config.sizes import size_bytes
 from ..config.users import UnknownUser, User, is_admin, supervisor_user, user_by_name
 from .quota import Quota, Quotas
 
@@ -64,4 +64,4 @@ def quota_of(limits: Limits) -> Quota | None:
     if limits.gpus is None and limits.gpu_memory is None and limits.queued is None:
         return None
     return Quota(None if limits.gpus is None else float(limits.gpus),
-                 None if limits.gpu_memory is None else memory_bytes(limits.gpu_memory), limits.queued)
+                 None if limits.gpu_memory is None else size_bytes(limits.gpu_memory), limits.queued)

@@ -1,7 +1,9 @@
 """`isaacd submit FILE` and `isaacd cancel JOB` (issue 31): jobs added and removed without editing the host config.
 
 A submitted job is one file in `[supervisor] jobs_dir` (config/jobs_dir.py), written atomically, then applied as a
-reload applies any change; it survives a supervisor restart because it is a file. A cancel moves the file aside and
+reload applies any change; it survives a supervisor restart because it is a file. A request this host can never
+hold (more GPUs than it has, more gpu_memory than its largest GPU) is refused naming what the host has. The answer
+says what the queue's first pass after the reload made of it: placed on which GPUs, or its place and why it waits. A cancel moves the file aside and
 reloads: the job stops with a save (a reload's removal) and its runner goes once the trainer is gone; its history and
 logs stay in the state dir, its file in `jobs_dir/.cancelled/`. A file that does not validate is refused before it is
 written, naming the file, the key and the fix; a reload that fails after it is written (a clash with another file)
@@ -12,7 +14,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Collection
+import time
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -20,7 +23,10 @@ from ..access.limits import refusals
 from ..access.policy import Caller, submit_refusal
 from ..config.jobs_dir import DropInError, job_file, parse_drop_in, read_drop_ins, set_aside, with_paths_under, \
     write_atomically
-from ..config.schema import Config, ConfigError, check_job_table
+from ..config.schema import Config, ConfigError, ConfigIssue, JobConfig, check_job_table
+from ..config.sizes import gib, written
+from ..gpu.snapshot import GpuSnapshot
+from ..status.types import JobStatus, Status
 
 _ONE_AT_A_TIME = threading.Lock()  # two submits of one name must not both find the name free
 
@@ -34,9 +40,13 @@ class Submittable(Protocol):
     config_path: str | None
     store: Journal
 
+    gpu_snapshot: Callable[[], GpuSnapshot] | None  # the host's GPUs (the sampler's latest view), None: no GPU layer
+
     def reload(self) -> dict[str, Any]: ...
 
     def job_names(self) -> Collection[str]: ...
+
+    def status(self) -> Status: ...
 
 
 def _jobs_dir(sup: Submittable) -> Path:
@@ -70,6 +80,9 @@ def submit_job(sup: Submittable, text: str, source: str, caller: Caller | None =
         issues = refusals(job, caller.user, sup.config.access)  # what a user who is no admin may not ask for
         if issues:
             raise ValueError(f"not submitted: {ConfigError(source, issues)}")
+    too_big = larger_than_host(job, sup.gpu_snapshot() if sup.gpu_snapshot is not None else None)
+    if too_big is not None:
+        raise ValueError(f"not submitted: {ConfigError(source, [too_big])}")
     path = job_file(jobs_dir, job.name)
     with _ONE_AT_A_TIME:
         if path.exists():
@@ -86,8 +99,63 @@ def submit_job(sup: Submittable, text: str, source: str, caller: Caller | None =
             raise ValueError(f"not submitted (nothing changed): {result.get('error')}")
         if caller is not None:  # who submitted it, in its events (issue 32)
             sup.store.append_event(job.name, "operator_command", command="submit", user=caller.name, uid=caller.uid)
-    where = "queued until the GPUs it asks for are free" if job.placed_by_isaacd else "starting"
-    return f"submitted as {path}: {where} (`isaacd queue`, `isaacd status {job.name}`)"
+    where = first_pass(sup, job.name, 2.0 + 2 * sup.config.supervisor.tick_interval)
+    see = f"`isaacd queue`, `isaacd status {job.name}`" if job.placed_by_isaacd else f"`isaacd status {job.name}`"
+    return f"submitted as {path}: {where} ({see})"
+
+
+def larger_than_host(job: JobConfig, snap: GpuSnapshot | None) -> ConfigIssue | None:
+    """A placed job this host can never hold, said with what the host has; None when it fits an empty host, or
+    when the GPUs are not known (no inventory is never a reason to refuse: the job waits, saying why)."""
+    if not job.placed_by_isaacd or snap is None or not snap.up:
+        return None
+    gpus = sorted((info.index, key) for key, info in snap.gpus.items() if not info.is_mig)  # MIG: its GPU is placed
+    if not gpus:
+        return None
+    key = f'jobs[0] (name = "{job.name}")'
+    indices = ", ".join(str(i) for i, _ in gpus)
+    if job.ranks > len(gpus):
+        return ConfigIssue(f"{key}.gpus", f"asks {job.ranks} GPUs; this host has {len(gpus)} (GPU {indices}): lower "
+                                          f"gpus to {len(gpus)} or fewer")
+    ask = job.gpu_memory_bytes
+    totals = {i: t for i, k in gpus if (s := snap.samples.get(k)) is not None and (t := s.memory_total_bytes)}
+    if ask is None or not totals or job.gpu_memory is None:
+        return None
+    large = sorted(i for i, t in totals.items() if t >= ask)
+    if len(large) >= job.ranks:
+        return None
+    biggest = max(totals, key=lambda i: (totals[i], -i))
+    has = f"the largest is GPU {biggest} with {gib(totals[biggest])} (NVML's total)"
+    if job.ranks == 1:
+        return ConfigIssue(f"{key}.gpu_memory", f"{written(job.gpu_memory)} is more than any GPU here holds: {has}; "
+                                                "lower gpu_memory")
+    return ConfigIssue(f"{key}.gpu_memory", f"asks {job.ranks} GPUs with {written(job.gpu_memory)} each; this host has "
+                                            f"{len(large)} that large ({has}); lower gpu_memory or gpus")
+
+
+def first_pass(sup: Submittable, name: str, timeout: float) -> str:
+    """What is true of a just-added job once the supervisor has ticked with it (the queue's pass ran before that
+    tick's status was published): "placed on GPU 1, starting", "queued #2: needs ...", or its state."""
+    deadline = time.monotonic() + timeout
+    while True:
+        row = next((j for j in sup.status().jobs if j.name == name), None)
+        said = None if row is None else _said(row)
+        if said is not None:
+            return said
+        if time.monotonic() >= deadline:
+            return "added; the queue has not taken it up yet"
+        time.sleep(0.05)
+
+
+def _said(row: JobStatus) -> str | None:
+    q = row.queue
+    if q is None:  # a job that names its GPUs (or none): no queue
+        return row.state + (f" ({row.state_reason})" if row.state_reason else "")
+    if q.placement:
+        return f"placed on GPU {', '.join(str(i) for i in q.placement)}, {row.state}"
+    if q.position is not None:
+        return row.state_reason or f"queued #{q.position}: {q.reason}"
+    return None if row.state == "queued" else row.state + (f" ({row.state_reason})" if row.state_reason else "")
 
 
 def cancel_job(sup: Submittable, name: str) -> str:
@@ -107,5 +175,6 @@ def cancel_job(sup: Submittable, name: str) -> str:
         if not result.get("ok"):
             os.replace(kept, path)
             raise ValueError(f"not cancelled (nothing changed): {result.get('error')}")
-    return (f"cancelled: it saves at its next iteration boundary and leaves the queue; its file is kept as {kept}, "
-            "its history and logs in the state dir")
+    return (f"cancelled: it saves at its next iteration boundary and leaves the queue; its file is kept as {kept}. "
+            f"Once it has stopped, `isaacd events {name}`, `isaacd logs {name}` and `isaacd history` show what it "
+            "was; a job submitted again under this name is a new job")
