@@ -29,6 +29,7 @@ from .access.policy import ADMIN_ONLY, Caller, caller_for, job_refusal, admin_re
 from .access.redact import credentials, redact, secret_values
 from .config.users import supervisor_user
 from .daemon_log import log
+from .history.log_source import read_log_source
 from .status.types import Status
 from .wording import no_such_job
 
@@ -212,6 +213,7 @@ def _status_for(sup: Controlled, caller: Caller, rules: Rules) -> dict[str, Any]
     for gpu in ((raw.get("gpus") or {}).get("devices") or []) if unseen else []:  # whose a GPU is: not named
         gpu["jobs"] = [OTHERS_JOB if n in unseen else n for n in gpu.get("jobs") or []]
         gpu["assigned"] = [OTHERS_JOB if n in unseen else n for n in gpu.get("assigned") or []]
+        gpu["placed"] = [OTHERS_JOB if n in unseen else n for n in gpu.get("placed") or []]
         for p in gpu.get("processes") or []:
             if p.get("job") in unseen:
                 p["job"] = OTHERS_JOB
@@ -252,6 +254,8 @@ def dispatch(sup: Controlled, req: Any, caller: Caller, rules: Rules = Rules()) 
         _refuse(job_refusal(caller, cmd, job, _owner(sup, job), rules.supervisor_user, rules.admin_group), caller,
                 cmd, job)
         return _log_text(sup, job, req)
+    if cmd == "log-source":
+        return _log_source(sup, req, caller, rules)
     if cmd == "reload":
         _refuse(admin_refusal(caller, cmd, rules.admin_group), caller, cmd)
         result = sup.reload()
@@ -270,7 +274,7 @@ def dispatch(sup: Controlled, req: Any, caller: Caller, rules: Rules = Rules()) 
     if cmd == "ping":
         return {"pid": os.getpid()}
     raise RequestError(f"unknown command {json.dumps(cmd)}; commands: status, events, stop, start, restart, "
-                       "reset, backup-takeover, reload, submit, cancel, logs, ping, nodes, cordon, uncordon")
+                       "reset, backup-takeover, reload, submit, cancel, logs, log-source, ping, nodes, cordon, uncordon")
 
 
 LOG_REPLY_BYTES = 256 * 1024  # one `logs` answer at most: a follower asks again from where it ended
@@ -302,6 +306,20 @@ def _log_text(sup: Controlled, job: str, req: dict[str, Any]) -> dict[str, Any]:
         raise RequestError(f"no log yet at {row.log_path}") from None
     tail = data.splitlines(keepends=True)[-lines:]
     return {"text": b"".join(tail).decode("utf-8", "replace"), "offset": size}
+
+
+def _log_source(sup: Controlled, req: dict[str, Any], caller: Caller, rules: Rules) -> dict[str, Any]:
+    """`isaacd logs`: where the job's output is (history/log_source.py), for a client in any directory: its log file
+    and each attempt's handle, as absolute paths; the client reads them, or asks `logs` where it may not. The same
+    refusal as `logs`."""
+    job = _job_field(req)
+    if job not in sup.job_names():
+        raise _no_such_job(sup, job)
+    _refuse(job_refusal(caller, "logs", job, _owner(sup, job), rules.supervisor_user, rules.admin_group), caller,
+            "logs", job)
+    cfg, row = _job_cfg(sup, job), sup.status().job(job)  # a removed job still stopping: its last row's runtime
+    runtime = cfg.runtime if cfg is not None else row.runtime if row is not None else "process"
+    return read_log_source(Path(sup.config.supervisor.state_dir), job, runtime).to_json()
 
 
 def _ray_request(sup: Controlled, cmd: str, req: dict[str, Any]) -> Any:

@@ -27,6 +27,7 @@ from . import __version__
 from .service import sdnotify
 from .config.schema import Config, ConfigError, ConfigIssue, JobConfig
 from .config.read import quiet_for, read_settled_config
+from .config.reload_diff import RESTART, ReloadSummary, changed_keys, setting_changes
 from .clock import Clock, SystemClock
 from .access.policy import Caller
 from .control import ControlServer, Fleet
@@ -58,6 +59,9 @@ class AlreadyRunning(RuntimeError):
 
 NO_JOBS = ("no [[jobs]] in the file (empty or half-written?); refusing to stop every job. "
            "To remove them all on purpose, write `jobs = []`")
+# The config's sections a reload does not change: the supervisor keeps them as it started (its socket, state dir,
+# tick and log; the metrics server; the GPU sampler; the queue hook), and `isaacd reload` says they need a restart
+HELD_UNTIL_RESTART = ("supervisor", "metrics", "gpu", "queue")
 
 
 # what a job's GPUs lack on this host (None: nothing, or unknown), asked before each launch
@@ -337,13 +341,13 @@ class Supervisor:
 
     def _apply_config(self, new: Config) -> dict[str, Any]:
         old = self.config
-        ignored = [k for k in ("state_dir", "control_socket", "socket_mode", "socket_group", "admin_group")
-                   if getattr(old.supervisor, k) != getattr(new.supervisor, k)]
-        ignored += [k for k in ("metrics", "gpu", "queue") if getattr(old, k) != getattr(new, k)]
-        if ignored:
-            log.warning("config_needs_restart", keys=ignored,
+        # every changed key of every section; a ray runtime already made keeps its [ray] until a restart
+        settings = setting_changes(old, new, HELD_UNTIL_RESTART + (("ray",) if "ray" in self.runtimes else ()))
+        if any(s.applies == RESTART for s in settings):
+            log.warning("config_needs_restart", keys=[s.key for s in settings if s.applies == RESTART],
                         detail="these settings apply when the supervisor restarts")
         added, removed, changed = [], [], []
+        job_keys: dict[str, tuple[str, ...]] = {}  # a changed job's keys
         for job_cfg in new.jobs:
             runner = self.runners.get(job_cfg.name)
             if runner is None:
@@ -359,8 +363,10 @@ class Supervisor:
                 added.append(job_cfg.name)
             elif runner.written != job_cfg:  # as written: cfg names the GPUs the queue gave it
                 # Takes effect at the job's next launch; a running trainer is never killed by a reload.
+                job_keys[job_cfg.name] = tuple(changed_keys(runner.written, job_cfg))
                 runner.reconfigure(job_cfg, lambda: self.runtime(job_cfg.runtime))
-                runner.event("config_changed", detail="applies at the next start; `isaacd restart` applies it now")
+                runner.event("config_changed", keys=list(job_keys[job_cfg.name]),
+                             detail="applies at the next start; `isaacd restart` applies it now")
                 changed.append(job_cfg.name)
         for name in [n for n in self.runners if new.job(n) is None]:
             runner = self.runners[name]
@@ -372,9 +378,8 @@ class Supervisor:
             else:
                 del self.runners[name]
                 removed.append(name)
-        self.config = new.model_copy(update={"supervisor": old.supervisor, "metrics": old.metrics, "gpu": old.gpu,
-                                             "queue": old.queue})
-        return {"added": added, "removed": removed, "changed": changed, "needs_restart": ignored}
+        self.config = new.model_copy(update={k: getattr(old, k) for k in HELD_UNTIL_RESTART})
+        return ReloadSummary(tuple(added), tuple(removed), tuple(changed), job_keys, settings).to_json()
 
     # ---- read side -----------------------------------------------------------------------
     def status(self) -> Status:

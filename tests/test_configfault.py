@@ -109,3 +109,35 @@ def test_a_later_exception_of_another_kind_decides():
 def test_an_ordinary_crash_is_no_config_fault():
     assert fault("Traceback (most recent call last):\nKeyError: 'class_name'\n\nSet the environment variable "
                  "HYDRA_FULL_ERROR=1 for a complete stack trace.\n") is None
+
+
+# ---- issue 37: CUDA asked of a torch or host without it; a program its user cannot execute --------------------
+def test_torch_without_cuda_is_a_device_error_naming_key_device():
+    f = fault("    raise AssertionError(\"Torch not compiled with CUDA enabled\")\n"
+              "AssertionError: Torch not compiled with CUDA enabled\n")
+    assert (f.kind, f.key) == ("no_cuda", "device") and "Python whose torch has CUDA" in f.fix("cp")
+
+
+def test_no_cuda_gpus_with_cuda_visible_devices_set_by_the_job_names_that_variable():
+    f = fault("RuntimeError: No CUDA GPUs are available\n", environment={"CUDA_VISIBLE_DEVICES": ""})
+    assert (f.kind, f.key) == ("no_cuda", "environment.CUDA_VISIBLE_DEVICES")  # it names no GPU: the cause
+    assert "remove or correct `environment.CUDA_VISIBLE_DEVICES`" in f.fix("cp")
+    assert fault("RuntimeError: No CUDA GPUs are available\n").key == "device"
+
+
+def test_a_rank_past_the_gpus_it_sees_is_a_device_error():
+    f = fault("torch.AcceleratorError: CUDA error: invalid device ordinal\n")
+    assert (f.kind, f.key) == ("no_cuda", "device") and "gpus" in f.fix("cp")
+
+
+def test_bash_bad_interpreter_permission_denied_is_a_program_its_user_cannot_execute():
+    # bash 5.2's words, reproduced here: a wrapper running a script whose #! interpreter is not executable
+    f = fault("./run.sh: /opt/venv/bin/train: /root/.pyenv/versions/3.11.7/bin/python3.11: bad interpreter: "
+              "Permission denied\n", code=126)
+    assert (f.kind, f.key, f.subject) == ("not_executable", "launcher", "/root/.pyenv/versions/3.11.7/bin/python3.11")
+
+
+def test_a_shells_cannot_execute_counts_only_with_the_shells_exit_code():
+    line = "./run.sh: line 2: /opt/venv/bin/train: cannot execute: required file not found\n"
+    assert fault(line, code=127).kind == "missing_program"
+    assert fault(line, code=1) is None  # code 1: something else printed it and went on

@@ -187,7 +187,7 @@ class SharedSupervisor(FakeSupervisor):
         return Status.from_json({"jobs": [{"name": "a", "owner": "alice", "boot": {"last_line": "tok-alice-1234"}},
                                           {"name": "b", "owner": "bob"}, {"name": "r"}],
                                  "gpus": {"devices": [{"index": "0", "jobs": ["a", "b"], "assigned": ["a"],
-                                                       "processes": [{"pid": 7, "job": "a"}]}]}})
+                                                       "placed": ["a"], "processes": [{"pid": 7, "job": "a"}]}]}})
 
 
 BOB = Caller(1002, "bob", False, User(1002, 1002, "bob", "/home/bob", ("bob",), (1002,)))
@@ -226,8 +226,8 @@ def test_status_own_leaves_out_other_users_rows_and_their_names_on_the_gpus() ->
     st = dispatch_as(SharedSupervisor("own"), {"cmd": "status"}, BOB, RULES)
     assert [j["name"] for j in st["jobs"]] == ["b"]
     gpu = st["gpus"]["devices"][0]
-    assert (gpu["jobs"], gpu["assigned"], gpu["processes"][0]["job"]) == (
-        ["another user's job", "b"], ["another user's job"], "another user's job")
+    assert (gpu["jobs"], gpu["assigned"], gpu["placed"], gpu["processes"][0]["job"]) == (
+        ["another user's job", "b"], ["another user's job"], ["another user's job"], "another user's job")
     with pytest.raises(RequestError, match='^not shown: a is alice\'s job; with \\[access\\] status = "own"'):
         dispatch_as(SharedSupervisor("own"), {"cmd": "events", "job": "a"}, BOB, RULES)
 

@@ -14,7 +14,7 @@ import pytest
 from isaacd.jobs import machine
 from isaacd.jobs.effects import Event, HoldSpare, Kill, Launch, Persist, Signal
 from isaacd.jobs.messages import (DropSpare, Exited, LaunchRefused, Placed, Preempt, Progressed, Restart, Start, Stop,
-                                  Tick, WatchdogTrip)
+                                  Tick, TrainerConfigError, WatchdogTrip)
 from isaacd.jobs.model import (TRANSITIONS, InvalidTransition, JobModel, JobState, LaunchIntent, Origin, Then,
                                check_transition)
 from isaacd.jobs import policy
@@ -448,10 +448,71 @@ def test_preempt_running_stops_with_a_save_then_exit_goes_back_to_the_queue_in_i
 
 
 def test_backing_off_to_queued_when_preempted_without_a_trainer():
-    j = queued().send(Placed((0,), "fits")).send(crash())
-    assert j.m.state == S.BACKING_OFF and j.m.placement == (0,)  # holds its GPU through the backoff
+    j = Job(policy_=Policy(first_restart_immediate=True))
+    j.placed = True
+    j.send(Tick()).send(Placed((0,), "fits")).send(crash())
+    assert j.m.state == S.BACKING_OFF and j.m.placement == (0,)  # a restart at once keeps its GPU
     j.send(Preempt("urgent", "preempted by urgent"))
     assert j.m.state == S.QUEUED and j.m.placement == ()
+
+
+# ---- issue 37: a job backing off gives its GPUs back; a start no retry fixes fails at once ---------------------
+def test_running_to_backing_off_a_placed_job_gives_its_gpus_back_for_the_backoff():
+    j = queued().send(Placed((0, 1), "fits")).send(Progressed(3)).at(20).send(crash())
+    assert j.m.state == S.BACKING_OFF and j.m.placement == () and j.m.placed_at is None
+    assert j.events("gpus_released")[0]["gpus"] == [0, 1]
+    assert "back in the queue in 1.0 s (its GPUs given back meanwhile)" in j.m.reason
+    assert HoldSpare("the job gave its GPUs back for its backoff", j.now) in j.effects  # its spare sat on them
+    assert j.effects.index(Persist()) < j.effects.index(HoldSpare("the job gave its GPUs back for its backoff", j.now))
+
+
+def test_backing_off_to_queued_once_the_backoff_passed_at_its_old_place_then_placed_again():
+    j = queued()
+    submitted = j.m.submitted_at
+    j.at(5).send(Placed((0,), "fits")).send(crash())
+    j.at(0.5).send(Tick())
+    assert j.m.state == S.BACKING_OFF  # not before its backoff has passed: not in line for placement yet
+    j.at(0.6).send(Tick())
+    assert (j.m.state, j.m.submitted_at) == (S.QUEUED, submitted)  # its old place, not the back of the queue
+    assert not [e for e in j.effects if isinstance(e, Launch)]  # launched only once placed
+    j.send(Placed((1,), "fits"))
+    assert j.m.state == S.STARTING and j.m.placement == (1,) and j.m.launch.origin == Origin.CRASH
+
+
+def test_backing_off_start_of_a_job_that_gave_its_gpus_back_queues_it_instead_of_launching_without_gpus():
+    j = queued().send(Placed((0,), "fits")).send(crash())
+    j.send(Start(Origin.OPERATOR, "operator start"))
+    assert j.m.state == S.QUEUED and not [e for e in j.effects if isinstance(e, Launch)]
+    assert j.reply.startswith("queued: it gave its GPUs back")
+
+
+def test_backing_off_preempt_of_a_job_that_gave_its_gpus_back_changes_nothing():
+    j = queued().send(Placed((0,), "fits")).send(crash())
+    before = j.m
+    j.send(Preempt("urgent", "preempted by urgent"))
+    assert j.m == before and j.effects == []
+
+
+def test_backing_off_a_pinned_job_keeps_its_gpus_and_relaunches_itself():
+    j = Job().running().send(crash())  # names its GPUs in the config: not the queue's to give back
+    assert j.m.state == S.BACKING_OFF and not j.events("gpus_released")
+    assert j.at(1).send(Tick()).m.state == S.STARTING
+
+
+def test_starting_to_failed_a_start_no_retry_fixes_fails_at_once_with_the_program_named():
+    err = TrainerConfigError("not_executable", "the job's program cannot be executed",
+                             "/opt/venv/bin/python: permission denied for alice, who runs the job", "launcher",
+                             "make `/opt/venv/bin/python` ... executable for the job's user")
+    j = queued().send(Placed((0, 1), "fits"))
+    j.send(LaunchRefused("failed to start: /opt/venv/bin/python: permission denied for alice", config_error=err))
+    assert (j.m.state, j.m.final, j.m.placement) == (S.FAILED, True, ())  # its GPUs back at once, no retry
+    assert j.m.restarts == 0 and "permission denied for alice" in j.m.reason and "/opt/venv/bin/python" in j.m.reason
+    assert "a restart cannot fix this" in j.m.reason
+
+
+def test_starting_to_backing_off_a_transient_start_failure_is_still_retried():
+    j = Job().send(Tick()).send(LaunchRefused("failed to start: [Errno 11] Resource temporarily unavailable"))
+    assert j.m.state == S.BACKING_OFF and j.m.restarts == 1
 
 
 def test_queued_to_stopped_an_operator_stop_leaves_the_queue_and_gives_nothing_back_twice():

@@ -254,3 +254,33 @@ def test_past_her_queued_quota_alices_later_jobs_wait_behind_everyones():
     later = [j for j in jobs if j.name not in ("x", "a1")] + [holds("a1", (0,), None, owner="alice")]
     s = schedule(later, host(2), now=0, quotas=quotas)
     assert placed(s) == {"a2": (1,)}
+
+
+# ---- issue 37: a job backing off holds no GPUs ----------------------------------------------------------------
+def test_a_job_backing_off_keeps_its_place_but_its_gpu_goes_to_the_next_in_line_meanwhile():
+    # "crashy" (submitted first) crashed and gave its GPU back for its backoff: "next" starts on it meanwhile
+    jobs = [QueuedJob("crashy", Request(1, None), order=1, not_before=1030), wants("next", None, order=2)]
+    s = schedule(jobs, host(1), now=1000)
+    assert placed(s) == {"next": (0,)} and not s.preemptions
+    assert [(w.job, w.position) for w in s.waiting] == [("crashy", 1)]
+    assert s.waiting[0].reason.startswith("backing off after a failed attempt") and "in line again in 30 s" in \
+        s.waiting[0].reason
+
+
+def test_a_backing_off_gang_preempts_nobody_even_at_a_higher_priority():
+    jobs = [QueuedJob("gang", Request(2, None), priority=10, order=1, not_before=1030),
+            holds("low1", (0,), None, order=2), holds("low2", (1,), None, order=3)]
+    s = schedule(jobs, host(2), now=5000)
+    assert not s.preemptions and not s.placements
+    assert [w.job for w in s.waiting] == ["gang"]
+
+
+def test_back_from_its_backoff_a_job_is_placed_again_ahead_of_those_submitted_after_it():
+    jobs = [wants("later", None, order=2), wants("crashy", None, order=1)]  # the machine queued it again
+    assert placed(schedule(jobs, host(1), now=2000)) == {"crashy": (0,)}
+
+
+def test_a_failed_job_holds_nothing_and_blocks_nobody():
+    failed = QueuedJob("failed", Request(2, None), priority=10, order=0)  # at rest: no placement, not waiting
+    s = schedule([failed, wants("a", None, order=1), wants("b", None, order=2)], host(2), now=1000)
+    assert placed(s) == {"a": (0,), "b": (1,)} and not s.waiting and not s.preemptions

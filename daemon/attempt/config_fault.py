@@ -38,6 +38,19 @@ missing file (``kind = "missing_file"``, key: the one naming it)
     Unable to find the file: p" (3.0.0 isaaclab/utils/assets.py:726); only when the config names that file, since a
     file that went missing on its own (a moved checkpoint) may be back by the next attempt.
 
+no CUDA (``kind = "no_cuda"``, key ``device``, or ``environment.CUDA_VISIBLE_DEVICES`` when the job sets it)
+    The trainer asks for a GPU that its torch or the host cannot give it, which every restart asks again: a CPU
+    build of torch (torch 2.13.0+cpu here, captured in tests/exit_outputs/: ``torch.Generator(device="cuda")``
+    "RuntimeError: Cannot get CUDA generator without ATen_cuda library. ...", and torch/cuda/__init__.py
+    ``_lazy_init`` "AssertionError: Torch not compiled with CUDA enabled"), a multi-rank job on ``device = "cpu"``
+    (each torchrun rank takes ``cuda:<LOCAL_RANK>``, as Isaac Lab's train scripts do), a host or a
+    CUDA_VISIBLE_DEVICES with no GPU (``_lazy_init``: "RuntimeError: No CUDA GPUs are available", "Found no NVIDIA
+    driver on your system"), a rank past the GPUs it sees ("CUDA error: invalid device ordinal").
+not executable, no such program (``kind = "not_executable"`` / ``"missing_program"``, key ``launcher``)
+    Not the trainer's output: the runtime's start itself failed (the kernel's EACCES, ENOENT, ENOEXEC at exec:
+    start_fault.py classifies the exception), or a shell wrapper's own words for its interpreter: bash's
+    "<path>: <interpreter>: bad interpreter: Permission denied" / "No such file or directory" (exit 126 / 127).
+
 Only the decisive line counts: the output is read from its end, and the first line that is either one of these
 forms or any other Python exception's last line decides (a ModuleNotFoundError logged and survived early on, then
 a crash of another kind, is that other kind: it restarts as before).
@@ -52,7 +65,8 @@ from dataclasses import dataclass, replace
 from pathlib import PurePath
 from typing import Iterable, Mapping, Sequence
 
-KINDS = ("unknown_task", "unknown_agent", "hydra_override", "argparse", "missing_module", "missing_file")
+KINDS = ("unknown_task", "unknown_agent", "hydra_override", "argparse", "missing_module", "missing_file", "no_cuda",
+         "not_executable", "missing_program")
 
 # key -> the values of the job's config that a trainer's error could name (named_in_config builds it)
 Named = Mapping[str, Sequence[str]]
@@ -69,6 +83,16 @@ _MODULE = re.compile(r"^(?:[\w.]+\.)?ModuleNotFoundError: No module named '(?P<s
 _CALLABLE = re.compile(r"^ValueError: Could not resolve the input string '(?P<s>[^']+)' into callable object")
 _FILE = re.compile(r"^(?:[\w.]+\.)?FileNotFoundError: (?:\[Errno 2\] No such file or directory: '(?P<a>[^']+)'"
                    r"|Unable to find the file: (?P<b>.+?))\s*$")
+_NO_CUDA = re.compile(r"^(?:[\w.]+: )?(?:CUDA error: )?(?P<s>Cannot get CUDA generator without ATen_cuda library|Torch not "
+                      r"compiled with CUDA enabled|No CUDA GPUs are available|Found no NVIDIA driver on your system|"
+                      r"invalid device ordinal)")
+# a shell's words when it cannot exec a program (bash 5.2: "./run.sh: line 2: /opt/x/train: Permission denied",
+# "/opt/x/train: /root/.pyenv/.../python3: bad interpreter: Permission denied", "...: cannot execute: required file not
+# found"); all but "bad interpreter" only with the shell's exit codes for them (126: not executable, 127: not found)
+_BAD_INTERPRETER = re.compile(r"^(?:.*?: )?(?P<p>/?[^:\s]+): (?P<s>/?[^:\s]+): bad interpreter: "
+                              r"(?P<why>Permission denied|No such file or directory)\s*$")
+_SHELL_EXEC = re.compile(r"^(?:.*?: )?(?:line \d+: )?(?P<s>/?[^:\s]+): (?P<why>Permission denied|cannot execute: "
+                         r"required file not found|No such file or directory)\s*$")
 # any other exception's last line ("RuntimeError: ...", "torch.OutOfMemoryError: ...", "KeyboardInterrupt")
 _OTHER = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::|$)")
 _ARG_SUBJECT = re.compile(r"^(?:unrecognized arguments: (?P<a>\S+)|argument (?P<b>[^\s:/]+)[^:]*:|the following "
@@ -81,6 +105,9 @@ _WHAT = {
     "argparse": "the train script rejected its command line",
     "missing_module": "a module the trainer imports is not there",
     "missing_file": "a file the config names is not there",
+    "no_cuda": "the trainer asks for a GPU that its torch or this host cannot give it",
+    "not_executable": "the job's program cannot be executed",
+    "missing_program": "the job's program (or the interpreter its #! line names) is not there",
 }
 
 
@@ -110,12 +137,29 @@ class ConfigFault:
                     f"another Isaac Lab, set `isaaclab_version` (or `train_script`) {where}")
         if self.kind in ("hydra_override", "argparse"):
             return f"correct or remove `{self.subject}` in `extra_args` {where}"
+        if self.kind == "no_cuda":
+            return _no_cuda_fix(self, where)
+        if self.kind in ("not_executable", "missing_program"):
+            return (f"make `{self.subject}` (and the #! interpreter it names, and every directory above them) "
+                    f"{'executable' if self.kind == 'not_executable' else 'exist'} for the job's user "
+                    f"(`isaacd doctor` checks), or point `launcher` {where} at a Python they may run")
         if self.kind == "missing_module":
             if self.key == "launcher":
                 return (f"install `{self.subject}` into the job's Python, or point `launcher` {where} at the Python "
                         "that has it")
             return f"correct `{self.subject}` in `{self.key}` {where}, or install the module it names"
         return f"correct `{self.subject}` in `{self.key}` {where}, or create the file"
+
+
+def _no_cuda_fix(fault: ConfigFault, where: str) -> str:
+    if fault.key.startswith("environment."):
+        return f"remove or correct `{fault.key}` {where}: isaacd names the GPUs a job may use"
+    if fault.subject in ("Cannot get CUDA generator without ATen_cuda library", "Torch not compiled with CUDA enabled"):
+        return (f"the job's torch has no CUDA: train on the CPU with one rank (`device = \"cpu\"` and no `gpus` count "
+                f"above 1 {where}: torchrun's ranks each take a GPU), or point `launcher` at a Python whose torch "
+                "has CUDA")
+    return (f"the trainer sees no such GPU: check `gpus` and `device` {where} against the GPUs this host has "
+            "(`isaacd status`), or train on the CPU with one rank (`device = \"cpu\"`)")
 
 
 def named_in_config(task: str, agent: str | None, extra_args: Sequence[str],
@@ -169,6 +213,12 @@ def _match(line: str, exit_code: int | None, named: Named) -> ConfigFault | None
     if (m := _MODULE.match(line)) or (m := _CALLABLE.match(line)):
         subject = m.group("s")
         return ConfigFault("missing_module", line, _naming_key(subject, named) or "launcher", subject)
+    if m := _NO_CUDA.match(line):
+        key = "environment.CUDA_VISIBLE_DEVICES" if named.get("environment.CUDA_VISIBLE_DEVICES") else "device"
+        return ConfigFault("no_cuda", line, key, m.group("s"))
+    if (m := _BAD_INTERPRETER.match(line)) or (exit_code in (126, 127) and (m := _SHELL_EXEC.match(line))):
+        kind = "not_executable" if m.group("why") == "Permission denied" else "missing_program"
+        return ConfigFault(kind, line, "launcher", m.group("s"))
     if m := _FILE.match(line):
         path = m.group("a") or m.group("b")
         key = _naming_key(path, named, as_path=True)

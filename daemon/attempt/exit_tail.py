@@ -15,6 +15,7 @@ from ..gpu.oom_message import CudaOomLine, find_cuda_oom
 from ..jobs.messages import ReasonClass
 from ..runtimes.base import ExitStatus, Handle
 from .config_fault import ConfigFault, Named, find_config_fault
+from .torchrun_report import find_report
 
 
 # ---- why a trainer exited, in its own words -----------------------------------------------------
@@ -30,6 +31,10 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # what a crash's last words look like: a Python exception line, an errno text, a CUDA/NCCL error
 _KEY = re.compile(r"^\s*[\w.]*(Error|Exception|Interrupt|Exit)\b.*|.*(No space left|out of memory|Errno \d+|"
                   r"\bFATAL\b|\bfatal\b|error:).*")
+# lines that frame or label a report and say nothing of the error: a frame of `====`/`----`, torchrun's "Failures:"
+# and "<NO_OTHER_FAILURES>" (torchrun_report.py), Hydra's pointer to its full stack trace
+_DECORATION = re.compile(r"^\s*(?:[=\-*~_#+]{3,}|Failures:|<NO_OTHER_FAILURES>|Root Cause \(first observed failure\):|"
+                         r"\[\d+\]:|Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace\.)\s*$")
 
 
 @dataclass(frozen=True)
@@ -81,9 +86,25 @@ def read_output_tail(path: Path, offset: int = 0, max_bytes: int = TAIL_BYTES,
 
 
 def key_line(lines: list[str]) -> str:
-    """The line that most likely says why: the last exception/error-looking line, else the last line."""
-    pick = next((ln for ln in reversed(lines) if _KEY.match(ln)), lines[-1] if lines else "")
+    """The line that most likely says why, among the last TAIL_LINES that say anything: the last exception/error-
+    looking line, else the last line that is no decoration (a frame of `====`, a report's label)."""
+    said = [ln for ln in lines if ln.strip() and not _DECORATION.match(ln)][-TAIL_LINES:]
+    pick = next((ln for ln in reversed(said) if _KEY.match(ln)), said[-1] if said else "")
     return _shorten(pick)
+
+
+def _error_line(lines: list[str]) -> str | None:
+    """The last exception/error-looking line, or None (a torchrun rank's own output: torchrun_report.py)."""
+    said = [ln for ln in lines if ln.strip() and not _DECORATION.match(ln)][-TAIL_LINES:]
+    pick = next((ln for ln in reversed(said) if _KEY.match(ln)), None)
+    return _shorten(pick) if pick is not None else None
+
+
+def explaining_line(scanned: list[str]) -> str:
+    """The line that explains an exit: under torchrun, the root cause its report gives (a rank's exception, else
+    the ranks' own last error line, else the rank and its exit code); otherwise `key_line`."""
+    report = find_report(scanned)
+    return _shorten(report.cause(_error_line)) if report is not None else key_line(scanned)
 
 
 def _shorten(line: str) -> str:
@@ -118,11 +139,15 @@ def exit_with_log_tail(status: ExitStatus, handle: Handle | None, named: Named |
     if not lines:
         return status
     oom = find_cuda_oom(scanned)
-    fault = find_config_fault(scanned, status.code, named) if named is not None and oom is None else None
+    report = find_report(scanned)  # torchrun's traceback and report are not the trainer's error: look past them
+    decisive = report.decisive_lines() if report is not None else scanned
+    code = report.exitcode if report is not None and report.exitcode is not None else status.code  # the rank's
+    fault = find_config_fault(decisive, code, named) if named is not None and oom is None else None
     said = oom.line if oom else fault.line if fault else None
     return ExitWithOutput(code=status.code, signal=status.signal, oom_killed=status.oom_killed,
                           external_stop=status.external_stop, detail=status.detail, output_tail=tuple(lines),
-                          key_line=_shorten(said) if said else key_line(lines), cuda_oom=oom, config_fault=fault)
+                          key_line=_shorten(said) if said else explaining_line(scanned), cuda_oom=oom,
+                          config_fault=fault)
 
 
 BOOT_LINE_BYTES = 4096  # the end of the output a booting trainer's last line is read from (a tick's read, not more)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..runtimes import trainer_command
-from ..jobs.messages import LaunchRefused
+from ..jobs.messages import LaunchRefused, TrainerConfigError
 from ..runtimes.base import ExitStatus, Handle, LaunchSpec, Runtime
 from ..runtimes.container_spec import container_args, hand_to_container_user
 from ..os_seam.oscalls import RunAs
@@ -22,6 +22,7 @@ from .observer import AttemptObserver
 from .planner import LaunchPlan, started_event
 from .record import JobRecord
 from .setting import JobSetting
+from .start_fault import start_fault
 
 
 class AttemptStarter:
@@ -61,9 +62,14 @@ class AttemptStarter:
             try:
                 handle = self.spawn(spec)
             except Exception as exc:  # noqa: BLE001 - any launch failure is a failed attempt, not a crash of ours
-                record.event("start_failed", attempt=attempt.number, error=str(exc))
+                fault = start_fault(exc, spec.argv[0] if spec.argv else "", self.runtime.name)
+                record.event("start_failed", attempt=attempt.number, error=str(exc),
+                             **({"kind": fault.kind, "program": fault.subject} if fault else {}))
                 self.observer.record_exit(attempt, ExitStatus(code=None, detail=f"failed to start: {exc}"))
-                return LaunchRefused(f"failed to start: {exc}")
+                # one no retry fixes (a program its user may not execute, or that is not there) fails the job at once
+                error = None if fault is None else TrainerConfigError(fault.kind, fault.what, fault.line, fault.key,
+                                                                      fault.fix(self.setting.cfg.name))
+                return LaunchRefused(f"failed to start: {exc}", config_error=error)
         crash_point("launch.after_effect")
         attempt.handle = dict(handle.state)
         handed = self.spares.handed if warm else None  # held to the hand-over's deadlines (attempt/deadlines.py)

@@ -196,37 +196,48 @@ def cmd_reload(args: argparse.Namespace) -> int:
     res = client({"cmd": "reload"})
     if not res.get("ok"):
         raise CliError(f"reload rejected, previous config still in force:\n{res['error']}", 2)
-    changes = ", ".join(f"{k} {', '.join(v) if isinstance(v, list) else v}" for k, v in res.items() if k != "ok" and v)
-    print(f"reloaded {st.supervisor.config_path}: {changes or 'no changes'}")
+    from .render_reload import format_reload
+
+    print(format_reload(st.supervisor.config_path, res))
     return 0
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
+    from ..history.log_source import LogSource
     from .job_logs import show_logs
 
+    client = Client(args)  # the supervisor every command finds (config/locate.py), not a config read here
     try:
-        cfg, _ = _load(args.config)
-        return show_logs(cfg, args.job, follow=args.follow, lines=args.lines, attempt=args.attempt)
-    except (PermissionError, CliError) as exc:
-        # Another user's supervisor (root's): its config's job files and its state dir are not ours to read; it
-        # reads the output for the job's owner (issue 32, access/policy.py)
-        if os.geteuid() == 0 or (isinstance(exc, CliError) and "ermission denied" not in str(exc)):
+        answer = client({"cmd": "log-source", "job": args.job})
+    except CliError as exc:
+        if exc.code != 3:  # refused, or no such job: the supervisor's word
             raise
-        if args.attempt is not None:
-            raise CliError(f"isaacd: {args.job}: an earlier attempt's output is read from the state dir, which is "
-                           "root's; `isaacd logs JOB` without --attempt asks the supervisor") from None
-        return _logs_by_socket(Client(args), args)
+        source = _offline_log_source(args, exc)  # none answers: the files its config names, read only
+    else:
+        try:
+            source = LogSource.from_json(answer)
+        except ValueError as bad:
+            raise CliError(f"isaacd: {bad} (is it an older isaacd? `isaacd status` shows its version)") from None
+    return show_logs(source, follow=args.follow, lines=args.lines, attempt=args.attempt, ask=client)
 
 
-def _logs_by_socket(client: Client, args: argparse.Namespace) -> int:
-    answer = client({"cmd": "logs", "job": args.job, "lines": args.lines})
-    while True:  # with -f until Ctrl-C (exit 130)
-        sys.stdout.write(answer["text"])
-        sys.stdout.flush()
-        if not args.follow:
-            return 0
-        time.sleep(FOLLOW_POLL)
-        answer = client({"cmd": "logs", "job": args.job, "lines": args.lines, "offset": answer["offset"]})
+def _offline_log_source(args: argparse.Namespace, not_running: CliError) -> Any:
+    """`isaacd logs` while no supervisor answers: the job's files in the state dir of the config it would use
+    (--config, $ISAACD_CONFIG, /etc/isaacd/isaacd.toml, or the embedded default's ./var/state where one ran in this
+    directory), read without creating anything. With --socket, or nothing to read here: why none answers."""
+    from ..history.log_source import read_log_source
+
+    here = Path.cwd() / "var" / "state" / "jobs"
+    if args.socket or (config_path(args.config) is None and not here.is_dir()):
+        raise not_running
+    cfg, _ = _load(args.config)
+    job = cfg.job(args.job)
+    if job is None:
+        raise CliError(f"isaacd: {no_such_job(args.job, [j.name for j in cfg.jobs])}", 1)
+    try:
+        return read_log_source(cfg.supervisor.state_dir, job.name, job.runtime)
+    except PermissionError as exc:
+        raise CliError(f"isaacd: {not_running} ({exc.filename} is not yours to read)", 3) from None
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

@@ -137,6 +137,17 @@ def _launch(m: JobModel, intent: LaunchIntent, ctx: Context, out: _Out) -> JobMo
     return new
 
 
+REQUEUED_NOW = "queued: it gave its GPUs back for its backoff; the queue places it again when it is its turn"
+
+
+def _launch_or_queue(m: JobModel, ctx: Context, out: _Out) -> JobModel:
+    """Go now: launch, or, for a job the queue places that holds no GPUs (it gave them back for its backoff), back to
+    the queue at its old place, which places it when it is its turn."""
+    if ctx.placed_by_isaacd and not m.placement:
+        return _queue(m, ctx, out)
+    return _launch(m, m.launch, ctx, out)
+
+
 def _requested_restart_class(origin: Origin) -> ReasonClass:
     """A restart someone asked for: an operator's (or a config reload's) is no crash loop, a watchdog's is; a
     launch killed at its own deadline counts as a lost launch."""
@@ -188,6 +199,8 @@ def _progressed(m: JobModel, msg: Progressed, ctx: Context, out: _Out) -> JobMod
 def _launch_refused(m: JobModel, msg: LaunchRefused, ctx: Context, out: _Out) -> JobModel:
     if m.state != S.STARTING:
         return m
+    if msg.config_error is not None:  # the program cannot be started as configured: no retry would start it
+        return _config_error(m, msg.config_error, ctx, out)
     if msg.settle == Settle.COMPLETED:
         return _rest(m, S.COMPLETED, msg.reason, True, ctx, out)
     if msg.settle == Settle.FAILED:
@@ -362,10 +375,23 @@ def _schedule_restart(m: JobModel, reason: str, reason_class: ReasonClass, ran_s
     delay = P.backoff_delay(quick, policy)
     counted = _count_restart(m, reason, reason_class, ctx, in_window=crash_loop)
     out.add(Event("restart_scheduled", {"reason": reason, "delay_seconds": round(delay, 3)}))
-    new = _to(counted, S.BACKING_OFF, f"{reason}; restarting in {delay:.1f} s", ctx, out,
+    # a job the queue placed does not hold its GPUs through a backoff (a queued job may use them meanwhile): they go
+    # back now, and once the backoff has passed it goes back to the queue at its old place (its submission time),
+    # placed again when it is its turn; a restart at once (no delay) keeps them, there is no wait to lend them for
+    release = ctx.placed_by_isaacd and bool(m.placement) and delay > 0
+    then = f"back in the queue in {delay:.1f} s (its GPUs given back meanwhile)" if release else \
+        f"restarting in {delay:.1f} s"
+    if release:
+        out.add(Event("gpus_released", {"gpus": list(m.placement), "reason": reason, "delay_seconds": round(delay, 3),
+                                        "detail": "backing off: its GPUs go back to the queue; it is placed again, "
+                                                  "at its old place in the queue, once its backoff has passed"}))
+    new = _to(counted, S.BACKING_OFF, f"{reason}; {then}", ctx, out,
               launch=LaunchIntent(reason, Origin.CRASH), backoff_until=ctx.now + delay, backoff_seconds=delay,
-              quick_failures=quick, stop=None)
+              quick_failures=quick, stop=None,
+              **({"placement": (), "placed_at": None, "backfill": False} if release else {}))
     out.add(Persist())
+    if release:  # its warm spare sits on the GPUs it gave back: it goes (a new one starts once it runs again)
+        out.add(HoldSpare("the job gave its GPUs back for its backoff", ctx.now))
     return new
 
 
@@ -393,10 +419,13 @@ def _placed(m: JobModel, msg: Placed, ctx: Context, out: _Out) -> tuple[JobModel
 
 def _preempt(m: JobModel, msg: Preempt, ctx: Context, out: _Out) -> tuple[JobModel, str | None]:
     """Stop with a save at the next iteration boundary, then back to the queue in its old place. A job backing off
-    holds its GPUs without a trainer: it goes back to the queue at once."""
+    that still holds its GPUs (a restart at once) has no trainer: it goes back to the queue at once; one that gave
+    them back for its backoff has nothing to give."""
     restarting = m.stop if m.state == S.STOPPING and m.stop is not None and m.stop.then == Then.RESTART else None
     if m.state not in (S.STARTING, S.RUNNING, S.BACKING_OFF) and restarting is None:
         return m, None
+    if m.state == S.BACKING_OFF and not m.placement:
+        return m, None  # it gave its GPUs back for its backoff already: nothing to take
     out.add(Event("preempted", {"by": msg.by, "reason": msg.reason}))
     m = m.with_(preemptions=m.preemptions + 1)
     if m.state in (S.STARTING, S.RUNNING):
@@ -430,8 +459,9 @@ def _start(m: JobModel, cmd: Start, ctx: Context, out: _Out) -> tuple[JobModel, 
         return _after_the_stop(m, m.stop, Then.START, cmd.reason, out)
     if m.state.active or m.state in (S.PENDING, S.QUEUED):
         return m, f"already {m.state.value}"
-    if m.state == S.BACKING_OFF:
-        return _launch(m, m.launch, ctx, out), "starting"  # the restart was counted when it was scheduled
+    if m.state == S.BACKING_OFF:  # the restart was counted when it was scheduled
+        new = _launch_or_queue(m, ctx, out)
+        return new, "starting" if new.state == S.STARTING else REQUEUED_NOW
     if cmd.origin == Origin.THERMAL:  # the watchdog's own restart, after its park: counted like one
         m = _count_restart(m, cmd.reason, ReasonClass.WATCHDOG, ctx, in_window=True)
     new = _to(m, S.PENDING, cmd.reason, ctx, out, launch=LaunchIntent(cmd.reason, cmd.origin), final=False,
@@ -528,7 +558,8 @@ def _restart(m: JobModel, cmd: Restart, ctx: Context, out: _Out) -> tuple[JobMod
             return _after_the_stop(m, m.stop, Then.RESTART, cmd.reason, out)
         return m, "already stopping"
     if m.state == S.BACKING_OFF:
-        return _launch(m, m.launch, ctx, out), "restarting"
+        new = _launch_or_queue(m, ctx, out)
+        return new, "restarting" if new.state == S.STARTING else REQUEUED_NOW
     if m.state in (S.PENDING, S.QUEUED):
         return m, f"already {m.state.value}"
     if m.state == S.COMPLETED:

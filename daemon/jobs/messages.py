@@ -155,6 +155,9 @@ class LaunchRefused:
     reason: str
     settle: Settle | None = None
     crash_loop: bool = True  # False when the trainer is not to blame (state disk full): retried, not counted
+    # the runtime could not start the program for a reason no retry fixes (attempt/start_fault.py: not executable
+    # by the job's user, not there): the job fails at once, as on a trainer's config error
+    config_error: TrainerConfigError | None = None
 
 
 @dataclass(frozen=True)
@@ -171,10 +174,12 @@ class CudaOom:
 
 @dataclass(frozen=True)
 class TrainerConfigError:
-    """The trainer's output says it cannot run as configured (daemon/attempt/config_fault.py): an unknown task, a rejected
-    Hydra override or flag, a missing module or file. A restart would fail the same way."""
+    """The trainer cannot run as configured, by its output (daemon/attempt/config_fault.py: an unknown task, a rejected
+    Hydra override or flag, a missing module or file, CUDA asked of a torch or host without it) or by its failed start
+    (attempt/start_fault.py: a program its user may not execute, or that is not there). A restart would fail the same
+    way."""
 
-    kind: str  # unknown_task | unknown_agent | hydra_override | argparse | missing_module | missing_file
+    kind: str  # config_fault.KINDS: unknown_task | ... | missing_file | no_cuda | not_executable | missing_program
     what: str  # "the trainer does not know the task"
     line: str  # the trainer's own words
     key: str  # the config key to change

@@ -8,6 +8,9 @@
                                    (limit: failed)       ▼                          │
        starting ◀──backoff elapsed / start────── backing-off ◀──restart asked───────┘
     stopped / completed / failed ──start, reset (fresh: from no checkpoint)──▶ pending
+    backing-off ──backoff elapsed, a job the queue placed──▶ queued: it gave its GPUs back when the backoff began
+    (a queued job may use them meanwhile) and waits at its old place (its submission time kept); a restart at once
+    (no delay) keeps them
 
 Anything not in TRANSITIONS is a bug, raised as InvalidTransition rather than silently applied. `JobModel`
 is everything `machine.decide` needs to decide, and nothing it does not: it is immutable, it is saved with

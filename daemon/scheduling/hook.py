@@ -110,7 +110,11 @@ class HostQueue:
     def job_status(self, row: JobStatus) -> JobStatus:
         """A waiting job's place in the queue and why it waits, added to its row at publish."""
         w = self.waiting.get(row.name)
-        if row.queue is None or w is None or row.state != JobState.QUEUED.value:
+        if row.queue is None or w is None:
+            return row
+        if row.state == JobState.BACKING_OFF.value:  # its place while it backs off; its reason stays the machine's
+            return replace(row, queue=replace(row.queue, position=w.position, reason=w.reason))
+        if row.state != JobState.QUEUED.value:
             return row
         return replace(row, queue=replace(row.queue, position=w.position, reason=w.reason),
                        state_reason=f"queued #{w.position}: {w.reason}")
@@ -122,4 +126,4 @@ def _queued(s: JobSignals, groups: dict[str, tuple[str, ...]]) -> QueuedJob:
     return QueuedJob(s.name, Request(q.gpus, q.memory_bytes), q.priority,
                      q.submitted_at if q.submitted_at is not None else float("inf"), q.preemptible, q.waiting,
                      q.placement, q.placed_at, q.backfill, q.preempting, q.spare_bytes, q.owner,
-                     groups.get(q.owner, ()) if q.owner is not None else ())
+                     groups.get(q.owner, ()) if q.owner is not None else (), q.not_before)

@@ -18,6 +18,8 @@ The rules, each a scenario in tests/test_scheduler.py:
   * Else it preempts the fewest jobs it outranks (lower priority, or a backfill behind it), lowest priority and most
     recently started first, among the preemptible ones past their minimum run time; each saves at its next iteration
     boundary and goes back to the queue. While victims stop, it waits for them and preempts no more.
+  * A job backing off after a failed attempt holds no GPUs (issue 37): it keeps its place in line and is placed
+    again, in its turn, once its backoff has passed; meanwhile it blocks nobody and preempts nobody.
   * Quotas (issue 32, quota.py): a job whose placement would take its owner (or a group of theirs) past a quota of
     GPUs or GPU memory held waits, saying so; it blocks nobody behind it and preempts nobody to get past it. Past a
     `queued` quota, an owner's later jobs wait behind everyone's.
@@ -77,6 +79,9 @@ class QueuedJob:
     spare_bytes: int = 0  # what its warm spare holds on each of its GPUs
     owner: str | None = None  # whose job: its owner's quota counts it (None: no quota, the supervisor's own)
     groups: tuple[str, ...] = ()  # the owner's groups with a quota, which count it too
+    # backing off after a failed attempt (monotonic: until when): it gave its GPUs back and keeps its place in line,
+    # but is placed only once the machine has queued it again; it blocks nobody and preempts nobody meanwhile
+    not_before: float | None = None
 
 
 @dataclass(frozen=True)
@@ -231,8 +236,12 @@ def schedule(jobs: Sequence[QueuedJob], gpus: Sequence[Gpu], now: float, limits:
     waiting: list[Waiting] = []
     blocked: QueuedJob | None = None  # the first job that could not be placed
     victims_taken: set[str] = {j.name for j in jobs if j.stopping}
-    in_line, behind = ledger.in_line(queue_order(j for j in jobs if j.waiting))
+    in_line, behind = ledger.in_line(queue_order(j for j in jobs if j.waiting or j.not_before is not None))
     for job in in_line:
+        if job.not_before is not None:  # its backoff: at its place, not yet to be placed
+            waiting.append(Waiting(job.name, len(waiting) + 1, f"backing off after a failed attempt: its GPUs given "
+                                                               f"back; in line again in {max(job.not_before - now, 0):.0f} s"))
+            continue
         if not _possible(job.request, room):
             waiting.append(Waiting(job.name, len(waiting) + 1, _never(job.request, room)))
             continue

@@ -33,6 +33,7 @@ class QueueFacts:
     preempting: bool  # a preemption's stop is under way (it saves, then gives its GPUs back)
     spare_bytes: int  # GPU memory its warm spare holds on each of its GPUs
     owner: str | None = None  # whose job (its written config's `owner`; None: the supervisor's user's): quotas count it
+    not_before: float | None = None  # monotonic: backing off with its GPUs given back, in line again after this
 
 
 @dataclass(frozen=True)
@@ -110,4 +111,5 @@ def queue_facts(written: JobConfig, m: JobModel, spares: SpareView) -> QueueFact
                       preemptible=written.preemptible, waiting=m.state == JobState.QUEUED,
                       submitted_at=m.submitted_at, placement=m.placement, placed_at=m.placed_at, backfill=m.backfill,
                       preempting=m.stop is not None and m.stop.then == Then.QUEUE and m.state == JobState.STOPPING,
-                      spare_bytes=spare_bytes, owner=written.owner)
+                      spare_bytes=spare_bytes, owner=written.owner,
+                      not_before=m.backoff_until if m.state == JobState.BACKING_OFF and not m.placement else None)
