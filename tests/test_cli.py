@@ -218,18 +218,49 @@ def test_second_supervisor_on_the_same_port_names_the_first(tmp_path, supervisor
 
 
 # ---- item 3: reach the supervisor from any directory ----------------------------------------
-def test_status_finds_the_users_supervisor_from_another_directory(tmp_path, supervisor_factory):
+def talker_job(name: str) -> str:
+    """A job whose trainer says one line and waits (no Python, no training): output for `isaacd logs` at once."""
+    return (f'\n[[jobs]]\nname = "{name}"\ncommand = ["sh", "-c", "echo hello-from-{name}; exec sleep 600"]\n'
+            'stop_timeout = 2.0\n')
+
+
+def test_every_command_finds_the_users_supervisor_from_another_directory_and_writes_nothing_there(
+        tmp_path, supervisor_factory):
+    """Issue 37: status, events, logs (and logs --socket) from a directory that is not the supervisor's all answer
+    from that supervisor, through the one lookup; none of them creates anything where it runs. A reload after an
+    [access] change names it."""
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     none = isaacd("status", cwd=elsewhere)
     assert none.returncode == 3 and "--socket" in none.stderr and "isaacd run" in none.stderr, none.stderr
-    sp = supervisor_factory(write_config(tmp_path, idle_job("a")))
+    none = isaacd("logs", "talk", cwd=elsewhere)
+    assert none.returncode == 3 and "no supervisor runs for this user" in none.stderr, none.stderr
+    cfg = write_config(tmp_path, idle_job("a") + talker_job("talk"))
+    sp = supervisor_factory(cfg)
+    logs = wait_for(lambda: (r := isaacd("logs", "talk", cwd=elsewhere)).returncode == 0 and "hello-from-talk" in
+                    r.stdout and r, 30, what="the talker's output through `isaacd logs` from another directory")
+    assert logs.stdout == "hello-from-talk\n", logs.stderr
     res = isaacd("status", cwd=elsewhere)  # no --config, no $ISAACD_CONFIG, not its directory
     assert res.returncode == 0, res.stderr
     assert f"pid {sp.proc.pid}" in res.stdout and re.search(r"^a\s+stopped", res.stdout, re.M)
+    for args in (("logs", "talk", "--socket", str(sp.socket)), ("logs", "--attempt", "1", "talk")):
+        r = isaacd(*args, cwd=elsewhere)
+        assert (r.returncode, r.stdout) == (0, "hello-from-talk\n"), (args, r.stderr)
+    ev = isaacd("events", "talk", cwd=elsewhere)
+    assert ev.returncode == 0 and "started" in ev.stdout, ev.stderr
+    unknown = isaacd("logs", "nope", "--socket", str(sp.socket), cwd=elsewhere)
+    assert unknown.stderr.strip() == 'isaacd: no job named "nope"; jobs here: a, talk'
+
+    cfg.write_text(cfg.read_text() + "\n[access.defaults]\ngpus = 1\n")
+    reloaded = isaacd("reload", cwd=elsewhere)
+    assert reloaded.returncode == 0, reloaded.stderr
+    assert re.search(r"^  \[access\] defaults\.gpus: in force now$", reloaded.stdout, re.M), reloaded.stdout
+    assert "no changes" not in reloaded.stdout
+    assert list(elsewhere.iterdir()) == []  # no ./var, no state dir, nothing
     sp.stop()
     again = isaacd("status", cwd=elsewhere)
     assert again.returncode == 3 and "no supervisor runs for this user" in again.stderr
+    assert list(elsewhere.iterdir()) == []
 
 
 def test_embedded_default_from_another_directory_and_reload_says_there_is_no_file(tmp_path):

@@ -328,7 +328,7 @@ GPU_DEVICE_WIRE = {
     "memory_used_bytes": 9 * 2**30, "memory_total_bytes": 140 * 2**30, "utilization_ratio": 0.96,
     "memory_utilization_ratio": 0.4, "clock_event_reasons": ["sw_power_cap"],
     "processes": [{"pid": 4242, "used_bytes": 9 * 2**30, "job": "anymal"}, {"pid": 7, "used_bytes": None, "job": None}],
-    "jobs": ["anymal"], "assigned": ["anymal"],
+    "jobs": ["anymal"], "assigned": ["anymal"], "placed": ["anymal"], "asked_bytes": 80 * 2**30,
     "xids": {"13": {"count": 2, "last_seen": NOW - 5, "class": "application"}}, "health": "ok"}
 
 

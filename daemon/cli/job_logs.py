@@ -1,5 +1,9 @@
 """`isaacd logs JOB`: the trainer's output wherever the job's runtime put it (a log file, a Podman container's log,
-a systemd unit's journal), the whole job's or one attempt's."""
+a systemd unit's journal), the whole job's or one attempt's.
+
+Where that is comes from the supervisor the command found (config/locate.py, as every command finds it): its
+`log-source` answer (history/log_source.py) names the files with absolute paths, so the command reads the same
+supervisor's files from any directory. Every file is opened read-only; nothing is created."""
 
 from __future__ import annotations
 
@@ -9,37 +13,54 @@ import sys
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Callable
 
-from ..config.schema import Config
-from ..history.store import StateStore, job_log_path
+from ..history.log_source import LogSource
 from ..runtimes.container_spec import container_name
 from ..runtimes.quadlet import unit_name
-from ..wording import no_such_job
+
+Ask = Callable[[dict[str, Any]], Any]  # one request to the supervisor (cli/main.py Client)
+FOLLOW_POLL = 1.0  # seconds between reads of the supervisor's answer for `logs -f` through the socket
 
 
-def show_logs(cfg: Config, job: str, follow: bool = False, lines: int = 50, attempt: int | None = None) -> int:
-    job_cfg = cfg.job(job)
-    if job_cfg is None:
-        print(f"isaacd: {no_such_job(job, [j.name for j in cfg.jobs])}", file=sys.stderr)
-        return 1
+def show_logs(src: LogSource, follow: bool = False, lines: int = 50, attempt: int | None = None,
+              ask: Ask | None = None) -> int:
+    """`ask`: the supervisor, which reads the job's log file for a user who cannot (root's state dir, issue 32)."""
     if attempt is not None:
-        return show_attempt_logs(cfg, job, attempt, follow, lines)
-    if job_cfg.runtime == "systemd":
-        unit = _attempt_handle(cfg, job).get("unit") or unit_name(job)  # a warm spare's unit that took it over
+        return show_attempt_logs(src, attempt, follow, lines)
+    handle = src.newest.handle if src.newest is not None else {}
+    if src.runtime == "systemd":
+        unit = handle.get("unit") or unit_name(src.job)  # a warm spare's unit that took it over
         cmd = ["journalctl", "--no-pager", "-n", str(lines), "-u", str(unit)] + (["-f"] if follow else [])
         return subprocess.call(cmd)
-    if job_cfg.runtime == "podman":
-        container = _attempt_handle(cfg, job).get("container") or container_name(job)  # or a spare's, took over
+    if src.runtime == "podman":
+        container = handle.get("container") or container_name(src.job)  # or a spare's, that took over
         cmd = ["podman", "logs", "--tail", str(lines)] + (["-f"] if follow else []) + [str(container)]
         return subprocess.call(cmd)
-    path = job_log_path(cfg.supervisor.state_dir, job)
+    path = Path(src.log_path)
     try:
         fh = open(path, "rb")
     except FileNotFoundError:
         print(f"isaacd: no log yet at {path}", file=sys.stderr)
         return 1
+    except PermissionError:
+        if ask is None or os.geteuid() == 0:
+            raise
+        return logs_through_supervisor(ask, src.job, lines, follow)
     return _print_log(fh, path, lines, follow)
+
+
+def logs_through_supervisor(ask: Ask, job: str, lines: int, follow: bool) -> int:
+    """The job's output read for us by the supervisor (its `logs` request): another user's supervisor (root's),
+    whose state dir is not ours to read; it reads the output of the caller's own jobs (access/policy.py)."""
+    answer = ask({"cmd": "logs", "job": job, "lines": lines})
+    while True:  # with -f until Ctrl-C (exit 130)
+        sys.stdout.write(answer["text"])
+        sys.stdout.flush()
+        if not follow:
+            return 0
+        time.sleep(FOLLOW_POLL)
+        answer = ask({"cmd": "logs", "job": job, "lines": lines, "offset": answer["offset"]})
 
 
 def _print_log(fh: BinaryIO, path: Path, lines: int, follow: bool, end: int | None = None) -> int:
@@ -70,15 +91,14 @@ def _print_log(fh: BinaryIO, path: Path, lines: int, follow: bool, end: int | No
     return 0
 
 
-def show_attempt_logs(cfg: Config, job: str, number: int, follow: bool, lines: int) -> int:
+def show_attempt_logs(src: LogSource, number: int, follow: bool, lines: int) -> int:
     """`isaacd logs --attempt N JOB`: attempt N's output. The process and ray runtimes append every attempt to one
     file and save where each began (its handle's log_offset, runtimes/process.py): N's output runs from its offset to
     the next attempt's. A systemd unit's journal is read from N's start to the next's; podman keeps only the newest
     attempt's container (the next start replaces it), so an earlier one's output is gone there."""
-    try:
-        attempts = StateStore(cfg.supervisor.state_dir).load(job).attempts
-    except Exception as exc:  # noqa: BLE001 - a damaged history: the running supervisor rebuilds it, we only read
-        print(f"isaacd: cannot read {job}'s history: {exc}", file=sys.stderr)
+    job, attempts = src.job, src.attempts
+    if src.problem is not None:  # a damaged history: the running supervisor rebuilds it, we only read
+        print(f"isaacd: {job}'s history: {src.problem}", file=sys.stderr)
         return 1
     found = next((i for i, a in enumerate(attempts) if a.number == number), None)
     if found is None:
@@ -104,7 +124,7 @@ def show_attempt_logs(cfg: Config, job: str, number: int, follow: bool, lines: i
             print(f"isaacd: attempt {number} of {job} ran in a Podman container that the next start replaced, with "
                   f"its output; only the newest attempt's is kept (`isaacd logs {job}`)", file=sys.stderr)
             return 1
-        return show_logs(cfg, job, follow, lines)
+        return show_logs(src, follow, lines)
     path, start = st.get("log_path"), st.get("log_offset")
     if not path or not isinstance(start, int):
         print(f"isaacd: attempt {number} of {job} has no output on record (it never started a trainer)",
@@ -117,19 +137,13 @@ def show_attempt_logs(cfg: Config, job: str, number: int, follow: bool, lines: i
     except FileNotFoundError:
         print(f"isaacd: {path} is gone, with attempt {number}'s output", file=sys.stderr)
         return 1
+    except PermissionError:  # another user's supervisor (root's): it reads only the whole log for us
+        print(f"isaacd: {job}: an earlier attempt's output is read from {path}, which is not yours to read; "
+              f"`isaacd logs {job}` without --attempt asks the supervisor", file=sys.stderr)
+        return 1
     if os.fstat(fh.fileno()).st_size < start:
         fh.close()
         print(f"isaacd: {path} was truncated since attempt {number} ran: its output is gone", file=sys.stderr)
         return 1
     fh.seek(start)
     return _print_log(fh, Path(path), lines, follow, end)
-
-
-def _attempt_handle(cfg: Config, job: str) -> dict[str, Any]:
-    """The saved Handle.state of the job's newest attempt (its container or unit: the job's own, or a warm spare's
-    that took the attempt over); {} when there is none (or no history we can read)."""
-    try:
-        attempt = StateStore(cfg.supervisor.state_dir).load(job).current
-    except Exception:  # noqa: BLE001 - no history yet, or one we cannot read: the name a cold launch gives
-        attempt = None
-    return dict(attempt.handle or {}) if attempt is not None else {}

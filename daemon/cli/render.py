@@ -15,7 +15,7 @@ from .render_backup import backup_note
 from .render_queue import queue_note
 from .durations import age
 from ..status.types import WatchdogState
-from ..status.types import GpusStatus, JobStatus, LaunchWaitStatus, Status
+from ..status.types import GpuDeviceStatus, GpusStatus, JobStatus, LaunchWaitStatus, Status
 
 
 def _num(v: float | None, fmt: str = "{:.2f}") -> str:
@@ -230,18 +230,36 @@ def _watchdog_notes(j: JobStatus, now: float) -> list[str]:
 def format_gpus(gpus: GpusStatus) -> str:
     if not gpus.up:
         return f"GPUs: collector down: {gpus.reason or 'no NVML'}"
-    out = ["GPU  MODEL                 TEMP  UTIL  POWER        MEM             JOBS  HEALTH"]
+    rows: list[list[str]] = [["GPU", "MODEL", "TEMP", "UTIL", "POWER", "MEM", "JOBS", "HEALTH"]]
     for g in gpus.devices:
         def f(v: float | None, fmt: str) -> str:
             return "-" if v is None else fmt.format(v)
 
-        mem = "-" if g.memory_used_bytes is None else \
-            f"{g.memory_used_bytes / 2**30:.0f}/{(g.memory_total_bytes or 0) / 2**30:.0f} GiB"
         power = "-" if g.power_watts is None else f"{g.power_watts:.0f}/{g.power_limit_watts or 0:.0f} W"
-        out.append(f"{g.index:<4} {str(g.model)[:20]:<21} {f(g.temperature_celsius, '{:.0f}C'):<5} "
-                   f"{f(g.utilization_ratio, '{:.0%}'):<5} {power:<12} {mem:<15} "
-                   f"{','.join(g.jobs) or '-':<5} {g.health if g.health is not None else 'ok'}")
-    return "\n".join(out)
+        rows.append([g.index, str(g.model)[:20], f(g.temperature_celsius, "{:.0f}C"), f(g.utilization_ratio, "{:.0%}"),
+                     power, gpu_memory_cell(g), ",".join(gpu_jobs(g)) or "-",
+                     g.health if g.health is not None else "ok"])
+    return "\n".join(aligned(rows))
+
+
+def gpu_jobs(g: GpuDeviceStatus) -> list[str]:
+    """The jobs on a GPU: those NVML sees a process of, and those the host's queue placed there (a job on a scripted
+    host, or training on the CPU, or still starting, has no process on it and is there all the same)."""
+    return sorted(set(g.jobs) | set(g.placed))
+
+
+def gpu_memory_cell(g: GpuDeviceStatus) -> str:
+    """What the memory column is: used by processes as NVML reports it, and what the queue gave the jobs placed there
+    ("used 0/140 GiB, asked 80 GiB"): a placed job that has not allocated yet uses nothing, and is not free room."""
+    used = None if g.memory_used_bytes is None else \
+        f"used {_gib(g.memory_used_bytes)}/{_gib(g.memory_total_bytes or 0)} GiB"
+    asked = None if g.asked_bytes is None else f"asked {_gib(g.asked_bytes)} GiB"
+    return ", ".join(x for x in (used, asked) if x) or "-"
+
+
+def _gib(n: int) -> str:
+    x = n / 2**30
+    return f"{x:.0f}" if x >= 10 or x == int(x) else f"{x:.1f}"
 
 
 def _clock(ts: float) -> str:

@@ -40,7 +40,9 @@ class AccessConfig(_Model):
     # where a user who is no admin may point log_root, container volumes and PYTHONPATH: "{user}" and "{home}" are
     # theirs (default: their home only)
     areas: list[str] = ["{home}"]
-    defaults: Limits = Limits(max_priority=0, non_preemptible=False)
+    # unset here as in a written [access.defaults] that leaves them out: effective_limits gives max_priority 0 and
+    # non_preemptible false (so a reload that adds `gpus = 1` here changes that key alone: config/reload_diff.py)
+    defaults: Limits = Limits()
     groups: dict[str, Limits] = {}
     users: dict[str, Limits] = {}
 

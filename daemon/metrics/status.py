@@ -16,10 +16,12 @@ def gpu_status(snap: GpuSnapshot, jobs: Iterable[JobStatus] = (), *, proc_root: 
     """The collector's state and a row per device: identity, the latest fast fields (None = not reported), the
     active clock event reasons, processes (attributed to jobs), jobs (names of isaacd jobs seen using it),
     assigned (names of jobs whose gpus/device claim it, by isaacd.gpu.assign), xids (by code: count, last_seen,
-    class) and health ("ok", "lost", or "unhealthy: <reason>")."""
+    class) and health ("ok", "lost", or "unhealthy: <reason>"); placed (jobs the host's queue placed on it) and
+    asked_bytes (the GPU memory it gave them), from the jobs' rows, whatever NVML sees."""
     jobs = list(jobs)
     owner = attribute_pids({p.pid for p in snap.processes}, jobs, proc_root) if jobs else {}
     claims = {str(j.name): set(assigned_keys(j.gpus, snap)) for j in jobs}
+    placed = placements(jobs)
     devices = []
     for key, info in snap.gpus.items():
         s = snap.samples.get(key)
@@ -41,11 +43,34 @@ def gpu_status(snap: GpuSnapshot, jobs: Iterable[JobStatus] = (), *, proc_root: 
             processes=tuple(GpuProcessStatus(pid=p.pid, used_bytes=p.used_bytes, job=owner.get(p.pid)) for p in procs),
             jobs=tuple(sorted({owner[p.pid] for p in procs if p.pid in owner})),
             assigned=tuple(sorted(name for name, keys in claims.items() if key in keys)),
+            placed=tuple(sorted({name for name, _ in placed.get(key, ())})),
+            asked_bytes=_asked(placed.get(key), s.memory_total_bytes if s is not None else None),
             xids={str(x): XidStatus(count=c.count, last_seen=c.last_seen, xid_class=xid_class(x))
                   for (g, x), c in sorted(snap.xids.items()) if g == key},
             health=health))
     return GpusStatus(up=snap.up, reason=snap.reason, source=snap.source, driver_version=snap.driver.driver_version,
                       xid_watch=snap.xid_watch, devices=tuple(devices))
+
+
+def placements(jobs: Iterable[JobStatus]) -> dict[str, list[tuple[str, int | None]]]:
+    """GPU key -> (job, GPU memory it was given there; None: the whole GPU) of every job the host's queue placed: the
+    queue's own record (a job's queue.placement), so a placed job shows on its GPUs before (or without) NVML seeing
+    a process of it (a scripted host, a trainer on the CPU, one still starting)."""
+    out: dict[str, list[tuple[str, int | None]]] = {}
+    for j in jobs:
+        q = j.queue
+        if q is None:
+            continue
+        for index in q.placement:
+            out.setdefault(str(index), []).append((str(j.name), q.memory_bytes))
+    return out
+
+
+def _asked(placed: list[tuple[str, int | None]] | None, total: int | None) -> int | None:
+    """The memory the queue gave the jobs placed on one GPU (a whole-GPU job: its total; unknown: not counted)."""
+    if not placed:
+        return None
+    return sum(b if b is not None else (total or 0) for _, b in placed)
 
 
 # the sample's fields a device row shows under the same name

@@ -422,6 +422,8 @@ class GpuDeviceStatus:
     processes: tuple[GpuProcessStatus, ...] = ()
     jobs: tuple[str, ...] = ()  # isaacd jobs seen using it (their processes)
     assigned: tuple[str, ...] = ()  # isaacd jobs whose gpus/device claim it (gpu/assign.py)
+    placed: tuple[str, ...] = ()  # isaacd jobs the host's queue placed on it (their queue.placement), running or not
+    asked_bytes: int | None = None  # GPU memory the queue gave those jobs (gpu_memory; a whole-GPU job: all of it)
     xids: dict[str, XidStatus] = field(default_factory=dict)  # by XID code, as text
     health: str | None = None  # "ok", "lost", "error: ...", "unhealthy: <reason>", "no data yet"
 
@@ -431,7 +433,7 @@ class GpuDeviceStatus:
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> GpuDeviceStatus:
         return cls(**_kwargs(cls, raw, {
-            "clock_event_reasons": _tuple, "jobs": _tuple, "assigned": _tuple, "xids": _xids,
+            "clock_event_reasons": _tuple, "jobs": _tuple, "assigned": _tuple, "placed": _tuple, "xids": _xids,
             "processes": lambda v: tuple(GpuProcessStatus.from_json(p) for p in _tuple(v) if isinstance(p, Mapping))}))
 
 
