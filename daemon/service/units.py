@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..os_seam.reach import OTHERS, blocked, needs
+
 UNIT_NAME = "isaaclab-supervisor.service"
 DEFAULT_BIN = "/usr/local/bin/isaacd"
 CONFIG_PATH = "/etc/isaacd/isaacd.toml"
@@ -172,6 +174,14 @@ def default_bin() -> str:
     return shutil.which("isaacd") or DEFAULT_BIN
 
 
+def closed_to_others(bin_path: str) -> str | None:
+    """Why a user other than its owner cannot run the isaacd at `bin_path` (its Python under /root, ...), or None."""
+    for need in needs(bin_path, "the unit's isaacd"):
+        if (b := blocked(need, OTHERS)) is not None and b.verb != "find":  # a missing file: warned above
+            return b.line("other users")
+    return None
+
+
 def install_units(args: Any) -> int:
     prefix = Path(getattr(args, "prefix", None) or "/")
     bin_path = getattr(args, "bin", None) or default_bin()
@@ -181,6 +191,10 @@ def install_units(args: Any) -> int:
         return 2
     if not os.access(prefix / bin_path.lstrip("/"), os.X_OK) and not os.access(bin_path, os.X_OK):
         print(f"isaacd install-units: warning: {bin_path} is not executable here", file=sys.stderr)
+    elif (closed := closed_to_others(bin_path)) is not None:
+        print(f"isaacd install-units: warning: {closed}; the socket group's users and the jobs that run as their "
+              "owners need an install they can run: sudo scripts/install.sh --system, then install-units from it "
+              "(sudo /usr/local/bin/isaacd install-units)", file=sys.stderr)
 
     def under(p: str) -> Path:
         return prefix / p.lstrip("/")
