@@ -336,7 +336,8 @@ _COMMANDS: list[tuple[str, str, str]] = [
      "supervisor, if it still runs, stops uploading at its next renewal. An event on both."),
     ("reload", "re-read the config (same as SIGHUP); a bad file changes nothing",
      "Re-read the config file the supervisor was started with. A broken file changes nothing (exit 2); a valid "
-     "change applies to each job at its next start, and running trainers are never killed by a reload."),
+     "change applies to each job at its next start, and running trainers are never killed by a reload. It names "
+     "every key that changed, in every section, and whether it is in force now or needs a supervisor restart."),
     ("submit", "add a job from a job file to the host's queue",
      "Validate FILE (one [[jobs]] table, as in the host config) and add it: written into [supervisor] jobs_dir "
      "and applied as a reload applies a change, so it survives a supervisor restart. A job asking for GPUs "
@@ -351,7 +352,8 @@ _COMMANDS: list[tuple[str, str, str]] = [
      "submission), each with what it asks for, how long it has waited and why it waits; then the placed ones with "
      "their GPUs."),
     ("logs", "a job's trainer output",
-     "The job's trainer output: the process runtime's log file, `podman logs` or the unit's journal. A user "
+     "The job's trainer output: the process runtime's log file, `podman logs` or the unit's journal, where the "
+     "supervisor this command finds (as every command finds it, from any directory) says it is. A user "
      "who cannot read root's state dir gets the output of their own jobs through the supervisor."),
     ("doctor", "check this host for what isaacd and Isaac Lab need",
      "Check the driver, NVML, CDI spec, Podman/Quadlet, shared memory, disk space and listeners for the "
