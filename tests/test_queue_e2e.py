@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -77,7 +78,11 @@ def test_submit_queue_preempt_with_a_save_resume_elsewhere_and_drain_in_order(tm
     assert waiting["queue"]["reason"].startswith("needs 80 GiB on 1 GPU; 0 with room")
     listing = sp.cli("queue").stdout
     assert listing.splitlines()[1].split()[:3] == ["1", "cartpole", "queued"], listing
-    assert "cartpole queue: #1 asks 80 GiB on 1 GPU (priority 0" in sp.cli("status").stdout
+    status = sp.cli("status").stdout
+    assert "cartpole queue: #1 asks 80 GiB on 1 GPU (priority 0" in status
+    for name in ("anymal", "g1"):  # the GPU table: each on the GPU the queue gave it (no process there: on the CPU)
+        row = rf"^{gpus_of(sp, name)[0]}\s.*used \S+/140 GiB, asked 80 GiB\s+{name}\s+ok$"
+        assert re.search(row, status, re.M), status
 
     # a bad job file: refused with the file, the key and the fix; nothing running is touched
     pids = {n: sp.job(n)["pid"] for n in ("anymal", "g1")}
