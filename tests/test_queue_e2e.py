@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 from helpers import SupervisorProc, steps, wait_for, write_config
-from isaacd.history.store import StateStore
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +43,7 @@ def job_file(tmp_path: Path, name: str, **over) -> Path:  # noqa: ANN003
     fields = {"gpu_memory": "80GiB", "device": "cpu", "num_envs": 64, "max_iterations": 400, "save_interval": 5,
               "log_root": str(tmp_path / "logs"), "stop_timeout": 60.0, "spare": False,
               "extra_args": ["agent.num_steps_per_env=8"], **over}
-    body = "\n".join(f"{k} = {json.dumps(v)}" for k, v in fields.items())
+    body = "\n".join(f"{k} = {json.dumps(v)}" for k, v in fields.items() if v is not None)  # None: key left out
     path = tmp_path / "submit" / f"{name}.toml"
     path.parent.mkdir(exist_ok=True)
     path.write_text(f'[[jobs]]\nname = "{name}"\n{body}\n{QUIET}')
@@ -68,11 +67,18 @@ def test_submit_queue_preempt_with_a_save_resume_elsewhere_and_drain_in_order(tm
     sp = supervisor_factory(host(tmp_path, free=(0, 1)))
     # g1 is not preemptible and trains for good: anymal is the one urgent preempts, g1 the one cancelled later (a
     # finite g1 could complete before its cancel on a fast worker, leaving nothing to save)
-    for name, over in (("anymal", {"max_iterations": 60}), ("g1", {"max_iterations": 100000, "preemptible": False}),
-                       ("cartpole", {"max_iterations": 5})):
-        sp.cli("submit", str(job_file(tmp_path, name, **over)))
+    said = {name: sp.cli("submit", str(job_file(tmp_path, name, **over))).stdout.strip()
+            for name, over in (("anymal", {"max_iterations": 60}),
+                               ("g1", {"max_iterations": 100000, "preemptible": False}),
+                               ("cartpole", {"max_iterations": 5}))}
     running_at(sp, "anymal", 5), running_at(sp, "g1", 5)
     assert sorted(gpus_of(sp, "anymal") + gpus_of(sp, "g1")) == [0, 1]  # the only GPUs with 80 GiB free
+    # submit answers what the queue's first pass did: started at once, or its place and why it waits
+    for name in ("anymal", "g1"):
+        assert said[name] == f"submitted as {tmp_path / 'jobs.d' / name}.toml: placed on GPU {gpus_of(sp, name)[0]}, " \
+                             f"starting (`isaacd queue`, `isaacd status {name}`)", said[name]
+    assert said["cartpole"].startswith(f"submitted as {tmp_path / 'jobs.d' / 'cartpole'}.toml: queued #1: needs 80 GiB "
+                                       "on 1 GPU; 0 with room"), said["cartpole"]
     waiting = sp.job("cartpole")
     assert waiting["state"] == "queued" and waiting["queue"]["position"] == 1
     assert waiting["queue"]["reason"].startswith("needs 80 GiB on 1 GPU; 0 with room")
@@ -85,11 +91,25 @@ def test_submit_queue_preempt_with_a_save_resume_elsewhere_and_drain_in_order(tm
         assert re.search(row, status, re.M), status
 
     # a bad job file: refused with the file, the key and the fix; nothing running is touched
+    # (issue 37) or asks what this host can never give: refused at submit in one line, naming what the host has
     pids = {n: sp.job(n)["pid"] for n in ("anymal", "g1")}
-    bad = sp.cli("submit", str(job_file(tmp_path, "broken", gpu_memory="lots")), check=False)
-    assert bad.returncode == 1 and "broken.toml" in bad.stderr and "gpu_memory" in bad.stderr
-    assert 'is not a size: use bytes or a number with k, m, g or t, e.g. "16g"' in bad.stderr
+    for over, words in (
+            ({"gpu_memory": "lots"}, '.gpu_memory: "lots" is not a size: write a number and a unit, such as "12GiB"'),
+            ({"gpu_memory": 12}, '.gpu_memory: 12 is a number without a unit; write a size such as "12GiB"'),
+            ({"gpus": "1"}, '.gpus: "1" is a string; write a whole number such as gpus = 1'),
+            ({"gpus": 2}, ': device = "cpu" with gpus = 2: 2 ranks train under torchrun --distributed, which runs on '
+                          'GPUs only'),
+            ({"gpus": 9, "gpu_memory": None, "device": "cuda"},
+             '.gpus: asks 9 GPUs; this host has 8 (GPU 0, 1, 2, 3, 4, 5, 6, 7): lower gpus to 8 or fewer'),
+            ({"gpu_memory": "200GB"}, '.gpu_memory: "200GB" (186.3 GiB) is more than any GPU here holds: the largest '
+                                      'is GPU 0 with 140.4 GiB')):
+        bad = sp.cli("submit", str(job_file(tmp_path, "broken", **over)), check=False)
+        assert bad.returncode == 1 and bad.stdout == "", (over, bad)
+        assert bad.stderr.count("\n") == 1 and bad.stderr.startswith(f"isaacd: not submitted: {tmp_path}/submit/broken.toml: "
+                                                                      'jobs[0] (name = "broken")'), bad.stderr
+        assert words in bad.stderr, bad.stderr
     assert {n: sp.job(n)["pid"] for n in pids} == pids and not (tmp_path / "jobs.d" / "broken.toml").exists()
+    assert [j["name"] for j in sp.status()["jobs"]] == ["anymal", "g1", "cartpole"]
 
     # a high-priority submit preempts one job: it saves at the next iteration boundary and goes back to the queue
     # urgent trains long enough to outlast g1's cancel below: its GPU must not come free first
@@ -109,8 +129,20 @@ def test_submit_queue_preempt_with_a_save_resume_elsewhere_and_drain_in_order(tm
     sp.cli("cancel", other)
     wait_for(lambda: other not in [j["name"] for j in sp.status()["jobs"]], 90, what=f"{other} gone")
     assert list((tmp_path / "jobs.d" / ".cancelled").glob(f"{other}.*.toml"))
-    kept = StateStore(tmp_path / "state").events(other)  # its history is kept, and says it saved before it went
-    assert [e for e in kept if e["event"] == "trainer_saved_on_stop"]
+    # its history is kept and readable (issue 37): it saved before it went, and says first that it has ended
+    shown = sp.cli("events", other)
+    assert shown.stdout.startswith(f"{other} has ended: cancelled by root at "), shown.stdout[:300]
+    kept = json.loads(sp.cli("events", other, "--json").stdout)
+    assert [e for e in kept if e["event"] == "trainer_saved_on_stop"] and kept[-1]["event"] == "ended"
+    ended = json.loads(sp.cli("history", "--json").stdout)
+    assert [(e["name"], e["how"], e["by"], e["state"]) for e in ended] == [(other, "cancelled", "root", "stopped")]
+    old_runs = [Path(dst) for _, dst in ended[0]["runs"]]
+    assert old_runs and all(d.is_dir() for d in old_runs) and not any(Path(src).exists() for src, _ in ended[0]["runs"])
+    out = sp.cli("logs", other, "-n", "3")
+    assert out.stderr.startswith(f"{other} has ended: cancelled by root") and out.stdout.strip()
+    assert sp.cli("logs", other, "--attempt", "1", "-n", "1").stdout.strip()
+    # its name submitted again: a new job (checked at the end); it asks for no GPU, so the queue's story is unchanged
+    sp.cli("submit", str(job_file(tmp_path, other, max_iterations=3, gpu_memory=None)))
     wait_for(lambda: sp.job(victim)["state"] == "running", 120, what=f"{victim} resumed")
     assert gpus_of(sp, victim) != first_gpus  # (cartpole may be placed by now too: urgent is short; see the order below)
 
@@ -130,6 +162,17 @@ def test_submit_queue_preempt_with_a_save_resume_elsewhere_and_drain_in_order(tm
     assert sp.job(victim)["queue"]["preemptions"] == 1 and sp.job(victim)["restarts"] == 0
     placed = {n: events(sp, n, "placed")[-1]["time"] for n in (victim, "cartpole")}
     assert placed[victim] < placed["cartpole"]  # back in its old place, ahead of the later submission
+
+    # the cancelled job's name submitted again (issue 37): a new job, a fresh timeline, its old runs kept beside it
+    again = wait_for(lambda: (x := sp.job(other))["state"] in ("completed", "failed") and x, 120,
+                     what=f"the new {other} done")
+    assert again["state"] == "completed" and again["restarts"] == 0, again["state_reason"]
+    new = sp.events(other)
+    assert all(e["time"] > ended[0]["ended_at"] for e in new) and [e["attempt"] for e in new
+                                                                   if e["event"] == "started"] == [1]
+    assert Path(events(sp, other, "run_dir")[0]["run_dir"]).parent == old_runs[0].parent.with_name(
+        old_runs[0].parent.name.split(".ended-")[0]) and all(d.is_dir() for d in old_runs)
+    assert json.loads(sp.cli("events", other, "--ended", "--json").stdout)[-1]["event"] == "ended"
 
 
 def test_a_supervisor_killed_mid_preemption_neither_loses_nor_duplicates_a_job(tmp_path, supervisor_factory):

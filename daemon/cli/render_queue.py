@@ -29,7 +29,7 @@ def queue_note(j: JobStatus, now: float) -> str | None:
         place = f"#{q.position} " if q.position else ""
         return f"  {j.name} queue: {place}asks {q.request} ({prio}{waited}): {q.reason or 'waiting for GPUs'}"
     if q.placement:
-        mem = "whole" if q.memory_bytes is None else f"{q.memory_bytes / GiB:g} GiB asked on each"
+        mem = "whole" if q.memory_bytes is None else f"{round(q.memory_bytes / GiB, 1):g} GiB asked on each"
         extra = "; started ahead of a blocked job (backfill): gives them back when it could run" if q.backfill else ""
         pre = f"; preempted {q.preemptions}x so far" if q.preemptions else ""
         return f"  {j.name} queue: GPU {_gpus(j)} ({mem}; {prio}){extra}{pre}"

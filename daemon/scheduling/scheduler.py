@@ -56,7 +56,7 @@ class Request:
     memory_bytes: int | None = None
 
     def describe(self) -> str:
-        each = "a whole GPU" if self.memory_bytes is None else f"{self.memory_bytes / GiB:g} GiB"
+        each = "a whole GPU" if self.memory_bytes is None else f"{round(self.memory_bytes / GiB, 1):g} GiB"
         if self.gpus == 1:
             return f"1 GPU ({each})" if self.memory_bytes is None else f"{each} on 1 GPU"
         return f"{self.gpus} GPUs ({'whole' if self.memory_bytes is None else each + ' each'})"
@@ -310,7 +310,7 @@ def _possible(req: Request, room: _Room) -> bool:
 
 def _never(req: Request, room: _Room) -> str:
     biggest = max((g.total_bytes for g in room.gpus.values()), default=0)
-    return (f"needs {req.describe()}; this host has {len(room.gpus)} GPU(s), the largest {biggest / GiB:.0f} GiB: "
+    return (f"needs {req.describe()}; this host has {len(room.gpus)} GPU(s), the largest {biggest / GiB:.1f} GiB: "
             f"it can never start here; lower gpus or gpu_memory, or `isaacd cancel` it")
 
 
