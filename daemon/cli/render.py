@@ -219,9 +219,11 @@ def _watchdog_notes(j: JobStatus, now: float) -> list[str]:
         return []
     quiet_states = (WatchdogState.OK, WatchdogState.WARMUP)
     quiet = ", ".join(f"{wd} {w.state}" for wd, w in sorted(wds.items()) if w.state in quiet_states)
+    if any(w.state == WatchdogState.IDLE for w in wds.values()):  # no trainer: not "ok" (issue 37)
+        quiet = "; ".join(filter(None, [f"idle (the job is {j.state}: no trainer to watch)", quiet]))
     notes = [f"  {j.name} watchdogs: {quiet}".rstrip()]
     for wd, w in sorted(wds.items()):
-        if w.state not in (*quiet_states, WatchdogState.DISABLED, None):
+        if w.state not in (*quiet_states, WatchdogState.IDLE, WatchdogState.DISABLED, None):
             since = f" since {age(w.since, now)} ago" if w.since else ""
             notes.append(f"    {wd} {w.state.upper()}{since}: {w.detail or ''}".rstrip(": "))
     return notes

@@ -183,6 +183,7 @@ class WatchdogState(enum.StrEnum):
     COOLDOWN = "cooldown"  # it acted, and waits its cooldown before it may act again
     WARMUP = "warmup"  # the attempt is too young for the condition to mean anything
     DISABLED = "disabled"  # enabled = false in its config
+    IDLE = "idle"  # no trainer to watch: the job is queued, pending, backing off, stopping or at rest
 
 
 @dataclass(frozen=True, slots=True)

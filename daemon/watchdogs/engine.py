@@ -18,7 +18,7 @@ from ..jobs.messages import Command, WatchdogAction, WatchdogTrip
 from ..jobs.policy import DEFAULT_MAX_ROLLBACKS
 from ..jobs.model import JobState
 from ..status.signals import JobSignals
-from ..status.types import JobStatus
+from ..status.types import JobStatus, WatchdogState, WatchdogStatus
 from .base import JobView, Trip, Watchdog
 from ..config.watchdogs import WatchdogsConfig
 from .divergence import DivergenceWatchdog
@@ -131,6 +131,25 @@ class WatchdogEngine:
 
     # ---- read side -------------------------------------------------------------------------
     def job_status(self, row: JobStatus) -> JobStatus:
-        """The job's row with the part this engine owns, its watchdogs' states by name, once it has watchdogs."""
+        """The job's row with the part this engine owns, its watchdogs' states by name, once it has watchdogs. While
+        no trainer runs (queued, backing off, at rest...) a watchdog that watches a trainer watches nothing: it reads
+        `idle`, not `ok` (issue 37); the xid watchdog watches the GPUs, and a heat park's watchdog its resume."""
         cur = self.sets.get(row.name)
-        return replace(row, watchdogs={n: wd.status() for n, wd in cur[1].items()}) if cur is not None else row
+        if cur is None:
+            return row
+        watching = row.state in WATCHING
+        return replace(row, watchdogs={n: wd.status() if watching or not _watches_trainer(wd, row) else
+                                       _idle(wd.status(), row.state) for n, wd in cur[1].items()})
+
+
+WATCHING = (JobState.STARTING.value, JobState.RUNNING.value)  # a trainer runs (or boots) and is not being stopped
+
+
+def _watches_trainer(wd: Watchdog, row: JobStatus) -> bool:
+    return wd.needs_alive and row.parked_by != wd.name
+
+
+def _idle(status: WatchdogStatus, state: str) -> WatchdogStatus:
+    if status.state == WatchdogState.DISABLED:
+        return status
+    return replace(status, state=WatchdogState.IDLE, since=None, detail=f"not watching: the job is {state}")
