@@ -179,6 +179,11 @@ class JobRunner:
     def handle(self) -> Handle | None:
         return self.live.handle
 
+    @property
+    def releasing(self) -> bool:
+        """A spare it killed is not reaped yet (attempt/spare_release.py): a removed job's runner waits for it."""
+        return bool(self.spares.releasing)
+
     def event(self, event: str, **fields: Any) -> None:
         self.record.event(event, **fields)
 

@@ -105,6 +105,27 @@ class SupervisorProc:
         return self.log_path.read_text(errors="replace")
 
 
+def children_of(pid: int) -> dict[int, str]:
+    """The processes whose parent is `pid`, with their state letter from /proc/<pid>/stat ("Z": a zombie, ended and
+    not reaped by its parent; `ps` shows it `<defunct>`)."""
+    out: dict[int, str] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry.name}/stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        state, ppid = stat[stat.rindex(")") + 2:].split()[:2]  # after "(comm)", which may hold spaces
+        if int(ppid) == pid:
+            out[int(entry.name)] = state
+    return out
+
+
+def zombies_of(pid: int) -> list[int]:
+    return sorted(child for child, state in children_of(pid).items() if state == "Z")
+
+
 def kill_tree_by_job(status_job: dict[str, Any]) -> None:
     for pid in status_job.get("pids") or [status_job["pid"]]:
         try:

@@ -34,6 +34,9 @@ class FakeProcess:
     signals: list[int] = field(default_factory=list)
     ignores: set[int] = field(default_factory=set)  # signals it survives (SIGKILL never)
     parent_is_us: bool = False  # spawned by the runtime under test: a zombie until poll reaps it
+    # a signal's death lands later, when the test calls end(): on a busy host a SIGKILLed child is still running
+    # when the supervisor first looks (the kernel kills it once it is scheduled)
+    slow_to_die: bool = False
 
 
 @dataclass
@@ -53,6 +56,7 @@ class FakeChild:
         self.kernel, self.pid = kernel, pid
 
     def poll(self) -> int | None:
+        self.kernel.polled.append(self.pid)
         p = self.kernel.procs.get(self.pid)
         if p is None or p.state != "Z":
             return None if p is not None else self.kernel.reaped[self.pid]
@@ -67,6 +71,7 @@ class FakeOs:
     def __init__(self, first_pid: int = 4000, our_pid: int = 100) -> None:
         self.procs: dict[int, FakeProcess] = {}
         self.reaped: dict[int, int] = {}
+        self.polled: list[int] = []  # every waitpid(WNOHANG) a child's poll made, by pid, in order
         self.spawns: list[SpawnCall] = []
         self.group_signals: list[tuple[int, int]] = []  # (pgid, sig), in order
         self.spawn_error: OSError | None = None
@@ -96,7 +101,7 @@ class FakeOs:
         return p
 
     def end(self, pid: int, returncode: int) -> None:
-        """The process ends on its own (exit code, or -N for signal N)."""
+        """The process ends (exit code, or -N for signal N): on its own, or a slow_to_die one's signal landing."""
         p = self.procs[pid]
         p.returncode = returncode
         if p.parent_is_us:
@@ -106,6 +111,10 @@ class FakeOs:
         for orphan in self.procs.values():
             if orphan.ppid == pid:
                 orphan.ppid = 1
+
+    def zombies(self) -> list[int]:
+        """Our children that have ended and are not reaped yet (`<defunct>` under us in ps)."""
+        return [p.pid for p in self.procs.values() if p.parent_is_us and p.state == "Z"]
 
     # ---- ProcFs ---------------------------------------------------------------------------------
     def list_pids(self) -> list[int]:
@@ -159,7 +168,7 @@ class FakeOs:
             raise ProcessLookupError(errno.ESRCH, f"no process group {pgid}")
         for p in members:
             p.signals.append(sig)
-            if sig == signal.SIGKILL or sig not in p.ignores:
+            if (sig == signal.SIGKILL or sig not in p.ignores) and not p.slow_to_die:
                 self.end(p.pid, -sig)
 
     def getuid(self) -> int:

@@ -10,7 +10,8 @@ new trainer is training. Costs: one idle Python process with torch imported (RSS
 
 A spare never trains unasked and never writes into run dirs: it exits by itself when its parent (this
 supervisor) dies or its FIFO is closed (the supervisor holds one end open for the spare's life, so its death
-closes it), and the runner kills it when the job comes to rest (stopped, completed, failed). Only where it fits:
+closes it), and the runner kills it when the job comes to rest (stopped, completed, failed); a killed spare is
+kept (spare_release.py) until its runtime has reaped it, so none stays a zombie under the supervisor. Only where it fits:
 process, podman or systemd runtime, one rank, the shim on (for skrl and rl_games, which run without it, the shim file only
 hosts the spare on the process runtime: at go it runs the train script as plain Python would).
 
@@ -64,6 +65,7 @@ from ..os_seam.proctree import process_tree
 from ..gpu.snapshot import GpuSnapshot
 from ..status.types import SpareStatus
 from .spare_effects import KillSpare, SpareEffect, StartSpare
+from .spare_release import Releasing
 from .spare_mode import Mode, booted_resume, choose_mode, gpu_rooms, host_room, spare_setting
 from ..workflows.launcher import Program
 from ..observations.shim_events import ShimEvents
@@ -165,6 +167,7 @@ class SpareKeeper:
         # the host's queue needs the GPU memory a spare would hold (issue 31): none until then (monotonic)
         self.held_until = float("-inf")
         self.held_reason: str | None = None
+        self.releasing = Releasing()  # dropped spares until their runtime has released them (a process: reaped)
 
     @property
     def cfg(self) -> JobConfig:
@@ -180,6 +183,7 @@ class SpareKeeper:
     # ---- life: the keeper decides, the runner's interpreter acts (runner.apply_spare, spare_effects.py) ---------
     def tick(self, state: JobState, program: Program | None, now: float) -> list[SpareEffect]:
         """One look at the spare; what to start or kill, for the interpreter, which then says how it went."""
+        self.releasing.poll()  # first: a spare killed at the last tick is reaped as soon as its SIGKILL has landed
         sp = self.spare
         if sp is not None:
             for ev in sp.events.poll():
@@ -408,10 +412,7 @@ class SpareKeeper:
             self.spare = None
         self._release(sp)
         remove_staging(sp.staging)  # died or killed unused: nothing of its boot may stay
-        try:
-            self.runtime.cleanup(sp.handle)
-        except Exception:  # noqa: BLE001
-            pass
+        self.releasing.add(self.runtime, sp.handle)  # kept until reaped: a killed child is a zombie until then
 
     def handed_to(self, token: str | None) -> tuple[ShimEvents, str, float] | None:
         """The spare a previous supervisor handed the attempt with this launch token (the attempt keeps the spare's

@@ -110,6 +110,8 @@ class PodmanRuntime(ContainerRuntime):
             raise RuntimeFailure(f"no Podman API at {self.url} and {'no podman binary' if podman is None else 'not a unix socket'}"
                                 " to start one")
         sock.parent.mkdir(parents=True, exist_ok=True)
+        if self.service_proc is not None:  # one we started before that has died: reaped, not left a zombie (issue 37)
+            self.service_proc.poll()
         argv = [podman, "system", "service", "--time=0", self.url]
         if Path("/run/systemd/system").exists():
             # its own transient unit: outside our cgroup and sandbox, so it outlives a supervisor

@@ -3,6 +3,13 @@
 The child gets its own session (process group) so a signal reaches the trainer and everything it
 spawned (torchrun ranks, Isaac Sim helpers), and a Ctrl-C on the supervisor's terminal does not
 hit the trainer before the supervisor decides how to stop it.
+
+Every child started here is reaped (issue 37): a trainer by `poll`, which the observer calls until it
+reports the exit; a child someone stopped watching before it ended (a killed warm spare) by `cleanup`,
+which its caller repeats each tick until it answers True, and which this runtime repeats on its own at
+each later poll, start and cleanup (base.py's contract: the release completes even if the caller stops
+asking). Never a blocking wait: Popen.poll is waitpid(WNOHANG). Until then the kernel keeps the dead
+child as a zombie (`<defunct>` under the supervisor), one per killed spare.
 """
 
 from __future__ import annotations
@@ -37,10 +44,12 @@ class ProcessRuntime:
 
     def __init__(self, oscalls: OsCalls = HOST_OS) -> None:
         self.oscalls = oscalls
-        self._children: dict[int, Child] = {}
+        self._children: dict[int, Child] = {}  # every child not yet reaped, by pid (a zombie keeps its pid)
+        self._released: set[int] = set()  # of those, the ones cleanup() was asked for: reaped here, not by poll
 
     def start(self, spec: LaunchSpec) -> Handle:
         """fork+exec of the trainer (a few ms); nothing waits for it."""
+        self._reap_released()
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = dict(spec.env)
         if spec.token:
@@ -67,13 +76,14 @@ class ProcessRuntime:
         return Handle("process", spec.job.name, state)
 
     def poll(self, handle: Handle) -> ExitStatus | None:
+        self._reap_released()
         pid = handle.state["pid"]
         proc = self._children.get(pid)
         if proc is not None:
             rc = proc.poll()
             if rc is None:
                 return None
-            del self._children[pid]
+            self._forget(pid)
             self._reap_group(handle)
             return ExitStatus(signal=-rc) if rc < 0 else ExitStatus(code=rc)
         # Adopted: not our child, so no exit status; watch the pid (and its start time) instead.
@@ -143,7 +153,25 @@ class ProcessRuntime:
         return stat is not None and stat.start_time == start_time and stat.state != "Z"
 
     def cleanup(self, handle: Handle) -> bool:
-        return True  # start() holds nothing that outlives the trainer (the group was reaped by poll)
+        """True once this start's child is reaped (or was never ours: an adopted trainer, a previous supervisor's
+        spare). A trainer is reaped by the poll that saw its exit; a killed spare, which nobody polls, is polled
+        here: False until its SIGKILL has landed and its exit status is collected, then forgotten."""
+        self._reap_released()
+        pid = handle.state.get("pid")
+        if pid not in self._children:
+            return True
+        self._released.add(pid)
+        self._reap_released()
+        return pid not in self._children
+
+    def _reap_released(self) -> None:
+        """Collect the released children that have ended (waitpid WNOHANG each; none blocks)."""
+        for pid in [p for p in self._released if self._children[p].poll() is not None]:
+            self._forget(pid)
+
+    def _forget(self, pid: int) -> None:
+        del self._children[pid]
+        self._released.discard(pid)
 
     def describe(self, handle: Handle) -> RuntimeView:
         return RuntimeView(pid=handle.state.get("pid"), log_path=handle.state.get("log_path"))
