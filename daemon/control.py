@@ -29,6 +29,7 @@ from .access.policy import ADMIN_ONLY, Caller, caller_for, job_refusal, admin_re
 from .access.redact import credentials, redact, secret_values
 from .config.users import supervisor_user
 from .daemon_log import log
+from .history.ended import EndedJob, ended_events, ended_log, ended_log_source
 from .history.log_source import read_log_source
 from .status.types import Status
 from .wording import no_such_job
@@ -131,6 +132,12 @@ class Controlled(Protocol):
     def fleet(self) -> Fleet | None:
         """The runtime that places jobs on nodes (ray) when the config has a [ray] section, else None."""
 
+    def ended(self, job: str, nth: int = 1) -> EndedJob | None:
+        """The `nth` newest ended job of that name (cancelled, or removed from the config): history/ended.py."""
+
+    def ended_jobs(self, job: str | None = None) -> list[EndedJob]:
+        """Every ended job (or those of one name), newest first."""
+
 
 def _job_field(req: dict[str, Any]) -> str:
     job = req.get("job")
@@ -229,14 +236,19 @@ def dispatch(sup: Controlled, req: Any, caller: Caller, rules: Rules = Rules()) 
         return _status_for(sup, caller, rules)
     if cmd == "events":
         job = _job_field(req)
-        if job not in sup.job_names():
-            raise _no_such_job(sup, job)
-        _refuse(read_refusal(caller, job, _owner(sup, job), rules.supervisor_user, _scope(sup), rules.admin_group),
-                caller, cmd, job)
         limit = req.get("limit")
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
             raise RequestError(f"limit must be a whole number >= 0, got {json.dumps(limit)}")
+        ended = _ended_asked(sup, job, req)
+        if ended is not None:  # cancelled or removed: its archived journal, then when and how it ended
+            _refuse(read_refusal(caller, job, ended.owner, rules.supervisor_user, _scope(sup), rules.admin_group),
+                    caller, cmd, job)
+            return redact(ended_events(ended, limit), _hidden_of_ended(sup, caller, rules, ended))
+        _refuse(read_refusal(caller, job, _owner(sup, job), rules.supervisor_user, _scope(sup), rules.admin_group),
+                caller, cmd, job)
         return redact(sup.events(job, limit), _hidden(sup, caller, rules))
+    if cmd == "history":
+        return _history(sup, req, caller, rules)
     if cmd in ("stop", "start", "restart", "reset", "backup-takeover", "cancel"):
         job = _job_field(req)
         if job not in sup.job_names():
@@ -249,8 +261,11 @@ def dispatch(sup: Controlled, req: Any, caller: Caller, rules: Rules = Rules()) 
         return sup.cancel(job) if cmd == "cancel" else sup.command(cmd, job)
     if cmd == "logs":
         job = _job_field(req)
-        if job not in sup.job_names():
-            raise _no_such_job(sup, job)
+        ended = _ended_asked(sup, job, req)
+        if ended is not None:
+            _refuse(job_refusal(caller, cmd, job, ended.owner, rules.supervisor_user, rules.admin_group), caller,
+                    cmd, job)
+            return _ended_log_text(ended, req)
         _refuse(job_refusal(caller, cmd, job, _owner(sup, job), rules.supervisor_user, rules.admin_group), caller,
                 cmd, job)
         return _log_text(sup, job, req)
@@ -260,7 +275,8 @@ def dispatch(sup: Controlled, req: Any, caller: Caller, rules: Rules = Rules()) 
         _refuse(admin_refusal(caller, cmd, rules.admin_group), caller, cmd)
         result = sup.reload()
         for job in [*result.get("added", []), *result.get("changed", []), *result.get("removed", [])]:
-            _audit(sup, job, cmd, caller)
+            if job in sup.job_names():  # a removed job already ended is archived: its journal is closed
+                _audit(sup, job, cmd, caller)
         return result
     if cmd == "submit":
         text, source = req.get("text"), req.get("source")
@@ -273,8 +289,55 @@ def dispatch(sup: Controlled, req: Any, caller: Caller, rules: Rules = Rules()) 
         return _ray_request(sup, cmd, req)
     if cmd == "ping":
         return {"pid": os.getpid()}
-    raise RequestError(f"unknown command {json.dumps(cmd)}; commands: status, events, stop, start, restart, "
+    raise RequestError(f"unknown command {json.dumps(cmd)}; commands: status, events, history, stop, start, restart, "
                        "reset, backup-takeover, reload, submit, cancel, logs, log-source, ping, nodes, cordon, uncordon")
+
+
+def _ended_asked(sup: Controlled, job: str, req: dict[str, Any]) -> EndedJob | None:
+    """The ended job a request means: the one `ended` names (1: the newest of that name, 2: the one before), or,
+    for a name no live job has, the newest. None for a live job; RequestError when there is none."""
+    nth = req.get("ended")
+    if nth is not None and (isinstance(nth, bool) or not isinstance(nth, int) or nth < 1):
+        raise RequestError(f"ended must be a whole number >= 1, got {json.dumps(nth)}")
+    if nth is None and job in sup.job_names():
+        return None
+    found = sup.ended(job, nth or 1)
+    if found is None:
+        if nth is None:
+            raise _no_such_job(sup, job)
+        have = len(sup.ended_jobs(job))
+        raise RequestError(f"{job} has {have or 'no'} ended job{'' if have == 1 else 's'} of that name; "
+                           f"`isaacd history {job}` lists them")
+    return found
+
+
+def _hidden_of_ended(sup: Controlled, caller: Caller, rules: Rules, ended: EndedJob) -> set[str]:
+    """What `caller` may not read of an ended job: as for a live one (its environment values unless it is theirs)."""
+    out = _hidden(sup, caller, rules)
+    if not sees_secrets(caller, ended.owner, rules.supervisor_user):
+        out |= set(ended.hidden)
+    return out
+
+
+def _history(sup: Controlled, req: dict[str, Any], caller: Caller, rules: Rules) -> list[dict[str, Any]]:
+    """`isaacd history [JOB]`: the ended jobs, newest first, those the caller may see as they may see live ones."""
+    job = req.get("job")
+    if job is not None and not isinstance(job, str):
+        raise RequestError("job: a job name, or none for every ended job")
+    out = []
+    for e in sup.ended_jobs(job):
+        if caller.admin or may_see(caller, e.owner, rules.supervisor_user, _scope(sup)):
+            out.append(redact(e.to_json(), _hidden_of_ended(sup, caller, rules, e)))
+    return out
+
+
+def _ended_log_text(ended: EndedJob, req: dict[str, Any]) -> dict[str, Any]:
+    """`isaacd logs` of an ended job for a user who cannot read the state dir: its archived output file."""
+    path = ended_log(ended)
+    if path is None:
+        raise RequestError(f"{ended.name} ended with no output file kept ({ended.runtime}: its output was its "
+                           f"container's); `isaacd events {ended.name}` tells its story")
+    return {**_file_text(path, req), "ended": ended.to_json()}
 
 
 LOG_REPLY_BYTES = 256 * 1024  # one `logs` answer at most: a follower asks again from where it ended
@@ -290,11 +353,16 @@ def _log_text(sup: Controlled, job: str, req: dict[str, Any]) -> dict[str, Any]:
     if row.runtime in ("podman", "systemd"):
         raise RequestError(f"{job}'s output is its container's ({row.runtime}), which only root reads: ask an admin "
                            f"(`isaacd logs {job}` as root: podman logs or journalctl)")
+    return _file_text(Path(row.log_path), req)
+
+
+def _file_text(path: Path, req: dict[str, Any]) -> dict[str, Any]:
+    """A log file's last `lines` lines, or what follows `offset` (the answer's `offset` is where it ended)."""
     lines, offset = req.get("lines", 50), req.get("offset")
     if isinstance(lines, bool) or not isinstance(lines, int) or lines < 1:
         raise RequestError(f"lines must be a whole number >= 1, got {json.dumps(lines)}")
     try:
-        with open(row.log_path, "rb") as f:
+        with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if isinstance(offset, int) and not isinstance(offset, bool) and 0 <= offset <= size:
                 f.seek(offset)
@@ -303,7 +371,7 @@ def _log_text(sup: Controlled, job: str, req: dict[str, Any]) -> dict[str, Any]:
             f.seek(max(size - LOG_REPLY_BYTES, 0))  # truncated or new: the tail again
             data = f.read(LOG_REPLY_BYTES)
     except FileNotFoundError:
-        raise RequestError(f"no log yet at {row.log_path}") from None
+        raise RequestError(f"no log yet at {path}") from None
     tail = data.splitlines(keepends=True)[-lines:]
     return {"text": b"".join(tail).decode("utf-8", "replace"), "offset": size}
 
@@ -313,8 +381,11 @@ def _log_source(sup: Controlled, req: dict[str, Any], caller: Caller, rules: Rul
     and each attempt's handle, as absolute paths; the client reads them, or asks `logs` where it may not. The same
     refusal as `logs`."""
     job = _job_field(req)
-    if job not in sup.job_names():
-        raise _no_such_job(sup, job)
+    ended = _ended_asked(sup, job, req)
+    if ended is not None:  # cancelled or removed: the archive's files, and when and how it ended (said first)
+        _refuse(job_refusal(caller, "logs", job, ended.owner, rules.supervisor_user, rules.admin_group), caller,
+                "logs", job)
+        return {**ended_log_source(ended).to_json(), "ended": ended.to_json()}
     _refuse(job_refusal(caller, "logs", job, _owner(sup, job), rules.supervisor_user, rules.admin_group), caller,
             "logs", job)
     cfg, row = _job_cfg(sup, job), sup.status().job(job)  # a removed job still stopping: its last row's runtime

@@ -50,6 +50,7 @@ from .runtimes.factory import make_runtime
 from .status.signals import JobSignals
 from .status.types import GpusStatus, JobStatus, Status, SupervisorInfo
 from .history.store import StateStore
+from .attempt.ending import EndedJobs
 from .workflows.installed import forget as forget_installed_isaaclab
 
 
@@ -103,7 +104,7 @@ class Extension(Protocol):
     def stop(self) -> None: ...
 
 
-class Supervisor:
+class Supervisor(EndedJobs):  # EndedJobs: a dropped runner's job ends (attempt/ending.py)
     def __init__(self, config: Config, config_path: str | None, clock: Clock | None = None, *,
                  gpu_check: GpuCheck | None = None, gpu_memory: GpuMemory | None = None,
                  gpu_snapshot: Callable[[], GpuSnapshot] | None = None, hooks: Hooks = Hooks(),
@@ -114,7 +115,7 @@ class Supervisor:
         self.started_at = time.time()
         self.lock = threading.RLock()
         self.store = StateStore(config.supervisor.state_dir)
-        self._lock_fd = self._take_state_lock()
+        self._lock_fd = self._finish_ended(self._take_state_lock())  # (attempt/ending.py) before any job is made
         self.runtimes: dict[str, Runtime] = {}
         self.runners: dict[str, JobRunner] = {}
         self.config_reloads = 0
@@ -219,8 +220,7 @@ class Supervisor:
                     log.exception("job_tick_failed", job=runner.cfg.name)
             # a job removed from the config lingers until its trainer is gone
             for name in [n for n, r in self.runners.items() if self.config.job(n) is None and not r.state.active]:
-                del self.runners[name]
-                self._removed.discard(name)
+                self._drop(name)
             signals = self._signals() if self.hooks.tick else []
             for hook in self.hooks.tick:
                 try:
@@ -376,7 +376,7 @@ class Supervisor:
                 self._removed.add(name)
                 removed.append(name)
             else:
-                del self.runners[name]
+                self._drop(name)
                 removed.append(name)
         self.config = new.model_copy(update={k: getattr(old, k) for k in HELD_UNTIL_RESTART})
         return ReloadSummary(tuple(added), tuple(removed), tuple(changed), job_keys, settings).to_json()

@@ -103,6 +103,12 @@ class FakeSupervisor:
     def fleet(self) -> Fleet | None:
         return self._fleet
 
+    def ended(self, job: str, nth: int = 1) -> Any:
+        return None  # no ended jobs here (tests/test_ended_jobs.py has them)
+
+    def ended_jobs(self, job: str | None = None) -> list[Any]:
+        return []
+
 
 def test_job_requests_go_through_the_controlled_interface() -> None:
     sup: Controlled = FakeSupervisor()

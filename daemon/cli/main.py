@@ -136,9 +136,15 @@ FOLLOW_WINDOW = 500  # events read at each poll; more arriving within one poll l
 def cmd_events(args: argparse.Namespace) -> int:
     from .render import format_events
 
+    from .render_ended import events_note
+
     client = Client(args)
-    events = client({"cmd": "events", "job": args.job, "limit": args.limit})
-    if not args.follow:
+    req = {"cmd": "events", "job": args.job, "limit": args.limit}
+    events = client({**req, "ended": args.ended} if args.ended is not None else req)
+    ended = events_note(args.job, events)  # a cancelled or removed job's: said first, and nothing more comes
+    if ended is not None and not args.json:
+        print(ended)
+    if not args.follow or ended is not None:
         print(json.dumps(events, indent=1) if args.json else format_events(events))
         return 0
 
@@ -160,6 +166,14 @@ def cmd_events(args: argparse.Namespace) -> int:
             at = -1
         show(recent[at + 1:])
         last = recent[-1] if recent else last
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from .render_ended import format_ended
+
+    rows = Client(args)({"cmd": "history", "job": args.job})
+    print(json.dumps(rows, indent=2) if args.json else format_ended(rows))
+    return 0
 
 
 def cmd_job(args: argparse.Namespace) -> int:
@@ -208,7 +222,12 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
     client = Client(args)  # the supervisor every command finds (config/locate.py), not a config read here
     try:
-        answer = client({"cmd": "log-source", "job": args.job})
+        req = {"cmd": "log-source", "job": args.job}
+        answer = client({**req, "ended": args.ended} if args.ended is not None else req)
+        if isinstance(answer, dict) and isinstance(answer.get("ended"), dict):  # said first, beside the output
+            from .render_ended import ended_note
+
+            print(ended_note(args.job, answer["ended"]), file=sys.stderr)
     except CliError as exc:
         if exc.code != 3:  # refused, or no such job: the supervisor's word
             raise
@@ -351,6 +370,11 @@ _COMMANDS: list[tuple[str, str, str]] = [
      "Jobs that ask for GPUs (gpus = N, gpu_memory): the waiting ones in the order they will start (priority, then "
      "submission), each with what it asks for, how long it has waited and why it waits; then the placed ones with "
      "their GPUs."),
+    ("history", "jobs that ended: cancelled, or removed from the config",
+     "Every ended job (or those named JOB), newest first: its owner, when it was submitted and when it ended, how "
+     "(cancelled by whom, or removed from the config), its last state and reason, and where its history, logs and "
+     "run dirs are kept. `isaacd events JOB` and `isaacd logs JOB` read an ended job's (--ended N: an older one of "
+     "that name). docs/history.md"),
     ("logs", "a job's trainer output",
      "The job's trainer output: the process runtime's log file, `podman logs` or the unit's journal, where the "
      "supervisor this command finds (as every command finds it, from any directory) says it is. A user "
@@ -393,7 +417,12 @@ def _add_arguments(name: str, s: argparse.ArgumentParser) -> Callable[[argparse.
         s.add_argument("--limit", type=_positive, default=None, metavar="N", help="only the newest N events")
         s.add_argument("--json", action="store_true", help="the events as JSON, for scripts (with -f: one a line)")
         s.add_argument("-f", "--follow", action="store_true", help="keep printing new events until Ctrl-C")
+        _ended_option(s)
         return cmd_events
+    if name == "history":
+        s.add_argument("job", nargs="?", help="only the ended jobs of this name")
+        s.add_argument("--json", action="store_true", help="the ended jobs as JSON, for scripts")
+        return cmd_history
     if name in ("stop", "start", "restart", "reset"):
         s.add_argument("job", help=_JOB_HELP)
         return cmd_job
@@ -412,6 +441,7 @@ def _add_arguments(name: str, s: argparse.ArgumentParser) -> Callable[[argparse.
                        help="how many lines of earlier output to print first (default 50)")
         s.add_argument("--attempt", type=_positive, default=None, metavar="N",
                        help="attempt N's output instead (`isaacd events JOB` numbers each start)")
+        _ended_option(s)
         return cmd_logs
     if name == "doctor":
         s.add_argument("--json", action="store_true", help="the checks as JSON, for scripts")
@@ -436,6 +466,12 @@ def _add_arguments(name: str, s: argparse.ArgumentParser) -> Callable[[argparse.
     s.add_argument("--prefix", default="/", help="root to install into (for packaging)")
     s.add_argument("--bin", default=None, help="path of the isaacd executable for ExecStart")
     return cmd_install_units
+
+
+def _ended_option(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--ended", type=_positive, nargs="?", const=1, default=None, metavar="N",
+                   help="the job of this name that ended (cancelled or removed), not the live one; N: the Nth newest "
+                        "(`isaacd history JOB` lists them). A name no live job has reads its newest ended one anyway")
 
 
 def _queue_command(name: str, s: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:

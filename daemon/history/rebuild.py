@@ -23,6 +23,7 @@ from typing import Any
 from ..config.schema import JobConfig
 from ..daemon_log import log
 from ..observations.checkpoints import RSL_RL_LAYOUT, CheckpointLayout, Lineage, choose_resume
+from .ended import list_ended
 from .store import Attempt, HistoryCorrupt, JobHistory, LegacyCounters, StateStore, job_log_path
 
 # operator/watchdog stops are remembered; a supervisor shutdown is not (the next supervisor resumes)
@@ -33,6 +34,9 @@ def load_history(store: StateStore, cfg: JobConfig, state_dir: Path) -> JobHisto
     """`store.load`, or a history rebuilt from disk when the document is damaged or gone while the job's
     runs are still there (and an event saying so). A job with no history and no runs starts fresh."""
     if not store.exists(cfg.name):
+        if not store.journal_path(cfg.name).exists() and list_ended(state_dir, cfg.name):
+            # a new job of an ended one's name (ended.py): its own timeline, nothing of the old one's runs
+            return JobHistory(name=cfg.name)
         history, facts = rebuild(store, cfg, state_dir)
         if not history.attempts:
             return JobHistory(name=cfg.name)

@@ -187,6 +187,12 @@ class StateStore:
     def _journal(self, job: str) -> Path:
         return self.jobs_dir / f"{job}.events.jsonl"
 
+    def doc_path(self, job: str) -> Path:
+        return self._doc(job)
+
+    def journal_path(self, job: str) -> Path:
+        return self._journal(job)
+
     def exists(self, job: str) -> bool:
         return self._doc(job).exists()
 
@@ -241,31 +247,36 @@ class StateStore:
     def events(self, job: str, limit: int | None = None) -> list[dict[str, Any]]:
         """The newest `limit` events (all when None). Damaged lines are skipped; when there were any, a
         last entry `journal_damaged` says how many and where, so a reader knows the story has gaps."""
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-            raise ValueError(f"limit must be a whole number >= 0, got {limit!r}")
-        path = self._journal(job)
+        return read_journal(self._journal(job), job, limit)
+
+
+def read_journal(path: Path, job: str, limit: int | None = None) -> list[dict[str, Any]]:
+    """A job's event journal at `path` (a live job's, or an ended job's in its archive: ended.py); see
+    StateStore.events."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"limit must be a whole number >= 0, got {limit!r}")
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    out: list[dict[str, Any]] = []
+    bad = 0
+    for raw in data.split(b"\n"):
+        if not raw.strip():
+            continue
         try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return []
-        out: list[dict[str, Any]] = []
-        bad = 0
-        for raw in data.split(b"\n"):
-            if not raw.strip():
-                continue
-            try:
-                rec = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError):
-                bad += 1  # torn append, or bytes that never were an event
-                continue
-            if isinstance(rec, dict) and isinstance(rec.get("event"), str) and isinstance(rec.get("time"), (int, float)):
-                out.append(rec)
-            else:
-                bad += 1
-        if limit is not None:
-            out = out[-limit:] if limit else []
-        if bad:
-            log.warning("journal_damaged", job=job, path=str(path), skipped_lines=bad)
-            out.append({"time": time.time(), "job": job, "event": "journal_damaged", "path": str(path),
-                        "skipped_lines": bad, "detail": f"{bad} unreadable line(s) skipped"})
-        return out
+            rec = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            bad += 1  # torn append, or bytes that never were an event
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("event"), str) and isinstance(rec.get("time"), (int, float)):
+            out.append(rec)
+        else:
+            bad += 1
+    if limit is not None:
+        out = out[-limit:] if limit else []
+    if bad:
+        log.warning("journal_damaged", job=job, path=str(path), skipped_lines=bad)
+        out.append({"time": time.time(), "job": job, "event": "journal_damaged", "path": str(path),
+                    "skipped_lines": bad, "detail": f"{bad} unreadable line(s) skipped"})
+    return out
