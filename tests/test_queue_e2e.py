@@ -200,3 +200,42 @@ def test_a_supervisor_killed_mid_preemption_neither_loses_nor_duplicates_a_job(t
     assert len(events(again, "urgent", "started")) == 1
     assert [e["event"] for e in again.events("long") if e["event"] in ("preempted", "requeued", "placed")] == \
         ["placed", "preempted", "requeued", "placed"]
+
+
+def test_a_start_no_retry_fixes_fails_at_once_and_a_crashing_job_lends_its_gpu_during_its_backoff(tmp_path,
+                                                                                                 supervisor_factory):
+    """Issue 37, on a scripted 2-GPU host whose GPU 1 another team fills: one GPU with room for one 80 GiB job."""
+    cfg = host(tmp_path, free=(0,))
+    (tmp_path / "gpu.json").write_text(json.dumps({"gpus": 2, "events": [
+        {"t": 0, "gpu": 1, "memory_used_bytes": 135 * GiB, "processes": [{"pid": 4242, "used_bytes": 135 * GiB}]}]}))
+    sp = supervisor_factory(cfg)
+    # a launcher nobody may execute (no x bit, for root too): failed at once, naming it; its GPU is free again
+    launcher = tmp_path / "python-noexec"
+    launcher.write_text("#!/bin/sh\n")
+    sp.cli("submit", str(job_file(tmp_path, "noexec", launcher=[str(launcher)])))
+    failed = wait_for(lambda: (x := sp.job("noexec"))["state"] == "failed" and x, 30, what="noexec failed")
+    assert str(launcher) in failed["state_reason"] and "cannot be executed" in failed["state_reason"], failed
+    assert "a restart cannot fix this, so none was tried" in failed["state_reason"]
+    assert failed["restarts"] == 0 and len(events(sp, "noexec", "start_failed")) == 1
+    assert failed["queue"]["placement"] == []
+
+    # a job that crashes after its first iteration backs off for 8 s: its GPU goes to the next in line meanwhile
+    crashy = job_file(tmp_path, "crashy", extra_args=["agent.num_steps_per_env=8", "--fault_exit_after", "1:3"])
+    crashy.write_text(crashy.read_text() + "\n[jobs.restart]\nfirst_restart_immediate = false\nbackoff_initial = 8.0\n")
+    sp.cli("submit", str(crashy))
+    submitted = wait_for(lambda: sp.job("crashy")["queue"]["placement"] == [0] and sp.job("crashy"), 30,
+                         what="crashy placed")["queue"]["submitted_at"]
+    for name in ("waiter", "later"):  # both wait: GPU 0 has room for one of them
+        sp.cli("submit", str(job_file(tmp_path, name, max_iterations=100000)))
+    released = wait_for(lambda: events(sp, "crashy", "gpus_released"), 120, what="crashy's backoff")[0]
+    assert released["gpus"] == [0]
+    wait_for(lambda: sp.job("waiter")["queue"]["placement"] == [0], 30, what="waiter on crashy's GPU")
+    backing_off = sp.job("crashy")
+    assert backing_off["state"] == "backing-off", backing_off["state"]  # the GPU went over during the backoff
+    assert "exited with code 3" in backing_off["state_reason"] and "its GPUs given back" in backing_off["state_reason"]
+    # once its backoff has passed it waits at its old place: ahead of the job submitted after it
+    wait_for(lambda: sp.job("crashy")["state"] == "queued", 30, what="crashy back in the queue")
+    again = {n: sp.job(n)["queue"] for n in ("crashy", "later")}
+    assert (again["crashy"]["position"], again["later"]["position"]) == (1, 2), again
+    assert again["crashy"]["submitted_at"] == submitted
+    assert sp.job("waiter")["state"] in ("starting", "running")  # not preempted for crashy: the same priority
