@@ -360,8 +360,10 @@ _COMMANDS: list[tuple[str, str, str]] = [
     ("submit", "add a job from a job file to the host's queue",
      "Validate FILE (one [[jobs]] table, as in the host config) and add it: written into [supervisor] jobs_dir "
      "and applied as a reload applies a change, so it survives a supervisor restart. A job asking for GPUs "
-     "(gpus = N, gpu_memory) waits in the queue until they are free. A bad file is refused naming the key and the "
-     "fix (exit 1); nothing running is touched. The job is yours: its file in jobs_dir is yours, and only you "
+     "(gpus = N, gpu_memory) waits in the queue until they are free; the answer says whether it was placed at "
+     "once (on which GPUs) or its place and why it waits. A bad file, or a request larger than this host, is "
+     "refused naming the key and the fix (exit 1); nothing running is touched. The job is yours: its file in "
+     "jobs_dir is yours, and only you "
      "and an admin may stop or cancel it (docs/security.md). docs/queue.md"),
     ("cancel", "stop a submitted job with a save and remove it",
      "The submitted job saves at its next iteration boundary, stops and leaves the queue; its history and logs "

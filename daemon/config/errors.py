@@ -203,7 +203,7 @@ def _example(kinds: list[str], literals: list[Any], value: Any, default: Any) ->
         return [value]  # extra_args = "x" -> ["x"]
     if "is" in kinds and isinstance(default, Path):
         return str(default)
-    if "string" in kinds and isinstance(value, (int, float)) and not isinstance(value, bool):
+    if kinds == ["string"] and isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)  # environment = {A = 1} -> A = "1"
     if "int" in kinds:
         return 1
@@ -256,7 +256,8 @@ def lines(err: ValidationError, raw: dict[str, Any], model: type[BaseModel]) -> 
         key = key_path(real, raw)
         tagged = real in tags
         typed = [e for e in errors if e["type"] in WRONG_TYPE]
-        if typed and len(typed) == len(errors) and (tagged or typed[0]["type"] != "literal_error"):
+        misspelt = typed and typed[0]["type"] == "literal_error" and isinstance(typed[0].get("input"), str)
+        if typed and len(typed) == len(errors) and (tagged or not misspelt):  # (a misspelt word: pydantic's list)
             if any(len(r) > len(real) and r[:len(real)] == real for r in groups):
                 continue  # the value's own type was right (a list); its items are wrong, and said at the item
             out.append((key, wrong_type_line(typed, _value_at(raw, real), real, model)))
