@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
 from ..history.log_source import LogSource
-from ..runtimes.container_spec import container_name
-from ..runtimes.quadlet import unit_name
 
 Ask = Callable[[dict[str, Any]], Any]  # one request to the supervisor (cli/main.py Client)
 FOLLOW_POLL = 1.0  # seconds between reads of the supervisor's answer for `logs -f` through the socket
@@ -29,11 +27,17 @@ def show_logs(src: LogSource, follow: bool = False, lines: int = 50, attempt: in
     if attempt is not None:
         return show_attempt_logs(src, attempt, follow, lines)
     handle = src.newest.handle if src.newest is not None else {}
+    # the container runtimes' names are imported here: they bring the config's models (pydantic), which a process
+    # job's `isaacd logs` has no use for (it starts in a tenth of the time)
     if src.runtime == "systemd":
+        from ..runtimes.quadlet import unit_name
+
         unit = handle.get("unit") or unit_name(src.job)  # a warm spare's unit that took it over
         cmd = ["journalctl", "--no-pager", "-n", str(lines), "-u", str(unit)] + (["-f"] if follow else [])
         return subprocess.call(cmd)
     if src.runtime == "podman":
+        from ..runtimes.container_spec import container_name
+
         container = handle.get("container") or container_name(src.job)  # or a spare's, that took over
         cmd = ["podman", "logs", "--tail", str(lines)] + (["-f"] if follow else []) + [str(container)]
         return subprocess.call(cmd)
