@@ -47,9 +47,10 @@ def show_logs(src: LogSource, follow: bool = False, lines: int = 50, attempt: in
     except FileNotFoundError:
         print(f"isaacd: no log yet at {path}", file=sys.stderr)
         return 1
-    except PermissionError:
-        if ask is None or os.geteuid() == 0:
-            raise
+    except PermissionError as exc:
+        if ask is None or os.geteuid() == 0:  # no supervisor answers that could read it for us
+            print(f"isaacd: cannot read {path}: {exc.strerror}", file=sys.stderr)
+            return 1
         return logs_through_supervisor(ask, src.job, lines, follow)
     return _print_log(fh, path, lines, follow)
 
