@@ -256,7 +256,7 @@ def _offline_log_source(args: argparse.Namespace, not_running: CliError) -> Any:
     try:
         return read_log_source(cfg.supervisor.state_dir, job.name, job.runtime)
     except PermissionError as exc:
-        raise CliError(f"isaacd: {not_running} ({exc.filename} is not yours to read)", 3) from None
+        raise CliError(f"{not_running} ({exc.filename} is not yours to read)", 3) from None
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
