@@ -10,6 +10,7 @@ case-insensitive ("12gib", "12GB").
 
 from __future__ import annotations
 
+import json
 import re
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any
@@ -66,11 +67,14 @@ def written(text: str) -> str:
 
 def _no_bare_number(v: Any) -> Any:
     """A TOML number where a size goes (gpu_memory = 12): said as such, with the fix, rather than "a valid string"."""
+    if isinstance(v, str):
+        return v
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         shown = f"{v:g}" if isinstance(v, float) else str(v)
         raise ValueError(f'{shown} is a number without a unit; write a size such as "{shown}GiB" (2^30 bytes each) '
                          f'or "{shown}GB" (10^9)')
-    return v
+    shown = json.dumps(v) if isinstance(v, (bool, list, dict)) else repr(v)
+    raise ValueError(f'{shown} is not a size; write one such as "12GiB" (2^30 bytes each) or "12GB" (10^9)')
 
 
 def _a_size(text: str) -> str:
