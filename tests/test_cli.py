@@ -260,6 +260,8 @@ def test_every_command_finds_the_users_supervisor_from_another_directory_and_wri
     sp.stop()
     again = isaacd("status", cwd=elsewhere)
     assert again.returncode == 3 and "no supervisor runs for this user" in again.stderr
+    offline = isaacd("logs", "talk", "--config", str(cfg), cwd=elsewhere)  # none answers: its state dir, read only
+    assert (offline.returncode, offline.stdout) == (0, "hello-from-talk\n"), offline.stderr
     assert list(elsewhere.iterdir()) == []
 
 
