@@ -169,7 +169,9 @@ class Found:
 
 
 def find_socket(socket_arg: str | None, config_arg: str | None, cwd: Path | None = None) -> Found:
-    """The control socket a client command talks to.
+    """The control socket a client command talks to: the one lookup of every command that talks to a supervisor
+    (cli/main.py Client; `isaacd logs` too, which then asks that supervisor where the files are). Only looks: it
+    creates nothing, here or anywhere.
 
     --socket, then the config file (--config, $ISAACD_CONFIG, /etc/isaacd/isaacd.toml); with none of those,
     the embedded default's ./var/isaacd.sock when it exists here, else the user's one registered supervisor."""

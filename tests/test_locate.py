@@ -1,0 +1,86 @@
+"""The one lookup every client command uses to find its supervisor (config/locate.py find_socket, issue 37), in its
+order: --socket, the config (--config, $ISAACD_CONFIG, /etc/isaacd/isaacd.toml), ./var/isaacd.sock here, the user's
+one registered supervisor; and that looking creates nothing."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from isaacd.config import locate
+from isaacd.config.locate import Ambiguous, find_socket, not_running_hint
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    """A cwd, an empty registry, no $ISAACD_CONFIG and a system config path that does not exist (yet)."""
+    runtime = tmp_path / "xdg"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    monkeypatch.delenv("ISAACD_CONFIG", raising=False)
+    monkeypatch.setattr(locate, "SYSTEM_CONFIG", tmp_path / "etc" / "isaacd.toml")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    return tmp_path, cwd
+
+
+def listening(path: Path) -> None:
+    """A socket file at `path`, as a supervisor leaves one (the lookup checks that it exists; nothing connects)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(path))
+
+
+def registered_elsewhere(tmp_path: Path, name: str) -> tuple[subprocess.Popen, Path]:
+    """A live process registered as a supervisor with its own socket (registered() leaves out the caller's own pid)."""
+    proc = subprocess.Popen(["sleep", "60"])
+    sock = tmp_path / name / "isaacd.sock"
+    listening(sock)
+    entry = {"pid": proc.pid, "socket": str(sock), "config": str(tmp_path / name / "isaacd.toml"),
+             "cwd": str(tmp_path / name), "metrics": None}
+    (tmp_path / "xdg" / "isaacd").mkdir(mode=0o700, exist_ok=True)
+    (tmp_path / "xdg" / "isaacd" / f"{proc.pid}.json").write_text(json.dumps(entry))
+    return proc, sock
+
+
+def test_the_lookup_goes_socket_config_here_registration_and_creates_nothing(world, monkeypatch):
+    tmp_path, cwd = world
+    procs = []
+    try:
+        assert find_socket(None, None, cwd).how == "none"  # nothing anywhere: the hint says what to do
+        assert "no supervisor runs for this user" in not_running_hint(find_socket(None, None, cwd))
+        proc, theirs = registered_elsewhere(tmp_path, "one")
+        procs.append(proc)
+        assert find_socket(None, None, cwd).socket == theirs  # from any directory: the user's one supervisor
+        listening(cwd / "var" / "isaacd.sock")
+        assert find_socket(None, None, cwd).socket == cwd / "var" / "isaacd.sock"  # one started here comes first
+        system = locate.SYSTEM_CONFIG
+        system.parent.mkdir()
+        system.write_text('[supervisor]\ncontrol_socket = "/run/sys.sock"\n')
+        assert find_socket(None, None, cwd).socket == Path("/run/sys.sock")  # the host's config comes before
+        env = tmp_path / "env.toml"
+        env.write_text('[supervisor]\ncontrol_socket = "env.sock"\n')  # relative to the file
+        monkeypatch.setenv("ISAACD_CONFIG", str(env))
+        assert find_socket(None, None, cwd).socket == tmp_path / "env.sock"
+        mine = tmp_path / "mine.toml"
+        mine.write_text('[supervisor]\ncontrol_socket = "/run/mine.sock"\n')
+        assert find_socket(None, str(mine), cwd).socket == Path("/run/mine.sock")
+        assert find_socket("/run/other.sock", str(mine), cwd).socket == Path("/run/other.sock")  # --socket wins
+        assert sorted(p.name for p in cwd.iterdir()) == ["var"] and [p.name for p in (cwd / "var").iterdir()] == [
+            "isaacd.sock"]  # the lookup made nothing here
+
+        monkeypatch.delenv("ISAACD_CONFIG")
+        system.unlink()
+        (cwd / "var" / "isaacd.sock").unlink()
+        proc, _ = registered_elsewhere(tmp_path, "two")
+        procs.append(proc)
+        with pytest.raises(Ambiguous, match="several isaacd supervisors run for this user"):
+            find_socket(None, None, cwd)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
