@@ -34,7 +34,9 @@ def test_a_script_whose_interpreter_is_not_there_is_a_missing_program(tmp_path: 
     prog.chmod(0o755)
     f = start_fault(popen_error([str(prog)]), str(prog), "process")
     assert f is not None and (f.kind, f.subject) == ("missing_program", str(prog))
-    assert "#! interpreter" in f.fix("j")
+    assert "#! interpreter" in f.fix("j") and "point `launcher` in the [[jobs]] table of j at a Python" in f.fix("j")
+    f = start_fault(popen_error([str(prog)]), str(prog), "process", key="command")  # a raw command names it
+    assert f is not None and f.key == "command" and "point `command`" in f.fix("j")
 
 
 def test_the_owners_permission_denied_worded_by_the_process_runtime_is_a_fault():

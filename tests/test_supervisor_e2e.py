@@ -242,10 +242,13 @@ def test_reload_adds_and_removes_jobs_without_touching_the_others(tmp_path, supe
     assert sp.job("keep")["pid"] == keep_pid and sp.job("new")["pid"]
 
 
-def test_a_trainer_that_cannot_be_started_is_retried_then_failed(tmp_path, supervisor_factory):
+def test_a_trainer_that_is_not_there_fails_at_once_naming_it(tmp_path, supervisor_factory):
+    # issue 37: no retry would find it (attempt/start_fault.py); it used to be retried until max_restarts
     job = builtin_job("nobin", command=["/nonexistent/isaacd-train"],
                       restart={"max_restarts": 1, "backoff_initial": 0.1, "backoff_max": 0.2})
     sp = supervisor_factory(write_config(tmp_path, job))
     j = wait_for(lambda: (x := sp.job("nobin"))["state"] == "failed" and x, 10, what="failed")
-    assert "failed to start" in j["state_reason"] and "/nonexistent/isaacd-train" in j["state_reason"]
-    assert [e["event"] for e in sp.events("nobin")].count("start_failed") == 2
+    assert j["state_reason"].startswith("the job's program (or the interpreter its #! line names) is not there")
+    assert "/nonexistent/isaacd-train" in j["state_reason"] and j["restarts"] == 0
+    assert "or point `command` in the [[jobs]] table of nobin at a program they may run" in j["state_reason"]
+    assert [e["event"] for e in sp.events("nobin")].count("start_failed") == 1

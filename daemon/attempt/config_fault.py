@@ -142,7 +142,8 @@ class ConfigFault:
         if self.kind in ("not_executable", "missing_program"):
             return (f"make `{self.subject}` (and the #! interpreter it names, and every directory above them) "
                     f"{'executable' if self.kind == 'not_executable' else 'exist'} for the job's user "
-                    f"(`isaacd doctor` checks), or point `launcher` {where} at a Python they may run")
+                    f"(`isaacd doctor` checks), or point `{self.key}` {where} at "
+                    f"{'a Python' if self.key == 'launcher' else 'a program'} they may run")
         if self.kind == "missing_module":
             if self.key == "launcher":
                 return (f"install `{self.subject}` into the job's Python, or point `launcher` {where} at the Python "

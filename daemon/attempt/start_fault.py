@@ -24,18 +24,18 @@ _NOT_EXECUTABLE = {errno.EACCES, errno.EPERM, errno.ENOEXEC}
 _MISSING = {errno.ENOENT, errno.ENOTDIR}
 
 
-def start_fault(exc: BaseException, program: str, runtime: str) -> ConfigFault | None:
-    """The fault no retry fixes in a failed start (`program`: the argv[0] the runtime was asked to exec), or None
-    when another try may work. Only the process runtime's exec is read: a container runtime's OSError is its own
+def start_fault(exc: BaseException, program: str, runtime: str, key: str = "launcher") -> ConfigFault | None:
+    """The fault no retry fixes in a failed start (`program`: the argv[0] the runtime was asked to exec; `key`: the
+    config key that names it, `launcher` or a raw `command`), or None when another try may work. Only the process runtime's exec is read: a container runtime's OSError is its own
     plumbing (Podman's socket not there yet is an ENOENT that the next try may not meet)."""
     cause = _os_error(exc) if runtime == "process" else None
     if cause is None or cause.errno is None:
         return None
     subject = str(cause.filename) if cause.filename else program
     if cause.errno in _NOT_EXECUTABLE:
-        return ConfigFault("not_executable", str(exc), "launcher", subject)
+        return ConfigFault("not_executable", str(exc), key, subject)
     if cause.errno in _MISSING:
-        return ConfigFault("missing_program", str(exc), "launcher", subject)
+        return ConfigFault("missing_program", str(exc), key, subject)
     return None
 
 

@@ -62,7 +62,8 @@ class AttemptStarter:
             try:
                 handle = self.spawn(spec)
             except Exception as exc:  # noqa: BLE001 - any launch failure is a failed attempt, not a crash of ours
-                fault = start_fault(exc, spec.argv[0] if spec.argv else "", self.runtime.name)
+                fault = start_fault(exc, spec.argv[0] if spec.argv else "", self.runtime.name,
+                                    "command" if self.setting.cfg.command else "launcher")
                 record.event("start_failed", attempt=attempt.number, error=str(exc),
                              **({"kind": fault.kind, "program": fault.subject} if fault else {}))
                 self.observer.record_exit(attempt, ExitStatus(code=None, detail=f"failed to start: {exc}"))
