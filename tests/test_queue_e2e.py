@@ -233,6 +233,8 @@ def test_a_start_no_retry_fixes_fails_at_once_and_a_crashing_job_lends_its_gpu_d
     backing_off = sp.job("crashy")
     assert backing_off["state"] == "backing-off", backing_off["state"]  # the GPU went over during the backoff
     assert "exited with code 3" in backing_off["state_reason"] and "its GPUs given back" in backing_off["state_reason"]
+    assert backing_off["queue"]["placement"] == [] and backing_off["queue"]["position"] == 1  # its place kept
+    assert backing_off["queue"]["reason"].startswith("backing off after a failed attempt: its GPUs given back")
     # once its backoff has passed it waits at its old place: ahead of the job submitted after it
     wait_for(lambda: sp.job("crashy")["state"] == "queued", 30, what="crashy back in the queue")
     again = {n: sp.job(n)["queue"] for n in ("crashy", "later")}
