@@ -113,8 +113,9 @@ fi
 where=$("$VENV/bin/python" -c "import isaacd, isaacd_trainer, rsl_rl, torch; print(torch.__version__)")
 echo "$want" > "$STAMP"
 if [ -n "$system" ]; then
-  echo "isaacd installed in $VENV for every user (on $(base_of "$VENV/bin/python"), torch $where)${BIN_DIR:+;" \
-       "$BIN_DIR/isaacd -> $VENV/bin/isaacd}; next: sudo isaacd install-units"
+  link=${BIN_DIR:+; $BIN_DIR/isaacd -> $VENV/bin/isaacd}
+  echo "isaacd installed in $VENV for every user (on $(base_of "$VENV/bin/python"), torch $where)$link;" \
+       "next: sudo isaacd install-units"
 else
   echo "isaacd installed in .venv (on $(base_of "$VENV/bin/python"), torch $where)"
 fi

@@ -5,8 +5,9 @@
 # Everything it uses is in this repository.
 #   scripts/test.sh                      # the whole suite: everything above is set up (what CI runs)
 #   scripts/test.sh tests/FILE.py ...    # only what the named files' pytest markers ask for (pyproject.toml):
-#                                        # prometheus, systemd (+ Podman), podman, isaaclab3; none: just pytest
-#   scripts/test.sh --fast               # the inner loop (< 90 s): files measured fast, no real-thing marks
+#                                        # prometheus, systemd (+ Podman), podman, isaaclab3, shared_install; none:
+#                                        # just pytest
+#   scripts/test.sh --fast               # the inner loop (~30 s on 2 cores): files measured fast, no real-thing marks
 #                                        # (tests/conftest.py is_fast); sets nothing up beyond .venv
 # The whole suite and --fast run on ISAACD_TEST_WORKERS pytest-xdist workers (default: the CPU count, at least 2):
 # most e2e tests wait on their trainers. tests/conftest.py keeps what cannot share the host on one worker.
@@ -31,9 +32,9 @@ done
 if [ -n "$fast" ]; then
   wants=""  # the fast tier runs none of the real-thing tests
 elif [ ${#paths[@]} -eq 0 ]; then
-  wants="prometheus systemd podman isaaclab3"
+  wants="prometheus systemd podman isaaclab3 shared_install"
 else
-  wants=$(grep -rhoE --include='*.py' 'pytest\.mark\.(prometheus|systemd|podman|isaaclab3)\b' "${paths[@]}" \
+  wants=$(grep -rhoE --include='*.py' 'pytest\.mark\.(prometheus|systemd|podman|isaaclab3|shared_install)\b' "${paths[@]}" \
           | sed 's/pytest\.mark\.//' | sort -u | paste -sd' ')
 fi
 want() { [[ " $wants " == *" $1 "* ]]; }
@@ -66,6 +67,14 @@ fi
 # the real Isaac Lab 3.0.0 (kit-less) for tests/test_isaaclab3_real.py: cached like install.sh (~90 s the first time)
 if want isaaclab3; then
   scripts/isaaclab3-venv.sh || echo "test.sh: scripts/isaaclab3-venv.sh failed; tests/test_isaaclab3_real.py will say why"
+fi
+# the shared-server install (scripts/install.sh --system: a venv on Debian's /usr/bin/python3 that every user may run)
+# for tests/test_shared_install.py, in a prefix of its own (not a real /opt/isaacd), its `isaacd` linked in link/:
+# ~45 s the first time, nothing on a re-run with the same sources (its stamp)
+if want shared_install && [ "$(id -u)" = 0 ]; then
+  export ISAACD_TEST_PREFIX=${ISAACD_TEST_PREFIX:-/opt/isaacd-test}
+  ISAACD_PREFIX=$ISAACD_TEST_PREFIX ISAACD_BIN_DIR=$ISAACD_TEST_PREFIX/link scripts/install.sh --system \
+    || echo "test.sh: scripts/install.sh --system failed; tests/test_shared_install.py will say why"
 fi
 # several workers for the whole suite and --fast (not for named files: a file is one worker's unit anyway),
 # unless the caller chose (-n / -p no:xdist)

@@ -18,6 +18,7 @@ USES = {
     "isaaclab3": r"isaaclab3_helpers|\bREAL_PY\b|ISAACLAB3_VENV",  # not the name in prose: captured output
     "prometheus": r"which\(\"(promtool|prometheus)\"\)|alertmanager",
     "systemd": r"\bbooted_testbed\b|\bchroot_tools\b|systemd-analyze",
+    "shared_install": r"ISAACD_TEST_PREFIX",  # scripts/install.sh --system's install for the test
 }
 
 
@@ -29,13 +30,14 @@ def plan(*args: str) -> str:
 
 
 @pytest.mark.parametrize("args, wants", [
-    ((), "prometheus systemd podman isaaclab3"),  # CI: `scripts/test.sh`, the full setup
-    (("-k", "status"), "prometheus systemd podman isaaclab3"),  # no test path: the whole suite runs
-    (("--deselect", "tests/test_cli.py::test_x"), "prometheus systemd podman isaaclab3"),  # an option's value
+    ((), "prometheus systemd podman isaaclab3 shared_install"),  # CI: `scripts/test.sh`, the full setup
+    (("-k", "status"), "prometheus systemd podman isaaclab3 shared_install"),  # no test path: the whole suite runs
+    (("--deselect", "tests/test_cli.py::test_x"), "prometheus systemd podman isaaclab3 shared_install"),  # a value
     (("tests/test_workflows_installed.py",), "nothing"),
     (("tests/test_podman_runtime.py", "-x"), "podman"),
     (("tests/test_quadlet_units.py::test_sd_quote_shapes",), "systemd"),
     (("tests/test_isaaclab3_podman.py", "tests/test_prometheus_rules.py"), "isaaclab3 podman prometheus"),
+    (("tests/test_shared_install.py",), "shared_install"),
     (("--fast",), "nothing"),  # the inner loop: no real-thing test runs in it
 ])
 def test_the_plan_follows_the_named_files_markers(args, wants):
