@@ -266,6 +266,19 @@ def test_who_may_do_what_through_the_real_socket(users, base):
         wait_for(lambda: sp.job(job)["state"] == "stopped", 30, what="alice's job stopped by the admin")
         assert [(e["command"], e["user"], e["uid"]) for e in sp.events(job) if e["event"] == "operator_command"][-1] \
             == ("stop", d.pw_name, d.pw_uid)
+
+        # issue 37: cancelled, her job has ended; its events and logs stay hers to read (and the admins'), as before
+        alice.ok("cancel", job)
+        shown = alice.ok("events", job)
+        assert shown.startswith(f"{job} has ended: cancelled by {a} at "), shown[:300]
+        assert token in alice.ok("events", job, "--json")
+        assert bob.refused("events", job) == (f'not shown: {job} is {a}\'s job; with [access] status = "own" only '
+                                              f"{a} or {admins} may read its events")
+        assert bob.refused("logs", job) == f"not shown: {job} is {a}'s job; only {a} or {admins} may read its logs"
+        logs = alice.isaacd("logs", job)  # read for her by the supervisor from the archive (root's state dir)
+        assert logs.returncode == 0 and token in logs.stdout and logs.stderr.startswith(f"{job} has ended"), logs
+        assert [e["name"] for e in json.loads(alice.ok("history", "--json"))] == [job]
+        assert json.loads(bob.ok("history", "--json")) == []  # status = "own": not his to see
     finally:
         sp.stop()
 

@@ -244,3 +244,20 @@ def test_a_new_job_of_an_ended_name_starts_with_a_fresh_history_even_beside_old_
     archive(EndedJob(**{**job.__dict__, "runs": ()}), partial)  # its run dirs left where they were
     fresh = load_history(StateStore(state), cfg.job("j1"), state)
     assert fresh.attempts == [] and fresh.machine is None and not store.journal_path("j1").exists()
+
+
+def test_an_ended_job_reads_as_ended_first_and_the_list_says_where_its_files_are() -> None:
+    from isaacd.cli.render_ended import events_note, format_ended
+
+    row = {"name": "j1", "owner": "alice", "submitted_at": T0, "ended_at": T0 + 60, "how": "cancelled", "by": "alice",
+           "state": "stopped", "reason": "removed from config", "folder": "/s/jobs/.ended/j1/x", "runs_folder": "/l/r"}
+    note = events_note("j1", [{"event": "started", "time": T0}, {**row, "event": "ended", "time": T0 + 60}])
+    assert note is not None and note.startswith("j1 has ended: cancelled by alice at ")
+    assert "last state stopped (removed from config)" in note and "/s/jobs/.ended/j1/x" in note and "/l/r" in note
+    assert events_note("j1", [{"event": "started", "time": T0}]) is None  # a live job's events: no note
+    table = format_ended([row, {**row, "owner": None, "by": None, "how": "removed from the config", "reason": None,
+                                "runs_folder": None}]).splitlines()
+    assert table[0].split() == ["NAME", "OWNER", "SUBMITTED", "ENDED", "HOW", "LAST", "STATE"]
+    assert "cancelled by alice" in table[1] and table[2] == "  files: /s/jobs/.ended/j1/x; runs: /l/r"
+    assert "removed from the config" in table[3] and " - " in table[3] and table[4] == "  files: /s/jobs/.ended/j1/x"
+    assert format_ended([]) == "(no ended jobs)"
