@@ -240,6 +240,16 @@ def test_reload_adds_and_removes_jobs_without_touching_the_others(tmp_path, supe
     with pytest.raises(ProcessLookupError):
         os.kill(gone_pid, 0)
     assert sp.job("keep")["pid"] == keep_pid and sp.job("new")["pid"]
+    # issue 37: its runner dropped, gone has ended and says so; put back in the config, it is a new job
+    shown = sp.cli("events", "gone").stdout
+    assert shown.startswith("gone has ended: removed from the config at "), shown[:300]
+    ended = json.loads(sp.cli("history", "--json").stdout)
+    assert [(e["name"], e["how"], e["state"]) for e in ended] == [("gone", "removed from the config", "stopped")]
+    cfg.write_text(cfg.read_text() + gone)
+    sp.cli("reload")
+    back = wait_for(lambda: (x := sp.job("gone"))["pid"] and x, 15, what="gone back")
+    assert back["restarts"] == 0 and back["pid"] != gone_pid and back["state_reason"] != "resuming after a supervisor restart"
+    assert all(e["time"] > ended[0]["ended_at"] for e in sp.events("gone"))
 
 
 def test_a_trainer_that_is_not_there_fails_at_once_naming_it(tmp_path, supervisor_factory):
