@@ -20,6 +20,7 @@ import pytest
 from isaacd.cli import doctor_install
 from isaacd.config.schema import parse_config
 from isaacd.os_seam.reach import EXECUTE, OTHERS, READ, Entry, Need, Walk, Who, blocked, needs, walk
+from isaacd.service.units import closed_to_others
 
 DIR, FILE = stat.S_IFDIR, stat.S_IFREG
 ALICE = Who("alice", 1001, (1001, 2000))
@@ -102,6 +103,9 @@ def test_walk_follows_a_venvs_symlinks_into_the_closed_directory_and_needs_follo
     b = blocked(chain[1], OTHERS)
     assert b is not None and b.line("other users") == f"{home} is 0700: other users cannot reach {real} " \
                                                        f"(the interpreter of {script})"
+    # `isaacd install-units` warns in one line when the isaacd it writes into the unit is closed to other users
+    assert closed_to_others(str(script)) == f"{home} is 0700: other users cannot reach {real} (the interpreter of " \
+                                            f"{script})"
     env_script = tree / "venv" / "bin" / "tool"
     env_script.write_text("#!/usr/bin/env -S python3 -u\n")
     names = [n.walk.real for n in needs(str(env_script), path_var=str(home / "py" / "bin"))]

@@ -161,3 +161,9 @@ def test_the_readmes_three_people_on_the_shared_install(people, base, monkeypatc
     finally:
         sp.stop()
     assert stat.S_IMODE(PREFIX.stat().st_mode) == 0o755
+    # `sudo isaacd install-units` from the install: its unit runs the install's isaacd, and nothing to warn about
+    res = subprocess.run([str(LINK), "install-units", "--prefix", str(base / "root")], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    unit = (base / "root" / "etc/systemd/system/isaaclab-supervisor.service").read_text()
+    assert f"\nExecStart={PREFIX}/bin/isaacd run --config /etc/isaacd/isaacd.toml\n" in unit
