@@ -218,8 +218,9 @@ class Supervisor(EndedJobs):  # EndedJobs: a dropped runner's job ends (attempt/
                     runner.tick(now)
                 except Exception:  # noqa: BLE001
                     log.exception("job_tick_failed", job=runner.cfg.name)
-            # a job removed from the config lingers until its trainer is gone
-            for name in [n for n, r in self.runners.items() if self.config.job(n) is None and not r.state.active]:
+            # a job removed from the config lingers until its trainer is gone and its killed spare reaped
+            for name in [n for n, r in self.runners.items()
+                         if self.config.job(n) is None and not r.state.active and not r.releasing]:
                 self._drop(name)
             signals = self._signals() if self.hooks.tick else []
             for hook in self.hooks.tick:
@@ -376,7 +377,8 @@ class Supervisor(EndedJobs):  # EndedJobs: a dropped runner's job ends (attempt/
                 self._removed.add(name)
                 removed.append(name)
             else:
-                self._drop(name)
+                if not runner.releasing:  # else the tick drops it once the spare it killed is reaped
+                    self._drop(name)
                 removed.append(name)
         self.config = new.model_copy(update={k: getattr(old, k) for k in HELD_UNTIL_RESTART})
         return ReloadSummary(tuple(added), tuple(removed), tuple(changed), job_keys, settings).to_json()
