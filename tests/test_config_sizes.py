@@ -40,6 +40,7 @@ def test_a_size_that_could_be_misread_is_refused_with_both_readings(text, words)
 
 def test_what_a_size_is_shown_as():
     assert written("200GB") == '"200GB" (186.3 GiB)' and written("80GiB") == '"80GiB"'
+    assert written("1.5GiB") == '"1.5GiB"' and written("2048MiB") == '"2048MiB" (2 GiB)'
     assert gib(80 * 10**9) == "74.5 GiB" and gib(81559 * 2**20) == "79.6 GiB"  # an H100's 80 GB, NVML's total
     assert podman_bytes("8g") == 8 * GiB == podman_bytes("8GB")  # shm_size: Podman's own reading, unchanged
 

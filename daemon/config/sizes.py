@@ -62,7 +62,8 @@ def gib(n: int | float) -> str:
 def written(text: str) -> str:
     """A size as written and what it is: '"200GB" (186.3 GiB)'; '"80GiB"' needs no gloss."""
     n = size_bytes(text)
-    return f'"{text}"' if n % GiB == 0 else f'"{text}" ({gib(n)})'
+    m = SIZE_RE.fullmatch(text.strip())
+    return f'"{text}"' if m and m.group(2).lower() in ("gib", "gi") else f'"{text}" ({gib(n)})'
 
 
 def _no_bare_number(v: Any) -> Any:
