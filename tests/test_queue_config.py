@@ -245,3 +245,17 @@ def test_what_fits_an_empty_host_is_submitted_and_unknown_gpus_refuse_nothing(tm
     assert "queued #1" in submit_job(sup, '[[jobs]]\nname = "a"\ngpus = 2\ngpu_memory = "140GiB"\n', "a.toml")
     sup = Sup(host(tmp_path))  # no GPU layer: the job waits, saying so, rather than being refused
     assert "queued #1" in submit_job(sup, '[[jobs]]\nname = "b"\ngpus = 64\n', "b.toml")
+
+
+def test_submit_says_what_the_first_pass_made_of_the_job():
+    from isaacd.scheduling.submit import _said
+
+    def row(state: str, **q: Any) -> JobStatus:
+        return JobStatus("a", state=state, state_reason=q.pop("why", None), queue=QueueStatus(**q) if q else None)
+
+    assert _said(row("starting", placement=(1,))) == "placed on GPU 1, starting"
+    assert _said(row("starting", placement=(2, 3))) == "placed on GPUs 2, 3, starting"
+    assert _said(row("queued", position=2, reason="needs 12 GiB on 1 GPU", why="queued #2: needs 12 GiB on 1 GPU")) \
+        == "queued #2: needs 12 GiB on 1 GPU"
+    assert _said(row("queued", request="12 GiB on 1 GPU")) is None  # no pass yet: wait for one
+    assert _said(row("stopped", why="autostart = false")) == "stopped (autostart = false)"  # no queue: its state

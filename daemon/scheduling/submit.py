@@ -152,7 +152,7 @@ def _said(row: JobStatus) -> str | None:
     if q is None:  # a job that names its GPUs (or none): no queue
         return row.state + (f" ({row.state_reason})" if row.state_reason else "")
     if q.placement:
-        return f"placed on GPU {', '.join(str(i) for i in q.placement)}, {row.state}"
+        return f"placed on GPU{'s' if len(q.placement) > 1 else ''} {', '.join(map(str, q.placement))}, {row.state}"
     if q.position is not None:
         return row.state_reason or f"queued #{q.position}: {q.reason}"
     return None if row.state == "queued" else row.state + (f" ({row.state_reason})" if row.state_reason else "")
