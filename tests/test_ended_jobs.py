@@ -261,3 +261,35 @@ def test_an_ended_job_reads_as_ended_first_and_the_list_says_where_its_files_are
     assert "cancelled by alice" in table[1] and table[2] == "  files: /s/jobs/.ended/j1/x; runs: /l/r"
     assert "removed from the config" in table[3] and " - " in table[3] and table[4] == "  files: /s/jobs/.ended/j1/x"
     assert format_ended([]) == "(no ended jobs)"
+
+
+def test_a_supervisor_starting_finishes_an_archive_a_killed_one_left_before_any_job_is_made(tmp_path: Path,
+                                                                                          monkeypatch) -> None:
+    from helpers import builtin_job, write_config
+
+    from isaacd.config.schema import load_config
+    from isaacd.supervisor import Supervisor
+
+    path = write_config(tmp_path, builtin_job("j1"))
+    cfg = load_config(path)
+    store, runs = live_job(cfg.supervisor.state_dir, tmp_path / "exp")
+    partial, final = archive_folders(cfg.supervisor.state_dir, "j1", T0 + 100)
+    calls = []
+
+    def killed_after_two(src: Any, dst: Any, real: Any = os.rename) -> None:
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # stands in for SIGKILL: nothing after it runs
+        calls.append(dst)
+        real(src, dst)
+
+    monkeypatch.setattr(ended_mod.os, "rename", killed_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        archive(plan(store, "j1", runs, final), partial)
+    monkeypatch.undo()
+    assert store.exists("j1")  # half made: the document still in jobs/
+    sup = Supervisor(cfg, str(path))
+    try:
+        assert_archived(cfg.supervisor.state_dir, runs)  # before start(): no runner of j1 can find the old document
+        assert sup.runners == {} and sup.ended("j1") is not None and [j.name for j in sup.ended_jobs()] == ["j1"]
+    finally:
+        os.close(sup._lock_fd)

@@ -135,7 +135,6 @@ FOLLOW_WINDOW = 500  # events read at each poll; more arriving within one poll l
 
 def cmd_events(args: argparse.Namespace) -> int:
     from .render import format_events
-
     from .render_ended import events_note
 
     client = Client(args)
@@ -166,6 +165,8 @@ def cmd_events(args: argparse.Namespace) -> int:
             at = -1
         show(recent[at + 1:])
         last = recent[-1] if recent else last
+        if last is not None and last.get("event") == "ended":  # cancelled or removed while followed: no more comes
+            return 0
 
 
 def cmd_history(args: argparse.Namespace) -> int:
@@ -237,7 +238,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
             source = LogSource.from_json(answer)
         except ValueError as bad:
             raise CliError(f"isaacd: {bad} (is it an older isaacd? `isaacd status` shows its version)") from None
-    return show_logs(source, follow=args.follow, lines=args.lines, attempt=args.attempt, ask=client)
+    ask = client if args.ended is None else (lambda req: client({**req, "ended": args.ended}))  # the same ended job
+    return show_logs(source, follow=args.follow, lines=args.lines, attempt=args.attempt, ask=ask)
 
 
 def _offline_log_source(args: argparse.Namespace, not_running: CliError) -> Any:
@@ -251,6 +253,17 @@ def _offline_log_source(args: argparse.Namespace, not_running: CliError) -> Any:
         raise not_running
     cfg, _ = _load(args.config)
     job = cfg.job(args.job)
+    if job is None or args.ended is not None:  # a cancelled or removed job's archive (history/ended.py)
+        from ..history.ended import ended_log_source, find_ended
+        from .render_ended import ended_note
+
+        ended = find_ended(cfg.supervisor.state_dir, args.job, args.ended or 1)
+        if ended is not None:
+            print(ended_note(args.job, ended.to_json()), file=sys.stderr)
+            return ended_log_source(ended)
+    if args.ended is not None:
+        raise CliError(f"isaacd: {args.job} has no ended job number {args.ended} of that name in "
+                       f"{cfg.supervisor.state_dir} (`isaacd history {args.job}` lists them)", 1)
     if job is None:
         raise CliError(f"isaacd: {no_such_job(args.job, [j.name for j in cfg.jobs])}", 1)
     try:
