@@ -110,7 +110,9 @@ def ended_how(events: list[dict[str, Any]]) -> tuple[str, str | None]:
 
 def _plan_runs(setting: JobSetting, record: JobRecord, label: str) -> tuple[Path | None, tuple[tuple[str, str], ...]]:
     """The run dirs' new folder beside the experiment dir (made now, the owner's, as a reset's is) and each move."""
-    runs = job_run_dirs(setting, record.history)
+    seen: set[Path] = set()
+    runs = [r for r in job_run_dirs(setting, record.history)  # one run dir by two names (a link): moved once
+            if not (r.resolve() in seen or seen.add(r.resolve()))]
     if not runs:
         return None, ()
     exp = setting.resolved.workflow.experiment_dir(setting.cfg) if setting.resolved is not None else runs[0].parent
