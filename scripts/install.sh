@@ -40,37 +40,43 @@ else
   PY=python3
 fi
 pip_q() { "$VENV/bin/pip" install -q --disable-pip-version-check "$@" 2>&1 | grep -v "^WARNING: Location" || true; }
-base_of() { "$1" -c 'import sys; print(sys.base_prefix, sys.version.split()[0])'; }
+# the interpreter a venv links to (or a Python is), as "Python 3.11.2 at /usr/bin/python3.11"
+base_of() {
+  "$1" -c 'import os, sys; print("Python", sys.version.split()[0], "at", os.path.realpath(sys._base_executable))'
+}
 
 if [ -n "$system" ]; then
   VENV=${ISAACD_PREFIX:-/opt/isaacd}
   BIN_DIR=${ISAACD_BIN_DIR-/usr/local/bin}
-  case $VENV in /*) ;; *) echo "scripts/install.sh: ISAACD_PREFIX must be an absolute path (got $VENV)" >&2; exit 2 ;; esac
+  case $VENV in
+    /*) ;;
+    *) echo "scripts/install.sh: ISAACD_PREFIX must be an absolute path (got $VENV)" >&2; exit 2 ;;
+  esac
   umask 022  # every file world-readable, every directory and program world-executable
-  if ! mkdir -p "$VENV" 2>/dev/null || [ ! -w "$VENV" ]; then
-    echo "scripts/install.sh --system: cannot write $VENV; run it as root (sudo scripts/install.sh --system)" >&2
-    exit 1
-  fi
   # the interpreter the venv will link to must be one every user may run: each directory above it searchable
   real=$("$PY" -c 'import os, sys; print(os.path.realpath(sys._base_executable))')
   p=$real
   while [ "$p" != / ]; do
     mode=$(stat -L -c %a "$p")
     if (( (8#$mode & 1) == 0 )); then
-      echo "scripts/install.sh --system: $p is $mode: other users cannot run $real; use a Python they can run," \
+      echo "scripts/install.sh --system: $p is $(printf %04o $((8#$mode))): other users cannot run $real; use a Python they can run," \
            "e.g. Debian's: apt-get install python3-venv, then PYTHON=/usr/bin/python3 (the default when it exists)" >&2
       exit 1
     fi
     p=$(dirname "$p")
   done
+  if ! mkdir -p "$VENV" 2>/dev/null || [ ! -w "$VENV" ]; then
+    echo "scripts/install.sh --system: cannot write $VENV; run it as root (sudo scripts/install.sh --system)" >&2
+    exit 1
+  fi
 else
   VENV=.venv
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
-elif [ -z "${ISAACD_QUIET_PYTHON:-}" ] && [ "$(base_of "$VENV/bin/python")" != "$(base_of "$PY")" ]; then
-  echo "isaacd: $VENV runs on $(base_of "$VENV/bin/python"), not on $PY ($(base_of "$PY")); kept as it is" \
+elif [ "$(base_of "$VENV/bin/python")" != "$(base_of "$PY")" ]; then
+  echo "isaacd: $VENV runs on $(base_of "$VENV/bin/python"), not $(base_of "$PY") ($PY); kept as it is" \
        "(rm -rf $VENV and run this again to switch)"
 fi
 STAMP=$VENV/.isaacd-install-stamp
@@ -114,8 +120,8 @@ where=$("$VENV/bin/python" -c "import isaacd, isaacd_trainer, rsl_rl, torch; pri
 echo "$want" > "$STAMP"
 if [ -n "$system" ]; then
   link=${BIN_DIR:+; $BIN_DIR/isaacd -> $VENV/bin/isaacd}
-  echo "isaacd installed in $VENV for every user (on $(base_of "$VENV/bin/python"), torch $where)$link;" \
+  echo "isaacd installed in $VENV for every user ($(base_of "$VENV/bin/python"), torch $where)$link;" \
        "next: sudo isaacd install-units"
 else
-  echo "isaacd installed in .venv (on $(base_of "$VENV/bin/python"), torch $where)"
+  echo "isaacd installed in .venv ($(base_of "$VENV/bin/python"), torch $where)"
 fi
