@@ -21,7 +21,9 @@ QUIET = "".join(f"\n[jobs.watchdogs.{w}]\nenabled = false\n" for w in ("no_progr
 
 
 def job(name: str, **over) -> str:  # noqa: ANN003
-    return builtin_job(name, device="cpu", spare="imports", extra_args=FAST, **over) + QUIET
+    # stop_timeout 3: a stop's save is not what this test is about; on a loaded box the trainer's exit after its save
+    # can take seconds, and a SIGKILL at the timeout is a way to end a child like any other
+    return builtin_job(name, device="cpu", spare="imports", extra_args=FAST, stop_timeout=3.0, **over) + QUIET
 
 
 def spare_pids(events: list[dict]) -> set[int]:
