@@ -33,9 +33,8 @@ SYSTEM_FIX = ("install isaacd where every user can run it: sudo scripts/install.
 
 
 def client_path() -> str:
-    """This install's `isaacd` (beside its Python), what the unit `install-units` writes runs."""
-    exe = Path(sys.executable).with_name("isaacd")
-    return str(exe)
+    """This install's `isaacd`, beside its Python: the one `install-units` writes into the unit."""
+    return str(Path(sys.executable).with_name("isaacd"))
 
 
 def package_file(name: str) -> str | None:
@@ -64,7 +63,7 @@ def who(user: User) -> Who:
 
 
 def findings(name: str, wants: list[Need], users: list[User], fix: str) -> list[Check]:
-    """One failed check per problem (its users named together), or None of them."""
+    """One failed check per problem, its users named together; [] when nothing stops anyone."""
     problems: dict[Blocked, list[str]] = {}
     for need in wants:
         for u in users:
