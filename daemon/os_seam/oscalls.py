@@ -36,7 +36,9 @@ class RunAs:
 
 
 class Child(Protocol):
-    """A process we spawned (subprocess.Popen is one): its pid, and its exit once it has ended."""
+    """A process we spawned (subprocess.Popen is one): its pid, and its exit once it has ended. Whoever holds one polls
+    it until it answers (issue 37): until then the ended child is a zombie under the supervisor (runtimes/process.py
+    polls trainers at each tick and killed spares at each cleanup)."""
 
     pid: int
 
