@@ -235,7 +235,7 @@ def test_reload_adds_and_removes_jobs_without_touching_the_others(tmp_path, supe
     keep_pid, gone_pid = sp.job("keep")["pid"], sp.job("gone")["pid"]
     cfg.write_text(cfg.read_text().replace(gone, builtin_job("new", command=["sh", "-c", "sleep 600"])))
     out = sp.cli("reload").stdout
-    assert "added new" in out and "removed gone" in out
+    assert "added: new" in out and "removed: gone" in out
     wait_for(lambda: [j["name"] for j in sp.status()["jobs"]] == ["keep", "new"], 15, what="gone removed")
     with pytest.raises(ProcessLookupError):
         os.kill(gone_pid, 0)
