@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pwd
 import signal
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from isaacd.control import request
+from isaacd.watchdogs.gpufeed import FeedTick
 
 BIN = Path(sys.executable).parent
 
@@ -144,3 +147,40 @@ def steps(run_dir: Path) -> list[int]:
             if any(not v.tag.endswith("/time") for v in ev.summary.value):
                 out.add(ev.step)
     return sorted(out)
+
+
+@contextlib.contextmanager
+def unix_users(groups: dict[str, str], names: dict[str, str],
+               member: dict[str, list[str]]) -> Iterator[dict[str, Any]]:
+    """Real Unix groups and users (groupadd, useradd -m, nologin shell), removed afterwards: `groups` maps a role to a
+    group name, `names` a person to a user name, `member` a person to the group names they join. Yields each person's
+    pwd entry and each role's group name. Callers make the names unique (parallel workers never collide)."""
+    made_groups: list[str] = []
+    made: list[str] = []
+    try:
+        for g in groups.values():
+            subprocess.run(["groupadd", g], check=True, capture_output=True)
+            made_groups.append(g)
+        for who, n in names.items():
+            extra = ["-G", ",".join(member[who])] if member.get(who) else []
+            subprocess.run(["useradd", "-m", "-s", "/usr/sbin/nologin", *extra, n], check=True, capture_output=True)
+            made.append(n)
+        yield {**{k: pwd.getpwnam(v) for k, v in names.items()}, **groups}
+    finally:
+        for n in made:
+            subprocess.run(["userdel", "-r", n], capture_output=True)
+        for g in made_groups:
+            subprocess.run(["groupdel", g], capture_output=True)
+
+
+class NoGpus:
+    """A GPU feed for a WatchdogEngine on a host with no GPUs: empty ticks, no power cap, nothing to mark."""
+
+    def poll(self) -> FeedTick:
+        return FeedTick()
+
+    def set_power_limit(self, gpu: int, watts: float) -> None:
+        raise PermissionError
+
+    def mark_unhealthy(self, gpu: int, reason: str) -> None:
+        pass

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+import helpers
 from helpers import BIN, SupervisorProc, write_config, wait_for
 
 PY3 = Path("/usr/bin/python3")
@@ -82,21 +83,8 @@ def users():
     names = {"alice": f"i32a{tag}", "bob": f"i32b{tag}", "carol": f"i32c{tag}", "dana": f"i32d{tag}"}
     member = {"alice": [groups["socket"]], "bob": [groups["socket"]], "carol": [],
               "dana": [groups["socket"], groups["admin"]]}
-    made_groups, made = [], []
-    try:
-        for g in groups.values():
-            subprocess.run(["groupadd", g], check=True, capture_output=True)
-            made_groups.append(g)
-        for who, n in names.items():
-            extra = ["-G", ",".join(member[who])] if member[who] else []
-            subprocess.run(["useradd", "-m", "-s", "/usr/sbin/nologin", *extra, n], check=True, capture_output=True)
-            made.append(n)
-        yield {**{k: pwd.getpwnam(v) for k, v in names.items()}, **groups}
-    finally:
-        for n in made:
-            subprocess.run(["userdel", "-r", n], capture_output=True)
-        for g in made_groups:
-            subprocess.run(["groupdel", g], capture_output=True)
+    with helpers.unix_users(groups, names, member) as made:
+        yield made
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from helpers import write_config
+from helpers import NoGpus, write_config
 
 from isaacd.access.policy import Caller
 from isaacd.config.schema import load_config
@@ -25,7 +25,6 @@ from isaacd.runtimes.ray_fleet import FleetStatus, NodeStatus
 from isaacd.status.types import Status
 from isaacd.supervisor import Supervisor
 from isaacd.watchdogs.engine import WatchdogEngine
-from isaacd.watchdogs.gpufeed import FeedTick
 
 ROOT = Caller(0, "root", True)
 
@@ -154,16 +153,6 @@ def test_the_real_parts_fit_the_interfaces(tmp_path: Path) -> None:
 
 def test_watchdog_engine_needs_only_the_jobs_signals(tmp_path: Path) -> None:
     """The engine holds no supervisor: the jobs' signals come with each tick."""
-    class NoGpus:
-        def poll(self) -> FeedTick:
-            return FeedTick()
-
-        def set_power_limit(self, gpu: int, watts: float) -> None:
-            raise PermissionError
-
-        def mark_unhealthy(self, gpu: int, reason: str) -> None:
-            pass
-
     cfg = load_config(write_config(tmp_path, '[[jobs]]\nname = "a"\n'))
     engine = WatchdogEngine(NoGpus())
     sig = JobSignals(name="a", cfg=cfg.jobs[0], alive=True, attempt=1, attempt_started_at=0.0, first_step=0,

@@ -51,21 +51,8 @@ def people():
     names = {"admin": f"i37m{tag}", "alice": f"i37a{tag}", "bob": f"i37b{tag}"}
     member = {"admin": [groups["socket_group"], groups["admin_group"]], "alice": [groups["socket_group"]],
               "bob": [groups["socket_group"]]}
-    made_groups, made = [], []
-    try:
-        for g in groups.values():
-            subprocess.run(["groupadd", g], check=True, capture_output=True)
-            made_groups.append(g)
-        for who, n in names.items():
-            subprocess.run(["useradd", "-m", "-s", "/usr/sbin/nologin", "-G", ",".join(member[who]), n], check=True,
-                           capture_output=True)
-            made.append(n)
-        yield {**{k: pwd.getpwnam(v) for k, v in names.items()}, **groups}
-    finally:
-        for n in made:
-            subprocess.run(["userdel", "-r", n], capture_output=True)
-        for g in made_groups:
-            subprocess.run(["groupdel", g], capture_output=True)
+    with helpers.unix_users(groups, names, member) as made:
+        yield made
 
 
 @pytest.fixture

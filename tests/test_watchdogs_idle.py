@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers import write_config
+from helpers import NoGpus, write_config
 
 from isaacd.cli.render import _watchdog_notes
 from isaacd.config.schema import load_config
@@ -13,18 +13,6 @@ from isaacd.jobs.model import JobState
 from isaacd.status.signals import JobSignals
 from isaacd.status.types import JobStatus, WatchdogState
 from isaacd.watchdogs.engine import WatchdogEngine
-from isaacd.watchdogs.gpufeed import FeedTick
-
-
-class NoGpus:
-    def poll(self) -> FeedTick:
-        return FeedTick()
-
-    def set_power_limit(self, gpu: int, watts: float) -> None:
-        raise PermissionError
-
-    def mark_unhealthy(self, gpu: int, reason: str) -> None:
-        pass
 
 
 def engine_after_a_tick(tmp_path: Path, state: JobState) -> WatchdogEngine:
