@@ -48,7 +48,9 @@ def test_healthy_run_with_default_watchdogs_never_trips(tmp_path, supervisor_fac
     assert trips(sp) == []
     j = sp.job("t")
     assert j["restarts"] == 0
-    assert all(w["state"] in ("ok", "warmup") for w in j["watchdogs"].values()), j["watchdogs"]
+    # completed: nothing left to watch (issue 37: idle, not ok), and none of them ever tripped
+    assert all(w["state"] in ("idle", "ok") for w in j["watchdogs"].values()), j["watchdogs"]
+    assert j["watchdog_trips"] == []
 
 
 def test_loss_spike_rolls_back_to_a_checkpoint_before_it_and_training_continues(tmp_path, supervisor_factory):

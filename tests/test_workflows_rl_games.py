@@ -129,8 +129,8 @@ def test_progress_iteration_maps_frames_to_epochs(tmp_path):
     # no env.yaml: the job's num_envs; no agent.yaml: the job's horizon_length override
     assert wf.frames_per_epoch(fake_run(tmp_path / "a", num_envs=None)) == fpe
     assert wf.frames_per_epoch(fake_run(tmp_path / "b", horizon=None)) == fpe
-    # multi-GPU: rank 0 adds curr_frames * world_size every epoch
-    wf2 = resolve(rlg_job(tmp_path, nproc_per_node=2)).workflow
+    # multi-GPU: rank 0 adds curr_frames * world_size every epoch (2 ranks train on GPUs: a CPU device is refused)
+    wf2 = resolve(rlg_job(tmp_path, nproc_per_node=2, device="cuda")).workflow
     assert wf2.progress_iteration(2 * fpe, run, None) == 2
     # nothing known (no params, no override): the resume point, never a guess ahead of it
     wf3 = resolve(rlg_job(tmp_path, extra=[])).workflow

@@ -2,9 +2,9 @@
 container, and read what the supervisor says. Shared by tests/test_systemd_testbed.py and
 bench/container-recovery.py.
 
-The checkout and its venv are bind-mounted into the testbed at the same paths (the venv's Python
-comes from pyenv, bind-mounted read-only), and the job container is an overlay of the testbed's own
-root (`Rootfs=/:O`) with the same two bind mounts: no image registry needed, and the built-in
+The checkout and its venv are bind-mounted into the testbed at the same paths (the venv's Python, pyenv's
+or Debian's own interpreter and standard library, read-only: `python_mounts`), and the job container is an
+overlay of the testbed's own root (`Rootfs=/:O`) with the same bind mounts: no image registry needed, and the built-in
 trainer (torch + rsl_rl) runs in the container exactly as on the host.
 """
 
@@ -31,7 +31,7 @@ STATE_DIR = "/var/lib/isaacd"
 
 
 def python_home() -> str:
-    """The base Python the venv was made from (pyvenv.cfg `home`), e.g. /root/.pyenv/versions/3.11.7."""
+    """The base Python the venv was made from (pyvenv.cfg `home`), e.g. /root/.pyenv/versions/3.11.7 or /usr."""
     for line in (VENV / "pyvenv.cfg").read_text().splitlines():
         k, _, v = line.partition("=")
         if k.strip() == "home":
@@ -39,14 +39,24 @@ def python_home() -> str:
     return sys.base_prefix
 
 
-def python_mount() -> str:
+def python_mounts() -> list[str]:
+    """What the testbed and its job containers mount read-only so that the venv's symlinked interpreter runs there.
+
+    A pyenv Python: its whole root. Debian's own /usr/bin/python3 (what scripts/install.sh prefers): only the
+    interpreter, the `python3` name the venv links to, and its standard library, never the host's /usr, which would
+    shadow the testbed's own (Debian trixie, with no Python 3.11 of its own: its systemd and Podman would not run)."""
     home = Path(python_home())
-    # mount the pyenv root (or the base prefix) so the venv's symlinked interpreter resolves
-    return str(home.parents[1]) if home.parent.name == "versions" else str(home)
+    if home.parent.name == "versions":
+        return [str(home.parents[1])]
+    if home != Path("/usr"):
+        return [str(home)]
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"  # the tests run on the venv's Python
+    names = [home / "bin" / version, home / "bin" / "python3", home / "lib" / version]
+    return [str(p) for p in names if p.exists()]
 
 
 def make_testbed(name: str = "isaacd-tb") -> Testbed:
-    return Testbed(name=name, binds=[str(REPO)], ro_binds=[python_mount()])
+    return Testbed(name=name, binds=[str(REPO)], ro_binds=python_mounts())
 
 
 def job_config(max_iterations: int = 400, backoff_initial: float = 0.5, num_envs: int = 64,
@@ -87,7 +97,7 @@ max_restarts = 20
 [jobs.container]
 image = "/:O"
 shm_size = "256m"
-volumes = ["{REPO}:{REPO}:ro", "{python_mount()}:{python_mount()}:ro"]
+volumes = {json.dumps([f"{REPO}:{REPO}:ro", *(f"{m}:{m}:ro" for m in python_mounts())])}
 """
 
 
