@@ -4,7 +4,7 @@
 A seeded trace of `--jobs` Isaac Lab training jobs is played, time-compressed, through a discrete-event simulation
 of a scripted host of 8 x H200 (140 GiB each) that drives the real `isaacd.scheduling.scheduler.schedule()`: at
 every event (a submission, a job's end, a preempted job's save completing, a minimum run time running out) the
-simulation calls `schedule(jobs, gpus, now, limits)` with the jobs as `QueuedJob`s and the GPUs as `Gpu`s, applies
+simulation calls `schedule(jobs, gpus, now, limits)` with the jobs as `QueueEntry`s and the GPUs as `Gpu`s, applies
 its placements and preemptions, and calls it again at the same instant until it has nothing more to say (the
 supervisor's hook does the same, one pass a tick). Two policies run on the same trace, with the same packing:
 
@@ -82,7 +82,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from isaacd.scheduling.scheduler import GiB, Gpu, Limits, QueuedJob, Request, schedule
+from isaacd.scheduling.scheduler import GiB, Gpu, Limits, QueueEntry, Request, schedule
 
 GB = 10**9
 GPUS = 8
@@ -235,12 +235,12 @@ class QueueSim:
         heapq.heappush(self.events, (t, self._seq, kind, name, attempt))
 
     # -- inputs of schedule() --
-    def queued(self, live: _Live) -> QueuedJob:
+    def queued(self, live: _Live) -> QueueEntry:
         s = live.spec
         isaacd = self.policy == "isaacd"
-        return QueuedJob(s.name, Request(s.ranks, s.memory_bytes), s.priority if isaacd else 0, s.submit_s,
-                         s.preemptible if isaacd else False, live.waiting, live.placement, live.running_since,
-                         live.backfilled, live.stopping)
+        return QueueEntry(s.name, Request(s.ranks, s.memory_bytes), s.priority if isaacd else 0, s.submit_s,
+                          s.preemptible if isaacd else False, live.waiting, live.placement, live.running_since,
+                          live.backfilled, live.stopping)
 
     def gpus(self) -> list[Gpu]:
         used = [0] * self.n_gpus

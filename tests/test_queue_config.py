@@ -20,7 +20,8 @@ from isaacd.runtimes.trainer_command import trainer_env
 from isaacd.scheduling.hook import HostQueue
 from isaacd.scheduling.submit import cancel_job, submit_job
 from isaacd.config.queue import QueueConfig
-from isaacd.status.signals import QueueFacts, JobSignals
+from isaacd.jobs.queue_entry import QueueEntry, Request
+from isaacd.status.signals import JobSignals
 from isaacd.status.types import JobStatus, QueueStatus, Status
 
 GiB = 2**30
@@ -189,9 +190,8 @@ def snapshot(temps: dict[int, float], unhealthy: dict[str, str] | None = None) -
 
 
 def waiting_signals(name: str = "w") -> JobSignals:
-    facts = QueueFacts(gpus=1, memory_bytes=10 * GiB, priority=0, preemptible=True, waiting=True, submitted_at=1.0,
-                       placement=(), placed_at=None, backfill=False, preempting=False, spare_bytes=0)
-    return JobSignals(name, job(name=name, gpu_memory="10GiB"), False, 0, None, None, None, None, queue=facts)
+    entry = QueueEntry(name, Request(1, 10 * GiB), priority=0, submitted_at=1.0, preemptible=True, waiting=True)
+    return JobSignals(name, job(name=name, gpu_memory="10GiB"), False, 0, None, None, None, None, queue=entry)
 
 
 def test_the_hook_places_only_on_cool_healthy_whole_gpus_and_says_why_in_the_status():

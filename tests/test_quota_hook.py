@@ -11,7 +11,8 @@ from isaacd.config.schema import Config
 from isaacd.config.users import UnknownUser, User
 from isaacd.scheduling.hook import HostQueue
 from isaacd.scheduling.owners import Owners
-from isaacd.status.signals import JobSignals, QueueFacts
+from isaacd.jobs.queue_entry import QueueEntry, Request
+from isaacd.status.signals import JobSignals
 from test_queue_config import job, snapshot
 
 GiB = 2**30
@@ -31,10 +32,9 @@ class Lookups:
 
 
 def sig(name: str, owner: str | None, placement: tuple[int, ...] = (), order: float = 1.0) -> JobSignals:
-    facts = QueueFacts(gpus=1, memory_bytes=None, priority=0, preemptible=True, waiting=not placement,
-                       submitted_at=order, placement=placement, placed_at=0.0 if placement else None, backfill=False,
-                       preempting=False, spare_bytes=0, owner=owner)
-    return JobSignals(name, job(name=name, gpus=1), False, 0, None, None, None, None, queue=facts)
+    entry = QueueEntry(name, Request(1, None), priority=0, submitted_at=order, preemptible=True, waiting=not placement,
+                       placement=placement, placed_at=0.0 if placement else None, owner=owner)
+    return JobSignals(name, job(name=name, gpus=1), False, 0, None, None, None, None, queue=entry)
 
 
 @dataclass

@@ -4,7 +4,7 @@ what a user of the host would notice."""
 from __future__ import annotations
 
 from isaacd.scheduling.quota import Quota, Quotas
-from isaacd.scheduling.scheduler import (GiB, Gpu, Limits, PinnedJob, QueuedJob, Request, queue_order, schedule)
+from isaacd.scheduling.scheduler import (GiB, Gpu, Limits, PinnedJob, QueueEntry, Request, queue_order, schedule)
 
 H200 = 140 * GiB
 
@@ -14,15 +14,15 @@ def host(n: int = 8, total: int = H200, **unusable: str) -> list[Gpu]:
 
 
 def wants(name: str, mem_gib: float | None = 10, gpus: int = 1, priority: int = 0, order: float = 0.0,
-          **kw) -> QueuedJob:  # noqa: ANN003
+          **kw) -> QueueEntry:  # noqa: ANN003
     mem = None if mem_gib is None else int(mem_gib * GiB)
-    return QueuedJob(name, Request(gpus, mem), priority, order, waiting=True, **kw)
+    return QueueEntry(name, Request(gpus, mem), priority, order, waiting=True, **kw)
 
 
 def holds(name: str, gpus: tuple[int, ...], mem_gib: float | None = 10, priority: int = 0, order: float = 0.0,
-          since: float = 0.0, **kw) -> QueuedJob:  # noqa: ANN003
+          since: float = 0.0, **kw) -> QueueEntry:  # noqa: ANN003
     mem = None if mem_gib is None else int(mem_gib * GiB)
-    return QueuedJob(name, Request(len(gpus), mem), priority, order, placement=gpus, running_since=since, **kw)
+    return QueueEntry(name, Request(len(gpus), mem), priority, order, placement=gpus, placed_at=since, **kw)
 
 
 def placed(s) -> dict[str, tuple[int, ...]]:  # noqa: ANN001
@@ -102,13 +102,13 @@ def test_backfill_a_preemptible_job_starts_ahead_of_a_blocked_one():
 
 def test_then_the_backfill_gives_its_gpu_back_the_moment_the_blocked_job_could_run():
     # "running" ended; the backfilled job holds GPU 1, started a second ago (no minimum run time for a backfill)
-    jobs = [wants("wide", None, gpus=2, order=1), holds("small", (1,), 10, order=2, since=999, backfilled=True)]
+    jobs = [wants("wide", None, gpus=2, order=1), holds("small", (1,), 10, order=2, since=999, backfill=True)]
     s = schedule(jobs, host(2), now=1000)
     assert [(p.victim, p.by) for p in s.preemptions] == [("small", "wide")]
     assert "started ahead of it while it waited (backfill)" in s.preemptions[0].reason
     assert s.waiting[0].reason == "needs 2 GPUs (whole); preempting small"
     # next pass: small is saving; wide waits for it and preempts nobody else
-    jobs = [wants("wide", None, gpus=2, order=1), holds("small", (1,), 10, order=2, backfilled=True, stopping=True)]
+    jobs = [wants("wide", None, gpus=2, order=1), holds("small", (1,), 10, order=2, backfill=True, preempting=True)]
     s = schedule(jobs, host(2), now=1001)
     assert s.preemptions == () and s.waiting[0].reason.endswith("waiting for small to save and stop")
 
@@ -160,7 +160,7 @@ def test_a_preempted_job_goes_back_to_its_old_place_in_the_queue():
 
 def test_a_job_waiting_for_its_victims_keeps_their_room_from_backfills():
     # wide waits for small to save; a preemptible backfill behind it must not take the GPU small frees
-    jobs = [wants("wide", None, gpus=2, priority=10, order=1), holds("small", (1,), 10, stopping=True),
+    jobs = [wants("wide", None, gpus=2, priority=10, order=1), holds("small", (1,), 10, preempting=True),
             wants("filler", 10, order=5)]
     s = schedule(jobs, host(2), now=1000)
     assert placed(s) == {} and s.preemptions == ()
@@ -259,7 +259,7 @@ def test_past_her_queued_quota_alices_later_jobs_wait_behind_everyones():
 # ---- issue 37: a job backing off holds no GPUs ----------------------------------------------------------------
 def test_a_job_backing_off_keeps_its_place_but_its_gpu_goes_to_the_next_in_line_meanwhile():
     # "crashy" (submitted first) crashed and gave its GPU back for its backoff: "next" starts on it meanwhile
-    jobs = [QueuedJob("crashy", Request(1, None), order=1, not_before=1030), wants("next", None, order=2)]
+    jobs = [QueueEntry("crashy", Request(1, None), submitted_at=1, not_before=1030), wants("next", None, order=2)]
     s = schedule(jobs, host(1), now=1000)
     assert placed(s) == {"next": (0,)} and not s.preemptions
     assert [(w.job, w.position) for w in s.waiting] == [("crashy", 1)]
@@ -268,7 +268,7 @@ def test_a_job_backing_off_keeps_its_place_but_its_gpu_goes_to_the_next_in_line_
 
 
 def test_a_backing_off_gang_preempts_nobody_even_at_a_higher_priority():
-    jobs = [QueuedJob("gang", Request(2, None), priority=10, order=1, not_before=1030),
+    jobs = [QueueEntry("gang", Request(2, None), priority=10, submitted_at=1, not_before=1030),
             holds("low1", (0,), None, order=2), holds("low2", (1,), None, order=3)]
     s = schedule(jobs, host(2), now=5000)
     assert not s.preemptions and not s.placements
@@ -281,6 +281,6 @@ def test_back_from_its_backoff_a_job_is_placed_again_ahead_of_those_submitted_af
 
 
 def test_a_failed_job_holds_nothing_and_blocks_nobody():
-    failed = QueuedJob("failed", Request(2, None), priority=10, order=0)  # at rest: no placement, not waiting
+    failed = QueueEntry("failed", Request(2, None), priority=10, submitted_at=0)  # at rest: no placement, not waiting
     s = schedule([failed, wants("a", None, order=1), wants("b", None, order=2)], host(2), now=1000)
     assert placed(s) == {"a": (0,), "b": (1,)} and not s.waiting and not s.preemptions

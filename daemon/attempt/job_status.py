@@ -17,12 +17,12 @@ from ..config.schema import JobConfig
 from ..gpu.assign import status_gpus
 from ..history.store import job_log_path
 from ..jobs.model import JobModel, JobState
+from ..jobs.queue_entry import queue_entry
 from ..observations.checkpoints import Checkpoint
 from ..observations.tensorboard import finite_or_none
 from ..runtimes.view import RuntimeView
 from ..workflows import Resolved
 from ..status.source import RunnerParts
-from ..scheduling.scheduler import Request
 from ..status.types import BootStatus, QueueStatus
 from ..status.types import (BackupStatus, CheckpointStatus, CompileCacheStatus, JobStatus, LaunchWaitStatus, SpareStatus,
                     WatchdogTripCount)
@@ -113,15 +113,10 @@ def boot_status(r: RunnerView, desc: RuntimeView) -> BootStatus | None:
 
 
 def queue_status(written: JobConfig, m: JobModel, wall_minus_mono: float) -> QueueStatus | None:
-    """A job the host's queue places: what it asked for and holds (its place and why it waits: scheduling/hook.py)."""
-    if not written.placed_by_isaacd:
-        return None
-    ask = written.gpu_memory_bytes
-    return QueueStatus(request=Request(written.ranks, ask).describe(), gpus_asked=written.ranks, memory_bytes=ask,
-                       priority=written.priority, preemptible=written.preemptible, submitted_at=m.submitted_at,
-                       queued_since=m.queued_at if m.state == JobState.QUEUED else None,
-                       placement=m.placement, placed_at=None if m.placed_at is None else m.placed_at + wall_minus_mono,
-                       backfill=m.backfill, preemptions=m.preemptions)
+    """A job the host's queue places: its queue entry as the status shows it (its place and why it waits:
+    scheduling/hook.py)."""
+    entry = queue_entry(written, m)
+    return None if entry is None else QueueStatus.of(entry, wall_minus_mono)
 
 
 def job_status(r: RunnerView) -> JobStatus:

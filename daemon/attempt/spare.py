@@ -210,7 +210,7 @@ class SpareKeeper:
                             retry_in_seconds=round(self._retry_delay, 1), mode=sp.mode, **boot)
                 self.retry_at, self._retry_delay = now + self._retry_delay, min(self._retry_delay * 2, RETRY_MAX)
                 return []
-        at_rest = state in (JobState.STOPPED, JobState.COMPLETED, JobState.FAILED)
+        at_rest = state.at_rest
         if now < self.held_until:
             return self.dismiss(self.held_reason or "held back by the queue")
         if at_rest or not self.enabled(program):

@@ -589,7 +589,7 @@ def _reset(m: JobModel, cmd: Reset, ctx: Context, out: _Out) -> tuple[JobModel, 
     """Train from scratch: from rest only (stopped, completed, failed), as a start that resumes from nothing; its launch
     sets the old run dirs aside first (runner._launch). A job with a trainer, or one about to get one, is refused:
     a reset that stopped a trainer itself would throw a running training away on a mistyped job name."""
-    if m.state not in (S.STOPPED, S.COMPLETED, S.FAILED):
+    if not m.state.at_rest:
         return m, Refused(f"not reset: it is {m.state.value}; stop it first (`isaacd stop {ctx.job}`), then "
                           f"`isaacd reset {ctx.job}`")
     if ctx.backup:

@@ -41,6 +41,12 @@ class JobState(str, enum.Enum):
         """A trainer process/container exists (or may exist) for the job."""
         return self in (JobState.STARTING, JobState.RUNNING, JobState.STOPPING)
 
+    @property
+    def at_rest(self) -> bool:
+        """Stopped, completed or failed: no trainer, and none until a start or a reset (the one definition: the
+        queue's pinned GPUs, the spare keeper, `isaacd reset`, an old document's resting state read it)."""
+        return self in (JobState.STOPPED, JobState.COMPLETED, JobState.FAILED)
+
 
 class OomPhase(enum.StrEnum):
     """When an attempt ran out of GPU memory (jobs/machine.py decides): the key of `cuda_ooms` and the
@@ -237,7 +243,7 @@ def legacy_state(m: JobModel, open_trainer: bool, final_state: str | None, final
     then adopts it or calls it lost); else the resting state it saved, kept so across restarts; else pending."""
     if open_trainer:
         return m.with_(state=JobState.RUNNING, reason="adopting")
-    if final_state in ("stopped", "completed", "failed"):
+    if final_state in {state.value for state in JobState if state.at_rest}:
         return m.with_(state=JobState(final_state), reason=final_reason, final=True)
     return m
 

@@ -4,7 +4,9 @@ asks the pure scheduler (scheduler.py) what to do, and returns the answers as co
 decides each job's part and saves it before the runner acts, so a supervisor killed mid-preemption finds the stop
 on disk and finishes it.
 
-At publish it adds each waiting job's place and reason to its status row (`job_status`), from the last pass.
+Each job the queue places comes with its queue entry (`JobSignals.queue`, jobs/queue_entry.py), which is the
+scheduler's input as it is: the hook adds only the owner's quota groups of this pass. At publish it adds each waiting
+job's place and reason to its status row (`job_status`), from the last pass.
 
 Quotas (issue 32) come from the `[access]` in force (a reload changes them): it is an extension too, handed the
 running supervisor's view at start, and reads `running.config` each tick (owners.py: each owner's limits and groups).
@@ -24,13 +26,13 @@ from ..gpu.assign import job_gpus
 from ..gpu.snapshot import GpuSnapshot
 from ..jobs.messages import Command, DropSpare, Placed, Preempt
 from ..jobs.model import JobState
+from ..jobs.queue_entry import QueueEntry
 from ..status.signals import JobSignals
 from ..status.types import JobStatus
 from .owners import Owners
-from .scheduler import Gpu, Limits, PinnedJob, QueuedJob, Request, Waiting, schedule
+from .scheduler import Gpu, Limits, PinnedJob, Waiting, schedule
 
 SPARE_HOLD_SECONDS = 120.0  # a spare dropped for a waiting job stays off this long after the last pass needing it
-AT_REST = (JobState.STOPPED, JobState.COMPLETED, JobState.FAILED)
 
 
 class InForce(Protocol):
@@ -58,7 +60,7 @@ class HostQueue:
         self._running = None
 
     def tick(self, now: float, signals: Sequence[JobSignals]) -> list[tuple[str, Command]]:
-        placed = [s for s in signals if s.queue is not None]
+        placed = [s.queue for s in signals if s.queue is not None]
         if not placed:
             self.waiting = {}
             return []
@@ -67,16 +69,15 @@ class HostQueue:
         if not gpus:
             why = ("no GPU inventory: the GPU collector is down or sees no GPU ([gpu] source); nothing is placed "
                    "until it is back" if snap is None or not snap.up else "no GPU on this host")
-            self.waiting = {s.name: Waiting(s.name, i + 1, why)
-                            for i, s in enumerate(x for x in placed if x.queue and x.queue.waiting)}
+            self.waiting = {e.name: Waiting(e.name, i + 1, why) for i, e in enumerate(e for e in placed if e.waiting)}
             return []
         access, admin_group = self.access, self.admin_group
         if self._running is not None:
             access, admin_group = self._running.config.access, self._running.config.supervisor.admin_group
-        quotas, groups = self.owners.quotas((s.queue.owner for s in placed if s.queue), access, admin_group, now)
-        jobs = [_queued(s, groups) for s in placed]
+        quotas, groups = self.owners.quotas((e.owner for e in placed), access, admin_group, now)
+        jobs = [_with_groups(e, groups) for e in placed]
         pinned = [PinnedJob(s.name, tuple(sorted(job_gpus(s.cfg, snap).physical_indices)))
-                  for s in signals if s.queue is None and s.state not in AT_REST]
+                  for s in signals if s.queue is None and not s.state.at_rest]
         decided = schedule(jobs, gpus, now, Limits(self.cfg.min_run_seconds), pinned, quotas)
         if decided.placements or decided.preemptions:
             log.info("queue_pass", placed={p.job: list(p.gpus) for p in decided.placements},
@@ -120,10 +121,6 @@ class HostQueue:
                        state_reason=f"queued #{w.position}: {w.reason}")
 
 
-def _queued(s: JobSignals, groups: dict[str, tuple[str, ...]]) -> QueuedJob:
-    q = s.queue
-    assert q is not None
-    return QueuedJob(s.name, Request(q.gpus, q.memory_bytes), q.priority,
-                     q.submitted_at if q.submitted_at is not None else float("inf"), q.preemptible, q.waiting,
-                     q.placement, q.placed_at, q.backfill, q.preempting, q.spare_bytes, q.owner,
-                     groups.get(q.owner, ()) if q.owner is not None else (), q.not_before)
+def _with_groups(e: QueueEntry, groups: dict[str, tuple[str, ...]]) -> QueueEntry:
+    """The entry with its owner's groups that have a quota (looked up for this pass: owners.py)."""
+    return replace(e, groups=groups.get(e.owner, ()) if e.owner is not None else ())

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+
+from ..jobs.queue_entry import QueueEntry
 
 GiB = 2**30
 SLACK = 1e-9  # float shares (1/3 + 1/3 + 1/3): a quota met exactly is not exceeded
@@ -36,39 +37,6 @@ class Quotas:
     groups: Mapping[str, Quota] = field(default_factory=dict)  # by group name: its members together
 
 
-class _Request(Protocol):
-    @property
-    def gpus(self) -> int: ...
-
-    @property
-    def memory_bytes(self) -> int | None: ...
-
-
-class _Job(Protocol):
-    """What a quota reads of a job (the scheduler's QueuedJob)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def owner(self) -> str | None: ...
-
-    @property
-    def groups(self) -> tuple[str, ...]: ...
-
-    @property
-    def request(self) -> _Request: ...
-
-    @property
-    def placement(self) -> tuple[int, ...]: ...
-
-    @property
-    def waiting(self) -> bool: ...
-
-
-J = TypeVar("J", bound=_Job)
-
-
 @dataclass
 class Held:
     gpus: float = 0.0
@@ -78,7 +46,7 @@ class Held:
 class Ledger:
     """What each owner and group holds, as the decisions of one scheduling pass take it."""
 
-    def __init__(self, quotas: Quotas, totals: Mapping[int, int], jobs: Sequence[_Job]):
+    def __init__(self, quotas: Quotas, totals: Mapping[int, int], jobs: Sequence[QueueEntry]):
         self.quotas = quotas
         self.totals = totals  # GPU index -> its memory
         self.held: dict[tuple[str, str], Held] = {}  # ("user", name) / ("group", name) -> held
@@ -86,14 +54,14 @@ class Ledger:
             if j.placement and not j.waiting:
                 self.take(j, j.placement)
 
-    def _holders(self, job: _Job) -> list[tuple[tuple[str, str], Quota]]:
+    def _holders(self, job: QueueEntry) -> list[tuple[tuple[str, str], Quota]]:
         out = []
         if job.owner is not None and job.owner in self.quotas.users:
             out.append((("user", job.owner), self.quotas.users[job.owner]))
         out += [(("group", g), self.quotas.groups[g]) for g in job.groups if g in self.quotas.groups]
         return out
 
-    def cost(self, job: _Job, gpus: Sequence[int] | None) -> Held:
+    def cost(self, job: QueueEntry, gpus: Sequence[int] | None) -> Held:
         """What placing `job` on `gpus` holds; `gpus` None: the least it could hold anywhere on this host."""
         mem = job.request.memory_bytes
         if gpus is None:
@@ -115,14 +83,14 @@ class Ledger:
                 held.memory_bytes += mem
         return held
 
-    def take(self, job: _Job, gpus: Sequence[int]) -> None:
+    def take(self, job: QueueEntry, gpus: Sequence[int]) -> None:
         cost = self.cost(job, gpus)
         for key, _ in self._holders(job):
             h = self.held.setdefault(key, Held())
             h.gpus += cost.gpus
             h.memory_bytes += cost.memory_bytes
 
-    def refusal(self, job: _Job, gpus: Sequence[int] | None) -> str | None:
+    def refusal(self, job: QueueEntry, gpus: Sequence[int] | None) -> str | None:
         """Why placing `job` on `gpus` (None: anywhere) would take its owner or a group of theirs past a quota."""
         holders = self._holders(job)
         if not holders:
@@ -140,12 +108,12 @@ class Ledger:
                         "it is free")
         return None
 
-    def in_line(self, waiting: Sequence[J]) -> tuple[list[J], dict[str, str]]:
+    def in_line(self, waiting: Sequence[QueueEntry]) -> tuple[list[QueueEntry], dict[str, str]]:
         """The waiting jobs (in the queue's order) with those past a `queued` quota moved behind everyone's, and why
         each of those waits there."""
         counted: dict[tuple[str, str], int] = {}
-        front: list[J] = []
-        back: list[J] = []
+        front: list[QueueEntry] = []
+        back: list[QueueEntry] = []
         why: dict[str, str] = {}
         for job in waiting:
             over = next(((key, q) for key, q in self._holders(job)

@@ -1,9 +1,10 @@
 """The one scheduler of a shared GPU host (issue 31): which queued jobs start on which GPUs, and which running ones
 give theirs back. Pure: `schedule(jobs, gpus, now, limits)` -> a `Schedule`; no I/O, no clock, no randomness, in the
-style of jobs/machine.py. The supervisor's queue hook (scheduling/hook.py) builds the inputs from the runners and
-the GPU snapshot each tick and hands the answers to the jobs' state machines as commands (`Placed`, `Preempt`), so
-a decision is saved with the job before it acts and a supervisor killed mid-preemption neither loses nor duplicates
-a job.
+style of jobs/machine.py. Its jobs are the jobs' queue entries as they are (jobs/queue_entry.py `QueueEntry`: the
+one record of a job's request and place). The supervisor's queue hook (scheduling/hook.py) calls it each tick with
+them and the GPU snapshot, and hands its answers to the jobs' state machines as commands (`Placed`, `Preempt`), so a
+decision is saved with the job before it acts and a supervisor killed mid-preemption neither loses nor duplicates a
+job.
 
 The rules, each a scenario in tests/test_scheduler.py:
   * Order: priority (higher first), then submission time (earlier first), then name.
@@ -31,9 +32,9 @@ import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from ..jobs.queue_entry import GiB, QueueEntry, Request
 from .quota import Ledger, Quotas
 
-GiB = 2**30
 MAX_VICTIM_SETS = 20_000  # preemption search: subsets tried before the greedy fallback (the 40-job benchmark on 8
 # GPUs: 998 searches, none reached it)
 
@@ -46,42 +47,6 @@ class Gpu:
     total_bytes: int
     used_bytes: int | None = None  # NVML's used memory; None: unknown (only the asks count)
     unusable: str | None = None  # why no new job may go here ("XID 79", "84 °C"): jobs on it stay
-
-
-@dataclass(frozen=True)
-class Request:
-    """What a job asks for: `gpus` distinct GPUs (one rank each), `memory_bytes` on each (None: the whole GPU)."""
-
-    gpus: int = 1
-    memory_bytes: int | None = None
-
-    def describe(self) -> str:
-        each = "a whole GPU" if self.memory_bytes is None else f"{round(self.memory_bytes / GiB, 1):g} GiB"
-        if self.gpus == 1:
-            return f"1 GPU ({each})" if self.memory_bytes is None else f"{each} on 1 GPU"
-        return f"{self.gpus} GPUs ({'whole' if self.memory_bytes is None else each + ' each'})"
-
-
-@dataclass(frozen=True)
-class QueuedJob:
-    """A job the scheduler places: it asked for GPUs rather than naming them."""
-
-    name: str
-    request: Request
-    priority: int = 0
-    order: float = 0.0  # submission time (wall clock, saved with the job): earlier first within a priority
-    preemptible: bool = True
-    waiting: bool = False  # it wants GPUs now (queued)
-    placement: tuple[int, ...] = ()  # the GPUs it holds (placed, running, stopping, backing off)
-    running_since: float | None = None  # monotonic: when it was placed (the minimum run time counts from here)
-    backfilled: bool = False  # placed ahead of a blocked job: gives its GPUs back the moment that job could run
-    stopping: bool = False  # a preemption's stop is under way: its GPUs come free once it has saved
-    spare_bytes: int = 0  # what its warm spare holds on each of its GPUs
-    owner: str | None = None  # whose job: its owner's quota counts it (None: no quota, the supervisor's own)
-    groups: tuple[str, ...] = ()  # the owner's groups with a quota, which count it too
-    # backing off after a failed attempt (monotonic: until when): it gave its GPUs back and keeps its place in line,
-    # but is placed only once the machine has queued it again; it blocks nobody and preempts nobody meanwhile
-    not_before: float | None = None
 
 
 @dataclass(frozen=True)
@@ -148,7 +113,7 @@ class _Room:
     foreign: dict[int, int] = field(default_factory=dict)  # bytes used beyond the asks (other processes, overuse)
 
     @classmethod
-    def of(cls, gpus: Sequence[Gpu], jobs: Sequence[QueuedJob], pinned: Sequence[PinnedJob]) -> "_Room":
+    def of(cls, gpus: Sequence[Gpu], jobs: Sequence[QueueEntry], pinned: Sequence[PinnedJob]) -> "_Room":
         room = cls({g.index: g for g in gpus})
         for p in pinned:
             for i in p.gpus:
@@ -166,7 +131,7 @@ class _Room:
                 room.foreign[g.index] = max(0, g.used_bytes - room.asked.get(g.index, 0))
         return room
 
-    def take(self, job: QueuedJob, gpus: Iterable[int], with_spare: bool = False) -> None:
+    def take(self, job: QueueEntry, gpus: Iterable[int], with_spare: bool = False) -> None:
         for i in gpus:
             if i not in self.gpus:
                 continue  # a GPU gone from the inventory: nothing to count it against
@@ -177,7 +142,7 @@ class _Room:
                 self.asked[i] = self.asked.get(i, 0) + job.request.memory_bytes + (job.spare_bytes if with_spare
                                                                                      else 0)
 
-    def without(self, jobs: Iterable[QueuedJob], spares_of: Iterable[QueuedJob] = ()) -> "_Room":
+    def without(self, jobs: Iterable[QueueEntry], spares_of: Iterable[QueueEntry] = ()) -> "_Room":
         """The room if these jobs gave their GPUs back (and these spares went)."""
         new = _Room(self.gpus, dict(self.asked), dict(self.whole), {k: set(v) for k, v in self.holders.items()},
                     dict(self.foreign))
@@ -221,12 +186,12 @@ class _Room:
 
 
 # ---- the pass ---------------------------------------------------------------------------------------------------
-def queue_order(jobs: Iterable[QueuedJob]) -> list[QueuedJob]:
+def queue_order(jobs: Iterable[QueueEntry]) -> list[QueueEntry]:
     """Priority first (higher first), then submission, then name: the order `isaacd queue` lists."""
     return sorted(jobs, key=lambda j: (-j.priority, j.order, j.name))
 
 
-def schedule(jobs: Sequence[QueuedJob], gpus: Sequence[Gpu], now: float, limits: Limits = Limits(),
+def schedule(jobs: Sequence[QueueEntry], gpus: Sequence[Gpu], now: float, limits: Limits = Limits(),
              pinned: Sequence[PinnedJob] = (), quotas: Quotas = Quotas()) -> Schedule:
     room = _Room.of(gpus, jobs, pinned)
     ledger = Ledger(quotas, {g.index: g.total_bytes for g in gpus}, jobs)  # what owners and groups hold (quota.py)
@@ -234,8 +199,8 @@ def schedule(jobs: Sequence[QueuedJob], gpus: Sequence[Gpu], now: float, limits:
     preemptions: list[Preemption] = []
     drops: list[SpareDrop] = []
     waiting: list[Waiting] = []
-    blocked: QueuedJob | None = None  # the first job that could not be placed
-    victims_taken: set[str] = {j.name for j in jobs if j.stopping}
+    blocked: QueueEntry | None = None  # the first job that could not be placed
+    victims_taken: set[str] = {j.name for j in jobs if j.preempting}
     in_line, behind = ledger.in_line(queue_order(j for j in jobs if j.waiting or j.not_before is not None))
     for job in in_line:
         if job.not_before is not None:  # its backoff: at its place, not yet to be placed
@@ -314,9 +279,9 @@ def _never(req: Request, room: _Room) -> str:
             f"it can never start here; lower gpus or gpu_memory, or `isaacd cancel` it")
 
 
-def _spares_in_the_way(job: QueuedJob, room: _Room, jobs: Sequence[QueuedJob]) -> list[QueuedJob] | None:
+def _spares_in_the_way(job: QueueEntry, room: _Room, jobs: Sequence[QueueEntry]) -> list[QueueEntry] | None:
     """The fewest spares whose memory, once freed, lets `job` fit; None when dropping every spare is not enough."""
-    with_spares = [j for j in jobs if j.spare_bytes and j.placement and not j.stopping]
+    with_spares = [j for j in jobs if j.spare_bytes and j.placement and not j.preempting]
     if not with_spares:
         return None
     freed = room.without((), with_spares).best_fit(job.request)
@@ -325,29 +290,29 @@ def _spares_in_the_way(job: QueuedJob, room: _Room, jobs: Sequence[QueuedJob]) -
     return [j for j in with_spares if set(j.placement) & set(freed)]
 
 
-def _outranks(job: QueuedJob, other: QueuedJob) -> bool:
+def _outranks(job: QueueEntry, other: QueueEntry) -> bool:
     """`job` may take `other`'s GPUs: a higher priority, or `other` is a backfill that started ahead of it."""
     if other.priority < job.priority:
         return True
-    return other.backfilled and other.priority == job.priority and (other.order, other.name) > (job.order, job.name)
+    return other.backfill and other.priority == job.priority and (other.order, other.name) > (job.order, job.name)
 
 
-def _preemptible_by(job: QueuedJob, other: QueuedJob, now: float, limits: Limits) -> str | None:
+def _preemptible_by(job: QueueEntry, other: QueueEntry, now: float, limits: Limits) -> str | None:
     """Why `job` may not preempt `other`, or None if it may."""
-    if not other.placement or other.waiting or other.stopping:
+    if not other.placement or other.waiting or other.preempting:
         return "not running"
     if not _outranks(job, other):
         return "not outranked"
     if not other.preemptible:
         return "preemptible = false"
-    young = other.running_since is not None and now - other.running_since < limits.min_run_seconds
-    if young and not other.backfilled:
+    young = other.placed_at is not None and now - other.placed_at < limits.min_run_seconds
+    if young and not other.backfill:
         return f"ran under min_run_seconds = {limits.min_run_seconds:g}"
     return None
 
 
-def _victims(job: QueuedJob, jobs: Sequence[QueuedJob], room: _Room, now: float, limits: Limits,
-             taken: set[str]) -> list[QueuedJob] | None:
+def _victims(job: QueueEntry, jobs: Sequence[QueueEntry], room: _Room, now: float, limits: Limits,
+             taken: set[str]) -> list[QueueEntry] | None:
     """The fewest jobs to preempt so that `job` fits: among sets of one size, the lowest priorities, then the most
     recently started (the least work set back... none is lost either way: each saves first)."""
     candidates = [o for o in jobs if o.name not in taken and _preemptible_by(job, o, now, limits) is None]
@@ -358,12 +323,12 @@ def _victims(job: QueuedJob, jobs: Sequence[QueuedJob], room: _Room, now: float,
     if base.without(candidates).best_fit(job.request) is None:
         return None
 
-    def cost(vs: Sequence[QueuedJob]) -> tuple[int, float]:
-        return (sum(v.priority for v in vs), -sum(v.running_since or 0.0 for v in vs))
+    def cost(vs: Sequence[QueueEntry]) -> tuple[int, float]:
+        return (sum(v.priority for v in vs), -sum(v.placed_at or 0.0 for v in vs))
 
     tried = 0
     for size in range(1, len(candidates) + 1):
-        best: tuple[QueuedJob, ...] | None = None
+        best: tuple[QueueEntry, ...] | None = None
         for combo in itertools.combinations(candidates, size):
             tried += 1
             if tried > MAX_VICTIM_SETS:
@@ -371,20 +336,20 @@ def _victims(job: QueuedJob, jobs: Sequence[QueuedJob], room: _Room, now: float,
             if base.without(combo).best_fit(job.request) is not None and (best is None or cost(combo) < cost(best)):
                 best = combo
         if best is not None:
-            return sorted(best, key=lambda v: (v.priority, -(v.running_since or 0.0), v.name))
+            return sorted(best, key=lambda v: (v.priority, -(v.placed_at or 0.0), v.name))
     return None
 
 
-def _greedy(job: QueuedJob, candidates: list[QueuedJob], base: _Room) -> list[QueuedJob] | None:
-    chosen: list[QueuedJob] = []
-    for v in sorted(candidates, key=lambda v: (v.priority, -(v.running_since or 0.0), v.name)):
+def _greedy(job: QueueEntry, candidates: list[QueueEntry], base: _Room) -> list[QueueEntry] | None:
+    chosen: list[QueueEntry] = []
+    for v in sorted(candidates, key=lambda v: (v.priority, -(v.placed_at or 0.0), v.name)):
         chosen.append(v)
         if base.without(chosen).best_fit(job.request) is not None:
             return chosen
     return None
 
 
-def _preempt_reason(victim: QueuedJob, by: QueuedJob) -> str:
+def _preempt_reason(victim: QueueEntry, by: QueueEntry) -> str:
     if victim.priority < by.priority:
         why = f"priority {by.priority} over {victim.priority}"
     else:
@@ -392,7 +357,7 @@ def _preempt_reason(victim: QueuedJob, by: QueuedJob) -> str:
     return f"preempted by {by.name} ({why}): saving at the next iteration boundary, then queued again"
 
 
-def _short(job: QueuedJob, room: _Room, jobs: Sequence[QueuedJob], now: float, limits: Limits) -> str:
+def _short(job: QueueEntry, room: _Room, jobs: Sequence[QueueEntry], now: float, limits: Limits) -> str:
     """Why a job waits, in words: what it needs, what is free, what runs ahead of it."""
     usable = [i for i in room.gpus if room.gpus[i].unusable is None]
     if job.request.memory_bytes is None:

@@ -17,9 +17,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..backup.status import BackupLease, BackupStatus, BackupUpload
+
+if TYPE_CHECKING:  # read by attribute only: `isaacd status` loads nothing of the daemon's jobs/
+    from ..jobs.queue_entry import QueueEntry
 
 JSON = dict[str, Any]
 _T = TypeVar("_T")
@@ -237,8 +240,9 @@ def _trips(v: Any) -> tuple[WatchdogTripCount, ...]:
 
 @dataclass(frozen=True, slots=True)
 class QueueStatus:
-    """A job the host's queue places (issue 31): what it asked for, its order, and where it stands. Its place and
-    why it waits are the queue's part (scheduling/hook.py), added at publish."""
+    """A job the host's queue places (issue 31): what it asked for, its order, and where it stands; the status' view
+    of its queue entry (jobs/queue_entry.py, `of`). Its place and why it waits are the queue's part
+    (scheduling/hook.py), added at publish."""
 
     request: str = ""  # "12 GiB on 1 GPU", "2 GPUs (whole)"
     gpus_asked: int = 1
@@ -253,6 +257,15 @@ class QueueStatus:
     preemptions: int = 0
     position: int | None = None  # in the queue, 1 = next; None: not waiting
     reason: str | None = None  # why it waits
+
+    @classmethod
+    def of(cls, entry: QueueEntry, wall_minus_mono: float) -> "QueueStatus":
+        """The status' view of a job's queue entry: its request in words and its times on the wall clock."""
+        return cls(request=entry.request.describe(), gpus_asked=entry.request.gpus,
+                   memory_bytes=entry.request.memory_bytes, priority=entry.priority, preemptible=entry.preemptible,
+                   submitted_at=entry.submitted_at, queued_since=entry.queued_at, placement=entry.placement,
+                   placed_at=None if entry.placed_at is None else entry.placed_at + wall_minus_mono,
+                   backfill=entry.backfill, preemptions=entry.preemptions)
 
     def to_json(self) -> JSON:
         return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in fields(self)}
