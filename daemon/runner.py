@@ -22,7 +22,7 @@ from typing import Any, Callable, Generic, TypeVar, cast, overload
 from .attempt.crashpoint import crash_point
 from .attempt.deadlines import LaunchWait
 from .attempt.observer import AttemptObserver, LiveAttempt
-from .attempt.planner import GpuCheck, LaunchPlanner, WaitingForCheckpoint
+from .attempt.planner import GpuCheck, LaunchPlanner, WaitingForCheckpoint, WaitingForLauncher
 from .attempt.record import JobRecord
 from .attempt.recovery import leftover_spare, recovery_messages
 from .attempt.reset import set_runs_aside
@@ -38,7 +38,7 @@ from .gpu.oom_memory import OomNote
 from .gpu.snapshot import GpuSnapshot
 from .jobs import machine
 from .jobs.effects import Effect, Event, Forget, HoldSpare, Kill, Launch, Persist, Signal
-from .jobs.messages import LaunchRefused, LaunchWaited, Message, Settle, Tick
+from .jobs.messages import Awaited, LaunchRefused, LaunchWaited, Message, Settle, Tick
 from .jobs.model import JobModel, JobState, LaunchIntent
 from .jobs.policy import num_envs_in_use
 from .daemon_log import log
@@ -135,7 +135,8 @@ class JobRunner:
                                   trainer_pids=lambda: [p for p in (self.handle.pid if self.handle else None,
                                                                     *self.live.pids) if isinstance(p, int)])
         self.backup: JobBackup | None = None  # [jobs.backup]: uploads and the bucket fetch (daemon/backup/)
-        self.launch_waits: str | None = None  # a launch waiting for the bucket's checkpoint: why
+        self.launch_waits: str | None = None  # a launch waiting (the bucket's checkpoint, its launcher's probe): why
+        self.launch_waits_on = Awaited.CHECKPOINT  # and for what
         self.observer = AttemptObserver(self.setting, runtime, self.clock, self.record, gpu_memory,
                                         on_checkpoint_saved=self._checkpoint_saved)
         self.planner = LaunchPlanner(self.setting, runtime.name, state_dir, self.clock, self.event,
@@ -258,8 +259,9 @@ class JobRunner:
             if refused is not None:
                 return refused
         plan = self.planner.plan(intent, self.history, self.num_envs(), waited=self.launch_waits is not None)
-        if isinstance(plan, WaitingForCheckpoint):
-            self.launch_waits = plan.reason  # the tick asks again once it is here; the supervisor goes on
+        if isinstance(plan, (WaitingForCheckpoint, WaitingForLauncher)):
+            # the tick asks again once it is here; the supervisor goes on
+            self.launch_waits, self.launch_waits_on = plan.reason, plan.on
             return None
         self.launch_waits = None
         return plan if isinstance(plan, LaunchRefused) else self.starter.start(plan)
@@ -302,6 +304,7 @@ class JobRunner:
 
     def tick(self, now: float) -> None:
         """One step: what happened (observations), then time passing (Tick). `now` is monotonic."""
+        self.setting.resolve_answered()  # made while its launcher's probe ran: resolved once it answered
         for obs in self.observer.observe(now):
             self.handle_message(obs)
         self.handle_message(Tick())
@@ -313,6 +316,8 @@ class JobRunner:
         scan_due = now - self.observer.checkpoint_scanned_at >= CHECKPOINT_SCAN_INTERVAL
         if self.cfg.backup is not None or self.backup is not None:
             self._backup_tick(scan_due)
+        if self.launch_waits is not None and self.launch_waits_on == Awaited.LAUNCHER:
+            self._launch_when_fetched()  # the probe runs on its thread: asked again each tick until it answered
         if now - self.observer.checkpoint_scanned_at >= CHECKPOINT_SCAN_INTERVAL:
             self.observer.scan_checkpoint(now)
 
@@ -363,16 +368,16 @@ class JobRunner:
             return
         for name, fields in keeper.take_notes():
             self.event(name, **fields)
-        if self.launch_waits is not None:
+        if self.launch_waits is not None and self.launch_waits_on == Awaited.CHECKPOINT:
             self._launch_when_fetched()
         if scan:  # the timeline's run dirs, for the uploader thread to look at
             runs = timeline(lineage(self.history))
             keeper.set_runs([BackupRun(path, offset, bound) for path, offset, bound in runs])
 
     def _launch_when_fetched(self) -> None:
-        """A launch waits for the bucket's checkpoint: the machine has it asked again (the planner answers at once)
-        or, after a stop meanwhile, ends it (jobs/machine.py `_launch_waited`)."""
-        self.handle_message(LaunchWaited(trainer=self.live.handle is not None))
+        """A launch waits (for the bucket's checkpoint, or its launcher's probe): the machine has it asked again (the
+        planner answers at once) or, after a stop meanwhile, ends it (jobs/machine.py `_launch_waited`)."""
+        self.handle_message(LaunchWaited(trainer=self.live.handle is not None, on=self.launch_waits_on))
         if self.state != JobState.STARTING or self.live.handle is not None:
             self.launch_waits = None  # the wait belonged to the starting attempt: over with it
 

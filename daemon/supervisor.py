@@ -51,7 +51,7 @@ from .status.signals import JobSignals
 from .status.types import GpusStatus, JobStatus, Status, SupervisorInfo
 from .history.store import StateStore
 from .attempt.ending import EndedJobs
-from .workflows.installed import forget as forget_installed_isaaclab
+from .workflows.installed import refresh as refresh_installed_isaaclab
 
 
 class AlreadyRunning(RuntimeError):
@@ -332,7 +332,7 @@ class Supervisor(EndedJobs):  # EndedJobs: a dropped runner's job ends (attempt/
             for r in self.runners.values():
                 self.store.append_event(r.cfg.name, "config_rejected", error=str(exc))
             return {"ok": False, "error": str(exc)}
-        forget_installed_isaaclab()  # a reload is when a venv's upgraded Isaac Lab is read again
+        refresh_installed_isaaclab((j.launcher, j.owner) for j in new.jobs if j.launcher)  # re-read off the tick
         with self.lock:
             changes = self._apply_config(new)
         self.config_reloads += 1

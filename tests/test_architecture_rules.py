@@ -183,3 +183,75 @@ def test_the_dict_status_check_catches_dicts_returned_and_carried() -> None:
         "daemon/status/types.py:6 gpu_status() returns dict",
         "daemon/status/types.py:11 JobStatus.spare is dict[str, Any]",
         "daemon/status/types.py:12 JobStatus.backup is Mapping[str, dict[str, int]]"]
+
+
+# "Nothing on the tick waits for a subprocess" (issue 38): a launcher's Isaac Lab version probe runs on a thread of its
+# own (workflows/installed.py); the tick asks without waiting. The modules of the launch's resolve path never run a
+# program themselves, and every call in the daemon that may probe says it does not wait; only the client (cli/:
+# check-config, doctor) and workflows/ itself (the probe's home, and check-config's registry) may.
+TICK_RESOLVE_PATH = ("daemon/attempt/planner.py", "daemon/attempt/setting.py", "daemon/workflows/__init__.py",
+                     "daemon/workflows/detect.py", "daemon/workflows/launcher.py", "daemon/workflows/base.py",
+                     "daemon/workflows/rsl_rl.py", "daemon/workflows/rl_games.py", "daemon/workflows/skrl.py")
+BLOCKING_OS_CALLS = ("system", "popen", "wait", "waitpid")  # os.system(...), os.popen(...), ...
+PROBING_CALLS = {"resolve": "wait_probe", "detect_generation": "wait_probe", "installed_isaaclab": "wait"}
+# runs_workflow never waits (a job's runs on disk do not depend on the probe's answer)
+PROBE_WAIT_FREE = ("daemon/cli/", "daemon/workflows/")
+# (path, call) -> why it may wait for the probe
+PROBE_WAIT_ALLOWED: dict[tuple[str, str], str] = {
+    ("daemon/runtimes/container_spec.py", "resolve"): "a container's job: its generation is the image's or "
+                                                      "isaaclab_version, never a probe",
+    ("daemon/runtimes/trainer_command.py", "resolve"): "only where no Resolved is handed in (a booted spare's "
+                                                       "arguments: its job resolved before, the answer kept)",
+}
+
+
+def _imported(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [a.name.split(".")[0] for a in node.names]
+    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        return [node.module.split(".")[0]]
+    return []
+
+
+def tick_waits(tree: ast.AST, path: str) -> list[str]:
+    """A program run on the tick's resolve path, or a probing call outside the client that may wait for the probe."""
+    found = []
+    for node in ast.walk(tree):
+        if path in TICK_RESOLVE_PATH:
+            if "subprocess" in _imported(node):
+                found.append(f"{path}:{node.lineno} imports subprocess on the tick's resolve path")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and _receiver(node.func) == "os" and node.func.attr in BLOCKING_OS_CALLS:
+                found.append(f"{path}:{node.lineno} os.{node.func.attr}(...) on the tick's resolve path")
+        if path.startswith(PROBE_WAIT_FREE) or not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+            continue
+        name = node.func.id
+        if name not in PROBING_CALLS or (path, name) in PROBE_WAIT_ALLOWED:
+            continue
+        if not any(k.arg == PROBING_CALLS[name] and isinstance(k.value, ast.Constant) and k.value.value is False
+                   for k in node.keywords):
+            found.append(f"{path}:{node.lineno} {name}(...) may wait for the launcher's probe "
+                         f"(pass {PROBING_CALLS[name]}=False)")
+    return found
+
+
+def test_nothing_on_the_tick_waits_for_a_launchers_probe() -> None:
+    found = [msg for p in sorted((ROOT / "daemon").rglob("*.py"))
+             for msg in tick_waits(ast.parse(p.read_text()), str(p.relative_to(ROOT)))]
+    assert not found, "\n".join(found)
+    assert all((ROOT / p).is_file() for p in TICK_RESOLVE_PATH)  # a file renamed away is no longer checked
+
+
+def test_the_tick_wait_check_catches_a_subprocess_and_a_waiting_resolve() -> None:
+    breach = ("import subprocess\nfrom subprocess import run\nimport os\n"
+              "def plan(cfg):\n"
+              "    os.system('python -c 1')\n"
+              "    resolve(cfg)\n    resolve(cfg, wait_probe=False)\n    installed_isaaclab(['py'], None)\n"
+              "    Path('x').resolve()\n")
+    assert tick_waits(ast.parse(breach), "daemon/attempt/planner.py") == [
+        "daemon/attempt/planner.py:1 imports subprocess on the tick's resolve path",
+        "daemon/attempt/planner.py:2 imports subprocess on the tick's resolve path",
+        "daemon/attempt/planner.py:5 os.system(...) on the tick's resolve path",
+        "daemon/attempt/planner.py:6 resolve(...) may wait for the launcher's probe (pass wait_probe=False)",
+        "daemon/attempt/planner.py:8 installed_isaaclab(...) may wait for the launcher's probe (pass wait=False)"]
+    assert tick_waits(ast.parse(breach), "daemon/cli/x.py") == []  # the client may wait

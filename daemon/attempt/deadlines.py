@@ -14,6 +14,12 @@ A starting attempt waits, in order, on:
   ``first_iteration``, or a new TensorBoard step). A booted spare only loads the checkpoint first: a few of the
   job's iterations. An imports-only spare builds the environment first, as a cold start does.
 
+Before an attempt exists, its launch may wait on:
+
+* ``launcher_probe``: a pip-installed Isaac Lab's launcher answering isaacd's version probe (workflows/installed.py,
+  on a thread of its own; the planner's `WaitingForLauncher`). Bounded by ``runtime_start_timeout`` too (a launcher
+  is part of starting the trainer); the probe's own timeout (60 s) usually ends it first, with the probe's error.
+
 A cold start's first step has no deadline here: how long an Isaac Sim boot takes is the no_progress watchdog's
 business (its timeout counts from the attempt's start).
 """
@@ -25,8 +31,10 @@ from dataclasses import dataclass
 from ..config.schema import LaunchDeadlines
 
 RUNTIME_START, SPARE_ACK, SPARE_FIRST_STEP = "runtime_start", "spare_ack", "spare_first_step"
+LAUNCHER_PROBE = "launcher_probe"
 LABELS = {RUNTIME_START: "the runtime to start the trainer", SPARE_ACK: "the spare's ack of the go",
-          SPARE_FIRST_STEP: "the spare's first step"}
+          SPARE_FIRST_STEP: "the spare's first step",
+          LAUNCHER_PROBE: "the launcher's answer to isaacd's Isaac Lab version probe"}
 COLD_STARTUP_FACTOR = 2.0  # an imports-only spare's first step: this many of the job's last cold start-ups on top
 # the runtimes whose start is bounded: ray reports the trainer's pid only once its node has pulled and started the
 # container, and a pull of an Isaac Lab image may take longer than any fixed bound (its placing and launching phases
@@ -92,6 +100,17 @@ def current_wait(d: LaunchDeadlines, started_mono: float, has_pid: bool, placing
     if not has_pid:
         return LaunchWait(RUNTIME_START, started_mono, d.runtime_start_timeout)
     return None
+
+
+def probe_wait(d: LaunchDeadlines, since: float) -> LaunchWait:
+    """A launch waiting for its launcher's answer to the version probe since `since` (monotonic)."""
+    return LaunchWait(LAUNCHER_PROBE, since, d.runtime_start_timeout)
+
+
+def probe_overdue_reason(wait: LaunchWait, launcher: list[str], now: float) -> str:
+    """The one line a launch whose launcher's probe ran past its bound is refused with (a crash: backoff, window)."""
+    return (f"launcher {' '.join(launcher)!r} did not answer isaacd's Isaac Lab version probe in "
+            f"{wait.waited(now):.1f} s (bound {wait.bound:g} s, [jobs.launch] runtime_start_timeout); not started")
 
 
 def overdue_reason(wait: LaunchWait, now: float) -> str:

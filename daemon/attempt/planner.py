@@ -1,9 +1,12 @@
 """Plans attempt N of a job: a value, never an act. `LaunchPlanner.plan` checks the GPUs, resolves the workflow,
 chooses the checkpoint (rejecting those the trainer cannot load, fetching the bucket's newest when the disk has
 none), and numbers, seeds and spells out the attempt. It answers with a `LaunchPlan` for the starter
-(starter.py), a `LaunchRefused` for the machine to decide on (jobs/machine.py settles the job, not this), or a
-`WaitingForCheckpoint` while the backup fetches one. It saves nothing and starts nothing; it only makes the
-directories the launch needs (the job's workdir, its compile caches: refused, naming the directory, when it cannot)."""
+(starter.py), a `LaunchRefused` for the machine to decide on (jobs/machine.py settles the job, not this), a
+`WaitingForCheckpoint` while the backup fetches one, or a `WaitingForLauncher` while a pip-installed Isaac Lab's
+launcher has not yet answered isaacd's version probe (it runs on a thread of its own, workflows/installed.py: this
+job's launch waits, bounded by [jobs.launch] runtime_start_timeout; no other job does). It saves nothing and starts
+nothing; it only makes the directories the launch needs (the job's workdir, its compile caches: refused, naming the
+directory, when it cannot)."""
 
 from __future__ import annotations
 
@@ -11,22 +14,23 @@ import random
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 from ..caches import compile_caches
 from ..runtimes import trainer_command
 from ..backup.keeper import Fetching, JobBackup
 from ..clock import Clock
 from ..config.schema import JobConfig
-from ..jobs.messages import LaunchRefused, Settle
+from ..jobs.messages import Awaited, LaunchRefused, Settle
 from ..jobs.model import LaunchIntent
 from ..observations.checkpoints import Checkpoint
 from ..runtimes.base import LaunchSpec
 from ..runtimes.container_spec import hand_to_container_user
 from ..runtimes.run_as import OWNER_RUNTIMES, OwnerProblem, job_run_as, owner_env, prepare_owned
 from ..history.store import Attempt, JobHistory, job_log_path
-from ..workflows import WorkflowError, resolve
+from ..workflows import ProbePending, WorkflowError, resolve
 from ..workflows.launcher import Program
+from .deadlines import probe_overdue_reason, probe_wait
 from .setting import JobSetting, newest_checkpoint, timeline_attempts
 
 GpuCheck = Callable[[JobConfig], "str | None"]
@@ -52,9 +56,19 @@ class WaitingForCheckpoint:
     """The backup is fetching the bucket's newest checkpoint; the launch is asked again when it is here."""
 
     reason: str
+    on: ClassVar[Awaited] = Awaited.CHECKPOINT
 
 
-Planned = LaunchPlan | LaunchRefused | WaitingForCheckpoint
+@dataclass(frozen=True)
+class WaitingForLauncher:
+    """The job's launcher has not yet answered isaacd's Isaac Lab version probe (on its thread); the launch is asked
+    again each tick until it has."""
+
+    reason: str
+    on: ClassVar[Awaited] = Awaited.LAUNCHER
+
+
+Planned = LaunchPlan | LaunchRefused | WaitingForCheckpoint | WaitingForLauncher
 
 
 class LaunchPlanner:
@@ -66,17 +80,27 @@ class LaunchPlanner:
         self.spare_token = spare_token  # the ready spare's token, when the job's spare may take this program
         self.backup_keeper = backup_keeper
         self.gpu_check = gpu_check
+        # this launch's waits so far (`waited` False starts a new launch): since when it waits for its launcher's
+        # probe (monotonic), and whether it has said its rejected checkpoints
+        self._probe_since: float | None = None
+        self._said_rejected = False
 
     def plan(self, intent: LaunchIntent, history: JobHistory, num_envs: int, waited: bool = False) -> Planned:
-        """`waited`: this launch waited for the bucket before, and said its rejected checkpoints then."""
+        """`waited`: the same launch asked again after a wait (for the bucket, or its launcher's probe)."""
+        if not waited:
+            self._probe_since, self._said_rejected = None, False
         cfg = self.setting.cfg
         problem = self.gpu_check(cfg) if self.gpu_check else None
         if problem is not None:  # a GPU this host does not have: retrying cannot help
             return LaunchRefused(f"cannot start: {problem}", settle=Settle.FAILED)
-        try:
-            self.setting.resolved = resolved = resolve(cfg)
+        try:  # never waits for the launcher's probe: the tick goes on for every other job
+            self.setting.resolved = resolved = resolve(cfg, wait_probe=False)
+        except ProbePending as pending:
+            return self._wait_for_launcher(pending)
         except WorkflowError as exc:  # a missing train script or an unknown Isaac Lab generation
+            self._probe_since = None
             return LaunchRefused(f"cannot start: {exc.key}: {exc.message}", settle=Settle.FAILED)
+        self._probe_since = None
         wf = resolved.workflow
         try:  # whom the trainer runs as (issue 32): its owner, never root
             owner = job_run_as(cfg)
@@ -90,8 +114,9 @@ class LaunchPlanner:
         resume = None if intent.fresh else newest_checkpoint(self.setting, history, deep=True,
                                                               before_iteration=intent.before_iteration,
                                                               rejected=rejected)
-        for ckpt, why in rejected if not waited else ():  # said once, not at every retry
+        for ckpt, why in rejected if not self._said_rejected else ():  # said once, not at every retry
             self.event("checkpoint_rejected", path=str(ckpt.path), iteration=ckpt.iteration, problem=why)
+        self._said_rejected = True
         if resume is None and any(why.startswith("incompatible") for _, why in rejected):
             # starting from scratch would silently throw the run away: stop and say why
             newest = rejected[0]
@@ -151,6 +176,23 @@ class LaunchPlanner:
                           caches=tuple(caches), run_as=owner)
         return LaunchPlan(attempt, spec, program, args, seed, num_envs, shim_events if program.shim else None,
                           run_dirs_before, spare_token)
+
+
+    def _wait_for_launcher(self, pending: ProbePending) -> WaitingForLauncher | LaunchRefused:
+        """The launcher's probe runs on its thread: this launch waits, bounded by [jobs.launch] runtime_start_timeout
+        from its first wait. Past it the launch is refused as a crash (backoff, the crash-loop window), as a runtime
+        that does not start the trainer ends; the probe's own timeout (60 s) fails the job with its error."""
+        now = self.clock.monotonic()
+        if self._probe_since is None:
+            self._probe_since = now
+        wait = probe_wait(self.setting.cfg.launch, self._probe_since)
+        if not wait.overdue(now):
+            return WaitingForLauncher(f"{' '.join(pending.launcher)!r} asked its Isaac Lab version (isaacd's launcher "
+                                      f"probe, {wait.waited(now):.0f} s)")
+        self._probe_since = None
+        self.event("launch_timeout", wait=wait.what, launcher=pending.launcher,
+                   waited_seconds=round(wait.waited(now), 3), bound_seconds=wait.bound)
+        return LaunchRefused(probe_overdue_reason(wait, pending.launcher, now))
 
 
 def started_event(plan: LaunchPlan, pid: int | None, cfg: JobConfig, contract: str | None, warm: bool) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from ..config.placed import placed_config
 from ..config.schema import JobConfig
 from ..observations.checkpoints import Checkpoint, Lineage, Validator, choose_resume
 from ..history.store import Attempt, JobHistory
-from ..workflows import Resolved, WorkflowError, resolve
+from ..workflows import ProbePending, Resolved, WorkflowError, resolve
 from ..workflows.validate import VALIDATOR, expected_rsl_rl_format
 
 
@@ -25,6 +25,7 @@ class JobSetting:
     resolved: Resolved | None = None
     configured: JobConfig | None = None  # the job as written, once it differs from cfg (a placement)
     placement: tuple[int, ...] = ()
+    probe_pending: bool = False  # set up while its launcher's version probe ran: resolved once it has answered
 
     @property
     def written(self) -> JobConfig:
@@ -44,10 +45,28 @@ class JobSetting:
 
     @classmethod
     def of(cls, cfg: JobConfig) -> "JobSetting":
+        """Never waits for a launcher's version probe (a reload makes runners under the supervisor's lock): while it
+        runs on its thread the setting is made unresolved, and `resolve_answered` fills it in on a later tick."""
         try:
-            return cls(cfg, resolve(cfg))
+            return cls(cfg, resolve(cfg, wait_probe=False))
+        except ProbePending:
+            return cls(cfg, probe_pending=True)
         except WorkflowError:
             return cls(cfg)  # said when the job launches (and by check-config / doctor before that)
+
+    def resolve_answered(self) -> None:
+        """A setting made while its launcher's probe ran: resolved now if the answer is in (asked each tick, never
+        waiting; a launch's planner resolves it itself). A trainer adopted meanwhile is watched as before."""
+        if not self.probe_pending:
+            return
+        if self.resolved is None:
+            try:
+                self.resolved = resolve(self.cfg, wait_probe=False)
+            except ProbePending:
+                return
+            except WorkflowError:
+                pass  # said when the job launches
+        self.probe_pending = False
 
 
 def timeline_attempts(history: JobHistory) -> list[Attempt]:

@@ -72,10 +72,10 @@ def own_run_dirs(cfg: JobConfig, events: list[dict[str, Any]]) -> list[Path]:
         rd = e.get("run_dir")
         if isinstance(rd, str) and rd and Path(rd).is_dir():
             found.add(Path(rd))
-    from ..workflows import WorkflowError, resolve
+    from ..workflows import WorkflowError, runs_workflow
 
     try:
-        wf = resolve(cfg).workflow  # the job's own layout and run-dir names (rsl_rl, rl_games, ...)
+        wf = runs_workflow(cfg)  # the job's own layout and run-dir names (rsl_rl, rl_games, ...)
     except WorkflowError:
         wf = None  # a job that cannot launch yet: what its journal names is all there is
     if wf is not None:
@@ -131,10 +131,10 @@ def rebuild(store: StateStore, cfg: JobConfig, state_dir: Path) -> tuple[JobHist
 
 
 def _layout(cfg: JobConfig) -> CheckpointLayout:
-    from ..workflows import WorkflowError, resolve
+    from ..workflows import WorkflowError, runs_workflow
 
     try:
-        return resolve(cfg).workflow.layout
+        return runs_workflow(cfg).layout
     except WorkflowError:
         return RSL_RL_LAYOUT
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field, replace
 
 from . import policy as P
 from .effects import Effect, Event, Forget, HoldSpare, Kill, Launch, Persist, Signal
-from .messages import (Adopted, CudaOom, DropSpare, Exited, Found, LaunchOverdue, LaunchRefused, LaunchUnfinished,
-                       LaunchWaited, Message, Placed, Preempt, Progressed, Readded, ReasonClass, Reset, Restart, Settle,
-                       Start, Stop, Tick, WatchdogAction, WatchdogTrip)
+from .messages import (Adopted, Awaited, CudaOom, DropSpare, Exited, Found, LaunchOverdue, LaunchRefused,
+                       LaunchUnfinished, LaunchWaited, Message, Placed, Preempt, Progressed, Readded, ReasonClass,
+                       Reset, Restart, Settle, Start, Stop, Tick, WatchdogAction, WatchdogTrip)
 from .model import JobModel, JobState, LaunchIntent, OomPhase, Origin, StopIntent, Then, bump, check_transition
 from .messages import TrainerConfigError
 
@@ -224,16 +224,19 @@ def _launch_overdue(m: JobModel, msg: LaunchOverdue, ctx: Context, out: _Out) ->
 
 
 FETCH_STOPPED = "not started: stopped while its checkpoint was fetched from the backup target"
+PROBE_STOPPED = "not started: stopped while its launcher was asked its Isaac Lab version"
 
 
 def _launch_waited(m: JobModel, msg: LaunchWaited, ctx: Context, out: _Out) -> JobModel:
-    """A launch waiting for the backup's checkpoint: asked again (the planner answers at once, the fetch runs on the
-    backup's thread) while the job is starting; a stop meanwhile ends the wait as an exit of the trainer that
-    never started (the stop's own end: stopped, or the restart it was for)."""
+    """A launch waiting (for the backup's checkpoint, or its launcher's answer to the version probe): asked again
+    (the planner answers at once, the fetch and the probe run on threads of their own) while the job is starting; a
+    stop meanwhile ends the wait as an exit of the trainer that never started (the stop's own end: stopped, or the
+    restart it was for)."""
     if m.state == S.STARTING and not msg.trainer:
         return _launch_unfinished(m, LaunchUnfinished(replayed=False), out)
     if m.state == S.STOPPING:
-        return _exited(m, Exited(FETCH_STOPPED, ReasonClass.OPERATOR, success=False), ctx, out)
+        why = FETCH_STOPPED if msg.on == Awaited.CHECKPOINT else PROBE_STOPPED
+        return _exited(m, Exited(why, ReasonClass.OPERATOR, success=False), ctx, out)
     return m
 
 

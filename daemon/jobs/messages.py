@@ -218,12 +218,21 @@ class LaunchOverdue:
     cold_now: bool = True
 
 
+class Awaited(enum.StrEnum):
+    """What a launch waits for before its trainer can start (attempt/planner.py's waits)."""
+
+    CHECKPOINT = "checkpoint"  # the backup fetching the bucket's newest checkpoint (WaitingForCheckpoint)
+    LAUNCHER = "launcher"  # the launcher's answer to isaacd's Isaac Lab version probe (WaitingForLauncher)
+
+
 @dataclass(frozen=True)
 class LaunchWaited:
-    """A launch waits for the backup's checkpoint (attempt/planner.py's WaitingForCheckpoint): each tick while it
-    waits, the runner says so. `trainer`: a trainer runs for the job all the same."""
+    """A launch waits (attempt/planner.py's WaitingForCheckpoint, WaitingForLauncher): each tick while it waits, the
+    runner says so. `trainer`: a trainer runs for the job all the same. `on`: what it waits for (the words of a stop
+    that ends the wait)."""
 
     trainer: bool = False
+    on: Awaited = Awaited.CHECKPOINT
 
 
 Observation = Tick | Progressed | LaunchRefused | Exited | LaunchOverdue | LaunchWaited

@@ -3,7 +3,9 @@
 `resolve(job)` is the one entry point: it detects the Isaac Lab generation (or takes the
 `isaaclab_version` key), picks the contract module and checks what can be checked before a
 launch (script exists, generation known). Errors are `WorkflowError(key, message)` so
-`check-config` and the runner can name the config key to fix.
+`check-config` and the runner can name the config key to fix. A pip-installed Isaac Lab's version is
+asked of the job's launcher (`installed.py`, on a thread of its own): the supervisor's tick passes
+`wait_probe=False` and gets `installed.ProbePending` until it has answered; the client waits.
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ from pathlib import Path
 from ..config.schema import JobConfig
 from .base import Generation, Workflow, WorkflowError, regex_literal
 from .detect import detect_generation, resume_flavour
-from .installed import installed_isaaclab
+from .installed import ProbePending, installed_isaaclab
 from .launcher import Program, build_program, pip_installed, train_script
 from .rl_games import RlGames
 from .rsl_rl import RslRl
 from .skrl import Skrl
 
-__all__ = ["Resolved", "Workflow", "WorkflowError", "Generation", "resolve", "regex_literal"]
+__all__ = ["Resolved", "Workflow", "WorkflowError", "Generation", "ProbePending", "resolve", "runs_workflow",
+           "regex_literal"]
 
 
 @dataclass(frozen=True)
@@ -34,8 +37,34 @@ class Resolved:
                              python=python)
 
 
-def resolve(job: JobConfig) -> Resolved:
-    gen = detect_generation(job)
+def resolve(job: JobConfig, *, wait_probe: bool = True) -> Resolved:
+    """The job's contract. `wait_probe=False` (the supervisor's tick): a launcher whose Isaac Lab version probe has
+    not answered yet raises `ProbePending` (a WorkflowError naming `launcher`) instead of waiting for it."""
+    gen = detect_generation(job, wait_probe=wait_probe)
+    wf = _workflow(job, gen)
+    in_container = job.in_container
+    if pip_installed(job) and not in_container:
+        # also when isaaclab_version names the generation: the module must be there. As the job's owner: the
+        # launcher is theirs to name (issue 32)
+        installed_isaaclab(job.launcher or [], job.owner, wait=wait_probe)
+    if not in_container:
+        _check_asset_root(job)
+    resolved = Resolved(job, wf, gen)
+    resolved.program(in_container=in_container)  # raises for a missing script or launcher
+    return resolved
+
+
+def runs_workflow(job: JobConfig) -> Workflow:
+    """The job's workflow for reading its runs on disk (experiment dir, run-dir names, checkpoint layout), never
+    waiting for its launcher's probe: history/rebuild.py reads them as a runner is made, under the supervisor's lock
+    on a reload. None of them depends on the Isaac Lab generation, and a pip install is 3.x (launcher.py)."""
+    try:
+        return resolve(job, wait_probe=False).workflow
+    except ProbePending:
+        return _workflow(job, Generation(3, 0, "a pip-installed Isaac Lab whose launcher has not answered yet"))
+
+
+def _workflow(job: JobConfig, gen: Generation) -> Workflow:
     library = "rsl_rl" if job.workflow == "builtin" else job.workflow
     in_container = job.in_container
     if library == "rsl_rl":
@@ -54,15 +83,7 @@ def resolve(job: JobConfig) -> Resolved:
     else:
         raise WorkflowError("workflow", f'workflow = "{job.workflow}" is not supported: use "rsl_rl", '
                                         '"rl_games", "skrl" or "builtin"')
-    if pip_installed(job) and not in_container:
-        # also when isaaclab_version names the generation: the module must be there. As the job's owner: the
-        # launcher is theirs to name (issue 32)
-        installed_isaaclab(job.launcher or [], job.owner)
-    if not in_container:
-        _check_asset_root(job)
-    resolved = Resolved(job, wf, gen)
-    resolved.program(in_container=in_container)  # raises for a missing script or launcher
-    return resolved
+    return wf
 
 
 # Isaac Lab reads robots and ground planes from this directory instead of NVIDIA's asset server

@@ -38,13 +38,13 @@ def isaaclab_dir(job: JobConfig) -> Path | None:
     return CONTAINER_ISAACLAB_DIR if job.in_container else None
 
 
-def detect_generation(job: JobConfig) -> Generation:
+def detect_generation(job: JobConfig, *, wait_probe: bool = True) -> Generation:
     if job.isaaclab_version is not None:
         gen = parse_version(job.isaaclab_version, "isaaclab_version")
     elif job.workflow == "builtin":
         gen = Generation(2, 3, "the built-in trainer; isaaclab_version picks another generation")
     elif not job.in_container:
-        gen = _from_install(job)
+        gen = _from_install(job, wait_probe)
     else:
         gen = _from_image(job.container.image)
     if gen.major not in SUPPORTED_MAJORS:
@@ -54,12 +54,13 @@ def detect_generation(job: JobConfig) -> Generation:
     return gen
 
 
-def _from_install(job: JobConfig) -> Generation:
+def _from_install(job: JobConfig, wait_probe: bool = True) -> Generation:
     root = job.isaaclab_dir
     if root is None and job.launcher:
         # pip / uv: the package installed in the job's Python is the install
         launcher = " ".join(job.launcher)
-        return parse_version(installed_isaaclab(job.launcher, job.owner), f"isaaclab installed in {launcher}")
+        return parse_version(installed_isaaclab(job.launcher, job.owner, wait=wait_probe),
+                             f"isaaclab installed in {launcher}")
     if root is None:
         raise WorkflowError("isaaclab_dir", f'workflow = "{job.workflow}" with the process runtime needs either '
                                             'launcher = ["/path/to/venv/bin/python"] (Isaac Lab 3.x installed with '
