@@ -12,16 +12,18 @@ The runner decides nothing, and its parts (attempt/) act on nothing the machine 
     kill one), at each tick, at recovery, at shutdown and when the job's runtime changes.
 Facts (attempts, run dirs, exits) go to the job's history, decisions to its model, saved in one document
 (attempt/record.py). Nothing here blocks: the runtimes answer at once (runtimes/base.py).
+The runner also wires the job: it builds those parts, and forwards none of their facts; whoever reads one (the
+supervisor, attempt/job_status.py, status/signals.py) reads the part that owns it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Generic, TypeVar, cast, overload
+from typing import Any, Callable
 
 from .attempt.crashpoint import crash_point
 from .attempt.deadlines import LaunchWait
-from .attempt.observer import AttemptObserver, LiveAttempt
+from .attempt.observer import AttemptObserver
 from .attempt.planner import GpuCheck, LaunchPlanner, WaitingForCheckpoint, WaitingForLauncher
 from .attempt.record import JobRecord
 from .attempt.recovery import leftover_spare, recovery_messages
@@ -39,10 +41,10 @@ from .gpu.snapshot import GpuSnapshot
 from .jobs import machine
 from .jobs.effects import Effect, Event, Forget, HoldSpare, Kill, Launch, Persist, Signal
 from .jobs.messages import Awaited, LaunchRefused, LaunchWaited, Message, Settle, Tick
-from .jobs.model import JobModel, JobState, LaunchIntent
+from .jobs.model import JobState, LaunchIntent
 from .jobs.policy import num_envs_in_use
 from .daemon_log import log
-from .observations.checkpoints import Checkpoint, timeline
+from .observations.checkpoints import timeline
 from .runtimes.base import Handle, LaunchSpec, Runtime
 from .runtimes.run_as import OwnerProblem, job_run_as
 from .attempt.spare import SpareKeeper
@@ -50,34 +52,11 @@ from .attempt.spare_effects import SpareEffect, StartSpare
 from .status.signals import JobSignals, job_signals
 from .status.types import JobStatus
 from .attempt.job_status import job_status
-from .history.store import JobHistory, StateStore
-from .workflows import Resolved, WorkflowError
+from .history.store import StateStore
+from .workflows import WorkflowError
 from .workflows.launcher import Program
 
 CHECKPOINT_SCAN_INTERVAL = 2.0
-T = TypeVar("T")
-
-
-
-class _Kept(Generic[T]):
-    """A runner attribute that one of its parts keeps: read (and written) through, under the runner's old name."""
-
-    def __init__(self, part: str, name: str | None = None) -> None:
-        self.part, self.name = part, name or ""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = self.name or name
-
-    @overload
-    def __get__(self, runner: None, owner: type) -> "_Kept[T]": ...
-    @overload
-    def __get__(self, runner: object, owner: type | None = None) -> T: ...
-
-    def __get__(self, runner: object, owner: type | None = None) -> "T | _Kept[T]":
-        return self if runner is None else cast(T, getattr(getattr(runner, self.part), self.name))
-
-    def __set__(self, runner: object, value: T) -> None:
-        setattr(getattr(runner, self.part), self.name, value)
 
 
 def apply_spare(keeper: SpareKeeper, effects: list[SpareEffect]) -> None:
@@ -101,23 +80,10 @@ def apply_spare(keeper: SpareKeeper, effects: list[SpareEffect]) -> None:
 
 
 class JobRunner:
-    cfg: _Kept[JobConfig] = _Kept("setting")  # a reload assigns it: every part sees the new config
-    resolved: _Kept[Resolved | None] = _Kept("setting")
-    history: _Kept[JobHistory] = _Kept("record")
-    model: _Kept[JobModel] = _Kept("record")
-    persist_error: _Kept[str | None] = _Kept("record")  # the last failed save, until a save succeeds
-    live: _Kept[LiveAttempt] = _Kept("observer")
-    iteration: _Kept[int | None] = _Kept("observer")
-    scalars: _Kept[dict[str, float]] = _Kept("observer")
-    last_progress_mono: _Kept[float | None] = _Kept("observer")
-    last_progress_wall: _Kept[float | None] = _Kept("observer")
-    _checkpoint: _Kept[Checkpoint | None] = _Kept("observer", "checkpoint")
-    # ended trainers whose runtime resources are still being released
-    cleanups: _Kept[list[Handle]] = _Kept("observer", "ended")
-    # a GPU the job names that this host lacks: why it cannot start
-    gpu_check: _Kept[GpuCheck | None] = _Kept("planner")
-    # the job's GPUs at a CUDA out-of-memory (name, attempt start) -> note
-    gpu_memory: _Kept[Callable[[str, float | None], OomNote] | None] = _Kept("observer")
+    """One job's wiring (its parts, built here and sharing one JobSetting) and its effect interpreter. Each fact is
+    read from the part that owns it: the config from `setting`, the model, history and last save error from
+    `record`, the live attempt and its progress from `observer`; the runner keeps only what the interpreter needs
+    (the launch's wait, the backup keeper, when the state last changed)."""
 
     def __init__(self, cfg: JobConfig, runtime: Runtime, store: StateStore, state_dir: Path,
                  clock: Clock | None = None, *, gpu_check: GpuCheck | None = None,
@@ -128,12 +94,12 @@ class JobRunner:
         self.setting = JobSetting.of(cfg)
         self.log = log.bind(job=cfg.name)
         self.record = JobRecord(self.setting, store, state_dir, self.clock)
-        self.setting.place(self.model.placement)  # a job the queue placed before this supervisor: its GPUs named
+        self.setting.place(self.record.model.placement)  # a job the queue placed before this supervisor: its GPUs named
         self.state_since = self.clock.wall()
         # a booted spare's room: the GPU sampler's snapshot (GPU memory) and the live trainer's processes
         self.spares = SpareKeeper(self.setting, runtime, state_dir, self.event, gpu_snapshot=gpu_snapshot,
                                   trainer_pids=lambda: [p for p in (self.handle.pid if self.handle else None,
-                                                                    *self.live.pids) if isinstance(p, int)])
+                                                                    *self.observer.live.pids) if isinstance(p, int)])
         self.backup: JobBackup | None = None  # [jobs.backup]: uploads and the bucket fetch (daemon/backup/)
         self.launch_waits: str | None = None  # a launch waiting (the bucket's checkpoint, its launcher's probe): why
         self.launch_waits_on = Awaited.CHECKPOINT  # and for what
@@ -168,17 +134,14 @@ class JobRunner:
             self.runtime = runtime()
 
     @property
-    def written(self) -> JobConfig:
-        """The job as written; `cfg` names the GPUs the host's queue gave it (issue 31)."""
-        return self.setting.written
-
-    @property
     def state(self) -> JobState:
-        return self.model.state
+        """The job's state, as its record's model has it: what the supervisor asks of each runner."""
+        return self.record.model.state
 
     @property
     def handle(self) -> Handle | None:
-        return self.live.handle
+        """The live attempt's trainer, if one runs (the supervisor's exit watcher and shutdown ask)."""
+        return self.observer.live.handle
 
     @property
     def releasing(self) -> bool:
@@ -190,14 +153,15 @@ class JobRunner:
 
     def num_envs(self) -> int:
         """The num_envs the next launch uses: the configured one, or less after a step-down."""
-        m = self.model
-        return num_envs_in_use(m.num_envs, m.num_envs_of, self.cfg.num_envs)
+        m = self.record.model
+        return num_envs_in_use(m.num_envs, m.num_envs_of, self.setting.cfg.num_envs)
 
     def program(self) -> Program | None:
-        if self.resolved is None:
+        resolved = self.setting.resolved
+        if resolved is None:
             return None
         try:
-            return self.resolved.program(in_container=self.cfg.in_container)
+            return resolved.program(in_container=self.setting.cfg.in_container)
         except WorkflowError:
             return None
 
@@ -206,19 +170,17 @@ class JobRunner:
         """The wait a starting attempt is on (attempt/deadlines.py), as of the last tick."""
         return self.observer.launch.wait if self.state == JobState.STARTING else None
 
-    def _job_iteration(self, step: int | None, attempt: Any) -> int | None:
-        return self.observer.job_iteration(step, attempt)
-
     # ---- messages in, effects out ----------------------------------------------------------
     def handle_message(self, msg: Message) -> str | None:
-        ctx = machine.Context(self.cfg.name, self.clock.monotonic(), self.cfg.restart, self.cfg.stop_timeout,
-                              self.cfg.num_envs, self.cfg.oom, backup=self.cfg.backup is not None,
+        cfg, record = self.setting.cfg, self.record
+        ctx = machine.Context(cfg.name, self.clock.monotonic(), cfg.restart, cfg.stop_timeout,
+                              cfg.num_envs, cfg.oom, backup=cfg.backup is not None,
                               placed_by_isaacd=self.setting.written.placed_by_isaacd, wall=self.clock.wall())
-        decision = machine.decide(self.model, msg, ctx)
-        old = self.model.state
-        self.model = decision.model
-        self.setting.place(self.model.placement)  # the GPUs the queue gave it, named before the launch reads them
-        if self.model.state != old:
+        decision = machine.decide(record.model, msg, ctx)
+        old = record.model.state
+        record.model = decision.model
+        self.setting.place(record.model.placement)  # the GPUs the queue gave it, named before the launch reads them
+        if record.model.state != old:
             self.state_since = self.clock.wall()
         follow_ups = self._apply(decision.effects)
         for obs in follow_ups:
@@ -233,14 +195,15 @@ class JobRunner:
                 self.event(effect.name, **effect.fields)
             elif isinstance(effect, Persist):
                 self.record.persist()
-                crash_point(f"{self.model.state.value}.after_intent")
+                crash_point(f"{self.state.value}.after_intent")
             elif isinstance(effect, Signal):
-                if self.live.handle is not None and not self.live.stop_seen_by_trainer:
-                    self.runtime.signal(self.live.handle, effect.signum)
+                live = self.observer.live
+                if live.handle is not None and not live.stop_seen_by_trainer:
+                    self.runtime.signal(live.handle, effect.signum)
                 crash_point("signal.after_effect")
             elif isinstance(effect, Kill):
-                if self.live.handle is not None:
-                    self.runtime.kill(self.live.handle)
+                if self.handle is not None:
+                    self.runtime.kill(self.handle)
             elif isinstance(effect, Forget):
                 self.observer.forget()
             elif isinstance(effect, HoldSpare):
@@ -258,7 +221,7 @@ class JobRunner:
             refused = self._set_runs_aside()
             if refused is not None:
                 return refused
-        plan = self.planner.plan(intent, self.history, self.num_envs(), waited=self.launch_waits is not None)
+        plan = self.planner.plan(intent, self.record.history, self.num_envs(), waited=self.launch_waits is not None)
         if isinstance(plan, (WaitingForCheckpoint, WaitingForLauncher)):
             # the tick asks again once it is here; the supervisor goes on
             self.launch_waits, self.launch_waits_on = plan.reason, plan.on
@@ -271,14 +234,14 @@ class JobRunner:
         the old training (iteration, reward, checkpoint) dropped. A run dir that cannot be moved fails the job, with
         the reason: training on would leave a run the next resume could pick up."""
         try:
-            done = set_runs_aside(self.setting, self.history, self.clock.wall())
+            done = set_runs_aside(self.setting, self.record.history, self.clock.wall())
         except OSError as exc:
-            return LaunchRefused(f"cannot reset: {exc.strerror}; fix that, then `isaacd reset {self.cfg.name}`",
+            return LaunchRefused(f"cannot reset: {exc.strerror}; fix that, then `isaacd reset {self.setting.cfg.name}`",
                                  settle=Settle.FAILED)
         self.event("runs_set_aside", folder=str(done.folder) if done.folder else None,
                    run_dirs=[dest for _, dest in done.moved],
                    detail=f"{len(done.moved)} run dir(s) kept in {done.folder}" if done.folder else "no run dirs yet")
-        h, obs = self.history, self.observer
+        h, obs = self.record.history, self.observer
         h.last_iteration = h.last_mean_reward = h.last_fps = None
         obs.iteration, obs.scalars, obs.checkpoint = None, {}, None
         return None
@@ -312,9 +275,9 @@ class JobRunner:
         self.starter.persist_spare_token()
         if self.record.dirty:
             self.record.persist()
-        self.cleanups = [h for h in self.cleanups if not self._cleanup(h)]
+        self.observer.ended = [h for h in self.observer.ended if not self._cleanup(h)]  # runtime resources released
         scan_due = now - self.observer.checkpoint_scanned_at >= CHECKPOINT_SCAN_INTERVAL
-        if self.cfg.backup is not None or self.backup is not None:
+        if self.setting.cfg.backup is not None or self.backup is not None:
             self._backup_tick(scan_due)
         if self.launch_waits is not None and self.launch_waits_on == Awaited.LAUNCHER:
             self._launch_when_fetched()  # the probe runs on its thread: asked again each tick until it answered
@@ -333,17 +296,18 @@ class JobRunner:
     # ---- backup (daemon/backup/: the network I/O runs on its threads) ---------------------------
     def _backup_keeper(self) -> JobBackup | None:
         """The keeper for the job's current [jobs.backup]; a reload that changed or removed it replaces it."""
-        want = self.cfg.backup
+        cfg, resolved = self.setting.cfg, self.setting.resolved
+        want = cfg.backup
         if self.backup is not None and self.backup.cfg != want:
             self.backup.close()
             self.backup = None
-        if want is not None and self.backup is None and self.resolved is not None:
-            fingerprint = job_fingerprint(self.cfg, self.resolved, self.record.history.trainer_rsl_rl_version)
+        if want is not None and self.backup is None and resolved is not None:
+            fingerprint = job_fingerprint(cfg, resolved, self.record.history.trainer_rsl_rl_version)
             try:
-                owner = job_run_as(self.cfg)  # a job of its owner's: what lands is theirs, only theirs is uploaded
+                owner = job_run_as(cfg)  # a job of its owner's: what lands is theirs, only theirs is uploaded
             except OwnerProblem:
                 owner = None  # the launch is refused, naming the owner; nothing of theirs to fetch or upload
-            self.backup = JobBackup(want, self.cfg.name, self.resolved.workflow.layout,
+            self.backup = JobBackup(want, cfg.name, resolved.workflow.layout,
                                     validator(self.setting, self.record.history), Identity.here(self.state_dir),
                                     fingerprint, owner)
         return self.backup
@@ -352,7 +316,7 @@ class JobRunner:
         """`isaacd backup takeover JOB`: this supervisor takes the prefix's lease whoever holds it (an event)."""
         keeper = self._backup_keeper()
         if keeper is None:
-            raise ValueError(f"{self.cfg.name} has no [jobs.backup] target: nothing to take over")
+            raise ValueError(f"{self.setting.cfg.name} has no [jobs.backup] target: nothing to take over")
         self.event("backup_takeover_requested", url=keeper.store.url, origin="operator",
                    detail="the prefix's lease is taken at the next step, whoever holds it; that holder stops "
                           "writing at its next renewal")
@@ -371,14 +335,14 @@ class JobRunner:
         if self.launch_waits is not None and self.launch_waits_on == Awaited.CHECKPOINT:
             self._launch_when_fetched()
         if scan:  # the timeline's run dirs, for the uploader thread to look at
-            runs = timeline(lineage(self.history))
+            runs = timeline(lineage(self.record.history))
             keeper.set_runs([BackupRun(path, offset, bound) for path, offset, bound in runs])
 
     def _launch_when_fetched(self) -> None:
         """A launch waits (for the bucket's checkpoint, or its launcher's probe): the machine has it asked again (the
         planner answers at once) or, after a stop meanwhile, ends it (jobs/machine.py `_launch_waited`)."""
-        self.handle_message(LaunchWaited(trainer=self.live.handle is not None, on=self.launch_waits_on))
-        if self.state != JobState.STARTING or self.live.handle is not None:
+        self.handle_message(LaunchWaited(trainer=self.handle is not None, on=self.launch_waits_on))
+        if self.state != JobState.STARTING or self.handle is not None:
             self.launch_waits = None  # the wait belonged to the starting attempt: over with it
 
     # ---- read side -------------------------------------------------------------------------

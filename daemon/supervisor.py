@@ -217,7 +217,7 @@ class Supervisor(EndedJobs):  # EndedJobs: a dropped runner's job ends (attempt/
                 try:
                     runner.tick(now)
                 except Exception:  # noqa: BLE001
-                    log.exception("job_tick_failed", job=runner.cfg.name)
+                    log.exception("job_tick_failed", job=runner.setting.cfg.name)
             # a job removed from the config lingers until its trainer is gone and its killed spare reaped
             for name in [n for n, r in self.runners.items()
                          if self.config.job(n) is None and not r.state.active and not r.releasing]:
@@ -245,7 +245,7 @@ class Supervisor(EndedJobs):  # EndedJobs: a dropped runner's job ends (attempt/
             try:
                 out.append(r.signals())
             except Exception:  # noqa: BLE001
-                log.exception("job_signals_failed", job=r.cfg.name)
+                log.exception("job_signals_failed", job=r.setting.cfg.name)
         return out
 
     def send(self, job: str, cmd: Command) -> str | None:
@@ -270,7 +270,7 @@ class Supervisor(EndedJobs):  # EndedJobs: a dropped runner's job ends (attempt/
                     row = job_hook(row)
                 jobs.append(row)
             except Exception:  # noqa: BLE001
-                log.exception("job_snapshot_failed", job=r.cfg.name)
+                log.exception("job_snapshot_failed", job=r.setting.cfg.name)
         gpus = None
         for hook in self.hooks.status:
             try:
@@ -284,10 +284,10 @@ class Supervisor(EndedJobs):  # EndedJobs: a dropped runner's job ends (attempt/
         in their own units and are adopted by the next supervisor."""
         sdnotify.notify("STOPPING=1")
         with self.lock:
-            owned = [r for r in self.runners.values() if stopped_at_shutdown(r.cfg.runtime, r.state)]
+            owned = [r for r in self.runners.values() if stopped_at_shutdown(r.setting.cfg.runtime, r.state)]
             for r in owned:
                 r.handle_message(Stop(Origin.SHUTDOWN, "supervisor shutdown", final=False))
-        deadline = time.monotonic() + max((r.cfg.stop_timeout for r in owned), default=0) + 5
+        deadline = time.monotonic() + max((r.setting.cfg.stop_timeout for r in owned), default=0) + 5
         while any(r.state.active for r in owned) and time.monotonic() < deadline:
             time.sleep(0.1)
             with self.lock:
@@ -330,7 +330,7 @@ class Supervisor(EndedJobs):  # EndedJobs: a dropped runner's job ends (attempt/
             log.error("config_rejected", path=self.config_path, error=str(exc),
                       detail="keeping the previous config; running jobs are untouched")
             for r in self.runners.values():
-                self.store.append_event(r.cfg.name, "config_rejected", error=str(exc))
+                self.store.append_event(r.setting.cfg.name, "config_rejected", error=str(exc))
             return {"ok": False, "error": str(exc)}
         refresh_installed_isaaclab((j.launcher, j.owner) for j in new.jobs if j.launcher)  # re-read off the tick
         with self.lock:
@@ -362,9 +362,9 @@ class Supervisor(EndedJobs):  # EndedJobs: a dropped runner's job ends (attempt/
                 runner.handle_message(Readded())
                 runner.event("config_changed", detail="back in the config after a reload had removed it")
                 added.append(job_cfg.name)
-            elif runner.written != job_cfg:  # as written: cfg names the GPUs the queue gave it
+            elif runner.setting.written != job_cfg:  # as written: cfg names the GPUs the queue gave it
                 # Takes effect at the job's next launch; a running trainer is never killed by a reload.
-                job_keys[job_cfg.name] = tuple(changed_keys(runner.written, job_cfg))
+                job_keys[job_cfg.name] = tuple(changed_keys(runner.setting.written, job_cfg))
                 runner.reconfigure(job_cfg, lambda: self.runtime(job_cfg.runtime))
                 runner.event("config_changed", keys=list(job_keys[job_cfg.name]),
                              detail="applies at the next start; `isaacd restart` applies it now")

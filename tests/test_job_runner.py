@@ -85,7 +85,7 @@ def test_crash_after_the_intent_before_the_spawn_launches_once_on_recovery(world
     assert StateStore(world["dir"]).load("cp").current.token  # the intent is on disk
     r2 = runner(world)  # the saved model says starting; no trainer carries the token
     assert len(world["rt"].live()) == 1 and r2.state.value == "starting"
-    assert events(r2, "launch_replayed") and r2.model.restarts == 0
+    assert events(r2, "launch_replayed") and r2.record.model.restarts == 0
 
 
 def test_operator_stop_in_flight_is_honoured_by_the_next_supervisor(world):
@@ -97,7 +97,7 @@ def test_operator_stop_in_flight_is_honoured_by_the_next_supervisor(world):
     # the supervisor dies here; the trainer finishes its stop meanwhile
     t.exit = ExitStatus(code=0)
     r2 = runner(world)
-    assert r2.state.value == "stopped" and r2.model.final and world["rt"].live() == []
+    assert r2.state.value == "stopped" and r2.record.model.final and world["rt"].live() == []
     tick(r2, world, 30)
     assert r2.state.value == "stopped" and len(world["rt"].trainers) == 1  # not restarted
 
@@ -124,13 +124,13 @@ def test_backoff_survives_a_supervisor_crash_and_the_restart_stays_counted(world
     tick(r, world)
     world["rt"].live()[0].exit = ExitStatus(signal=9)
     tick(r, world)
-    assert r.state.value == "backing-off" and r.model.restarts == 1
+    assert r.state.value == "backing-off" and r.record.model.restarts == 1
     tick(r, world, 2)
     r2 = runner(world)
     tick(r2, world, 2)
     assert r2.state.value == "backing-off" and len(world["rt"].trainers) == 1  # the wait is not skipped
     tick(r2, world, 1.1)
-    assert r2.state.value == "starting" and r2.model.restarts == 1 and len(world["rt"].live()) == 1
+    assert r2.state.value == "starting" and r2.record.model.restarts == 1 and len(world["rt"].live()) == 1
 
 
 def test_a_supervisor_that_keeps_dying_cannot_let_a_crash_loop_past_max_restarts(world):
@@ -142,7 +142,7 @@ def test_a_supervisor_that_keeps_dying_cannot_let_a_crash_loop_past_max_restarts
         tick(r, world)
         if r.state.value == "failed":
             break
-    assert r.state.value == "failed" and "restart limit reached: 3 restarts" in (r.model.reason or "")
+    assert r.state.value == "failed" and "restart limit reached: 3 restarts" in (r.record.model.reason or "")
 
 
 def test_after_a_reboot_the_backoff_is_waited_again_in_full(world):
@@ -178,12 +178,12 @@ def test_full_state_disk_never_starts_an_untracked_trainer_and_recovers_when_spa
         for _ in range(5):
             tick(r, world, 61)
         assert world["rt"].trainers == {}  # nothing a crash could orphan
-        assert r.state.value == "backing-off" and "No space left on device" in (r.model.reason or "")
+        assert r.state.value == "backing-off" and "No space left on device" in (r.record.model.reason or "")
         assert r.snapshot().persist_error and "No space left" in r.snapshot().persist_error
     finally:
         FullDiskStore.full = False
     tick(r, world, 61)
-    assert r.state.value == "starting" and len(world["rt"].live()) == 1 and r.persist_error is None
+    assert r.state.value == "starting" and len(world["rt"].live()) == 1 and r.record.persist_error is None
     assert StateStore(world["dir"]).load("cp").current.handle  # on disk again
 
 
@@ -196,12 +196,12 @@ def test_full_disk_while_training_keeps_the_trainer_and_saves_when_space_returns
         r.handle_message(WatchdogTrip("loss_stagnation", "log", "log", "loss flat", {}))  # a decision to save
         for _ in range(3):
             tick(r, world)
-        assert r.persist_error is not None and "No space left" in r.persist_error
+        assert r.record.persist_error is not None and "No space left" in r.record.persist_error
         assert world["rt"].live() == [t] and r.state.value == "starting"  # training goes on, no assertion loop
     finally:
         FullDiskStore.full = False
     tick(r, world)
-    assert r.persist_error is None and events(r, "state_saved")
+    assert r.record.persist_error is None and events(r, "state_saved")
     assert StateStore(world["dir"]).load("cp").machine["watchdog_trips"] == {"loss_stagnation/log": 1}
 
 
@@ -213,7 +213,7 @@ def test_operator_start_after_stop_is_not_a_restart(world):
     assert r.state.value == "stopped"
     assert r.handle_message(Start(Origin.OPERATOR, "operator start")) == "starting"
     tick(r, world)
-    assert r.state.value == "starting" and r.model.restarts == 0 and len(world["rt"].live()) == 1
+    assert r.state.value == "starting" and r.record.model.restarts == 0 and len(world["rt"].live()) == 1
 
 
 def test_history_from_before_the_state_machine_keeps_its_resting_state(world):
@@ -224,7 +224,7 @@ def test_history_from_before_the_state_machine_keeps_its_resting_state(world):
         {"name": "cp", "restarts": 4, "final_state": "stopped", "final_reason": "operator stop", "attempts": []}))
     r = runner(world)
     tick(r, world)
-    assert r.state.value == "stopped" and r.model.restarts == 4 and world["rt"].trainers == {}
+    assert r.state.value == "stopped" and r.record.model.restarts == 4 and world["rt"].trainers == {}
 
 
 def test_state_dir_file_is_what_a_new_runner_reads(world):
@@ -239,10 +239,10 @@ def test_gpu_check_and_gpu_memory_are_given_at_construction_or_set_later(world):
                   gpu_check=lambda cfg: "GPU 3 is not on this host", gpu_memory=None)
     r.recover()
     tick(r, world)
-    assert r.state.value == "failed" and r.model.reason == "cannot start: GPU 3 is not on this host"
+    assert r.state.value == "failed" and r.record.model.reason == "cannot start: GPU 3 is not on this host"
     assert world["rt"].trainers == {}
-    r.gpu_check = None  # as the supervisor sets it today
-    assert r.planner.gpu_check is None and r.gpu_check is None
+    r.planner.gpu_check = None  # the planner owns the check (the runner handed it over at construction)
+    assert r.planner.gpu_check is None
     r.handle_message(Start(Origin.OPERATOR, "operator start"))
     tick(r, world)
     assert r.state.value == "starting" and len(world["rt"].live()) == 1
@@ -264,7 +264,7 @@ def test_a_reload_that_changes_the_runtime_while_a_trainer_runs_keeps_the_one_th
     other.name = "podman"
     new = world["cfg"].model_copy(update={"stop_timeout": 3.0})
     r.reconfigure(new, lambda: other)
-    assert r.cfg is new and r.runtime is world["rt"] and r.observer.runtime is world["rt"]
+    assert r.setting.cfg is new and r.runtime is world["rt"] and r.observer.runtime is world["rt"]
 
 
 def test_a_reload_that_changes_the_runtime_launches_the_next_attempt_with_the_new_one(world):
@@ -279,8 +279,8 @@ def test_a_reload_that_changes_the_runtime_launches_the_next_attempt_with_the_ne
         tick(r, world)
     other = FakeRuntime()
     other.name = "podman"
-    r.reconfigure(r.cfg, lambda: other)  # what supervisor.py does on a reload that changes `runtime`
+    r.reconfigure(r.setting.cfg, lambda: other)  # what supervisor.py does on a reload that changes `runtime`
     r.handle_message(Start(Origin.OPERATOR, "test"))
     tick(r, world)
     assert len(other.live()) == 1 and world["rt"].live() == []
-    assert r.history.attempts[-1].runtime == "podman" and r.runtime is other
+    assert r.record.history.attempts[-1].runtime == "podman" and r.runtime is other

@@ -52,7 +52,7 @@ def setup(tmp_path: Path) -> tuple[JobRunner, LoggingRuntime, FakeClock, list]:
         return OomNote("GPU 0 (NVIDIA H200) has 139.0 of 139.8 GiB in use: 120.0 GiB by pid 4242", None,
                        {"gpus": [{"gpu": "0"}]})
 
-    r.gpu_memory = note
+    r.observer.gpu_memory = note  # the observer asks it at a CUDA out-of-memory
     r.recover()
     return r, rt, clock, asked
 
@@ -74,7 +74,7 @@ def test_startup_oom_in_the_output_steps_the_next_launch_down(tmp_path):
     r, rt, clock, asked = setup(tmp_path)
     tick(r, clock)
     assert num_envs_arg(rt.live()[0].argv) == "1024"
-    started_at = r.history.current.started_at
+    started_at = r.record.history.current.started_at
     rt.die(f"Traceback (most recent call last):\n{OOM}\n\nSet the environment variable HYDRA_FULL_ERROR=1 for a "
            "complete stack trace.\n")
     tick(r, clock)

@@ -42,7 +42,7 @@ def saved(tmp_path) -> dict:  # noqa: ANN001
 
 
 def counters(r: JobRunner) -> tuple:
-    m = r.model
+    m = r.record.model
     return (m.state.value, m.final, m.reason, m.restarts, dict(m.restarts_by_reason), m.last_restart_reason,
             m.rollbacks, dict(m.watchdog_trips))
 
@@ -53,7 +53,7 @@ def test_an_old_document_keeps_its_counters_and_state_and_is_saved_in_the_new_fo
     want = ("failed", True, "restart limit reached", 4, {"signal": 3, "watchdog": 1},
             "killed by signal 9 (SIGKILL)", 1, {"divergence/rollback": 1})
     assert counters(r) == want
-    assert r.history.trainer_rsl_rl_version == "5.0.1" and r.history.current.run_dir == "/l/run"
+    assert r.record.history.trainer_rsl_rl_version == "5.0.1" and r.record.history.current.run_dir == "/l/run"
     assert r.record.persist()
     doc = saved(tmp_path)
     assert not LEGACY_KEYS & set(doc) and doc["machine"]["restarts"] == 4 and doc["machine"]["state"] == "failed"
@@ -70,7 +70,7 @@ def test_mirrored_counters_beside_the_model_are_dropped_and_the_model_wins(tmp_p
     doc.update(restarts=99, final_state="stopped")  # an older isaacd mirrored these beside the model
     write(tmp_path, doc)
     r2 = runner(tmp_path)
-    assert r2.model.restarts == 4 and r2.state.value == "failed"
+    assert r2.record.model.restarts == 4 and r2.state.value == "failed"
     r2.record.persist()
     assert not LEGACY_KEYS & set(saved(tmp_path))
 

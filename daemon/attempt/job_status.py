@@ -1,6 +1,7 @@
 """A job's status, built from its runner: what `isaacd status` and /metrics show of one job at one tick.
 
-The runner hands itself over as `RunnerView`, the few things this reads; nothing here changes the runner.
+The runner hands itself over as `RunnerView`: its parts (status/source.py), each read for the facts it owns, and the
+runner's own few (its clock, when its state last changed, the launch's wait); nothing here changes the runner.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ..observations.checkpoints import Checkpoint
 from ..observations.tensorboard import finite_or_none
 from ..runtimes.view import RuntimeView
 from ..workflows import Resolved
-from ..status.source import RunnerParts
+from ..status.source import RunnerParts, SettingView
 from ..status.types import BootStatus, QueueStatus
 from ..status.types import (BackupStatus, CheckpointStatus, CompileCacheStatus, JobStatus, LaunchWaitStatus, SpareStatus,
                     WatchdogTripCount)
@@ -40,12 +41,19 @@ class BackupSource(Protocol):
     def status(self) -> BackupStatus: ...
 
 
-class RunnerView(RunnerParts, Protocol):
-    """What a job's status is built from: the runner's attributes of these names (read-only here, so plain
-    attributes of narrower types satisfy them)."""
+class StatusSetting(SettingView, Protocol):
+    """The job's setting (attempt/setting.py), with the workflow it resolved to."""
 
     @property
     def resolved(self) -> Resolved | None: ...
+
+
+class RunnerView(RunnerParts, Protocol):
+    """What a job's status is built from: the runner's parts and the runner's own attributes of these names
+    (read-only here, so plain attributes of narrower types satisfy them)."""
+
+    @property
+    def setting(self) -> StatusSetting: ...
 
     @property
     def clock(self) -> Clock: ...
@@ -54,22 +62,7 @@ class RunnerView(RunnerParts, Protocol):
     def state_since(self) -> float: ...
 
     @property
-    def iteration(self) -> int | None: ...
-
-    @property
-    def scalars(self) -> dict[str, float]: ...
-
-    @property
-    def last_progress_wall(self) -> float | None: ...
-
-    @property
-    def persist_error(self) -> str | None: ...
-
-    @property
     def spares(self) -> SpareSource: ...
-
-    @property
-    def written(self) -> JobConfig: ...
 
     @property
     def backup(self) -> BackupSource | None: ...
@@ -82,9 +75,6 @@ class RunnerView(RunnerParts, Protocol):
 
     @property
     def state_dir(self) -> Path: ...
-
-    @property
-    def _checkpoint(self) -> Checkpoint | None: ...
 
     def num_envs(self) -> int: ...
 
@@ -102,8 +92,8 @@ def compile_cache_status(cfg: JobConfig, state_dir: Path, sizes: SizeSampler = S
 def boot_status(r: RunnerView, desc: RuntimeView) -> BootStatus | None:
     """While the attempt's trainer runs and has not logged its first iteration: how long it has been booting, the
     phase the shim reported and its last output line (attempt/observer.py reads them)."""
-    attempt, live = r.history.current, r.live
-    if r.model.state != JobState.STARTING or live.handle is None or attempt is None or desc.waiting:
+    attempt, live = r.record.history.current, r.observer.live
+    if r.record.model.state != JobState.STARTING or live.handle is None or attempt is None or desc.waiting:
         return None
     now = r.clock.wall()
     phase, since = live.boot_phase
@@ -121,7 +111,8 @@ def queue_status(written: JobConfig, m: JobModel, wall_minus_mono: float) -> Que
 
 def job_status(r: RunnerView) -> JobStatus:
     """The job now: a fresh value each tick, never changed afterwards."""
-    h, m, live, cfg = r.history, r.model, r.live, r.cfg
+    h, m, obs, cfg = r.record.history, r.record.model, r.observer, r.setting.cfg
+    live = obs.live
     attempt = h.current
     desc = r.runtime.describe(live.handle) if live.handle else RuntimeView()
     prog = live.tail.progress if live.tail else None
@@ -145,7 +136,7 @@ def job_status(r: RunnerView) -> JobStatus:
         state_reason=reason,
         runtime=cfg.runtime,
         workflow=cfg.workflow,
-        contract=r.resolved.workflow.contract if r.resolved else None,
+        contract=r.setting.resolved.workflow.contract if r.setting.resolved else None,
         task=cfg.task,
         device=cfg.device,
         gpus=status_gpus(cfg),
@@ -157,18 +148,18 @@ def job_status(r: RunnerView) -> JobStatus:
         node=desc.node,
         waiting=waiting,
         launch_wait=launch_wait,
-        iteration=r.iteration if r.iteration is not None else h.last_iteration,
+        iteration=obs.iteration if obs.iteration is not None else h.last_iteration,
         max_iterations=cfg.max_iterations,
-        mean_reward=finite_or_none(prog.mean_reward if prog else r.scalars.get("Train/mean_reward",
+        mean_reward=finite_or_none(prog.mean_reward if prog else obs.scalars.get("Train/mean_reward",
                                                                                h.last_mean_reward)),
-        fps=finite_or_none(prog.fps if prog else r.scalars.get("Perf/total_fps", h.last_fps)),
+        fps=finite_or_none(prog.fps if prog else obs.scalars.get("Perf/total_fps", h.last_fps)),
         # a resumed run redoes the iterations after its checkpoint: say so until it has caught up
         resume_from=CheckpointStatus.from_json(resume_from) if resume_from else None,
         redo_until=max((a.last_iteration for a in timeline_attempts(h)[:-1] if a.last_iteration is not None),
                        default=None),  # since the last reset
-        scalars=dict(r.scalars),
-        last_progress_time=r.last_progress_wall,
-        checkpoint=checkpoint_status(r._checkpoint),
+        scalars=dict(obs.scalars),
+        last_progress_time=obs.last_progress_wall,
+        checkpoint=checkpoint_status(obs.checkpoint),
         restarts=m.restarts,
         num_envs=r.num_envs(),  # in use: less than configured after a step-down (CUDA out of memory)
         num_envs_configured=cfg.num_envs,
@@ -182,7 +173,7 @@ def job_status(r: RunnerView) -> JobStatus:
         backoff_until=backoff_until,
         stopping_then=m.stop.then.value if m.stop is not None and m.state == JobState.STOPPING else None,
         parked_by=m.parked_by,
-        persist_error=r.persist_error,
+        persist_error=r.record.persist_error,
         spare=r.spares.status(),
         log_path=str(job_log_path(r.state_dir, cfg.name)),
         watchdogs={},  # the watchdog engine's part, added at publish (supervisor.job_status_hooks)
@@ -191,5 +182,5 @@ def job_status(r: RunnerView) -> JobStatus:
         backup=r.backup.status() if r.backup is not None else None,
         compile_caches=compile_cache_status(cfg, r.state_dir),
         boot=boot_status(r, desc),
-        queue=queue_status(r.written, m, wall_minus_mono),
+        queue=queue_status(r.setting.written, m, wall_minus_mono),
     )

@@ -13,7 +13,6 @@ from ..jobs.model import JobState
 from ..jobs.queue_entry import QueueEntry, queue_entry
 from .types import SpareStatus
 from ..observations.tensorboard import ScalarPoint
-from ..history.store import Attempt
 from .source import RunnerParts
 
 
@@ -42,36 +41,26 @@ class SpareView(Protocol):
 
 
 class SignalSource(RunnerParts, Protocol):
-    """What a job's signals are built from (the runner's attributes of these names)."""
-
-    @property
-    def written(self) -> JobConfig: ...
+    """What a job's signals are built from: the runner's parts (status/source.py) and its spare keeper."""
 
     @property
     def spares(self) -> SpareView: ...
 
-    @property
-    def last_progress_mono(self) -> float | None: ...
-
-    @property
-    def state(self) -> JobState: ...
-
-    def _job_iteration(self, step: int | None, attempt: Attempt) -> int | None: ...
-
 
 def job_signals(r: SignalSource) -> JobSignals:
-    live, attempt = r.live, r.history.current
+    cfg, m, obs = r.setting.cfg, r.record.model, r.observer
+    live, attempt = obs.live, r.record.history.current
     prog = live.tail.progress if live.tail else None
     return JobSignals(
-        name=r.cfg.name, cfg=r.cfg,
-        alive=r.state in (JobState.STARTING, JobState.RUNNING) and live.handle is not None,
+        name=cfg.name, cfg=cfg,
+        alive=m.state in (JobState.STARTING, JobState.RUNNING) and live.handle is not None,
         attempt=attempt.number if attempt else 0, attempt_started_at=live.started_mono,
-        first_step=r._job_iteration(prog.first_step, attempt) if prog and attempt else None,
-        iteration=r._job_iteration(prog.last_step, attempt) if prog and attempt else None,
-        last_progress_time=r.last_progress_mono, new_points=tuple(live.new_points), pids=tuple(live.pids),
-        parked_by=r.model.parked_by, state=r.state,
+        first_step=obs.job_iteration(prog.first_step, attempt) if prog and attempt else None,
+        iteration=obs.job_iteration(prog.last_step, attempt) if prog and attempt else None,
+        last_progress_time=obs.last_progress_mono, new_points=tuple(live.new_points), pids=tuple(live.pids),
+        parked_by=m.parked_by, state=m.state,
         waiting=bool(live.handle is not None and r.runtime.describe(live.handle).waiting),
-        queue=queue_entry(r.written, r.model, spare_bytes(r.written, r.spares)))
+        queue=queue_entry(r.setting.written, m, spare_bytes(r.setting.written, r.spares)))
 
 
 IMPORTS_SPARE_BYTES = 512 * 2**20  # an imports-only spare's CUDA context (README "warm spare": ~0.5 GiB)

@@ -1,5 +1,9 @@
 """What the status view and the watchdogs' signals read of a job's runner: the parts both need, as read-only
-Protocols (the runner's attributes of these names satisfy them; nothing here can change the runner)."""
+Protocols (the runner's parts satisfy them; nothing here can change the runner).
+
+Each fact is read from the part that owns it: the config from the job's setting (attempt/setting.py), the model and
+history from its record (attempt/record.py), the live attempt and its progress from its observer
+(attempt/observer.py); the runner forwards none of them."""
 
 from __future__ import annotations
 
@@ -9,7 +13,8 @@ from ..config.schema import JobConfig
 from ..jobs.model import JobModel
 from ..observations.tensorboard import ScalarPoint, TensorBoardTail
 from ..runtimes.base import Handle, Runtime
-from ..history.store import JobHistory
+from ..history.store import Attempt, JobHistory
+from ..observations.checkpoints import Checkpoint
 
 
 class LiveAttemptView(Protocol):
@@ -37,11 +42,18 @@ class LiveAttemptView(Protocol):
     def boot_phase(self) -> tuple[str | None, float | None]: ...
 
 
-class RunnerParts(Protocol):
-    """The job's config, its saved model and history, its live attempt and its runtime."""
+class SettingView(Protocol):
+    """The job's config (attempt/setting.py JobSetting)."""
 
     @property
-    def cfg(self) -> JobConfig: ...
+    def cfg(self) -> JobConfig: ...  # in force: names the GPUs the host's queue gave it (issue 31)
+
+    @property
+    def written(self) -> JobConfig: ...  # as written in the config
+
+
+class RecordView(Protocol):
+    """The job's saved model and history (attempt/record.py JobRecord)."""
 
     @property
     def model(self) -> JobModel: ...
@@ -50,7 +62,44 @@ class RunnerParts(Protocol):
     def history(self) -> JobHistory: ...
 
     @property
+    def persist_error(self) -> str | None: ...  # the last failed save, until a save succeeds
+
+
+class ObserverView(Protocol):
+    """The live attempt and what it has shown (attempt/observer.py AttemptObserver)."""
+
+    @property
     def live(self) -> LiveAttemptView: ...
+
+    @property
+    def iteration(self) -> int | None: ...
+
+    @property
+    def scalars(self) -> dict[str, float]: ...
+
+    @property
+    def last_progress_mono(self) -> float | None: ...
+
+    @property
+    def last_progress_wall(self) -> float | None: ...
+
+    @property
+    def checkpoint(self) -> Checkpoint | None: ...  # newest on the timeline, as of the last scan
+
+    def job_iteration(self, step: int | None, attempt: Attempt) -> int | None: ...
+
+
+class RunnerParts(Protocol):
+    """The job's setting, record and observer, and its runtime."""
+
+    @property
+    def setting(self) -> SettingView: ...
+
+    @property
+    def record(self) -> RecordView: ...
+
+    @property
+    def observer(self) -> ObserverView: ...
 
     @property
     def runtime(self) -> Runtime: ...
