@@ -34,6 +34,25 @@ def test_the_class_size_check_catches_a_long_class() -> None:
         [f"synthetic.py:1 class Big is {MAX_CLASS_LINES + 1} lines (at most {MAX_CLASS_LINES})"]
 
 
+def forwarding_descriptors(tree: ast.AST, path: str) -> list[str]:
+    """Classes defining `__get__`: a descriptor that forwards a class's attributes to its parts is how JobRunner once
+    stayed under the size limit while doing every part's job (issue 38); a part's fact is read from that part."""
+    return [f"{path}:{f.lineno} class {c.name} defines __get__ (read the part that owns the fact instead)"
+            for c in ast.walk(tree) if isinstance(c, ast.ClassDef)
+            for f in c.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == "__get__"]
+
+
+def test_no_class_is_kept_small_by_forwarding_descriptors() -> None:
+    found = [m for p in _sources() for m in forwarding_descriptors(ast.parse(p.read_text()), str(p.relative_to(ROOT)))]
+    assert not found, "\n".join(found)
+
+
+def test_the_forwarding_check_catches_a_descriptor() -> None:
+    breach = "class Kept:\n    def __set_name__(self, o, n): pass\n    def __get__(self, obj, owner=None):\n        return 1\n"
+    assert forwarding_descriptors(ast.parse(breach), "synthetic.py") == \
+        ["synthetic.py:3 class Kept defines __get__ (read the part that owns the fact instead)"]
+
+
 # "One place acts": who may kill, signal or launch. The effect interpreter (runner.py: JobRunner._apply, and
 # apply_spare for the spare keeper's decisions), the runtimes it calls, and the OS seam they call.
 ACTORS = ("daemon/runner.py", "daemon/runtimes/", "daemon/os_seam/")
