@@ -41,6 +41,29 @@ def s3(tmp_path):
     server.kill()  # by its pid, whatever the test did with it
 
 
+def _manifest_with_every_object_readable(fs, prefix: str) -> dict:
+    """The manifest, each object it lists exactly the file it was made from.
+
+    Training goes on while this reads, and `keep` prunes: the uploader writes the new manifest first and
+    deletes the pruned object after, so an object listed by a manifest read a moment ago may be gone by the
+    time it is fetched (CI run of 2026-12-06: model_5.pt). Such an object must then be missing from the
+    manifest read again; anything else is a manifest pointing at nothing, which fails here."""
+    for _ in range(5):
+        doc = json.loads(fs.cat_file(f"{prefix}/manifest.json"))
+        assert doc["checkpoints"], doc
+        try:
+            for e in doc["checkpoints"]:
+                data = fs.cat_file(f"{prefix}/{e['run']}/{e['file']}")
+                assert hashlib.sha256(data).hexdigest() == e["sha256"] and len(data) == e["size"], e
+            return doc
+        except FileNotFoundError:
+            fs.invalidate_cache()
+            again = json.loads(fs.cat_file(f"{prefix}/manifest.json"))
+            assert (e["run"], e["file"]) not in {(x["run"], x["file"]) for x in again["checkpoints"]}, \
+                f"the manifest lists {e['run']}/{e['file']} and the bucket has no such object"
+    raise AssertionError("five manifests in a row were each pruned while being read")
+
+
 def test_a_lost_disk_resumes_from_the_bucket_and_a_dead_store_never_stops_training(tmp_path, s3):
     bucket = f"b{uuid.uuid4().hex[:10]}"
     s3.make_bucket(bucket, versioned=True)
@@ -64,11 +87,7 @@ def test_a_lost_disk_resumes_from_the_bucket_and_a_dead_store_never_stops_traini
         # 1. checkpoints and the manifest reach the bucket, each object exactly the file it was made from
         wait_for(lambda: (_backup(sp).get("last_upload") or {}).get("iteration", -1) >= 10, 120,
                  what="checkpoint 10 in the bucket")
-        doc = json.loads(fs.cat_file(f"{prefix}/manifest.json"))
-        assert doc["checkpoints"], doc
-        for e in doc["checkpoints"]:
-            data = fs.cat_file(f"{prefix}/{e['run']}/{e['file']}")
-            assert hashlib.sha256(data).hexdigest() == e["sha256"] and len(data) == e["size"], e
+        doc = _manifest_with_every_object_readable(fs, prefix)
         run_dir = sp.job("cp")["run_dir"]
         ckpt = next(e for e in doc["checkpoints"] if e["file"].startswith("model_"))  # (snapshots are pruned)
         local = tmp_path / "logs" / "rsl_rl" / "cp" / ckpt["run"] / ckpt["file"]
