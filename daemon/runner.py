@@ -46,7 +46,7 @@ from .jobs.policy import num_envs_in_use
 from .daemon_log import log
 from .observations.checkpoints import timeline
 from .runtimes.base import Handle, LaunchSpec, Runtime
-from .runtimes.run_as import OwnerProblem, job_run_as
+from .access.owner import OwnerProblem
 from .attempt.spare import SpareKeeper
 from .attempt.spare_effects import SpareEffect, StartSpare
 from .status.signals import JobSignals, job_signals
@@ -304,7 +304,7 @@ class JobRunner:
         if want is not None and self.backup is None and resolved is not None:
             fingerprint = job_fingerprint(cfg, resolved, self.record.history.trainer_rsl_rl_version)
             try:
-                owner = job_run_as(cfg)  # a job of its owner's: what lands is theirs, only theirs is uploaded
+                owner = self.setting.owner()  # a job of its owner's: what lands is theirs, only theirs is uploaded
             except OwnerProblem:
                 owner = None  # the launch is refused, naming the owner; nothing of theirs to fetch or upload
             self.backup = JobBackup(want, cfg.name, resolved.workflow.layout,

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Mapping, Sequence
 
+from isaacd.os_seam.owned_dirs import OwnershipRefused
+
 OUR_UID = 1000
 
 
@@ -83,6 +85,9 @@ class FakeOs:
         self._next_fd = 100
         self.meminfo_text = ""  # /proc/meminfo as the test sets it
         self.handed: list[tuple[str, int, int]] = []  # (path, uid, gid) given to a job's owner, in order
+        self.opened_state_dirs: list[str] = []  # each state dir opened for an owner's trainer (open_state_dir)
+        self.chowned: list[tuple[str, int, int]] = []  # (path, uid, gid) lchowned (a numeric container.user's dirs)
+        self.ownership_refusals: dict[str, str] = {}  # path -> why the real seam would refuse to hand it over
 
     # ---- setting the scene ----------------------------------------------------------------------
     def add(self, ppid: int, *, pgid: int | None = None, sid: int | None = None, env: Mapping[str, str] = {},
@@ -180,20 +185,35 @@ class FakeOs:
     def getpgid(self, pid: int) -> int:
         return self._get(pid).pgid
 
-    # ---- files (the spare's FIFO) ---------------------------------------------------------------
+    # ---- files (the spare's FIFO, a launch's owned directories) ----------------------------------
     def mkfifo(self, path: Path, mode: int) -> None:
         Path(path).touch(mode)
 
     def hand_over(self, path: Path, run_as: object) -> None:
+        """Recorded, never chowned; a path the test set in `ownership_refusals` is refused as owned_dirs would."""
+        if str(path) in self.ownership_refusals:
+            raise OwnershipRefused(f"{path}: {self.ownership_refusals[str(path)]}")
         self.handed.append((str(path), run_as.uid, run_as.gid))  # type: ignore[attr-defined]
 
     def create_owned_file(self, path: Path, run_as: object) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).touch()
         self.hand_over(path, run_as)
 
     def make_owned_dir(self, path: Path, run_as: object) -> None:
         Path(path).mkdir(parents=True, exist_ok=True)
         self.hand_over(path, run_as)
+
+    def open_state_dir(self, state_dir: Path, reached: tuple[str, ...], private: tuple[str, ...]) -> None:
+        """Recorded, the `reached` folders made (the spare's FIFO and the workdir go there); no mode changed."""
+        self.opened_state_dirs.append(str(state_dir))
+        for name in reached:
+            (Path(state_dir) / name).mkdir(parents=True, exist_ok=True)
+
+    def chown(self, path: Path, uid: int, gid: int) -> None:
+        if not Path(path).exists() and not Path(path).is_symlink():
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(path))
+        self.chowned.append((str(path), uid, gid))
 
     def open_fd(self, path: Path, flags: int) -> int:
         fd, self._next_fd = self._next_fd, self._next_fd + 1

@@ -3,7 +3,7 @@
 - os_seam/owned_dirs.py on a real filesystem (as root, handing to uid 65534 `nobody`, no user made): what it makes
   and hands over, the symlinks it follows (only those root alone can change) and those it refuses, a third user's
   directory refused;
-- runtimes/run_as.py: whom a job runs as, its HOME/USER/LOGNAME, the container's --user in all three renderings;
+- access/owner.py: whom a job runs as, its HOME/USER/LOGNAME, the container's --user in all three renderings;
 - the process runtime and the spare keeper on the fake kernel (os_fakes.FakeOs): the spawn carries the owner, `find`
   looks for the owner's uid, the spare's FIFO and events file are handed to the owner and its spawn runs as them.
 """
@@ -39,7 +39,7 @@ from isaacd.runtimes.base import LaunchSpec, RuntimeFailure
 from isaacd.runtimes.container_spec import ContainerSpec
 from isaacd.runtimes.process import TOKEN_ENV, ProcessRuntime
 from isaacd.runtimes.quadlet import render_quadlet, render_service
-from isaacd.runtimes.run_as import OwnerProblem, container_user, inside_log_root, job_run_as, owner_env
+from isaacd.access.owner import OwnerProblem, container_user, inside_log_root, job_run_as, owner_env
 from isaacd.workflows import resolve
 
 from os_fakes import FakeOs
@@ -327,8 +327,6 @@ def test_a_program_the_owner_may_not_run_says_so(tmp_path: Path):
 
 
 def test_an_owners_trainer_never_inherits_the_supervisors_credentials():
-    from isaacd.runtimes.run_as import RunAs, owner_env
-
     supervisor = {"PATH": "/usr/bin", "LANG": "C.UTF-8", "AWS_SECRET_ACCESS_KEY": "root-key", "HOME": "/root",
                   "CUDA_MODULE_LOADING": "LAZY", "SSH_AUTH_SOCK": "/tmp/ssh-root"}
     attempt = {**supervisor, "ISAACD_SHIM_EVENTS": "/var/lib/isaacd/e.jsonl", "WANDB_PROJECT": "mine",

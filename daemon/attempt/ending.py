@@ -17,7 +17,7 @@ from ..history.ended import HOW_CANCELLED, HOW_REMOVED, EndedJob, archive, archi
     finish_pending, list_ended
 from ..history.store import job_log_path
 from ..os_seam.owned_dirs import OwnershipRefused, make_owned_dir
-from ..runtimes.run_as import OwnerProblem, job_run_as
+from ..access.owner import OwnerProblem
 from ..runtimes.trainer_command import shim_events_path
 from .record import JobRecord
 from .reset import job_run_dirs
@@ -118,7 +118,7 @@ def _plan_runs(setting: JobSetting, record: JobRecord, label: str) -> tuple[Path
     exp = setting.resolved.workflow.experiment_dir(setting.cfg) if setting.resolved is not None else runs[0].parent
     folder = exp.with_name(f"{exp.name}.ended-{label}")
     try:
-        owner = job_run_as(setting.cfg)
+        owner = setting.owner()
         if owner is None:
             folder.mkdir(parents=True, exist_ok=True)
         else:  # the owner's own (issue 32), made without following a link of theirs

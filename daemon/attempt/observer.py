@@ -20,7 +20,7 @@ from ..observations.checkpoints import Checkpoint, sweep_snapshot_temps
 from ..observations.shim_events import ShimEvents
 from ..observations.tensorboard import ScalarPoint, TensorBoardTail, finite_or_none
 from ..runtimes.base import ExitStatus, Handle, Runtime
-from ..runtimes.run_as import inside_log_root
+from ..access.owner import inside_log_root
 from ..clock import Clock
 from ..history.store import Attempt
 from ..workflows.validate import VALIDATOR

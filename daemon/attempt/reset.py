@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..history.store import JobHistory
 from ..os_seam.owned_dirs import OwnershipRefused, make_owned_dir
-from ..runtimes.run_as import OwnerProblem, job_run_as
+from ..access.owner import OwnerProblem
 from .setting import JobSetting
 
 
@@ -60,7 +60,7 @@ def set_runs_aside(setting: JobSetting, history: JobHistory, wall: float) -> Set
         n += 1
         folder = exp.with_name(f"{exp.name}.reset-{stamp}-{n}")
     try:
-        owner = job_run_as(setting.cfg)
+        owner = setting.owner()
     except OwnerProblem as exc:
         raise OSError(errno.EPERM, f"owner: {exc}") from None
     if owner is None:

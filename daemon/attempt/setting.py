@@ -3,13 +3,15 @@ to, and the checkpoints on its timeline (the resume choice and the deep check of
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..access.owner import job_run_as
 from ..config.placed import placed_config
 from ..config.schema import JobConfig
 from ..observations.checkpoints import Checkpoint, Lineage, Validator, choose_resume
 from ..history.store import Attempt, JobHistory
+from ..os_seam.oscalls import RunAs
 from ..workflows import ProbePending, Resolved, WorkflowError, resolve
 from ..workflows.validate import VALIDATOR, expected_rsl_rl_format
 
@@ -26,10 +28,25 @@ class JobSetting:
     configured: JobConfig | None = None  # the job as written, once it differs from cfg (a placement)
     placement: tuple[int, ...] = ()
     probe_pending: bool = False  # set up while its launcher's version probe ran: resolved once it has answered
+    # the owner resolved for the cfg object in force (owner()): (that cfg, its owner); a reload or a placement sets a
+    # new cfg, which is resolved again
+    _owner: tuple[JobConfig, RunAs | None] | None = field(default=None, repr=False, compare=False)
 
     @property
     def written(self) -> JobConfig:
         return self.configured if self.configured is not None else self.cfg
+
+    def owner(self) -> RunAs | None:
+        """Whom the job's trainer runs as (issue 32): its owner, or None for the supervisor's own user. Resolved once
+        per config in force (issue 38: the one place the owner is resolved, read by the launch, the backup, a reset
+        and a job's end). Raises access.owner.OwnerProblem (an unknown user, a supervisor that is not root); a
+        problem is not kept, so a user created meanwhile is found at the next ask."""
+        kept, cfg = self._owner, self.cfg
+        if kept is not None and kept[0] is cfg:
+            return kept[1]
+        owner = job_run_as(cfg)
+        self._owner = (cfg, owner)
+        return owner
 
     def reconfigure(self, cfg: JobConfig) -> None:
         """A reload's new config, with the job's placement kept (a running trainer keeps its GPUs)."""

@@ -1,4 +1,5 @@
-"""The OS seam: every call the process runtime, the process-tree walk and the spare keeper make to the kernel.
+"""The OS seam: every call the process runtime, the process-tree walk, the spare keeper and a launch's preparation
+(owner_dirs.py, container_spec.hand_dirs_to_container_user) make to the kernel.
 
 Modelled on supervisord's `options` object (supervisor/options.py `ServerOptions.fork`, `.kill`, `.setpgrp`,
 `.execve`, `.waitpid`), which its process code calls as `self.config.options.kill(pid, sig)` and its unit tests
@@ -63,7 +64,7 @@ class ProcFs(Protocol):
 
 
 class OsCalls(ProcFs, Protocol):
-    """Everything else the process runtime and the spare keeper ask the kernel for."""
+    """Everything else the process runtime, the spare keeper and a launch's preparation ask the kernel for."""
 
     def spawn(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], stdout: BinaryIO,
               new_session: bool, run_as: RunAs | None = None) -> Child:
@@ -90,6 +91,14 @@ class OsCalls(ProcFs, Protocol):
 
     def make_owned_dir(self, path: Path, run_as: RunAs) -> None:
         """`mkdir -p` handed to the user, no symlink of theirs followed (owned_dirs.make_owned_dir)."""
+
+    def open_state_dir(self, state_dir: Path, reached: tuple[str, ...], private: tuple[str, ...]) -> None:
+        """The state dir opened for an owner's trainer: `reached` folders made and traversable (0711), `private` ones
+        0700, no file readable by others (owned_dirs.open_state_dir; which folders: owner_dirs.py)."""
+
+    def chown(self, path: Path, uid: int, gid: int) -> None:
+        """lchown(2): a symlink itself, never its target (a numeric container.user's dirs: container_spec.py).
+        Raises FileNotFoundError when the path is not there."""
 
     def open_fd(self, path: Path, flags: int) -> int: ...
 
@@ -152,6 +161,12 @@ class HostOs:
 
     def make_owned_dir(self, path: Path, run_as: RunAs) -> None:
         owned_dirs.make_owned_dir(path, run_as.uid, run_as.gid, run_as.name)
+
+    def open_state_dir(self, state_dir: Path, reached: tuple[str, ...], private: tuple[str, ...]) -> None:
+        owned_dirs.open_state_dir(state_dir, reached, private)
+
+    def chown(self, path: Path, uid: int, gid: int) -> None:
+        os.chown(path, uid, gid, follow_symlinks=False)
 
     def open_fd(self, path: Path, flags: int) -> int:
         return os.open(path, flags)

@@ -171,3 +171,23 @@ def create_owned_file(path: Path, uid: int, gid: int, who: str, mode: int = 0o64
     finally:
         os.close(fd)
     hand_over(path, uid, gid, who)
+
+
+def open_state_dir(state_dir: Path, reached: tuple[str, ...], private: tuple[str, ...]) -> None:
+    """Let an owner's trainer reach its own files under the state dir (owner_dirs.open_state_dir decides which
+    folders): the `reached` folders made, the state dir (0700 as StateStore makes it) and its folders traversable but
+    not listable (0711), the `private` ones root's alone (0700), and no file directly in the state dir or logs/
+    readable by others (a job's output is its owner's: create_owned_file gives an owner's log 0640). The state dir is
+    root's own, made by the supervisor: a link in it is left as it is, never followed. Raises OSError."""
+    sd = Path(os.path.abspath(state_dir))
+    for name in reached:
+        (sd / name).mkdir(exist_ok=True)
+    os.chmod(sd, 0o711)
+    for folder in (sd, sd / "logs"):
+        for entry in os.scandir(folder):
+            if entry.is_symlink():
+                continue
+            if entry.is_dir() and folder == sd:
+                os.chmod(entry.path, 0o700 if entry.name in private else 0o711)
+            elif entry.is_file():
+                os.chmod(entry.path, stat.S_IMODE(entry.stat().st_mode) & ~0o007)

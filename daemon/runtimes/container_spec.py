@@ -11,14 +11,14 @@ change the syntax:
 - `ContainerSpec.libpod_create_body`: the JSON body of the libpod API's `POST /containers/create`, for the
   `podman` runtime.
 
-Also what every container runtime does to the host around a launch: the log root handed to a numeric
-container user (`prepare_log_root`), the attempt number for the container's label (`attempt_number`).
+Also what every container runtime does to the host around a launch: the log root handed to the container's user
+(`prepare_log_root`: the owner, or a numeric container.user; through the OS seam), the attempt number for the
+container's label (`attempt_number`).
 """
 
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
 import signal
 from dataclasses import dataclass, field
@@ -40,8 +40,9 @@ from isaacd_trainer.shim_protocol import (LAUNCH_TOKEN_ENV, SNAPSHOT_BUDGET_ENV,
 
 from .base import LaunchSpec, RuntimeFailure
 from .host import SYSTEMD_SERVICE_ENV, containers_conf_ulimits, memlock_ulimit
-from .run_as import OwnerProblem, container_user, job_run_as
-from ..os_seam import owned_dirs
+from ..access.owner import OwnerProblem, container_user, job_run_as
+from ..os_seam.oscalls import HOST_OS, OsCalls, RunAs
+from ..os_seam.owned_dirs import OwnershipRefused
 from .unit_syntax import sd_escape, sd_join, sd_quote
 
 # a job's container, and the systemd unit that runs it (quadlet.unit_name), are named after the job
@@ -175,26 +176,25 @@ def container_ulimits() -> list[str]:
     return list(out.values())
 
 
-def prepare_log_root(job: JobConfig) -> None:
-    """Create the log root; with a numeric container.user (Isaac Lab 3 images run as uid 1000), hand
-    it and the experiment dir to that user so the trainer can write checkpoints (not recursive)."""
+def prepare_log_root(job: JobConfig, owner: RunAs | None, oscalls: OsCalls = HOST_OS) -> None:
+    """Create the log root; hand it and the experiment dir to the container's user (the job's owner, as the launch's
+    `LaunchSpec.run_as` says; else a numeric container.user: Isaac Lab 3 images run as uid 1000) so the trainer can
+    write checkpoints (not recursive)."""
     job.log_root.mkdir(parents=True, exist_ok=True)
-    hand_to_container_user(job, [job.log_root, job.log_root / "rsl_rl", job.log_root / "rsl_rl" / job.experiment_name])
+    hand_dirs_to_container_user(oscalls, job, owner,
+                                [job.log_root, job.log_root / "rsl_rl", job.log_root / "rsl_rl" / job.experiment_name])
 
 
-def hand_to_container_user(job: JobConfig, dirs: list[Path]) -> None:
+def hand_dirs_to_container_user(oscalls: OsCalls, job: JobConfig, owner: RunAs | None, dirs: list[Path]) -> None:
     """chown existing `dirs` (or files: a spare's FIFO) to the container's user, so a non-root trainer can write
-    there: the job's owner (issue 32; through os_seam/owned_dirs.py, never through a symlink, never a third user's),
-    else a numeric container.user (a symlink itself is chowned, never its target)."""
-    try:
-        owner = job_run_as(job)
-    except OwnerProblem:
-        owner = None  # the planner refuses the launch, naming the owner
+    there: the job's owner as resolved by the caller (issue 32; `oscalls.hand_over`, never through a symlink, never a
+    third user's), else a numeric container.user (`oscalls.chown`: a symlink itself is chowned, never its target).
+    Every call to the kernel goes through the seam (issue 38); a path that is not there is skipped."""
     if owner is not None:
         for d in dirs:
             try:
-                owned_dirs.hand_over(d, owner.uid, owner.gid, owner.name)
-            except (owned_dirs.OwnershipRefused, OSError):
+                oscalls.hand_over(d, owner)
+            except (OwnershipRefused, OSError):
                 pass  # stays root's: the planner has refused a log_root it could not hand over, naming it
         return
     m = re.fullmatch(r"(\d+)(?::(\d+))?", (job.container.user or "").strip())
@@ -203,11 +203,20 @@ def hand_to_container_user(job: JobConfig, dirs: list[Path]) -> None:
     uid = int(m.group(1))
     gid = int(m.group(2)) if m.group(2) else uid
     for d in dirs:
-        if d.exists():
-            try:
-                os.chown(d, uid, gid, follow_symlinks=False)
-            except OSError:
-                pass
+        try:
+            oscalls.chown(d, uid, gid)
+        except OSError:
+            pass  # not there (yet), or not ours to change: the trainer says what it cannot write
+
+
+def hand_to_container_user(job: JobConfig, dirs: list[Path]) -> None:
+    """The old signature (planner.py, spare.py and starter.py until they pass the owner they hold; issue 38): resolves
+    the owner again and hands `dirs` over on the host (hand_dirs_to_container_user)."""
+    try:
+        owner = job_run_as(job)
+    except OwnerProblem:
+        owner = None  # the planner refuses the launch, naming the owner
+    hand_dirs_to_container_user(HOST_OS, job, owner, dirs)
 
 
 def container_command(job: JobConfig, trainer_args: list[str]) -> list[str]:

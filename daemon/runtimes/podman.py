@@ -161,7 +161,7 @@ class PodmanRuntime(ContainerRuntime):
             _import_podman()  # raises with the install hint
         cs = self._container_spec(spec)
         body = cs.libpod_create_body()
-        prepare_log_root(job)
+        prepare_log_root(job, spec.run_as)
         h = Handle("podman", job.name, {"container": cs.name, "token": cs.token, "attempt": cs.attempt, "pid": None,
                                          "started_at": time.time()})
         return self._queue_launch(h, cs.name, (job.name, cs.name, body))

@@ -23,7 +23,7 @@ from isaacd_trainer.shim_protocol import LAUNCH_TOKEN_ENV
 from ..config.schema import JobConfig
 from ..os_seam.oscalls import HOST_OS, Child, OsCalls, ProcFs
 from .base import ExitStatus, Handle, LaunchSpec, RuntimeFailure
-from .run_as import OwnerProblem, job_run_as
+from ..access.owner import OwnerProblem, job_run_as
 from ..os_seam.proctree import proc_start_time, process_tree, read_stat
 from .view import RuntimeView
 

@@ -1,149 +1,33 @@
-"""Whom a job's trainer runs as (issue 32): its owner (`[[jobs]] owner`), never root, and what the root supervisor
-makes ready for that user before a launch.
+"""The old home of issue 32's owner code, split by issue 38: who the owner is is `access/owner.py`, the directories
+made ready for them `os_seam/owner_dirs.py` (every kernel call through the OS seam).
 
-- `job_run_as`: the owner as a `RunAs` (uid, primary gid, every group, as initgroups(3) would set them), or None for
-  a job that runs as the supervisor's own user (owner unset, "root", or the supervisor's own name): exactly as before.
-- `owner_env`: HOME, USER and LOGNAME the owner's, as login(1) and `su -` set them: what the trainer's libraries
-  read for their per-user files (Warp's and pip's ~/.cache, W&B's ~/.netrc, torch hub).
-- `container_user`: the container's `--user` (Quadlet `User=`): the owner's `uid:gid`; `[jobs.container] user` only
-  for a job of the supervisor's own user (an owner cannot pick another uid: the owner's wins).
-- `prepare_owned`: the job's directories made and handed to the owner, through `os_seam/owned_dirs.py` (no symlink
-  the owner could plant is followed): log_root and its experiment dir, the workdir (Hydra writes `outputs/` in the
-  cwd), the compile caches, the job log. Each refusal names the config key.
+Kept until planner.py and spare.py import from the new homes; removed in the same issue. Every old name is here with
+its old signature: `open_state_dir` and `prepare_owned` call the new ones on the host's kernel (`HOST_OS`).
 """
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 
+from ..access.owner import (INHERITED, INHERITED_PREFIXES, OWNER_RUNTIMES, ROOT_NAMES, OwnerProblem, container_user,
+                            inside_log_root, job_run_as, owner_env)
 from ..caches.compile_caches import CacheDir
 from ..config.schema import JobConfig
-from ..config.users import UnknownUser, user_by_name
-from ..history.store import job_log_path
-from ..os_seam import owned_dirs
-from ..os_seam.oscalls import RunAs
+from ..os_seam import owner_dirs
+from ..os_seam.oscalls import HOST_OS, RunAs
+from ..os_seam.owner_dirs import STATE_PRIVATE, STATE_REACHED
 
-ROOT_NAMES = ("root",)
-# where a job can run as its owner; a Ray actor runs as the Ray cluster's user, so an owner's job is refused there
-OWNER_RUNTIMES = ("process", "podman", "systemd")
-
-
-class OwnerProblem(Exception):
-    """The job's owner cannot run it here (unknown user, a supervisor that is not root); the message says why."""
-
-
-def job_run_as(job: JobConfig) -> RunAs | None:
-    """The owner to run the job as; None: as the supervisor's own user (as before issue 32)."""
-    if job.owner is None or job.owner in ROOT_NAMES:
-        return None
-    try:
-        user = user_by_name(job.owner)
-    except UnknownUser as exc:
-        raise OwnerProblem(f"{exc}; create the user or change the job's owner") from None
-    me = os.getuid()
-    if user.uid == me:
-        return None
-    if me != 0:
-        raise OwnerProblem(f"the job belongs to {user.name} (uid {user.uid}) but the supervisor runs as uid {me} and "
-                           "cannot start a process as another user; run isaacd as root, or drop the job's owner")
-    return RunAs(user.uid, user.gid, user.gids, user.name, user.home)
-
-
-# What an owner's trainer inherits of the supervisor's own environment: the locale, the search path, the terminal,
-# the time zone, the GPU stack's settings and thread counts. Nothing else: the supervisor's environment holds its
-# backup credentials (AWS_*, GOOGLE_*, ...: docs/backup.md) and whatever root's session had, none of it the user's.
-INHERITED = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                       "PYTHONUNBUFFERED"})
-INHERITED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_")
-
-
-def _inherited(key: str) -> bool:
-    return key in INHERITED or key.startswith(INHERITED_PREFIXES)
-
-
-def owner_env(env: dict[str, str], run_as: RunAs | None, job_environment: dict[str, str],
-              supervisor_env: dict[str, str] | None = None) -> dict[str, str]:
-    """The trainer's environment for a job of another user: what isaacd sets for the attempt and the job's own
-    `environment`, the few inherited variables above, and the owner's HOME, USER and LOGNAME; never the rest of the
-    supervisor's environment (its credentials). Unchanged for a job of our own user."""
-    if run_as is None:
-        return env
-    mine = os.environ if supervisor_env is None else supervisor_env
-    out = {k: v for k, v in env.items()
-           if k in job_environment or _inherited(k) or mine.get(k) != v}  # set or changed for the attempt: kept
-    out.update({k: v for k, v in (("HOME", run_as.home), ("USER", run_as.name), ("LOGNAME", run_as.name))
-                if k not in job_environment})
-    return out
-
-
-def inside_log_root(job: JobConfig, path: Path) -> bool:
-    """A path an owner's trainer reported (its run dir) lies in the job's log_root once every link is resolved: the
-    root supervisor reads (TensorBoard, checkpoints) and sweeps only there, never another user's run. Any path for a
-    job of the supervisor's own user."""
-    if job.owner is None or job.owner in ROOT_NAMES:
-        return True
-    try:
-        return Path(path).resolve().is_relative_to(Path(os.path.abspath(job.log_root)).resolve())
-    except (OSError, RuntimeError):
-        return False
-
-
-def container_user(job: JobConfig, run_as: RunAs | None) -> str | None:
-    """`--user` of the job's container: the owner's uid:gid, else the job's own container.user (an admin's job)."""
-    if run_as is not None:
-        return f"{run_as.uid}:{run_as.gid}"
-    return job.container.user
-
-
-STATE_PRIVATE = ("jobs",)  # the histories and journals: root's alone
-STATE_REACHED = ("work", "shim", "spare", "caches", "logs")  # where an owner's trainer has files of its own
+__all__ = ["INHERITED", "INHERITED_PREFIXES", "OWNER_RUNTIMES", "ROOT_NAMES", "STATE_PRIVATE", "STATE_REACHED",
+           "OwnerProblem", "RunAs", "container_user", "inside_log_root", "job_run_as", "open_state_dir", "owner_env",
+           "prepare_owned"]
 
 
 def open_state_dir(state_dir: Path) -> None:
-    """Let an owner's trainer reach its own files under the state dir (its workdir, events files, spare FIFO, caches):
-    the state dir (0700 as StateStore makes it) and the folders it has per job become traversable but not listable
-    (0711), the histories stay root's alone (jobs/, 0700), and no file directly in the state dir or logs/ stays
-    readable by others (a job's output is its owner's: owned_dirs gives an owner's log 0640)."""
-    sd = Path(os.path.abspath(state_dir))
-    for name in STATE_REACHED:
-        (sd / name).mkdir(exist_ok=True)
-    os.chmod(sd, 0o711)
-    for folder in (sd, sd / "logs"):
-        for entry in os.scandir(folder):
-            if entry.is_symlink():
-                continue
-            if entry.is_dir() and folder == sd:
-                os.chmod(entry.path, 0o700 if entry.name in STATE_PRIVATE else 0o711)
-            elif entry.is_file():
-                os.chmod(entry.path, stat.S_IMODE(entry.stat().st_mode) & ~0o007)
+    """owner_dirs.open_state_dir on the host."""
+    owner_dirs.open_state_dir(HOST_OS, state_dir)
 
 
 def prepare_owned(job: JobConfig, run_as: RunAs, state_dir: Path, experiment_dir: Path, workdir: Path,
                   caches: list[CacheDir]) -> str | None:
-    """Make the job's directories the owner's (mode 0750 when made here); the problem, naming the key, or None."""
-    try:
-        open_state_dir(state_dir)
-    except OSError as exc:
-        return f"state_dir: cannot open {state_dir} for {run_as.name}'s trainer to reach its files: {exc}"
-    log_root = Path(os.path.abspath(job.log_root))
-    wanted: list[tuple[str, Path]] = [("log_root", log_root)]
-    exp = Path(os.path.abspath(experiment_dir))
-    if exp.is_relative_to(log_root):  # the library's dir and the experiment's, where the trainer makes its run dirs
-        wanted += [("log_root", p) for p in reversed(exp.parents) if p.is_relative_to(log_root) and p != log_root]
-        wanted.append(("log_root", exp))
-    wanted += [("state_dir", workdir), ("state_dir", workdir / "outputs")]  # a container's outputs/ (container_spec)
-    wanted += [("compile_cache", c.host) for c in caches]
-    key, path = "log_root", log_root
-    try:
-        for key, path in wanted:
-            owned_dirs.make_owned_dir(path, run_as.uid, run_as.gid, run_as.name)
-        # the job's output file: a booted spare reopens it by name at its go (the process runtime passes it open)
-        key, path = "state_dir", job_log_path(state_dir, job.name)
-        owned_dirs.create_owned_file(path, run_as.uid, run_as.gid, run_as.name)
-    except owned_dirs.OwnershipRefused as exc:
-        return f"{key}: {exc}"
-    except OSError as exc:
-        return f"{key}: cannot make {path} for {run_as.name}: {exc.strerror or exc}"
-    return None
+    """owner_dirs.prepare_owned on the host."""
+    return owner_dirs.prepare_owned(HOST_OS, job, run_as, state_dir, experiment_dir, workdir, caches)

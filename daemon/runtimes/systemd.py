@@ -107,7 +107,7 @@ class SystemdRuntime(ContainerRuntime):
         text = self.files.render(cs)
         # a warm spare: a unit of its own beside the job's (named after its container, spare_container_name)
         unit = spare_unit_name(job.name, cs.token) if spec.spare else unit_name(job.name)
-        prepare_log_root(job)
+        prepare_log_root(job, spec.run_as)
         path = self.files.path(job.name, cs.token if spec.spare else None)
         h = Handle("systemd", job.name, {"unit": unit, "container": cs.name, "unit_file": str(path),
                                           "token": cs.token, "attempt": cs.attempt, "started_at": time.time()})
