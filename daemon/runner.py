@@ -24,7 +24,7 @@ from typing import Any, Callable
 from .attempt.crashpoint import crash_point
 from .attempt.deadlines import LaunchWait
 from .attempt.observer import AttemptObserver
-from .attempt.planner import GpuCheck, LaunchPlanner, WaitingForCheckpoint, WaitingForLauncher
+from .attempt.planner import GpuCheck, LaunchPlanner, Waiting
 from .attempt.record import JobRecord
 from .attempt.recovery import leftover_spare, recovery_messages
 from .attempt.reset import set_runs_aside
@@ -222,7 +222,7 @@ class JobRunner:
             if refused is not None:
                 return refused
         plan = self.planner.plan(intent, self.record.history, self.num_envs(), waited=self.launch_waits is not None)
-        if isinstance(plan, (WaitingForCheckpoint, WaitingForLauncher)):
+        if isinstance(plan, Waiting):
             # the tick asks again once it is here; the supervisor goes on
             self.launch_waits, self.launch_waits_on = plan.reason, plan.on
             return None
@@ -279,8 +279,8 @@ class JobRunner:
         scan_due = now - self.observer.checkpoint_scanned_at >= CHECKPOINT_SCAN_INTERVAL
         if self.setting.cfg.backup is not None or self.backup is not None:
             self._backup_tick(scan_due)
-        if self.launch_waits is not None and self.launch_waits_on == Awaited.LAUNCHER:
-            self._launch_when_fetched()  # the probe runs on its thread: asked again each tick until it answered
+        if self.launch_waits is not None and self.launch_waits_on in (Awaited.LAUNCHER, Awaited.PREPARATION):
+            self._launch_when_fetched()  # the probe, the preparation: on their threads, asked again each tick
         if now - self.observer.checkpoint_scanned_at >= CHECKPOINT_SCAN_INTERVAL:
             self.observer.scan_checkpoint(now)
 

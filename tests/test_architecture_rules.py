@@ -219,8 +219,9 @@ PROBE_WAIT_FREE = ("daemon/cli/", "daemon/workflows/")
 PROBE_WAIT_ALLOWED: dict[tuple[str, str], str] = {
     ("daemon/runtimes/container_spec.py", "resolve"): "a container's job: its generation is the image's or "
                                                       "isaaclab_version, never a probe",
-    ("daemon/runtimes/trainer_command.py", "resolve"): "only where no Resolved is handed in (a booted spare's "
-                                                       "arguments: its job resolved before, the answer kept)",
+    ("daemon/runtimes/trainer_command.py", "resolve"): "only where no Resolved is handed in: every caller in the "
+                                                       "daemon hands one in (planner.py, spare_launch.py); tests "
+                                                       "call it bare",
 }
 
 

@@ -14,7 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 from isaacd.config.schema import ConfigError, JobConfig, parse_config
-from isaacd.attempt.spare import remove_staging, stage_booted, sweep_staging
+from isaacd.attempt.spare import remove_staging, sweep_staging
+from isaacd.attempt.spare_launch import stage_booted
 from isaacd.attempt.spare_mode import (GiB, Room, booted_resume, choose_mode, gpu_rooms, host_room, room_problem,
                                spare_setting, split_attempt_flags)
 from isaacd_trainer import shim_spare

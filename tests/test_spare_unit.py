@@ -16,7 +16,8 @@ import pytest
 from isaacd.config.schema import parse_config
 from isaacd.jobs.model import JobState
 from isaacd.runtimes.process import ProcessRuntime
-from isaacd.attempt.spare import RETRY_MIN, SPARE_CONTROL_ENV, SpareKeeper
+from isaacd.attempt.spare import RETRY_MIN, SpareKeeper
+from isaacd_trainer.shim_protocol import SPARE_CONTROL_ENV
 from isaacd.runner import apply_spare
 from isaacd.status.types import SpareStatus
 from isaacd.workflows import resolve

@@ -16,6 +16,9 @@ A starting attempt waits, in order, on:
 
 Before an attempt exists, its launch may wait on:
 
+* ``launch_preparation``: the launch's preparation (daemon/launch/: the resume point's deep check, the owner's
+  directories, the environment) on its worker thread (launch/worker.py): milliseconds, unless a disk hangs (NFS).
+  Bounded by ``runtime_start_timeout``; past it the launch is refused as a crash (backoff, the crash-loop window).
 * ``launcher_probe``: a pip-installed Isaac Lab's launcher answering isaacd's version probe (workflows/installed.py,
   on a thread of its own; the planner's `WaitingForLauncher`). Bounded by ``runtime_start_timeout`` too (a launcher
   is part of starting the trainer); the probe's own timeout (60 s) usually ends it first, with the probe's error.
@@ -31,10 +34,11 @@ from dataclasses import dataclass
 from ..config.schema import LaunchDeadlines
 
 RUNTIME_START, SPARE_ACK, SPARE_FIRST_STEP = "runtime_start", "spare_ack", "spare_first_step"
-LAUNCHER_PROBE = "launcher_probe"
+LAUNCHER_PROBE, LAUNCH_PREPARATION = "launcher_probe", "launch_preparation"
 LABELS = {RUNTIME_START: "the runtime to start the trainer", SPARE_ACK: "the spare's ack of the go",
           SPARE_FIRST_STEP: "the spare's first step",
-          LAUNCHER_PROBE: "the launcher's answer to isaacd's Isaac Lab version probe"}
+          LAUNCHER_PROBE: "the launcher's answer to isaacd's Isaac Lab version probe",
+          LAUNCH_PREPARATION: "the launch's preparation"}
 COLD_STARTUP_FACTOR = 2.0  # an imports-only spare's first step: this many of the job's last cold start-ups on top
 # the runtimes whose start is bounded: ray reports the trainer's pid only once its node has pulled and started the
 # container, and a pull of an Isaac Lab image may take longer than any fixed bound (its placing and launching phases
@@ -105,6 +109,18 @@ def current_wait(d: LaunchDeadlines, started_mono: float, has_pid: bool, placing
 def probe_wait(d: LaunchDeadlines, since: float) -> LaunchWait:
     """A launch waiting for its launcher's answer to the version probe since `since` (monotonic)."""
     return LaunchWait(LAUNCHER_PROBE, since, d.runtime_start_timeout)
+
+
+def preparation_wait(d: LaunchDeadlines, since: float) -> LaunchWait:
+    """A launch whose preparation (launch/worker.py) has run on its thread since `since` (monotonic)."""
+    return LaunchWait(LAUNCH_PREPARATION, since, d.runtime_start_timeout)
+
+
+def preparation_overdue_reason(wait: LaunchWait, now: float) -> str:
+    """The one line a launch whose preparation ran past its bound is refused with (a crash: backoff, window)."""
+    return (f"the launch's preparation (the resume point's check, the job's directories) did not finish in "
+            f"{wait.waited(now):.1f} s (bound {wait.bound:g} s, [jobs.launch] runtime_start_timeout): a hung disk? "
+            "not started")
 
 
 def probe_overdue_reason(wait: LaunchWait, launcher: list[str], now: float) -> str:

@@ -45,25 +45,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from isaacd_trainer.shim_protocol import (BOOTED_ARGV_ENV, GO_ARGV, GO_ATTEMPT_ENV, GO_CWD, GO_ENV, GO_LOG, GO_PLAIN,
-                                          GO_RESUME, SPARE_CONTROL_ENV, SPARE_DEVICE_ENV, SPARE_FLAG, SPARE_PLAIN_ENV,
-                                          SPARE_PRELOAD_ENV, STAGING_ENV, STAGING_WORK, ShimEvent)
+from isaacd_trainer.shim_protocol import GO_ARGV, GO_ATTEMPT_ENV, GO_CWD, GO_ENV, GO_LOG, GO_PLAIN, GO_RESUME, ShimEvent
 
-from ..caches import compile_caches
 from ..runtimes import trainer_command
 from .setting import JobSetting
 from ..config.schema import JobConfig
 from ..jobs.model import JobState
 from ..daemon_log import log
 from ..history.store import job_log_path
-from ..os_seam.oscalls import HOST_OS, OsCalls, ProcFs, RunAs
-from ..runtimes.base import Handle, LaunchSpec, Runtime
-from ..runtimes.container_spec import HYDRA_OUTPUTS, container_args, container_device_arg, hand_to_container_user
-from ..runtimes.run_as import OwnerProblem, job_run_as, owner_env
+from ..os_seam.oscalls import HOST_OS, OsCalls, ProcFs
+from ..runtimes.base import Handle, Runtime
+from ..runtimes.run_as import OwnerProblem, job_run_as
+from ..launch.contributions import Refusal
+from ..launch.pipeline import prepare
 from ..os_seam.owned_dirs import OwnershipRefused
 from ..os_seam.proctree import process_tree
 from ..gpu.snapshot import GpuSnapshot
 from ..status.types import SpareStatus
+from .spare_launch import spare_context
 from .spare_effects import KillSpare, SpareEffect, StartSpare
 from .spare_release import Releasing
 from .spare_mode import Mode, booted_resume, choose_mode, gpu_rooms, host_room, spare_setting
@@ -71,18 +70,9 @@ from ..workflows.launcher import Program
 from ..observations.shim_events import ShimEvents
 
 SPARE_RUNTIMES = ("process", "podman", "systemd")
-BOOTED_WANDB_PLACEHOLDER = "isaacd-booted-spare"  # never a run: the go replaces it before wandb.init
 BOOT_LOG_TAIL = 2000  # characters of a failed boot's output quoted in its spare_exited event
 RSS_SCAN_INTERVAL = 2.0  # seconds between measurements of a spare's memory (a walk of /proc), as the trainer's pids
 RETRY_MIN, RETRY_MAX = 5.0, 300.0  # a spare that keeps dying is retried less and less often
-BUILTIN_PRELOAD = ["isaacd_trainer.cli", "isaacd_trainer.train_v2", "isaacd_trainer.runtime",
-                   "isaacd_trainer.envs.cartpole", "hydra"]
-# what Isaac Lab's skrl / rl_games train scripts import that holds no state (a module that is missing is reported
-# in spare_ready's errors, not fatal); rsl_rl's runners are imported (and patched) for every rsl_rl spare
-LIBRARY_PRELOAD = {"skrl": ["skrl.agents.torch.ppo", "skrl.trainers.torch", "hydra"],
-                   "rl_games": ["rl_games.torch_runner", "rl_games.common.a2c_common", "hydra"]}
-
-
 def spare_fits(job: JobConfig, program: Program | None) -> str | None:
     """Why this job cannot have a spare, or None."""
     if job.runtime not in SPARE_RUNTIMES:
@@ -251,51 +241,19 @@ class SpareKeeper:
             self.log.warning("spare_not_started", error=str(exc))
             self.retry_at = now + RETRY_MAX
             return []
-        caches = compile_caches.for_job(self.cfg, self.state_dir)
-        env = owner_env(trainer_command.trainer_env(self.cfg, events, token, caches=caches), owner, self.cfg.environment)
-        env[SPARE_CONTROL_ENV] = str(control)
-        env[SPARE_DEVICE_ENV] = container_device_arg(self.cfg) if in_container else self.cfg.device
-        preload = (BUILTIN_PRELOAD if self.cfg.workflow == "builtin" else LIBRARY_PRELOAD.get(self.cfg.workflow, [])) \
-            + list(self.cfg.spare_preload)
-        env[SPARE_PRELOAD_ENV] = ",".join(preload)
-        if program.plain_spare:
-            env[SPARE_PLAIN_ENV] = "1"  # skrl / rl_games: no rsl_rl to import, no shim after go
-        assert program.spare_head is not None
-        cwd, log_path = trainer_command.workdir(self.cfg, self.state_dir), job_log_path(self.state_dir, self.cfg.name)
-        staging, boot_args = None, []
-        if mode == "booted":
-            staging, boot_args = base / token, trainer_command.trainer_args(self.cfg, None)
-            cwd, log_path = stage_booted(staging)
-            env[BOOTED_ARGV_ENV] = json.dumps(program.go_argv(container_args(self.cfg, boot_args) if in_container
-                                                              else boot_args))
-            env[STAGING_ENV] = str(staging)
-            # with agent.logger=wandb, upstream's train_rsl_rl._run pins a W&B run id at boot (isaaclab_rl/utils/
-            # wandb.py announce_new_run: `wandb.util.generate_id()` unless WANDB_RUN_ID is set; wandb 0.31 has no
-            # generate_id, so the boot died). No W&B run starts before learn() (rsl_rl's logger calls wandb.init
-            # there), and the go brings the attempt's WANDB_RUN_ID/WANDB_RESUME (go_message): a placeholder here
-            env.setdefault("WANDB_RUN_ID", BOOTED_WANDB_PLACEHOLDER)
-        mounts: tuple[Path, ...] = ()
-        if owner is not None:  # deepest first: each is chowned while its parent is still root's (owned_dirs.py)
-            try:
-                for d in reversed(staging_dirs(staging)):
-                    self.oscalls.hand_over(d, owner)
-                if in_container:  # the container's outputs/ (container_spec.from_launch: Hydra writes it in the cwd)
-                    self.oscalls.make_owned_dir(cwd / HYDRA_OUTPUTS, owner)
-            except (OSError, OwnershipRefused) as exc:
-                self.oscalls.close_fd(keepalive)
-                control.unlink(missing_ok=True)
-                remove_staging(staging)
-                self.log.warning("spare_not_started", error=str(exc))
-                self.retry_at = now + RETRY_MAX
-                return []
-        if in_container:  # a second container of the job's spec (container_spec.from_launch, LaunchSpec.spare)
-            mounts = (base, self._attempts_events_dir(owner))
-            if owner is None:  # an owner's spare has its files handed above; its base dir stays root's
-                hand_to_container_user(self.cfg, [base, control, *staging_dirs(staging)])
-        spec = LaunchSpec(job=self.cfg, argv=program.spare_head + [SPARE_FLAG], trainer_args=[], env=env,
-                          cwd=cwd, log_path=log_path, token=token, caches=tuple(caches), spare=in_container,
-                          container_argv=tuple(program.spare_head + [SPARE_FLAG]), same_path_mounts=mounts,
-                          run_as=owner)
+        events_dir = self._attempts_events_dir() if in_container else None
+        resolved = self.setting.resolved
+        assert resolved is not None  # the program is the resolved workflow's (runner.program)
+        ctx, staging, boot_args = spare_context(self.cfg, self.state_dir, resolved, program, mode, token,
+                                                control, events, owner, events_dir)
+        spec = prepare(ctx, self.oscalls)
+        if isinstance(spec, Refusal):
+            self.oscalls.close_fd(keepalive)
+            control.unlink(missing_ok=True)
+            remove_staging(staging)
+            self.log.warning("spare_not_started", error=spec.reason)
+            self.retry_at = now + RETRY_MAX
+            return []
         return [StartSpare(spec, _Prepared(token, control, events, now, mode, staging, boot_args, keepalive))]
 
     def started(self, start: StartSpare, handle: Handle) -> None:
@@ -398,13 +356,12 @@ class SpareKeeper:
             sp.keepalive = None
         sp.control.unlink(missing_ok=True)
 
-    def _attempts_events_dir(self, owner: RunAs | None) -> Path:
+    def _attempts_events_dir(self) -> Path:
         """Where the attempts' side channels are (trainer_command.shim_events_path): a container spare needs it mounted, the
-        go hands it the attempt's events file there."""
+        go hands it the attempt's events file there (an owner's are made for them one by one, starter.py; for a
+        numeric container.user the launch pipeline hands the dir over)."""
         d = trainer_command.shim_events_path(self.state_dir, self.cfg, 1).parent
         d.mkdir(parents=True, exist_ok=True)
-        if owner is None:  # an owner's attempt events files are made for them, one by one (starter.py)
-            hand_to_container_user(self.cfg, [d])
         return d
 
     def _drop(self, sp: _Spare) -> None:
@@ -485,18 +442,6 @@ class SpareKeeper:
         found = [p.used_bytes for p in (snap.processes if snap is not None else ())
                  if pid is not None and p.pid == pid and p.used_bytes is not None]
         return sum(found) if found else None
-
-
-def stage_booted(staging: Path) -> tuple[Path, Path]:
-    """A booted spare's staging dir: (its cwd, `work/` with a real `logs/`; its output, `boot.log`)."""
-    work = staging / STAGING_WORK
-    (work / "logs").mkdir(parents=True, exist_ok=True)
-    return work, staging / "boot.log"
-
-
-def staging_dirs(staging: Path | None) -> list[Path]:
-    """A booted spare's staging and the dirs its boot writes into (handed to a numeric container.user)."""
-    return [] if staging is None else [staging, staging / STAGING_WORK, staging / STAGING_WORK / "logs"]
 
 
 def remove_staging(staging: Path | None) -> None:

@@ -225,6 +225,9 @@ def _launch_overdue(m: JobModel, msg: LaunchOverdue, ctx: Context, out: _Out) ->
 
 FETCH_STOPPED = "not started: stopped while its checkpoint was fetched from the backup target"
 PROBE_STOPPED = "not started: stopped while its launcher was asked its Isaac Lab version"
+PREPARATION_STOPPED = "not started: stopped while its launch was being prepared"
+STOPPED_WHILE = {Awaited.CHECKPOINT: FETCH_STOPPED, Awaited.LAUNCHER: PROBE_STOPPED,
+                 Awaited.PREPARATION: PREPARATION_STOPPED}
 
 
 def _launch_waited(m: JobModel, msg: LaunchWaited, ctx: Context, out: _Out) -> JobModel:
@@ -235,8 +238,7 @@ def _launch_waited(m: JobModel, msg: LaunchWaited, ctx: Context, out: _Out) -> J
     if m.state == S.STARTING and not msg.trainer:
         return _launch_unfinished(m, LaunchUnfinished(replayed=False), out)
     if m.state == S.STOPPING:
-        why = FETCH_STOPPED if msg.on == Awaited.CHECKPOINT else PROBE_STOPPED
-        return _exited(m, Exited(why, ReasonClass.OPERATOR, success=False), ctx, out)
+        return _exited(m, Exited(STOPPED_WHILE[msg.on], ReasonClass.OPERATOR, success=False), ctx, out)
     return m
 
 

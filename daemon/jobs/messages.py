@@ -223,6 +223,7 @@ class Awaited(enum.StrEnum):
 
     CHECKPOINT = "checkpoint"  # the backup fetching the bucket's newest checkpoint (WaitingForCheckpoint)
     LAUNCHER = "launcher"  # the launcher's answer to isaacd's Isaac Lab version probe (WaitingForLauncher)
+    PREPARATION = "preparation"  # the launch's preparation on its worker thread (launch/worker.py)
 
 
 @dataclass(frozen=True)
