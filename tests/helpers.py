@@ -108,6 +108,33 @@ class SupervisorProc:
         return self.log_path.read_text(errors="replace")
 
 
+def wait_spare_ready(sp: SupervisorProc, job: str, timeout: float, interval: float = 0.1) -> dict[str, Any]:
+    """Wait until `job`'s warm spare is ready (status's `spare.state`) and return the job's status then.
+
+    A test that kill -9s a trainer while its job keeps a spare calls this first, so the kill takes the path the
+    test means: a kill that lands while the new spare still boots starts the next attempt cold, one that lands a
+    moment later hands it to the spare. That race once made one real Isaac Lab test swing by a whole cold start
+    (~8 s), 0.2 s either side of the spare's `spare_ready`. A spare that is `off` never comes: that fails at once,
+    with status's reason, instead of at the timeout."""
+    deadline = time.time() + timeout
+    last: dict[str, Any] = {}
+    while time.time() < deadline:
+        try:
+            j = sp.job(job)
+        except Exception:  # noqa: BLE001 - the control socket may be busy for a moment
+            j = None
+        if j is not None:
+            spare = j.get("spare") or {}
+            last = spare
+            # the spare beside this trainer, not one that just became the trainer (its pid is the job's then)
+            if spare.get("state") == "ready" and spare.get("pid") not in (None, j["pid"]):
+                return j
+            if spare.get("state") == "off":
+                raise AssertionError(f"{job} keeps no spare: {spare.get('reason')}")
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {job}'s spare to be ready (last: {last})")
+
+
 def children_of(pid: int) -> dict[int, str]:
     """The processes whose parent is `pid`, with their state letter from /proc/<pid>/stat ("Z": a zombie, ended and
     not reaped by its parent; `ps` shows it `<defunct>`)."""

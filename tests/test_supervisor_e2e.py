@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import builtin_job, wait_for, write_config
+from helpers import builtin_job, wait_for, wait_spare_ready, write_config
 
 from isaacd.observations.checkpoints import list_checkpoints, newest_complete
 from isaacd.observations.tensorboard import TensorBoardTail
@@ -31,7 +31,10 @@ def _started_events(sp, job):  # noqa: ANN001, ANN202
 def test_kill9_restarts_within_2s_and_resumes_from_newest_checkpoint(tmp_path, supervisor_factory):
     cfg = write_config(tmp_path, builtin_job("cp", extra_args=FAST))
     sp = supervisor_factory(cfg)
-    j = wait_for(lambda: _ckpt_at_least(sp, "cp", 4), 120, what="checkpoint 4")
+    wait_for(lambda: _ckpt_at_least(sp, "cp", 4), 120, what="checkpoint 4")
+    # the kill after the job's warm spare is ready: one that lands while the spare still boots restarts cold
+    # instead, and the test's path (and its time) would follow that race
+    j = wait_spare_ready(sp, "cp", 60)
     old_pid, old_run = j["pid"], Path(j["run_dir"])
 
     os.kill(old_pid, signal.SIGKILL)
@@ -72,6 +75,7 @@ def test_truncated_newest_checkpoint_is_never_chosen(tmp_path, supervisor_factor
     j = wait_for(lambda: _ckpt_at_least(sp, "cp", 4), 120, what="checkpoint 4")
     run = Path(j["run_dir"])
     os.kill(j["pid"], signal.SIGSTOP)  # freeze the trainer so it writes nothing more
+    wait_spare_ready(sp, "cp", 60)  # frozen, it waits for the spare: the kill's path is no race with its boot
     ckpts = list_checkpoints(run)
     newest, previous = ckpts[0], ckpts[1]
     data = newest.path.read_bytes()

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import builtin_job, wait_for, write_config
+from helpers import builtin_job, wait_for, wait_spare_ready, write_config
 
 from isaacd.config.schema import parse_config
 from isaacd.observations.checkpoints import newest_complete
@@ -65,6 +65,9 @@ def test_two_kills_then_completed_with_exactly_max_iterations(tmp_path, supervis
         j = wait_for(lambda: (n := on_disk(x := sp.job("cp"))) is not None and n.iteration >= at_least and x, 120,
                      interval=0.05, what=f"checkpoint {at_least}")
         os.kill(j["pid"], signal.SIGSTOP)  # freeze it so "newest" cannot move between the look and the kill
+        # and kill only beside a ready spare: a kill while the new spare still boots restarts cold instead, so
+        # which path (and how long) followed a race with the spare's boot
+        wait_spare_ready(sp, "cp", 60)
         offset = j["resume_from"]["iteration"] if j["resume_from"] else 0
         newest = newest_complete(Path(j["run_dir"]), layout=wf.layout, offset=offset)
         os.kill(j["pid"], signal.SIGKILL)
