@@ -275,3 +275,54 @@ def test_the_tick_wait_check_catches_a_subprocess_and_a_waiting_resolve() -> Non
         "daemon/attempt/planner.py:6 resolve(...) may wait for the launcher's probe (pass wait_probe=False)",
         "daemon/attempt/planner.py:8 installed_isaaclab(...) may wait for the launcher's probe (pass wait=False)"]
     assert tick_waits(ast.parse(breach), "daemon/cli/x.py") == []  # the client may wait
+
+
+# "A launch's preparation runs on a worker" (issue 38): the launch pipeline (`launch.pipeline.prepare`, its steps'
+# directories and disk reads) is called only from a `_prepare` method, and a `_prepare` method is only ever handed to a
+# `Preparation` (launch/worker.py, a thread of its own), never called on the tick.
+PREPARED_ON_A_WORKER = "_prepare"
+
+
+def prepared_on_the_tick(tree: ast.AST, path: str) -> list[str]:
+    found = []
+    in_worker_fn: set[int] = set()  # ids of the calls inside a `_prepare` function's body
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name == PREPARED_ON_A_WORKER:
+            in_worker_fn.update(id(n) for n in ast.walk(fn))
+    handed: set[int] = set()  # ids of the calls inside a Preparation(...) argument
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Preparation":
+            for arg in node.args:
+                handed.update(id(n) for n in ast.walk(arg))
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        if isinstance(node.func, ast.Name) and node.func.id == "prepare" and id(node) not in in_worker_fn:
+            found.append(f"{path}:{node.lineno} the launch pipeline's prepare(...) outside a {PREPARED_ON_A_WORKER} "
+                         "method (it runs on the tick)")
+        if isinstance(node.func, ast.Attribute) and node.func.attr == PREPARED_ON_A_WORKER and id(node) not in handed:
+            found.append(f"{path}:{node.lineno} {PREPARED_ON_A_WORKER}(...) called, not handed to a Preparation "
+                         "(launch/worker.py)")
+    return found
+
+
+def test_a_launchs_preparation_runs_on_a_worker_never_on_the_tick() -> None:
+    found = [msg for p in sorted((ROOT / "daemon").rglob("*.py")) if "launch" not in p.relative_to(ROOT).parts[1:2]
+             for msg in prepared_on_the_tick(ast.parse(p.read_text()), str(p.relative_to(ROOT)))]
+    assert not found, "\n".join(found)
+    callers = [p.name for p in (ROOT / "daemon").rglob("*.py") if "Preparation(" in p.read_text()
+               and "launch" not in p.relative_to(ROOT).parts[1:2]]
+    assert sorted(callers) == ["planner.py", "spare.py"]  # both roles of the pipeline are checked
+
+
+def test_the_worker_check_catches_a_pipeline_run_on_the_tick() -> None:
+    breach = ("def plan(self):\n"
+              "    spec = prepare(ctx)\n"
+              "    return self._prepare(1)\n"
+              "def _prepare(self, n):\n"
+              "    return prepare(ctx)\n"
+              "def start(self):\n"
+              "    return Preparation(lambda say: self._prepare(2))\n")
+    assert prepared_on_the_tick(ast.parse(breach), "daemon/attempt/x.py") == [
+        "daemon/attempt/x.py:2 the launch pipeline's prepare(...) outside a _prepare method (it runs on the tick)",
+        "daemon/attempt/x.py:3 _prepare(...) called, not handed to a Preparation (launch/worker.py)"]

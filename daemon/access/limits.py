@@ -48,7 +48,7 @@ KEY = "jobs[0]"  # a submitted job file holds one [[jobs]] table: keys are named
 # dynamic loader or libc load code, or write files, named by whoever sets them (sysdeps/generic/unsecvars.h,
 # UNSECURE_ENVVARS: LD_PRELOAD, LD_AUDIT, GCONV_PATH, LD_PROFILE, LD_DEBUG_OUTPUT, MALLOC_TRACE, ...). Today no
 # root process loads a job's environment (the process runtime takes the owner's uid in the child before exec(),
-# runtimes/run_as.py; a container gets it inside only), so this is defence in depth: a root helper put in the start
+# access/owner.py; a container gets it inside only), so this is defence in depth: a root helper put in the start
 # path later (sudo, runuser, setpriv, a wrapper script) would load them before it drops to the owner, and no
 # training job needs them. BASH_ENV / ENV: a non-interactive bash (Isaac Lab's isaaclab.sh is one) / sh sources it.
 # PYTHONSTARTUP / PYTHONINSPECT / PYTHONBREAKPOINT run code the job did not name (an interactive start-up file, a

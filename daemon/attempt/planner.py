@@ -31,7 +31,7 @@ from ..launch.pipeline import prepare
 from ..launch.worker import INLINE_WAIT, Preparation
 from ..os_seam.oscalls import HOST_OS, OsCalls
 from ..runtimes.base import LaunchSpec
-from ..runtimes.run_as import OwnerProblem, job_run_as
+from ..access.owner import OwnerProblem
 from ..history.store import Attempt, JobHistory, job_log_path
 from ..workflows import ProbePending, WorkflowError, resolve
 from ..workflows.launcher import Program
@@ -160,7 +160,7 @@ class LaunchPlanner:
         self._probe_since = None
         wf = resolved.workflow
         try:  # whom the trainer runs as (issue 32): its owner, never root
-            owner = job_run_as(cfg)
+            owner = self.setting.owner()
         except OwnerProblem as exc:
             return LaunchRefused(f"cannot start: owner: {exc}", settle=Settle.FAILED)
         rejected: list[tuple[Checkpoint, str]] = []

@@ -55,9 +55,10 @@ from ..daemon_log import log
 from ..history.store import job_log_path
 from ..os_seam.oscalls import HOST_OS, OsCalls, ProcFs
 from ..runtimes.base import Handle, Runtime
-from ..runtimes.run_as import OwnerProblem, job_run_as
+from ..access.owner import OwnerProblem
 from ..launch.contributions import Refusal
 from ..launch.pipeline import prepare
+from ..launch.worker import INLINE_WAIT, Preparation
 from ..os_seam.owned_dirs import OwnershipRefused
 from ..os_seam.proctree import process_tree
 from ..gpu.snapshot import GpuSnapshot
@@ -158,6 +159,7 @@ class SpareKeeper:
         self.held_until = float("-inf")
         self.held_reason: str | None = None
         self.releasing = Releasing()  # dropped spares until their runtime has released them (a process: reaped)
+        self._preparing: Preparation[StartSpare | str] | None = None  # the next spare's launch, on its worker
 
     @property
     def cfg(self) -> JobConfig:
@@ -204,6 +206,7 @@ class SpareKeeper:
         if now < self.held_until:
             return self.dismiss(self.held_reason or "held back by the queue")
         if at_rest or not self.enabled(program):
+            self._discard_preparation()
             kill = self.dismiss("the job is " + state.value if at_rest else (self.off_reason or "spare off"))
             if at_rest and not self._swept_at_rest:  # a trainer that died while taking a staged run over
                 sweep_staging(self.state_dir / "spare" / self.cfg.name)
@@ -220,27 +223,59 @@ class SpareKeeper:
         self.held_reason, self.held_until = reason, max(self.held_until, until)
 
     def _start(self, program: Program, now: float) -> list[SpareEffect]:
+        """The spare's launch is prepared on a worker thread (launch/worker.py), as an attempt's is: a hung disk
+        delays only this job's spare. Its mode is chosen here, on the tick (it reads the GPU sampler's snapshot)."""
+        p, started_now = self._preparing, self._preparing is None
+        if p is None:
+            mode, self.mode_reason = self._mode(program)
+            p = self._preparing = Preparation(lambda say: self._prepare(program, mode, now),
+                                              name=f"isaacd-spare-{self.cfg.name}")
+        got = p.answer(INLINE_WAIT if started_now else 0.0)
+        if got is None:
+            return []
+        self._preparing = None
+        if isinstance(got, str):
+            self.log.warning("spare_not_started", error=got)
+            self.retry_at = now + RETRY_MAX
+            return []
+        return [got]
+
+    def _discard_preparation(self) -> None:
+        """A spare prepared for a job that has come to rest meanwhile: its FIFO, our end of it and its staging go."""
+        p = self._preparing
+        if p is None or not p.done:
+            return  # asked again at the next tick
+        self._preparing = None
+        try:
+            got = p.answer()
+        except Exception as exc:  # noqa: BLE001 - a bug in a preparation nobody waits for: said, not raised
+            self.log.warning("spare_not_started", error=f"{type(exc).__name__}: {exc}")
+            return
+        if isinstance(got, StartSpare):
+            prepared = got.prepared
+            self.oscalls.close_fd(prepared.keepalive)
+            prepared.control.unlink(missing_ok=True)
+            remove_staging(prepared.staging)
+
+    def _prepare(self, program: Program, mode: Mode, now: float) -> StartSpare | str:
+        """On the worker: the spare's FIFO, then the launch pipeline; the start to make, or why not."""
         token = uuid.uuid4().hex
         base = self.state_dir / "spare" / self.cfg.name
         base.mkdir(parents=True, exist_ok=True)
         sweep_staging(base)  # booted spares' leftovers: none runs now (a handed-over one moved its run dir out)
-        mode, self.mode_reason = self._mode(program)
         control = base / f"control-{token}.fifo"
         events = base / f"events-{token}.jsonl"
         in_container = self.cfg.in_container
         try:
-            owner = job_run_as(self.cfg)  # the spare runs as the job's owner, as its trainer does (issue 32)
+            owner = self.setting.owner()  # the spare runs as the job's owner, as its trainer does (issue 32)
             self.oscalls.mkfifo(control, 0o600)
-            if owner is not None:  # its FIFO and events file are the owner's: the spare reads and writes them
+            if owner is not None:  # its FIFO is the owner's: the spare reads it (its events file: the pipeline's)
                 self.oscalls.hand_over(control, owner)
-                self.oscalls.create_owned_file(events, owner)
             # O_NOFOLLOW: never a symlink put in the FIFO's place (a container's owner may write this dir)
             keepalive = self.oscalls.open_fd(control, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
         except (OSError, OwnerProblem, OwnershipRefused) as exc:
             control.unlink(missing_ok=True)
-            self.log.warning("spare_not_started", error=str(exc))
-            self.retry_at = now + RETRY_MAX
-            return []
+            return str(exc)
         events_dir = self._attempts_events_dir() if in_container else None
         resolved = self.setting.resolved
         assert resolved is not None  # the program is the resolved workflow's (runner.program)
@@ -251,10 +286,8 @@ class SpareKeeper:
             self.oscalls.close_fd(keepalive)
             control.unlink(missing_ok=True)
             remove_staging(staging)
-            self.log.warning("spare_not_started", error=spec.reason)
-            self.retry_at = now + RETRY_MAX
-            return []
-        return [StartSpare(spec, _Prepared(token, control, events, now, mode, staging, boot_args, keepalive))]
+            return spec.reason
+        return StartSpare(spec, _Prepared(token, control, events, now, mode, staging, boot_args, keepalive))
 
     def started(self, start: StartSpare, handle: Handle) -> None:
         """The interpreter started the spare `_start` prepared: it is this job's spare from now on."""

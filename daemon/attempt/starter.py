@@ -12,9 +12,7 @@ from typing import Callable
 from ..runtimes import trainer_command
 from ..jobs.messages import LaunchRefused, TrainerConfigError
 from ..runtimes.base import ExitStatus, Handle, LaunchSpec, Runtime
-from ..runtimes.container_spec import container_args, hand_to_container_user
-from ..os_seam.oscalls import RunAs
-from ..os_seam.owned_dirs import OwnershipRefused, create_owned_file
+from ..runtimes.container_spec import container_args
 from .spare import SpareKeeper, go_message
 from .spare_effects import SpareEffect
 from .crashpoint import crash_point
@@ -37,11 +35,6 @@ class AttemptStarter:
 
     def start(self, plan: LaunchPlan) -> LaunchRefused | None:
         record, attempt, spec = self.record, plan.attempt, plan.spec
-        if plan.shim_events is not None:
-            try:
-                self._prepare_shim_dir(plan.shim_events, spec.run_as)
-            except (OSError, OwnershipRefused) as exc:
-                return LaunchRefused(f"not starting: the attempt's events file {plan.shim_events}: {exc}")
         record.history.attempts.append(attempt)
         if plan.spare_token and self.spares.spare is not None:
             attempt.handle = dict(self.spares.spare.handle.state)  # the spare becomes this attempt's trainer
@@ -80,14 +73,6 @@ class AttemptStarter:
         contract = self.setting.resolved.workflow.contract if self.setting.resolved else None
         record.event("started", **started_event(plan, handle.pid, self.setting.cfg, contract, warm))
         return None
-
-    def _prepare_shim_dir(self, shim_events: Path, run_as: RunAs | None) -> None:
-        shim_events.parent.mkdir(parents=True, exist_ok=True)
-        shim_events.unlink(missing_ok=True)  # a number reused after history loss must not replay old news
-        if run_as is not None:  # the owner's trainer writes it (and a spare handed the attempt): made for them
-            create_owned_file(shim_events, run_as.uid, run_as.gid, run_as.name)
-        elif self.setting.cfg.in_container:
-            hand_to_container_user(self.setting.cfg, [shim_events.parent])  # Isaac Lab 3 images run as uid 1000
 
     def _hand_to_spare(self, plan: LaunchPlan) -> Handle | None:
         """Give the attempt's command line to the ready spare; its handle, or None to start cold."""

@@ -178,7 +178,7 @@ class StateStore:
         self.jobs_dir = self.dir / "jobs"
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
         # root's alone, but traversal kept once granted: a job that runs as its owner reaches its own files under
-        # the state dir (runtimes/run_as.open_state_dir makes it 0711; jobs/ stays 0700)
+        # the state dir (os_seam/owner_dirs.open_state_dir makes it 0711; jobs/ stays 0700)
         os.chmod(self.dir, 0o700 | (stat.S_IMODE(os.stat(self.dir).st_mode) & 0o011))
 
     def _doc(self, job: str) -> Path:

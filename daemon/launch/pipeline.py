@@ -7,7 +7,7 @@ from typing import Sequence
 
 from ..os_seam.oscalls import HOST_OS, OsCalls
 from ..runtimes.base import LaunchSpec
-from ..runtimes.run_as import owner_env
+from ..access.owner import owner_env
 from .context import LaunchContext, Role
 from .contributions import Env, EnvDefaults, Refusal, ScrubEnv
 from .steps import STEPS, Step

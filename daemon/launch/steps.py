@@ -12,8 +12,9 @@ from ..caches import compile_caches
 from ..os_seam.oscalls import OsCalls
 from ..os_seam.owned_dirs import OwnershipRefused
 from ..runtimes import trainer_command
-from ..runtimes.container_spec import hand_to_container_user
-from ..runtimes.run_as import OWNER_RUNTIMES, prepare_owned
+from ..access.owner import OWNER_RUNTIMES
+from ..os_seam.owner_dirs import prepare_owned
+from ..runtimes.container_spec import hand_dirs_to_container_user
 from .context import LaunchContext
 from .contributions import Contribution, Env, EnvDefaults, Refusal, ScrubEnv
 
@@ -36,7 +37,7 @@ def owners_directories(ctx: LaunchContext, oscalls: OsCalls) -> Contribution:
     owner = ctx.owner
     if owner is None:
         return None
-    problem = prepare_owned(ctx.cfg, owner, ctx.state_dir, ctx.experiment_dir, ctx.workdir, list(ctx.caches))
+    problem = prepare_owned(oscalls, ctx.cfg, owner, ctx.state_dir, ctx.experiment_dir, ctx.workdir, list(ctx.caches))
     if problem is not None:
         return Refusal(f"cannot start: {problem}")
     try:
@@ -59,7 +60,26 @@ def container_users_directories(ctx: LaunchContext, oscalls: OsCalls) -> Contrib
     """A container of the supervisor's own user runs as its image's user (Isaac Lab 3 kit-less images: uid 1000),
     which must write the caches and the role's own dirs (an owner's were handed above)."""
     if ctx.owner is None and ctx.cfg.in_container:
-        hand_to_container_user(ctx.cfg, [c.host for c in ctx.caches] + list(ctx.container_user_dirs))
+        hand_dirs_to_container_user(oscalls, ctx.cfg, None, [c.host for c in ctx.caches] + list(ctx.container_user_dirs))
+    return None
+
+
+def side_channel(ctx: LaunchContext, oscalls: OsCalls) -> Contribution:
+    """Its events file (the shim's side channel) new and empty, and writable by whom the process runs as: made for an
+    owner (no symlink followed), its dir handed to a container's user (Isaac Lab 3 images run as uid 1000). A number
+    reused after a lost history must not replay old news."""
+    path = ctx.events
+    if path is None:
+        return None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        if ctx.owner is not None:
+            oscalls.create_owned_file(path, ctx.owner)
+        elif ctx.cfg.in_container:
+            hand_dirs_to_container_user(oscalls, ctx.cfg, None, [path.parent])
+    except (OSError, OwnershipRefused) as exc:
+        return Refusal(f"not starting: the {ctx.role.value}'s events file {path}: {exc}", settle=None)
     return None
 
 
@@ -90,5 +110,5 @@ def role_environment_defaults(ctx: LaunchContext, oscalls: OsCalls) -> Contribut
 
 
 STEPS: tuple[Step, ...] = (owner_may_run_here, owners_directories, compile_cache_dirs, container_users_directories,
-                           trainer_environment, owners_environment, node_backup_environment, role_environment,
+                           side_channel, trainer_environment, owners_environment, node_backup_environment, role_environment,
                            role_environment_defaults)

@@ -40,7 +40,7 @@ from isaacd_trainer.shim_protocol import (LAUNCH_TOKEN_ENV, SNAPSHOT_BUDGET_ENV,
 
 from .base import LaunchSpec, RuntimeFailure
 from .host import SYSTEMD_SERVICE_ENV, containers_conf_ulimits, memlock_ulimit
-from ..access.owner import OwnerProblem, container_user, job_run_as
+from ..access.owner import container_user
 from ..os_seam.oscalls import HOST_OS, OsCalls, RunAs
 from ..os_seam.owned_dirs import OwnershipRefused
 from .unit_syntax import sd_escape, sd_join, sd_quote
@@ -207,16 +207,6 @@ def hand_dirs_to_container_user(oscalls: OsCalls, job: JobConfig, owner: RunAs |
             oscalls.chown(d, uid, gid)
         except OSError:
             pass  # not there (yet), or not ours to change: the trainer says what it cannot write
-
-
-def hand_to_container_user(job: JobConfig, dirs: list[Path]) -> None:
-    """The old signature (planner.py, spare.py and starter.py until they pass the owner they hold; issue 38): resolves
-    the owner again and hands `dirs` over on the host (hand_dirs_to_container_user)."""
-    try:
-        owner = job_run_as(job)
-    except OwnerProblem:
-        owner = None  # the planner refuses the launch, naming the owner
-    hand_dirs_to_container_user(HOST_OS, job, owner, dirs)
 
 
 def container_command(job: JobConfig, trainer_args: list[str]) -> list[str]:
