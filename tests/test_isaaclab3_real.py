@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import BIN, builtin_job, wait_for, write_config
+from helpers import BIN, builtin_job, wait_for, wait_spare_ready, write_config
 from isaaclab3_helpers import ASSET_ROOT, BOOT, PY, TASK, events, run_dirs, started, steps
 
 from isaacd.observations.checkpoints import newest_complete
@@ -86,8 +86,7 @@ def kill_at_resume_point(sp, job: str, at_least: int, spare: bool = False) -> tu
                  BOOT, interval=0.2, what=f"iteration {at_least}")
     os.kill(j["pid"], signal.SIGSTOP)
     if spare:
-        wait_for(lambda: sp.job(job)["spare"].get("state") == "ready", BOOT, interval=0.2,
-                 what="a ready spare beside the frozen trainer")
+        wait_spare_ready(sp, job, BOOT, interval=0.2)  # the new one, not the spare that just became this trainer
     points = [c for d in run_dirs(sp, job) if (c := newest_complete(d)) is not None]
     os.kill(j["pid"], signal.SIGKILL)
     t = time.time()
@@ -126,7 +125,9 @@ def test_pip_installed_rsl_rl_two_kills_stop_start_completed_exactly(tmp_path, s
     training_again(sp, "cp", old_run, first)
     print(f"real Isaac Lab 3.0, CPU, 16 envs: kill -9 -> training again with the warm spare: {time.time() - t_kill:.1f} s")
 
-    second, _, _ = kill_at_resume_point(sp, "cp", first + 3)
+    # beside a ready spare again: without one this kill raced the new spare's boot, and a kill 0.2 s before its
+    # spare_ready started the attempt cold (+8 s, one launch) where one 0.1 s after it was a spare's takeover
+    second, _, _ = kill_at_resume_point(sp, "cp", first + 3, spare=True)
     wait_for(lambda: len(started(sp, "cp")) == 3, 60, what="second restart")
     assert started(sp, "cp")[-1]["resume_from"]["iteration"] == second
 
@@ -255,7 +256,9 @@ def test_uv_launcher_and_one_wandb_run_across_a_jobs_attempts(tmp_path, supervis
         environment={"ISAACSIM_ASSET_ROOT": str(ASSET_ROOT), "WANDB_MODE": "offline", "WANDB_DIR": str(wb),
                      "WANDB_SILENT": "true", "WARP_CACHE_PATH": str(Path.home() / ".cache" / "warp")})))
     assert wait_for(lambda: started(sp, "wb"), 30, what="started")[0]["argv"][:6] == launcher
-    first, _, _ = kill_at_resume_point(sp, "wb", 3)  # uv's pid: the supervisor reaps its Python child with it
+    # uv's pid: the supervisor reaps its Python child with it. Beside a ready spare (through uv too): the kill
+    # raced the spare's boot before, a cold launch or a takeover by the timing of the two
+    first, _, _ = kill_at_resume_point(sp, "wb", 3, spare=True)
     wait_for(lambda: len(started(sp, "wb")) == 2, 60, what="restart")
     assert started(sp, "wb")[-1]["resume_from"]["iteration"] == first
     wait_for(lambda: (x := sp.job("wb"))["state"] == "running" and (x["iteration"] or 0) >= first + 2, BOOT,
