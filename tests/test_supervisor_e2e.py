@@ -187,7 +187,9 @@ def test_supervisor_crash_adopts_the_trainer_without_duplicating_it(tmp_path, su
     assert j2["pid"] == j["pid"] and j2["restarts"] == 0
     assert [e["event"] for e in sp2.events("cp")].count("started") == 1
     assert any(e["event"] == "adopted" for e in sp2.events("cp"))
-    # an adopted trainer that dies is still noticed and resumed
+    # an adopted trainer that dies is still noticed and resumed: killed beside the spare the new supervisor starts
+    # for it, once ready (a kill while that spare still started went cold, one a moment later to the spare)
+    wait_spare_ready(sp2, "cp", 60)
     os.kill(j["pid"], signal.SIGKILL)
     j3 = wait_for(lambda: (x := sp2.job("cp"))["pid"] not in (None, j["pid"]) and x, 10, what="restart after adopt")
     assert j3["restarts"] == 1
