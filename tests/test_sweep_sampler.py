@@ -56,7 +56,8 @@ def test_grid_keys_are_a_cross_product_each_point_as_often_with_fresh_draws_of_t
 
 
 def test_trials_not_a_multiple_of_the_grid_are_refused_naming_the_counts_that_fit():
-    with pytest.raises(ValueError, match=r"trials = 10 is not a multiple of the grid's 4 points .* use trials = 8 or 12"):
+    refused = r"trials = 10 is not a multiple of the grid's 4 points .* use trials = 8 or 12"
+    with pytest.raises(ValueError, match=refused):
         sample({"a": Grid((1, 2)), "b": Grid(("x", "y"))}, 10, seed=0)
     with pytest.raises(ValueError, match="at least 1 trial"):
         sample(SPACE, 0, seed=0)
