@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 
 import pytest
 
@@ -83,20 +84,20 @@ def test_concurrency_is_never_exceeded_by_running_trials_promotions_and_launches
     asha = Asha(rungs=(10, 30), max_iterations=90, eta=3, concurrency=3)
     assert decide(asha, [going(1), going(2), *map(pending, range(3, 9))]) == (Launch(3),)
     assert decide(asha, [going(1), going(2), going(3), *map(pending, range(4, 9))]) == ()
-    # and whatever the sweep looks like: random views, the count after each pass stays within the limit
+    # and whatever the sweep looks like (random views): a pass starts trials only into free slots
     rng = random.Random(0)
     for _ in range(500):
         trials = [_random_view(rng, n) for n in range(1, 16)]
         running = {t.number for t in trials if t.state is S.RUNNING}
+        started = 0
         for d in decide(asha, trials):
             if isinstance(d, Pause):
                 running.discard(d.trial)
             elif isinstance(d, (Promote, Launch)):
                 assert d.trial not in running
                 running.add(d.trial)
-        assert len(running) <= max(asha.concurrency, sum(t.state is S.RUNNING for t in trials))
-        started = [d for d in decide(asha, trials) if isinstance(d, (Promote, Launch))]
-        assert not started or len(running) <= asha.concurrency
+                started += 1
+        assert started == 0 or len(running) <= asha.concurrency
 
 
 def _random_view(rng: random.Random, n: int) -> TrialView:
@@ -129,8 +130,7 @@ def test_a_failed_trial_counts_as_the_worst_at_its_rung_and_is_never_promoted():
     assert decide(ASHA, [alive, paused(2, 5.0), paused(3, 4.0), early]) == (Promote(2, 0, 10, 2, 4, 5.0),)
     # a failed trial, however good its value, is neither promoted nor launched again
     gone = TrialView(1, S.FAILED, iteration=10, values=(99.0,), passed=0)
-    assert decide(ASHA, [gone, completed(2, 1.0, 1.0, 1.0)]) == (Done(2, 1.0, decide(ASHA, [gone, completed(
-        2, 1.0, 1.0, 1.0)])[0].reason),)
+    assert kinds(decide(ASHA, [gone, completed(2, 1.0, 1.0, 1.0)])) == [("Done", 2)]
 
 
 def test_a_promoted_trial_is_not_paused_again_at_its_rung_when_better_ones_arrive_there():
@@ -201,6 +201,15 @@ def test_the_best_trial_is_the_one_that_got_furthest_then_the_best_value_there()
               TrialView(5, S.FAILED, values=(9.9, 9.9, 9.9), passed=2), pending(6), TrialView(7, S.RUNNING, 4)]
     assert ranking(ASHA, trials) == (3, 2, 4, 1, 5, 7, 6)
     assert best_trial(ASHA, trials) == 3
+
+
+def test_a_sweep_of_1000_trials_is_decided_in_milliseconds():
+    rng = random.Random(3)
+    trials = [_random_view(rng, n) for n in range(1, 1001)]
+    asha = Asha(rungs=(10, 30), max_iterations=90, eta=3, concurrency=50)
+    started = time.perf_counter()
+    decide(asha, trials)
+    assert time.perf_counter() - started < 0.1
 
 
 def test_the_objective_is_the_mean_of_the_last_n_logged_values():

@@ -27,8 +27,10 @@ The rules, one scenario each in tests/test_asha.py:
     differs only where Ray's answer depends on how far apart the values are. A rank gives every event the same
     two numbers (rank, cut) and makes ties deterministic.
   * Ties are broken by trial number (the lower ranks first); a NaN objective ranks last.
-  * A trial reaching a rung in the top 1/eta continues (`Continue`: recorded, so that it is never judged at that
-    rung again, and never paused to be resumed); one below is paused (`Pause`, with its rank and the rung's cut).
+  * A trial reaching a rung in the top 1/eta continues; one below is paused (`Pause`, with its rank and the rung's
+    cut). `Continue` is a decision of its own because it must be recorded (`passed`): without it the next call
+    would judge the trial at that rung again, and pause it once better ones arrived there. Trials that reach a rung
+    in the same pass are judged together, against the rung with all of them in it.
   * A paused trial is promoted (`Promote`: resumed toward the next rung) once the rung has grown so that it ranks;
     promotions come before new launches, from the highest rung down, the best ranked first (the paper's get_job).
   * A promoted trial is past its rung (`passed`): it is not judged there again, whatever arrives there later.
@@ -212,14 +214,14 @@ class _Rung:
             key = -math.inf if t.state in DROPPED else asha.key(value)
             entries.append((-key, t.number, value))
         entries.sort()
-        self.order = [number for _, number, _ in entries]
+        self.rank = {number: i for i, (_, number, _) in enumerate(entries, 1)}  # a dict: 1,000 trials stay cheap
         self.top = math.ceil(len(entries) / asha.eta)
         last = entries[self.top - 1] if entries else None
         self.cut = None if last is None or last[0] == math.inf else last[2]
 
     def standing(self, number: int) -> Standing:
-        rank = self.order.index(number) + 1
-        return Standing(rank, len(self.order), self.cut, rank <= self.top)
+        rank = self.rank[number]
+        return Standing(rank, len(self.rank), self.cut, rank <= self.top)
 
 
 # ---- the decision -------------------------------------------------------------------------------------------------
