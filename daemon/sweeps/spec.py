@@ -1,0 +1,593 @@
+"""The sweep file (issue 39): a TOML file that says what to search (`[sweep.space]`), how many trials, what a trial is
+judged by (`[sweep.objective]`), when a trial is paused (`[sweep.scheduler]`), and the base job every trial is a copy
+of (`[job]`, the `[[jobs]]` schema without `name`). Validated like a job file: every mistake is one line naming the
+file, the key and the fix (config/schema.py's ConfigError and config/errors.py's wording).
+
+`parse_sweep` reads the file into a `SweepSpec`; `trial_job` makes trial N's job from the base job and the trial's
+values (job keys set on the job, Hydra overrides appended to its extra_args). Both are pure.
+
+What a sweep may search is what isaacd does not write itself: a trial's `--max_iterations`, resume point, save points,
+run layout, device and placement are isaacd's (workflows/*.py `args`, runtimes/trainer_command.py), so a searched key
+that would fight them is refused here, before any trial exists."""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from ..config import errors as type_errors
+from ..config.jobs_dir import with_paths_under
+from ..config.schema import JOB_NAME_RE, ConfigError, ConfigIssue, JobConfig
+from ..workflows.base import AGENT_DEVICE_KEYS
+from ..workflows.rl_games import MANAGED_OVERRIDES as RL_GAMES_OWNED
+from ..workflows.skrl import MANAGED_OVERRIDES as SKRL_OWNED
+from .sampler import as_override, grid_points, trial_name
+from .space import Choice, Distribution, Grid, IntRange, LogUniform, SearchSpace, Uniform, Value
+
+DEFAULT_TAG = "Train/mean_reward"
+
+# the distributions as the file writes them, for the "known ones" of a refusal
+DISTRIBUTIONS = {"choice": "choice = [1024, 2048]", "uniform": "uniform = [0.0, 0.02]",
+                 "loguniform": "loguniform = [1e-4, 1e-2]", "int": "int = [0, 1000]", "grid": "grid = [0.98, 0.99]"}
+
+# job keys (no dot) a trial may differ in: each reaches the trainer as its flag (--num_envs, --seed, --agent)
+SEARCHABLE_JOB_KEYS = ("agent", "num_envs", "seed")
+# job keys isaacd owns for a sweep: (why, the fix)
+OWNED_JOB_KEYS: dict[str, tuple[str, str]] = {
+    "name": ("the trials are named <sweep>-t001, <sweep>-t002, ...", "remove it"),
+    "owner": ("the sweep's owner owns every trial", "remove it"),
+    "max_iterations": ("every trial trains to the base job's total, and the scheduler's rungs lead up to it",
+                       "set it once in [job]"),
+    "save_interval": ("a paused trial resumes from isaacd's saves", "set it once in [job]"),
+    "runtime": ("every trial runs where the base job runs", "set it once in [job]"),
+    "gpus": ("the queue places the trials by the base job's gpus or gpu_memory", "set it once in [job]"),
+    "gpu_memory": ("the queue places the trials by the base job's gpus or gpu_memory", "set it once in [job]"),
+    "device": ("the queue places the trials on the base job's device", "set it once in [job]"),
+    "experiment": ("isaacd owns the trials' run layout", "set it once in [job]"),
+    "log_root": ("isaacd owns the trials' run layout", "set it once in [job]"),
+    "extra_args": ("a searched Hydra override is appended to it", "search the override itself, e.g. "
+                   '"agent.algorithm.gamma" = { grid = [0.98, 0.99] }'),
+}
+_RUN_LAYOUT = ("isaacd owns the run layout (trials are named <sweep>-tNNN)", "remove it")
+_RESUME = ("isaacd chooses the checkpoint a trial resumes from (a paused trial resumes exactly)", "remove it")
+_TOTAL = ("every trial trains to the base job's max_iterations, and the scheduler's rungs lead up to it",
+          "set max_iterations once in [job]")
+_SAVES = ("a paused trial resumes from isaacd's saves", "set save_interval once in [job]")
+_DEVICE = ("isaacd puts the policy on the job's device", "set device once in [job]")
+_SEED = ("from the job key seed, through --seed", "search seed instead: seed = { int = [0, 1000] }")
+_NUM_ENVS = ("from the job key num_envs, through --num_envs", "search num_envs instead: num_envs = { choice = [1024, "
+             "2048] }")
+# Hydra overrides isaacd writes itself (workflows/rsl_rl.py, rl_games.py, skrl.py args; JobConfig's managed flags), or
+# that one of its flags overrides: (why, the fix)
+OWNED_OVERRIDES: dict[str, tuple[str, str]] = {
+    "agent.max_iterations": _TOTAL, "agent.save_interval": _SAVES,
+    "agent.resume": _RESUME, "agent.load_run": _RESUME, "agent.load_checkpoint": _RESUME,
+    "agent.experiment_name": _RUN_LAYOUT, "agent.run_name": _RUN_LAYOUT,
+    **{k: _DEVICE for k in AGENT_DEVICE_KEYS}, "env.sim.device": _DEVICE,
+    **{k: _RUN_LAYOUT for k in RL_GAMES_OWNED + SKRL_OWNED},
+    "agent.params.config.save_frequency": _SAVES, "agent.agent.experiment.checkpoint_interval": _SAVES,
+    "agent.params.config.max_epochs": _TOTAL, "agent.params.config.max_frames": _TOTAL,
+    "agent.trainer.timesteps": _TOTAL,
+    "agent.seed": _SEED, "env.seed": _SEED, "agent.params.seed": _SEED,
+    "env.scene.num_envs": _NUM_ENVS,
+}
+# trainer flags isaacd writes and owns (JobConfig's managed flags), with the reason
+OWNED_FLAGS = {"--max_iterations": _TOTAL[0], "--resume": _RESUME[0], "--load_run": _RESUME[0],
+               "--checkpoint": _RESUME[0], "--log_root": _RUN_LAYOUT[0], "--experiment_name": _RUN_LAYOUT[0],
+               "--run_name": _RUN_LAYOUT[0], "--device": _DEVICE[0]}
+
+HYDRA_KEY_RE = re.compile(r"^(\+\+?)?(agent|env)(\.[A-Za-z0-9_]+)+$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class _Model(BaseModel):
+    # as config/schema.py's: an unknown key is a typo, "10" is not 10
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class ObjectiveConfig(_Model):
+    """[sweep.objective]: what ranks the trials."""
+
+    tag: Annotated[str, Field(min_length=1)] = DEFAULT_TAG  # a TensorBoard tag the trainer writes
+    mode: Literal["max", "min"] = "max"
+    smooth: Annotated[int, Field(ge=1)] = 10  # the mean over the last N logged iterations
+
+
+class SchedulerConfig(_Model):
+    """[sweep.scheduler] as written; `SweepSpec.scheduler` holds its rungs, computed."""
+
+    kind: Literal["asha", "none"] = "asha"
+    reduction_factor: Annotated[int, Field(ge=2)] = 3
+    grace_period: Annotated[int, Field(ge=1)] | None = None
+    rungs: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1)] | None = None
+
+    @model_validator(mode="after")
+    def _one_way(self) -> "SchedulerConfig":
+        if self.grace_period is not None and self.rungs is not None:
+            raise ValueError("grace_period and rungs both say where the first rung is: keep one (rungs = [50, 150, "
+                             "450], or grace_period = 50 and the rest by reduction_factor)")
+        return self
+
+
+class SweepSection(_Model):
+    """[sweep]."""
+
+    name: str
+    trials: Annotated[int, Field(ge=1)]
+    concurrency: Annotated[int, Field(ge=1)] | None = None  # default: every trial at once (the queue still places)
+    seed: Annotated[int, Field(ge=0)] = 0
+    stop_at: float | None = None
+    objective: ObjectiveConfig = ObjectiveConfig()
+    scheduler: SchedulerConfig = SchedulerConfig()
+    space: dict[str, Any]  # read by _space: its refusals name the distribution and the key
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not JOB_NAME_RE.fullmatch(v):
+            raise ValueError(f'"{v}" must be 1-63 chars of a-z, 0-9, "_", ".", "-" starting with a letter or digit '
+                             '(its trials are jobs named <name>-t001, ...), e.g. name = "cartpole-lr"')
+        return v
+
+    @field_validator("stop_at")
+    @classmethod
+    def _finite(cls, v: float | None) -> float | None:
+        if v is not None and not math.isfinite(v):
+            raise ValueError("must be a finite number, the objective value that ends the sweep (e.g. stop_at = 480.0)")
+        return v
+
+
+class SweepFile(_Model):
+    sweep: SweepSection
+    job: JobConfig
+
+
+@dataclass(frozen=True)
+class Objective:
+    tag: str
+    mode: Literal["max", "min"]
+    smooth: int
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    kind: Literal["asha", "none"]
+    reduction_factor: int
+    rungs: tuple[int, ...]  # iteration milestones, strictly increasing, each below max_iterations; () for "none"
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    name: str
+    trials: int
+    concurrency: int
+    seed: int
+    stop_at: float | None
+    objective: Objective
+    scheduler: Scheduler
+    space: SearchSpace = field(hash=False)  # in the file's order
+    base: JobConfig = field(hash=False)  # the validated base job, named after the sweep (a placeholder)
+    source: str = ""  # the file, as parse_sweep was given it
+
+    @property
+    def grid_size(self) -> int:
+        return grid_size(self.space)
+
+
+def grid_size(space: SearchSpace) -> int:
+    """How many combinations the grid keys make (1 without grid keys)."""
+    return len(grid_points(space))
+
+
+def is_job_key(key: str) -> bool:
+    """A searched key without a dot is a job key (`num_envs`, `seed`); with one, a Hydra override."""
+    return "." not in key
+
+
+def trial_job(spec: SweepSpec, number: int, values: dict[str, Value]) -> JobConfig:
+    """Trial `number`'s job: the base job named <sweep>-tNNN, its searched job keys set, its searched Hydra
+    overrides appended to extra_args as `key=value` (after the workflow's own arguments, as every extra_arg), the
+    value as sampler.as_override writes it: a float by its repr (the exact number), a bool true/false, a string
+    verbatim (the override's own text: "[256, 128]" is a list to Hydra and to Isaac Lab 3.0's parser)."""
+    if set(values) != set(spec.space):
+        raise ValueError(f"trial values for {sorted(values)}, the sweep searches {sorted(spec.space)}")
+    job = {k: getattr(spec.base, k) for k in spec.base.model_fields_set}  # as written: defaults stay defaults
+    job["name"] = trial_name(spec.name, number, spec.trials)  # (a number outside 1..trials: ValueError)
+    job["extra_args"] = list(spec.base.extra_args)
+    for key in spec.space:  # the file's order
+        if is_job_key(key):
+            job[key] = values[key]
+        else:
+            job["extra_args"].append(f"{key}={as_override(values[key])}")
+    return JobConfig.model_validate(job)
+
+
+# ------------------------------------------------------------------------------------------------ parse_sweep
+
+def parse_sweep(text: str, source: str, base_dir: Path) -> SweepSpec:
+    """The sweep file's text as a SweepSpec, or ConfigError naming `source`, each key and its fix. A relative
+    log_root or isaaclab_dir of the base job is relative to `base_dir` (the file's directory)."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(source, [ConfigIssue("", f"not valid TOML: {exc}")]) from None
+    raw, issues = _prepared(raw, base_dir)
+    sweep_raw = raw.get("sweep") if isinstance(raw.get("sweep"), dict) else {}
+    space: SearchSpace = {}
+    space_issues: list[ConfigIssue] = []
+    if isinstance(sweep_raw.get("space"), dict):
+        space, space_issues = _space(sweep_raw["space"])
+    written = raw.get("job") if isinstance(raw.get("job"), dict) else {}
+    if written and not space_issues:
+        raw = {**raw, "job": _with_searched(written, space)}
+    spec_file = None
+    try:
+        spec_file = SweepFile.model_validate(raw)
+    except ValidationError as exc:
+        issues += [ConfigIssue(key, _worded(key, msg)) for key, msg in type_errors.lines(exc, raw, SweepFile)]
+    issues += space_issues
+    if spec_file is not None:
+        issues += _with_job(spec_file)
+        if not space_issues:  # (a partly read space would count a wrong grid)
+            issues += _with_space(spec_file, space, raw["job"], set(written))
+    issues = _typos_not_missing(issues)
+    if issues:
+        raise ConfigError(source, issues)
+    assert spec_file is not None
+    s = spec_file.sweep
+    return SweepSpec(name=s.name, trials=s.trials, concurrency=min(s.concurrency or s.trials, s.trials), seed=s.seed,
+                     stop_at=s.stop_at, objective=Objective(s.objective.tag, s.objective.mode, s.objective.smooth),
+                     scheduler=Scheduler(s.scheduler.kind, s.scheduler.reduction_factor,
+                                         rungs(s.scheduler, spec_file.job.max_iterations)),
+                     space=space, base=spec_file.job, source=source)
+
+
+def load_sweep(path: str | Path) -> SweepSpec:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(str(path), [ConfigIssue("", f"cannot read: {exc.strerror}")]) from None
+    except UnicodeDecodeError:
+        raise ConfigError(str(path), [ConfigIssue("", "not UTF-8 text")]) from None
+    return parse_sweep(text, str(path), path.resolve().parent)
+
+
+def rungs(cfg: SchedulerConfig, max_iterations: int) -> tuple[int, ...]:
+    """ASHA's milestones: as written, or grace_period x eta^k below max_iterations (grace_period by default
+    max_iterations / eta^3, at least 1: about four rungs, as Ray Tune's ASHA makes them)."""
+    if cfg.kind == "none":
+        return ()
+    if cfg.rungs is not None:
+        return tuple(cfg.rungs)
+    eta = cfg.reduction_factor
+    out, r = [], cfg.grace_period or max(1, max_iterations // eta ** 3)
+    while r < max_iterations:
+        out.append(r)
+        r *= eta
+    return tuple(out)
+
+
+_MISSING = {"sweep": '[sweep] with name = "cartpole-lr", trials = 16 and a [sweep.space] table',
+            "job": '[job], the base job every trial copies (task, max_iterations, gpu_memory = "6 GB")',
+            "sweep.name": 'name = "cartpole-lr" (its trials are jobs named cartpole-lr-t001, ...)',
+            "sweep.trials": "trials = 16 (how many configurations)",
+            "sweep.space": '[sweep.space] with a distribution per searched key, e.g. "agent.algorithm.learning_rate" '
+                           "= { loguniform = [1e-4, 1e-2] }"}
+
+
+def _worded(key: str, msg: str) -> str:
+    """pydantic's lines for a sweep file: a missing key says what to add; [job] has no `name`."""
+    if msg == "Field required":
+        return f"missing; add {_MISSING[key]}" if key in _MISSING else "missing; add it"
+    if key.startswith("job.") and msg.startswith("unknown key"):
+        return msg.replace(", name,", ",")
+    return msg
+
+
+def _typos_not_missing(issues: list[ConfigIssue]) -> list[ConfigIssue]:
+    """A missing key that an unknown key beside it is a typo of (`trails = 8`) is said once, as the typo."""
+    typos = {i.key.rsplit(".", 1)[0] + "." + m.group(1) if "." in i.key else m.group(1)
+             for i in issues if (m := re.search(r"did you mean `([^`]+)`", i.message))}
+    return [i for i in issues if not (i.message.startswith("missing") and i.key in typos)]
+
+
+def _with_searched(job: dict[str, Any], space: SearchSpace) -> dict[str, Any]:
+    """The base job as validated: each searched job key the file leaves out at one of its values that the job
+    takes, so the base is checked as a trial would be (num_envs searched over [1024, 2048] beside [job.oom]
+    min_num_envs = 512 is no mistake, though the default num_envs, 256, is below it)."""
+    out = dict(job)
+    for key, dist in space.items():
+        if not is_job_key(key) or key in job:
+            continue
+        candidates = dist.values if isinstance(dist, (Choice, Grid)) else (dist.low, dist.high)
+        for v in candidates:
+            try:
+                JobConfig.model_validate({**out, key: v})
+            except ValidationError:
+                continue
+            out[key] = v
+            break
+    return out
+
+
+def _prepared(raw: dict[str, Any], base_dir: Path) -> tuple[dict[str, Any], list[ConfigIssue]]:
+    """The file with its base job named (a placeholder: trial_job names each trial) and its paths made absolute."""
+    job = raw.get("job")
+    if not isinstance(job, dict):
+        return raw, []
+    issues = []
+    if "name" in job:
+        issues.append(ConfigIssue("job.name", "the trials are named <sweep>-t001, <sweep>-t002, ... after "
+                                              "[sweep] name; remove name from [job]"))
+    sweep = raw.get("sweep") if isinstance(raw.get("sweep"), dict) else {}
+    name = sweep.get("name")
+    placeholder = name if isinstance(name, str) and JOB_NAME_RE.fullmatch(name) else "sweep"
+    return {**raw, "job": {**with_paths_under(job, base_dir), "name": placeholder}}, issues
+
+
+# ------------------------------------------------------------------------------------------------ the space
+
+def _space_key(key: str) -> str:
+    """The key as the file spells it under [sweep.space]: quoted where it has a dot."""
+    return f'sweep.space."{key}"' if "." in key or not re.fullmatch(r"[A-Za-z0-9_-]+", key) else f"sweep.space.{key}"
+
+
+def _leaves(table: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """(searched key, what it says), in the file's order. An unquoted dotted key (`agent.algorithm.gamma = {...}`)
+    is nested tables in TOML; a table whose values are all tables is such a path, read as the dotted key."""
+    out: list[tuple[str, Any]] = []
+    for k, v in table.items():
+        key = f"{prefix}.{k}" if prefix else k
+        if isinstance(v, dict) and v and all(isinstance(x, dict) for x in v.values()):
+            out += _leaves(v, key)
+        else:
+            out.append((key, v))
+    return out
+
+
+def _space(table: dict[str, Any]) -> tuple[SearchSpace, list[ConfigIssue]]:
+    space: SearchSpace = {}
+    issues: list[ConfigIssue] = []
+    leaves = _leaves(table)
+    if not leaves:
+        issues.append(ConfigIssue("sweep.space", f"missing; add {_MISSING['sweep.space']}"))
+    seen: dict[str, str] = {}
+    for key, written in leaves:
+        where = _space_key(key)
+        why = _key_refusal(key)
+        if why is None and key.lstrip("+") in seen:
+            why = f"searched twice (also as {seen[key.lstrip('+')]}); keep one"
+        seen.setdefault(key.lstrip("+"), key)
+        dist, bad = _distribution(key, written)
+        if why is not None:
+            issues.append(ConfigIssue(where, why))
+        elif bad is not None:
+            issues.append(ConfigIssue(where, bad))
+        elif dist is not None:
+            space[key] = dist
+    return space, issues
+
+
+def _key_refusal(key: str) -> str | None:
+    """Why `key` cannot be searched (and the fix), or None."""
+    if key.startswith("-"):
+        flag = "--" + key.lstrip("-").split("=", 1)[0]
+        name = flag[2:]
+        if name in SEARCHABLE_JOB_KEYS:
+            return f"isaacd writes {flag} from the job key; search {name} instead (no dashes)"
+        if flag in OWNED_FLAGS:
+            return f"isaacd sets {flag} ({OWNED_FLAGS[flag]}); remove it"
+        return (f"{flag} is a trainer flag, which isaacd writes from the job's keys; search a job key "
+                f"({', '.join(SEARCHABLE_JOB_KEYS)}) or a Hydra override (agent.*, env.*)")
+    if is_job_key(key):
+        return _job_key_refusal(key)
+    bare = key.lstrip("+")
+    if bare in OWNED_OVERRIDES:
+        why, fix = OWNED_OVERRIDES[bare]
+        return f"isaacd sets {bare} ({why}); {fix}"
+    head = bare.split(".", 1)[0]
+    if head not in ("agent", "env"):
+        if head in JobConfig.model_fields:
+            return f"{head} is a job setting, the same for every trial: set it in [job]"
+        return ("a searched key with a dot is a Hydra override of the agent's or the environment's config, "
+                'starting with agent. or env. (e.g. "agent.algorithm.learning_rate"); a job key has no dot')
+    if not HYDRA_KEY_RE.fullmatch(key):
+        return ('not a Hydra key: names of letters, digits and "_" joined by dots, e.g. '
+                '"agent.algorithm.entropy_coef"')
+    return None
+
+
+def _job_key_refusal(key: str) -> str | None:
+    if key in SEARCHABLE_JOB_KEYS:
+        return None
+    hint = f"searchable job keys: {', '.join(SEARCHABLE_JOB_KEYS)}; a Hydra override has a dot (agent.*, env.*)"
+    if key in OWNED_JOB_KEYS:
+        why, fix = OWNED_JOB_KEYS[key]
+        return f"isaacd owns `{key}` in a sweep ({why}); {fix}"
+    if key in JobConfig.model_fields:
+        return f"{key} is the same for every trial: set it in [job] ({hint})"
+    return f"not a job key{type_errors.did_you_mean(key, sorted(JobConfig.model_fields))} ({hint})"
+
+
+def _distribution(key: str, written: Any) -> tuple[Distribution | None, str | None]:
+    """(the distribution `written` says, or why it says none: one line with the fix)."""
+    example = f"{key} = {{ {DISTRIBUTIONS['choice']} }}" if is_job_key(key) else \
+        f'"{key}" = {{ {DISTRIBUTIONS["uniform"]} }}'
+    if not isinstance(written, dict):
+        if isinstance(written, list):
+            return None, (f"{type_errors.toml(written)} is a list; a searched key takes a distribution, e.g. "
+                          f"{{ choice = {type_errors.toml(written)} }}")
+        return None, (f"{type_errors.toml(written)} is one value: a fixed value goes in [job] (a job key, or a Hydra "
+                      f"override in extra_args); a searched key takes a distribution, e.g. {example}")
+    if len(written) != 1:
+        said = ", ".join(written) or "none"
+        return None, f"write one distribution per key (found {said}), e.g. {example}"
+    kind, arg = next(iter(written.items()))
+    if kind not in DISTRIBUTIONS:
+        close = difflib.get_close_matches(kind, list(DISTRIBUTIONS), n=1, cutoff=0.75)  # (normal is no uniform)
+        mean = f"; did you mean `{close[0]}`?" if close else ""
+        return None, (f"unknown distribution `{kind}`{mean}; the known "
+                      f"ones: {', '.join(DISTRIBUTIONS.values())}")
+    if not isinstance(arg, list):
+        return None, f"{kind} takes a list, e.g. {{ {DISTRIBUTIONS[kind]} }}"
+    if kind in ("choice", "grid"):
+        return _values(key, kind, arg)
+    return _range(kind, arg)
+
+
+def _values(key: str, kind: str, arg: list[Any]) -> tuple[Distribution | None, str | None]:
+    if not arg:
+        return None, f"{kind} = [] is empty; list the values to try, e.g. {{ {DISTRIBUTIONS[kind]} }}"
+    for v in arg:
+        if isinstance(v, (dict, list)) or not isinstance(v, (bool, int, float, str)):
+            return None, (f"{type_errors.toml(v)} is not a number, a string or true/false, which {kind} values are; "
+                          f"e.g. {{ {DISTRIBUTIONS[kind]} }}")
+        if isinstance(v, float) and not math.isfinite(v):
+            return None, f"{v} is not a finite number; {kind} values are finite"
+        if isinstance(v, str) and _CONTROL.search(v):
+            return None, f"{type_errors.toml(v)} holds a control character (a line break?); write it on one line"
+    twice = [v for i, v in enumerate(arg) if any(_same(v, w) for w in arg[:i])]
+    if twice:
+        return None, f"lists {type_errors.toml(twice[0])} twice; each value once"
+    values = tuple(arg)
+    return (Choice(values) if kind == "choice" else Grid(values)), None
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b  # 1 and 1.0 and true are three values to a trainer's config
+
+
+def _range(kind: str, arg: list[Any]) -> tuple[Distribution | None, str | None]:
+    fix = f"e.g. {{ {DISTRIBUTIONS[kind]} }}"
+    whole = kind == "int"
+    ok = (lambda v: isinstance(v, int) and not isinstance(v, bool)) if whole else \
+        (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
+    if len(arg) != 2 or not all(ok(v) for v in arg):
+        what = "two whole numbers" if whole else "two finite numbers"
+        return None, f"{kind} takes {what}, [low, high]: {type_errors.toml(arg)} is not; {fix}"
+    low, high = arg
+    if low >= high:
+        return None, f"low {low} is not below high {high}; write [low, high] with low < high ({fix})"
+    if kind == "loguniform" and low <= 0:
+        return None, (f"loguniform's low {low} must be above 0 (its logarithm is uniform); e.g. {{ loguniform = "
+                      f"[1e-4, {high}] }}, or uniform = [{low}, {high}]")
+    if whole:
+        return IntRange(low, high), None
+    return (Uniform if kind == "uniform" else LogUniform)(float(low), float(high)), None
+
+
+# ------------------------------------------------------------------------------------------------ with the job
+
+def _with_job(spec_file: SweepFile) -> list[ConfigIssue]:
+    """What the sweep's settings say about the base job (and it about them)."""
+    s, job = spec_file.sweep, spec_file.job
+    issues: list[ConfigIssue] = []
+    if not job.placed_by_isaacd:
+        issues.append(ConfigIssue("job", "trials go through the host's queue: give the base job gpu_memory = "
+                                         '"6 GB" (trials packed by memory) or gpus = 1 (a count, not a list)'))
+    widest = trial_name(s.name, s.trials, s.trials)
+    if len(widest) > 63:
+        issues.append(ConfigIssue("sweep.name", f'"{s.name}" makes trial names such as {widest} ({len(widest)} '
+                                                f"chars), past 63; shorten it by {len(widest) - 63}"))
+    return issues + _scheduler_issues(s.scheduler, job.max_iterations)
+
+
+def _with_space(spec_file: SweepFile, space: SearchSpace, raw_job: dict[str, Any],
+                written: set[str]) -> list[ConfigIssue]:
+    """What the search space says about the trials and the base job."""
+    s, job = spec_file.sweep, spec_file.job
+    issues: list[ConfigIssue] = []
+    size = grid_size(space)
+    if s.trials % size:
+        grid = " x ".join(f"{k} ({len(d.values)})" for k, d in space.items() if isinstance(d, Grid))
+        below, above = s.trials // size * size, (s.trials // size + 1) * size
+        fix = f"trials = {below} or {above}" if below else f"trials = {above}"
+        issues.append(ConfigIssue("sweep.trials", f"trials = {s.trials} is not a multiple of the grid's {size} "
+                                                  f"combinations ({grid}); write {fix}"))
+    elif s.trials > size and all(isinstance(d, Grid) for d in space.values()):
+        issues.append(ConfigIssue("sweep.trials", f"trials = {s.trials} repeats the grid's {size} combinations with "
+                                                  "nothing else sampled (the same seed): the repeats would train the "
+                                                  f"same runs; write trials = {size}, or search seed too (seed = "
+                                                  "{ int = [0, 1000] })"))
+    issues += _extra_args_clash(job, space)
+    for key, dist in space.items():
+        if is_job_key(key):
+            issues += _job_values(key, dist, raw_job, written)
+    return issues
+
+
+def _scheduler_issues(cfg: SchedulerConfig, max_iterations: int) -> list[ConfigIssue]:
+    if cfg.kind == "none":
+        return []  # (its asha keys are kept: flip kind to compare both on one file)
+    if cfg.rungs is not None:
+        r = cfg.rungs
+        if any(b <= a for a, b in zip(r, r[1:])):
+            return [ConfigIssue("sweep.scheduler.rungs", f"{type_errors.toml(r)} is not strictly increasing; list "
+                                                         "the iteration milestones in order, each once")]
+        if r[-1] >= max_iterations:
+            kept = [x for x in r if x < max_iterations]
+            fix = f"rungs = {type_errors.toml(kept)}" if kept else "lower rungs"
+            return [ConfigIssue("sweep.scheduler.rungs", f"rung {r[-1]} is not below the base job's max_iterations = "
+                                                         f"{max_iterations} (a trial there has finished); write {fix}"
+                                                         " or raise max_iterations in [job]")]
+        return []
+    if cfg.grace_period is not None and cfg.grace_period >= max_iterations:
+        return [ConfigIssue("sweep.scheduler.grace_period", f"grace_period = {cfg.grace_period} is not below the base "
+                                                            f"job's max_iterations = {max_iterations}; write "
+                                                            f"grace_period = {max(1, max_iterations // 10)}")]
+    if not rungs(cfg, max_iterations):
+        return [ConfigIssue("sweep.scheduler", f"max_iterations = {max_iterations} leaves ASHA no rung below it; "
+                                               'raise max_iterations in [job], or kind = "none"')]
+    return []
+
+
+def _extra_args_clash(job: JobConfig, space: SearchSpace) -> list[ConfigIssue]:
+    """A searched key the base job's extra_args also set: two values for one key, which wins is the trainer's."""
+    written = {a.split("=", 1)[0].lstrip("+"): a for a in job.extra_args}
+    clash = [written[k] for k in (key.lstrip("+") for key in space if not is_job_key(key)) if k in written]
+    clash += [written[f"--{k}"] for k in space if is_job_key(k) and f"--{k}" in written]
+    if not clash:
+        return []
+    return [ConfigIssue("job.extra_args", f"{', '.join(clash)} set{'s' if len(clash) == 1 else ''} what the sweep "
+                                          "searches; remove it from extra_args (each trial gets its own value)")]
+
+
+def _takes_whole_numbers(key: str, raw_job: dict[str, Any]) -> bool:
+    try:
+        JobConfig.model_validate({**raw_job, key: 1.5})
+    except ValidationError as exc:
+        return any(e["type"] in ("int_type", "int_from_float") for e in exc.errors())
+    return False
+
+
+def _job_values(key: str, dist: Distribution, raw_job: dict[str, Any], written: set[str]) -> list[ConfigIssue]:
+    """Each value a searched job key can take (a choice's, a range's ends) as the base job's: the job's own rule."""
+    where = _space_key(key)
+    if key in written:
+        return [ConfigIssue(where, f"[job] sets {key} = {type_errors.toml(raw_job[key])} too; remove it from [job] "
+                                   "(each trial gets its own value)")]
+    if isinstance(dist, (Uniform, LogUniform)) and _takes_whole_numbers(key, raw_job):
+        return [ConfigIssue(where, f"{key} takes a whole number, which a {type(dist).__name__.lower()} range does not "
+                                   f"give; write {key} = {{ int = [{math.ceil(dist.low)}, {math.floor(dist.high)}] }} "
+                                   "or a choice")]
+    values = (dist.values if isinstance(dist, (Choice, Grid)) else (dist.low, dist.high))
+    for v in values:
+        try:
+            JobConfig.model_validate({**raw_job, key: v})
+        except ValidationError as exc:
+            said = "; ".join(msg for _, msg in type_errors.lines(exc, {**raw_job, key: v}, JobConfig))
+            return [ConfigIssue(where, f"a trial with {key} = {type_errors.toml(v)} would be refused: {said}")]
+    return []
