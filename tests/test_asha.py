@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import random
-import time
 
 import pytest
 
@@ -203,13 +202,16 @@ def test_the_best_trial_is_the_one_that_got_furthest_then_the_best_value_there()
     assert best_trial(ASHA, trials) == 3
 
 
-def test_a_sweep_of_1000_trials_is_decided_in_milliseconds():
+def test_a_sweep_of_1000_trials_keeps_its_concurrency_and_names_only_its_own_trials():
+    # (how long a decision takes is bench/asha_decide.py's to print, never a timed assert here)
     rng = random.Random(3)
     trials = [_random_view(rng, n) for n in range(1, 1001)]
     asha = Asha(rungs=(10, 30), max_iterations=90, eta=3, concurrency=50)
-    started = time.perf_counter()
-    decide(asha, trials)
-    assert time.perf_counter() - started < 0.1
+    decisions = decide(asha, trials)
+    running = sum(1 for t in trials if t.state is S.RUNNING) - sum(isinstance(d, Pause) for d in decisions)
+    started = sum(isinstance(d, (Launch, Promote)) for d in decisions)
+    assert started == 0 if running >= 50 else running + started <= 50  # never past concurrency 50
+    assert {d.trial for d in decisions if not isinstance(d, Done)} <= {t.number for t in trials}
 
 
 def test_the_objective_is_the_mean_of_the_last_n_logged_values():
