@@ -137,7 +137,8 @@ def test_a_string_value_is_the_overrides_own_text() -> None:
 
 @pytest.mark.parametrize("key, space, words", [
     ("--max_iterations", "{ int = [100, 500] }", "isaacd sets --max_iterations (every trial trains to the base "
-                                                 "job's max_iterations"),
+                                                 "job's max_iterations, and the scheduler's rungs lead up to it); "
+                                                 "set max_iterations once in [job]"),
     ("--resume", "{ choice = [true, false] }", "isaacd sets --resume (isaacd chooses the checkpoint"),
     ("--num_envs", "{ choice = [64, 128] }", "isaacd writes --num_envs from the job key; search num_envs instead"),
     ("agent.save_interval", "{ int = [10, 50] }", "isaacd sets agent.save_interval (a paused trial resumes from "
@@ -182,7 +183,9 @@ def test_a_key_isaacd_owns_or_that_is_no_key_is_refused_with_the_fix(key: str, s
     ("{ choice = [] }", "choice = [] is empty; list the values to try"),
     ("{ grid = [] }", "grid = [] is empty"),
     ("{ grid = [0.99, 0.99] }", "lists 0.99 twice"),
-    ("{ choice = [[1, 2]] }", "[1, 2] is not a number, a string or true/false"),
+    ("{ choice = [[256, 128]] }", '[256, 128] is a list: write it as the override\'s text, "[256, 128]" (Hydra and '
+                                  "Isaac Lab read it back as a list)"),
+    ("{ choice = [{ a = 1 }] }", '{"a": 1} is not a number, a string or true/false'),
     ('{ choice = ["a\\nb"] }', '"a\\nb" holds a control character (a line break?); write it on one line'),
     ("{ uniform = [0.1, 0.2], grid = [1] }", "write one distribution per key (found uniform, grid)"),
     ("[0.1, 0.2]", "is a list; a searched key takes a distribution, e.g. { choice = [0.1, 0.2] }"),
@@ -231,6 +234,9 @@ def test_a_base_job_that_does_not_go_through_the_queue_is_refused() -> None:
                   'memory) or gpus = 1 (a count, not a list)'
     assert "gpus = 1" in one_line("job", job='[job]\nmax_iterations = 500\ngpus = [0]\n')
     parse(job='[job]\nmax_iterations = 500\ngpus = 1\n')  # a count goes through the queue
+    lines = refusal(job='[job]\nmax_iterations = 500\nruntime = "ray"\n')
+    assert lines[0] == (f'{SOURCE}: job.runtime: trials go through this host\'s queue, and Ray places a runtime = "ray" '
+                        'job itself: use runtime = "process", "podman" or "systemd"')
 
 
 def test_the_base_job_is_the_jobs_schema_without_name() -> None:
@@ -273,8 +279,8 @@ def test_a_searched_key_that_extra_args_also_sets_is_refused() -> None:
     msg = one_line("job.extra_args", job=JOB + 'extra_args = ["agent.algorithm.learning_rate=0.001"]\n')
     assert msg == ("agent.algorithm.learning_rate=0.001 sets what the sweep searches; remove it from extra_args (each "
                    "trial gets its own value)")
-    assert "--seed" in one_line("job.extra_args", space="[sweep.space]\nseed = { int = [0, 9] }\n",
-                                job=JOB + 'extra_args = ["--seed", "3"]\n'.replace('"--seed", "3"', '"--seed=3"'))
+    assert one_line("job.extra_args", space="[sweep.space]\nseed = { int = [0, 9] }\n",
+                    job=JOB + 'extra_args = ["--seed=3"]\n').startswith("--seed=3 sets what the sweep searches")
 
 
 def test_a_sweep_name_too_long_for_its_trials_names() -> None:

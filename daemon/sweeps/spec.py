@@ -83,10 +83,10 @@ OWNED_OVERRIDES: dict[str, tuple[str, str]] = {
     "agent.seed": _SEED, "env.seed": _SEED, "agent.params.seed": _SEED,
     "env.scene.num_envs": _NUM_ENVS,
 }
-# trainer flags isaacd writes and owns (JobConfig's managed flags), with the reason
-OWNED_FLAGS = {"--max_iterations": _TOTAL[0], "--resume": _RESUME[0], "--load_run": _RESUME[0],
-               "--checkpoint": _RESUME[0], "--log_root": _RUN_LAYOUT[0], "--experiment_name": _RUN_LAYOUT[0],
-               "--run_name": _RUN_LAYOUT[0], "--device": _DEVICE[0]}
+# trainer flags isaacd writes and owns (JobConfig's managed flags): (why, the fix)
+OWNED_FLAGS = {"--max_iterations": _TOTAL, "--resume": _RESUME, "--load_run": _RESUME, "--checkpoint": _RESUME,
+               "--log_root": _RUN_LAYOUT, "--experiment_name": _RUN_LAYOUT, "--run_name": _RUN_LAYOUT,
+               "--device": _DEVICE}
 
 HYDRA_KEY_RE = re.compile(r"^(\+\+?)?(agent|env)(\.[A-Za-z0-9_]+)+$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -329,6 +329,9 @@ def _prepared(raw: dict[str, Any], base_dir: Path) -> tuple[dict[str, Any], list
     if not isinstance(job, dict):
         return raw, []
     issues = []
+    if job.get("runtime") == "ray":
+        issues.append(ConfigIssue("job.runtime", 'trials go through this host\'s queue, and Ray places a runtime = "ray" '
+                                                 'job itself: use runtime = "process", "podman" or "systemd"'))
     if "name" in job:
         issues.append(ConfigIssue("job.name", "the trials are named <sweep>-t001, <sweep>-t002, ... after "
                                               "[sweep] name; remove name from [job]"))
@@ -389,7 +392,8 @@ def _key_refusal(key: str) -> str | None:
         if name in SEARCHABLE_JOB_KEYS:
             return f"isaacd writes {flag} from the job key; search {name} instead (no dashes)"
         if flag in OWNED_FLAGS:
-            return f"isaacd sets {flag} ({OWNED_FLAGS[flag]}); remove it"
+            why, fix = OWNED_FLAGS[flag]
+            return f"isaacd sets {flag} ({why}); {fix}"
         return (f"{flag} is a trainer flag, which isaacd writes from the job's keys; search a job key "
                 f"({', '.join(SEARCHABLE_JOB_KEYS)}) or a Hydra override (agent.*, env.*)")
     if is_job_key(key):
@@ -452,6 +456,10 @@ def _values(key: str, kind: str, arg: list[Any]) -> tuple[Distribution | None, s
     if not arg:
         return None, f"{kind} = [] is empty; list the values to try, e.g. {{ {DISTRIBUTIONS[kind]} }}"
     for v in arg:
+        if isinstance(v, list) and not is_job_key(key):
+            text = type_errors.toml(v).replace('"', "'")
+            return None, (f"{type_errors.toml(v)} is a list: write it as the override's text, \"{text}\" (Hydra and "
+                          f"Isaac Lab read it back as a list)")
         if isinstance(v, (dict, list)) or not isinstance(v, (bool, int, float, str)):
             return None, (f"{type_errors.toml(v)} is not a number, a string or true/false, which {kind} values are; "
                           f"e.g. {{ {DISTRIBUTIONS[kind]} }}")
