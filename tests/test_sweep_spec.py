@@ -16,6 +16,7 @@ from isaacd.sweeps.space import Choice, Grid, IntRange, LogUniform, Uniform
 from isaacd.sweeps.sampler import as_override
 from isaacd.sweeps.spec import load_sweep, parse_sweep, trial_job
 from isaacd_trainer.upstream import _parse_val as isaaclab3_parse_val
+from isaacd_trainer.upstream import resolve_task_config_v3
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCE = "/home/ana/sweeps/lr.toml"
@@ -101,6 +102,21 @@ def test_a_trials_values_reach_the_trainers_command_line() -> None:
     # the base job is untouched; the trial keeps its placement and device
     assert spec.base.extra_args == ["agent.algorithm.gamma=0.99"] and spec.base.name == "lr"
     assert job.placed_by_isaacd and job.gpu_memory == "2 GB" and job.device == "cpu"
+
+
+def test_a_trials_overrides_land_in_the_built_in_tasks_configs() -> None:
+    """The overrides of a trial's command line, read by Isaac Lab 3.0's override parser (the built-in trainer's
+    copy) over the built-in cart-pole's configs: each searched value is the config's."""
+    spec = parse(space='[sweep.space]\n"agent.algorithm.learning_rate" = { loguniform = [1e-6, 1e-2] }\n'
+                       '"agent.algorithm.entropy_coef" = { uniform = [0.0, 0.02] }\n'
+                       '"agent.actor.hidden_dims" = { grid = ["[64, 64]", "[128, 64, 32]"] }\n'
+                       '"env.max_episode_length" = { int = [200, 500] }\n')
+    job = trial_job(spec, 2, {"agent.algorithm.learning_rate": 3.12457e-05, "agent.algorithm.entropy_coef": 0.0123,
+                              "agent.actor.hidden_dims": "[128, 64, 32]", "env.max_episode_length": 321})
+    overrides = [a for a in trainer_args(job, None) if a.startswith(("agent.", "env."))]
+    env_cfg, agent_cfg = resolve_task_config_v3(job.task, "rsl_rl_cfg_entry_point", overrides)
+    assert agent_cfg["algorithm"]["learning_rate"] == 3.12457e-05 and agent_cfg["algorithm"]["entropy_coef"] == 0.0123
+    assert agent_cfg["actor"]["hidden_dims"] == [128, 64, 32] and env_cfg["max_episode_length"] == 321
 
 
 def test_a_trial_outside_the_sweep_is_a_programming_error() -> None:
