@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import select
@@ -112,3 +113,28 @@ def test_follow_history_and_reset_on_one_supervisor(tmp_path, supervisor_factory
                  what="the fresh run's first checkpoint")
     assert j["checkpoint"]["iteration"] < first["checkpoint"]["iteration"] + 20
     assert Path(j["checkpoint"]["path"]).parent.parent == exp and not set(old_runs) & {p.name for p in exp.iterdir()}
+
+    # issue 39: every command asks the supervisor that --socket names, run as a user would from another directory
+    # whose defaults point elsewhere: $ISAACD_CONFIG names another config (its own job, its own socket) and the
+    # directory has no ./var. The answers are this supervisor's job's, never "no job named cp" nor the other config's.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    other = write_config(elsewhere, builtin_job("other"))
+    env = {k: v for k, v in os.environ.items() if k != "ISAACD_CONFIG"} | {"ISAACD_CONFIG": str(other)}
+
+    def there(*args: str) -> subprocess.CompletedProcess[str]:
+        res = subprocess.run([ISAACD, *args, "--socket", str(sp.socket)], capture_output=True, text=True, timeout=60,
+                             cwd=elsewhere, env=env)
+        assert res.returncode == 0, f"isaacd {' '.join(args)} --socket -> {res.returncode}: {res.stderr}"
+        return res
+
+    assert re.search(r"^cp\s+running\s", there("status", "cp").stdout, re.M)
+    assert "runs_set_aside" in there("events", "cp", "--limit", "20").stdout
+    assert "Learning iteration" in there("logs", "-n", "100", "cp").stdout
+    assert "Learning iteration 0/" in there("logs", "--attempt", "1", "-n", "100000", "cp").stdout
+    # the commands that read a config check the one this supervisor runs, not $ISAACD_CONFIG's
+    assert there("check-config").stdout.startswith(f"{sp.config}: OK, 1 job(s): cp\n")
+    checks = {c["name"]: c for c in json.loads(there("doctor", "--json").stdout)["checks"]}
+    assert "workflow:cp" in checks and "workflow:other" not in checks, sorted(checks)
+    assert str(tmp_path / "state") in checks["disk:state"]["detail"], checks["disk:state"]
+    assert not (elsewhere / "state").exists() and not (elsewhere / "var").exists()  # nothing made there

@@ -84,3 +84,47 @@ def test_the_lookup_goes_socket_config_here_registration_and_creates_nothing(wor
         for p in procs:
             p.kill()
             p.wait()
+
+
+def test_the_config_a_found_supervisor_runs_is_its_own_never_the_defaults(world, monkeypatch):
+    """Issue 39: `isaacd check-config|doctor --socket S` read the config S's supervisor runs (its status's config_path,
+    made absolute against the directory it was started in), not $ISAACD_CONFIG's nor this directory's."""
+    from isaacd.cli.config_target import target_config
+
+    tmp_path, cwd = world
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("ISAACD_CONFIG", str(tmp_path / "other.toml"))  # the default points elsewhere
+    started = tmp_path / "started-here"
+    started.mkdir()
+    sock = tmp_path / "sock" / "isaacd.sock"
+
+    def says(config: str, pid: int | None):  # noqa: ANN202 - the supervisor's status answer, as the socket gives it
+        return lambda req: {"supervisor": {"config_path": config, "pid": pid}} if req == {"cmd": "status"} else None
+
+    socket_arg = find_socket(str(sock), None)
+    assert target_config(socket_arg, says(str(started / "isaacd.toml"), None)).path == str(started / "isaacd.toml")
+    proc = subprocess.Popen(["sleep", "60"], cwd=started)  # a supervisor that ran `isaacd run --config isaacd.toml`
+    try:
+        t = target_config(socket_arg, says("isaacd.toml", proc.pid))
+        assert (t.path, t.cwd) == (str(started / "isaacd.toml"), started)
+    finally:
+        proc.kill()
+        proc.wait()
+    # a relative path whose directory cannot be read from here: said, with what to give instead
+    with pytest.raises(LookupError, match=r"runs config 'isaacd.toml', a path relative.*give the file with --config"):
+        target_config(socket_arg, says("isaacd.toml", proc.pid))
+    # the embedded default: its ./var lies above the socket it serves
+    embedded = find_socket(str(started / "var" / "isaacd.sock"), None)
+    t = target_config(embedded, says(locate.EMBEDDED_DEFAULT_NAME, proc.pid))
+    assert (t.path, t.cwd) == (None, started)
+    # the user's one registered supervisor: its registry entry's config; $ISAACD_CONFIG is no longer in the way
+    monkeypatch.delenv("ISAACD_CONFIG")
+    proc, theirs = registered_elsewhere(tmp_path, "one")
+    try:
+        found = find_socket(None, None, cwd)
+        assert found.socket == theirs
+        t = target_config(found, lambda req: pytest.fail("the registry already says"))
+        assert (t.path, t.cwd) == (str(tmp_path / "one" / "isaacd.toml"), tmp_path / "one")
+    finally:
+        proc.kill()
+        proc.wait()

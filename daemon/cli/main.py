@@ -21,7 +21,8 @@ from typing import Any, Callable
 
 from .. import __version__
 from ..control import NotRunning, request
-from ..config.locate import EMBEDDED_DEFAULT_NAME, Ambiguous, Found, config_path, find_socket, not_running_hint
+from ..config.locate import (EMBEDDED_DEFAULT_NAME, Ambiguous, Found, config_path, denied, find_socket,
+                             not_running_hint)
 from ..status.types import JobStatus, Status
 from ..wording import no_such_job
 
@@ -43,6 +44,21 @@ def _load(arg: str | None) -> tuple[Any, str | None]:
         if path is None:
             return load_embedded_default(Path.cwd()), None
         return load_config(path), path
+    except ConfigError as exc:
+        raise CliError(str(exc), 2) from None
+
+
+def _load_found(args: argparse.Namespace) -> tuple[Any, str | None]:
+    """check-config's and doctor's config with no file named: the one the supervisor this command finds runs
+    (cli/config_target.py, issue 39), so `--socket S` checks S's config, not $ISAACD_CONFIG's or ./var's."""
+    from ..config.schema import ConfigError
+    from .config_target import load_target, target_config
+
+    client = Client(args)
+    try:
+        return load_target(target_config(client.found, client))
+    except LookupError as exc:
+        raise CliError(f"isaacd: {exc}", 2) from None
     except ConfigError as exc:
         raise CliError(str(exc), 2) from None
 
@@ -79,7 +95,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         raise CliError(f"isaacd check-config: two files given ({args.file} and --config {args.config}); "
                        "give one: `isaacd check-config FILE`", 2)
     file = args.file or args.config
-    cfg, path = _load(file)
+    cfg, path = _load(file) if file else _load_found(args)
     from ..config.schema import ConfigError
     from ..workflows import config_issues  # what only the filesystem can tell: train script, Isaac Lab generation
 
@@ -232,7 +248,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     except CliError as exc:
         if exc.code != 3:  # refused, or no such job: the supervisor's word
             raise
-        source = _offline_log_source(args, exc)  # none answers: the files its config names, read only
+        source = _offline_log_source(args, client.found, exc)  # none answers: its config's files, read only
     else:
         try:
             source = LogSource.from_json(answer)
@@ -242,14 +258,17 @@ def cmd_logs(args: argparse.Namespace) -> int:
     return show_logs(source, follow=args.follow, lines=args.lines, attempt=args.attempt, ask=ask)
 
 
-def _offline_log_source(args: argparse.Namespace, not_running: CliError) -> Any:
+def _offline_log_source(args: argparse.Namespace, found: Found, not_running: CliError) -> Any:
     """`isaacd logs` while no supervisor answers: the job's files in the state dir of the config it would use
     (--config, $ISAACD_CONFIG, /etc/isaacd/isaacd.toml, or the embedded default's ./var/state where one ran in this
-    directory), read without creating anything. With --socket, or nothing to read here: why none answers."""
+    directory), read without creating anything. With --socket, a registered supervisor, a socket that is there but
+    not ours to connect to (a supervisor runs: its answer, not a config read here, is the truth), or nothing to read
+    here: why none answers."""
     from ..history.log_source import read_log_source
 
     here = Path.cwd() / "var" / "state" / "jobs"
-    if args.socket or (config_path(args.config) is None and not here.is_dir()):
+    if args.socket or found.entry is not None or denied(found.socket) \
+            or (config_path(args.config) is None and not here.is_dir()):
         raise not_running
     cfg, _ = _load(args.config)
     job = cfg.job(args.job)
@@ -275,7 +294,7 @@ def _offline_log_source(args: argparse.Namespace, not_running: CliError) -> Any:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from .doctor import run_doctor
 
-    cfg, _ = _load(args.config)
+    cfg, _ = _load(args.config) if args.config else _load_found(args)
     return run_doctor(cfg, as_json=args.json)
 
 

@@ -166,6 +166,7 @@ class Ambiguous(LookupError):
 class Found:
     socket: Path
     how: str  # for hints: how the socket was chosen
+    entry: Registered | None = None  # the registered supervisor it is, when the registry chose it
 
 
 def find_socket(socket_arg: str | None, config_arg: str | None, cwd: Path | None = None) -> Found:
@@ -185,12 +186,24 @@ def find_socket(socket_arg: str | None, config_arg: str | None, cwd: Path | None
         return Found(here, "embedded default in this directory")
     live = registered()
     if len(live) == 1:
-        return Found(live[0].socket, f"registered supervisor ({live[0].describe()})")
+        return Found(live[0].socket, f"registered supervisor ({live[0].describe()})", live[0])
     if len(live) > 1:
         raise Ambiguous("several isaacd supervisors run for this user:\n"
                         + "\n".join(f"  {e.describe()}" for e in live)
                         + "\npick one with --socket PATH (or --config FILE), or run isaacd in its directory")
     return Found(here, "none")
+
+
+def denied(socket: Path) -> bool:
+    """The socket is there but connecting to it is refused us (its mode, its group, or its directory's): a supervisor
+    runs that we may not ask, so no config read here stands in for its answer."""
+    try:
+        os.lstat(socket)
+    except PermissionError:  # its directory is not ours to search (run/ of mode 0750): it may well be there
+        return True
+    except OSError:
+        return False
+    return not os.access(socket, os.W_OK)  # connect(2) needs write permission on the socket file
 
 
 def not_running_hint(found: Found) -> str:
@@ -203,3 +216,41 @@ def not_running_hint(found: Found) -> str:
             + "; start one with `isaacd run` (or `isaacd run --config FILE`), "
               "or reach another user's with --socket PATH / --config FILE")
 
+
+
+# ---- the config a found supervisor runs (issue 39) -----------------------------------------------------------
+def supervisor_cwd(pid: int | None, socket: Path | None = None) -> Path | None:
+    """The directory a supervisor was started in, where its relative config path and the embedded default's ./var
+    lie: the registry's word for a supervisor of this user, else /proc/PID/cwd (its owner's or root's to read), else,
+    for a supervisor on the embedded default's socket, the directory above that socket's ./var. None: unknown."""
+    if pid is None:
+        return None
+    for entry in registered():
+        if entry.pid == pid:
+            return Path(entry.cwd)
+    try:
+        return Path(os.readlink(f"/proc/{pid}/cwd"))
+    except OSError:
+        pass
+    if socket is not None:
+        above = Path(os.path.abspath(socket)).parent.parent
+        if embedded_default_socket(above) == Path(os.path.abspath(socket)):
+            return above
+    return None
+
+
+def supervisor_config(config: str | None, cwd: Path | None, socket: Path) -> tuple[str | None, Path]:
+    """The config file a supervisor runs, from its own word (status's config_path, or its registry entry's config,
+    either as it was given to `isaacd run`) and the directory it was started in: (an absolute path, or None for the
+    embedded default; the directory the embedded default's relative paths are under). Raises LookupError, saying
+    what to give instead, when that cannot be known from here."""
+    if config and config != EMBEDDED_DEFAULT_NAME and os.path.isabs(config):
+        return config, cwd or Path(config).parent
+    if cwd is None:
+        what = "the embedded default config" if not config or config == EMBEDDED_DEFAULT_NAME else \
+            f"config {config!r}, a path relative to the directory it was started in"
+        raise LookupError(f"the supervisor on {socket} runs {what}, and which directory that is cannot be read from "
+                          "here; give the file with --config FILE")
+    if not config or config == EMBEDDED_DEFAULT_NAME:
+        return None, cwd
+    return str(cwd / config), cwd
