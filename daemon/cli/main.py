@@ -357,8 +357,9 @@ _COMMANDS: list[tuple[str, str, str]] = [
      "asks the trainers to save and stop, then exits 0."),
     ("check-config", "validate a config file and explain every problem",
      "Validate a config file and print every problem with its key path and what is allowed. The file is FILE, "
-     "or --config FILE (the same thing; if both are given they must name one file), else $ISAACD_CONFIG, "
-     "/etc/isaacd/isaacd.toml, or the embedded default."),
+     "or --config FILE (the same thing; if both are given they must name one file), else the config of the supervisor "
+     "this command finds as every command finds it (--socket PATH: the one that supervisor runs; $ISAACD_CONFIG; "
+     "/etc/isaacd/isaacd.toml; the one supervisor your user runs), else the embedded default."),
     ("status", "jobs, GPUs, checkpoints and watchdogs at a glance",
      "One line per job (state, iterations done, reward, newest checkpoint, restarts, uptime), then why jobs "
      "stopped or restarted, watchdog states and the GPUs."),
@@ -415,7 +416,8 @@ _COMMANDS: list[tuple[str, str, str]] = [
      "who cannot read root's state dir gets the output of their own jobs through the supervisor."),
     ("doctor", "check this host for what isaacd and Isaac Lab need",
      "Check the driver, NVML, CDI spec, Podman/Quadlet, shared memory, disk space and listeners for the "
-     "config's jobs; exit 1 if a check fails."),
+     "config's jobs (--config FILE, else the config of the supervisor the command finds, as check-config); exit 1 if "
+     "a check fails."),
     ("nodes", "the Ray cluster's nodes: resources, jobs, cordons",
      "For runtime = \"ray\": every node of the cluster with its free GPUs/CPUs, the jobs placed on it, whether "
      "isaacd avoids it (cordoned: lost, GPU reset, log_root not shared, or by an operator) and jobs waiting for room."),
