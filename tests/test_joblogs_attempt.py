@@ -55,3 +55,45 @@ def test_reading_where_the_output_is_creates_nothing(tmp_path):
     src = read_log_source(tmp_path / "state", "a", "process")
     assert src.problem and "a.json" in src.problem and sorted(p.name for p in jobs.iterdir()) == ["a.json"]
     assert show_attempt_logs(src, 1, False, 50) == 1
+
+
+def test_an_attempt_of_a_log_not_ours_is_read_through_the_supervisor(tmp_path, capfd, monkeypatch):
+    """Issue 39: `isaacd logs --attempt N` of a job whose log lies in root's state dir asks the supervisor the command
+    found (its `logs` request from N's offset, answered here by the supervisor's own reader, in 5-byte answers so a
+    range takes several) instead of saying the file is not ours."""
+    from isaacd import control
+    from isaacd.cli import job_logs
+
+    cfg = parse_config('[supervisor]\nstate_dir = "state"\n[[jobs]]\nname = "a"\n', "t.toml", tmp_path)
+    log = Path(cfg.supervisor.state_dir) / "logs" / "a.log"
+    log.parent.mkdir(parents=True)
+    log.write_bytes(b"one-a\none-b\ntwo-a\ntwo-b\nthree\n")
+    StateStore(cfg.supervisor.state_dir).save(JobHistory(name="a", attempts=[
+        Attempt(n, float(n), "initial", handle={"log_path": str(log), "log_offset": o})
+        for n, o in ((1, 0), (2, 12), (3, 24))]))
+    src = read_log_source(cfg.supervisor.state_dir, "a", "process")
+    asked: list[dict] = []
+
+    def supervisor(req: dict) -> dict:
+        asked.append(req)
+        assert req["cmd"] == "logs" and req["job"] == "a"
+        return control._file_text(log, req)
+
+    def not_ours(path, *args, **kwargs):  # noqa: ANN001, ANN202 - root's 0700 state dir, as another user meets it
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(control, "LOG_REPLY_BYTES", 5)
+    monkeypatch.setattr(job_logs, "open", not_ours, raising=False)
+    monkeypatch.setattr(job_logs.os, "geteuid", lambda: 1000)
+    assert show_attempt_logs(src, 2, False, 50, ask=supervisor) == 0
+    assert capfd.readouterr().out == "two-a\ntwo-b\n" and len(asked) > 2
+    assert show_attempt_logs(src, 1, False, 1, ask=supervisor) == 0
+    assert capfd.readouterr().out == "one-b\n"
+    assert show_attempt_logs(src, 3, False, 50, ask=supervisor) == 0  # the newest: to the end of the file
+    assert capfd.readouterr().out == "three\n"
+    log.write_bytes(b"one-a\n")  # truncated since: said, nothing printed
+    assert show_attempt_logs(src, 2, False, 50, ask=supervisor) == 1
+    out = capfd.readouterr()
+    assert out.out == "" and "a's log was truncated since attempt 2 ran" in out.err
+    assert show_attempt_logs(src, 2, False, 50) == 1  # no supervisor to ask: why, in one line
+    assert "attempt 2's output is read from" in capfd.readouterr().err

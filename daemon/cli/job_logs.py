@@ -25,7 +25,7 @@ def show_logs(src: LogSource, follow: bool = False, lines: int = 50, attempt: in
               ask: Ask | None = None) -> int:
     """`ask`: the supervisor, which reads the job's log file for a user who cannot (root's state dir, issue 32)."""
     if attempt is not None:
-        return show_attempt_logs(src, attempt, follow, lines)
+        return show_attempt_logs(src, attempt, follow, lines, ask)
     handle = src.newest.handle if src.newest is not None else {}
     # the container runtimes' names are imported here: they bring the config's models (pydantic), which a process
     # job's `isaacd logs` has no use for (it starts in a tenth of the time)
@@ -96,7 +96,7 @@ def _print_log(fh: BinaryIO, path: Path, lines: int, follow: bool, end: int | No
     return 0
 
 
-def show_attempt_logs(src: LogSource, number: int, follow: bool, lines: int) -> int:
+def show_attempt_logs(src: LogSource, number: int, follow: bool, lines: int, ask: Ask | None = None) -> int:
     """`isaacd logs --attempt N JOB`: attempt N's output. The process and ray runtimes append every attempt to one
     file and save where each began (its handle's log_offset, runtimes/process.py): N's output runs from its offset to
     the next attempt's. A systemd unit's journal is read from N's start to the next's; podman keeps only the newest
@@ -142,9 +142,12 @@ def show_attempt_logs(src: LogSource, number: int, follow: bool, lines: int) -> 
     except FileNotFoundError:
         print(f"isaacd: {path} is gone, with attempt {number}'s output", file=sys.stderr)
         return 1
-    except PermissionError:  # another user's supervisor (root's): it reads only the whole log for us
-        print(f"isaacd: {job}: an earlier attempt's output is read from {path}, which is not yours to read; "
-              f"`isaacd logs {job}` without --attempt asks the supervisor", file=sys.stderr)
+    except PermissionError:
+        if ask is not None and os.geteuid() != 0 and os.path.abspath(path) == os.path.abspath(src.log_path):
+            # another user's supervisor (root's, issue 32): it reads the job's log for us, from N's offset
+            return attempt_through_supervisor(ask, job, number, start, end, lines, follow)
+        print(f"isaacd: {job}: attempt {number}'s output is read from {path}, which is not yours to read",
+              file=sys.stderr)
         return 1
     if os.fstat(fh.fileno()).st_size < start:
         fh.close()
@@ -152,3 +155,38 @@ def show_attempt_logs(src: LogSource, number: int, follow: bool, lines: int) -> 
         return 1
     fh.seek(start)
     return _print_log(fh, Path(path), lines, follow, end)
+
+
+def attempt_through_supervisor(ask: Ask, job: str, number: int, start: int, end: int | None, lines: int,
+                               follow: bool) -> int:
+    """`isaacd logs --attempt N` of a job whose log is not ours to read (root's state dir): the supervisor the command
+    found reads N's range of it for us, a `logs` answer at a time from N's offset (its `offset` says where each ended),
+    and we keep the last `lines` lines before the next attempt's offset (`end`; None: the newest attempt, followed
+    with -f). The cut at `end` counts bytes of the UTF-8 text the supervisor sends."""
+    tail: deque[str] = deque(maxlen=lines)
+    offset, partial = start, ""
+    while end is None or offset < end:
+        answer = ask({"cmd": "logs", "job": job, "lines": lines, "offset": offset})
+        text, reached = str(answer.get("text") or ""), answer.get("offset")
+        if not isinstance(reached, int) or reached < offset:  # the file is shorter than N's offset now
+            print(f"isaacd: {job}'s log was truncated since attempt {number} ran: its output is gone", file=sys.stderr)
+            return 1
+        if reached == offset:
+            break  # nothing more written yet
+        if end is not None and reached > end:
+            text = text.encode("utf-8")[:end - offset].decode("utf-8", "replace")
+        chunk = (partial + text).splitlines(keepends=True)
+        partial = chunk.pop() if chunk and not chunk[-1].endswith("\n") else ""
+        tail.extend(chunk)
+        offset = min(reached, end) if end is not None else reached
+    if partial:
+        tail.append(partial)
+    sys.stdout.write("".join(tail))
+    sys.stdout.flush()
+    while follow:  # the newest attempt only (show_attempt_logs says so for an earlier one), until Ctrl-C
+        time.sleep(FOLLOW_POLL)
+        answer = ask({"cmd": "logs", "job": job, "lines": lines, "offset": offset})
+        sys.stdout.write(answer["text"])
+        sys.stdout.flush()
+        offset = answer["offset"]
+    return 0
