@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..backup.status import BackupLease, BackupStatus, BackupUpload
+from ..sweeps.status import SweepStatus
 
 if TYPE_CHECKING:  # read by attribute only: `isaacd status` loads nothing of the daemon's jobs/
     from ..jobs.queue_entry import QueueEntry
@@ -478,6 +479,7 @@ class Status:
     jobs: tuple[JobStatus, ...] = ()
     supervisor: SupervisorInfo = field(default_factory=SupervisorInfo)
     gpus: GpusStatus | None = None
+    sweeps: tuple[SweepStatus, ...] = ()  # issue 39; "sweeps" in the JSON only when there is one
 
     def job(self, name: str) -> JobStatus | None:
         return next((j for j in self.jobs if j.name == name), None)
@@ -486,6 +488,8 @@ class Status:
         out: JSON = {"jobs": [j.to_json() for j in self.jobs]}
         if self.gpus is not None:
             out["gpus"] = self.gpus.to_json()
+        if self.sweeps:
+            out["sweeps"] = [s.to_json() for s in self.sweeps]
         out["supervisor"] = self.supervisor.to_json()
         return out
 
@@ -496,7 +500,8 @@ class Status:
         gpus = raw.get("gpus")
         return cls(jobs=tuple(JobStatus.from_json(j) for j in _tuple(raw.get("jobs"))),
                    supervisor=SupervisorInfo.from_json(sup) if sup is not None else SupervisorInfo(),
-                   gpus=GpusStatus.from_json(gpus) if isinstance(gpus, Mapping) else None)
+                   gpus=GpusStatus.from_json(gpus) if isinstance(gpus, Mapping) else None,
+                   sweeps=tuple(SweepStatus.from_json(s) for s in _tuple(raw.get("sweeps")) if isinstance(s, Mapping)))
 
 
 def _to_json(v: Any) -> Any:

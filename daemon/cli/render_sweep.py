@@ -1,0 +1,152 @@
+"""A sweep as a person reads it (issue 39): `isaacd sweep status NAME` (a header, then one row per trial, the best
+first) and `isaacd sweeps` (a line per sweep). Pure functions over sweeps/status.py's SweepStatus, which the control
+socket answers as JSON; the trials come ranked by the supervisor (sweeps.asha.ranking) and are shown in that order,
+so the table and `isaacd sweep best` never disagree about which trial is best."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..sweeps.status import SweepStatus, TrialStatus
+from .columns import aligned
+from .durations import age
+
+STATES = ("running", "paused", "pending", "completed", "failed", "cancelled")  # the order the header counts them
+
+
+def short_names(keys: Sequence[str]) -> dict[str, str]:
+    """Each searched key's column: its last part (`agent.algorithm.learning_rate` -> `learning_rate`), or as many
+    trailing parts as tell it apart from another key ending the same way (`algorithm.gamma`, `env.gamma`)."""
+    out: dict[str, str] = {}
+    for key in keys:
+        parts = key.lstrip("+").split(".")
+        for n in range(1, len(parts) + 1):
+            name = ".".join(parts[-n:])
+            if not any(o != key and ".".join(o.lstrip("+").split(".")[-n:]) == name for o in keys):
+                break
+        out[key] = name
+    return out
+
+
+def value_text(v: Any) -> str:
+    """A hyperparameter as the table shows it: a float in 4 significant digits (0.0003125, 1.235e-05; the exact
+    value is in --json and `isaacd sweep best`), a bool true/false as in the sweep file, the rest as written."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if v is None:
+        return "-"
+    return str(v)
+
+
+def objective_text(v: float | None) -> str:
+    """An objective in the few characters a column has: 487.23, 0.8731, 1.2e-05, 15230."""
+    if v is None:
+        return "-"
+    if not math.isfinite(v):
+        return str(v)  # nan, inf: said as they are
+    if abs(v) >= 1000:
+        return f"{v:.0f}"
+    if abs(v) >= 1:
+        return f"{v:.2f}"
+    return f"{v:.4g}"
+
+
+def gpu_time(seconds: float) -> str:
+    """GPU-seconds as a person counts them: 45 GPU-s, 12.5 GPU-min, 3.2 GPU-h."""
+    s = max(0.0, seconds)
+    if s < 120:
+        return f"{s:.0f} GPU-s"
+    if s < 7200:
+        return f"{s / 60:.1f} GPU-min"
+    return f"{s / 3600:.1f} GPU-h"
+
+
+def rung_text(sw: SweepStatus, t: TrialStatus) -> str:
+    """The last rung the trial reached, as the iteration the sweep file names it by ("150"), "-" before the first;
+    the top rung (max_iterations) is the end of training."""
+    if not t.rung_values:
+        return "-"
+    milestones = (*sw.rungs, sw.max_iterations) if sw.max_iterations is not None else sw.rungs
+    index = len(t.rung_values) - 1
+    return str(milestones[index]) if index < len(milestones) else str(index)
+
+
+def _counts_text(sw: SweepStatus) -> str:
+    counts = sw.counts()
+    return ", ".join(f"{counts[s]} {s}" for s in STATES if counts.get(s)) or "none yet"
+
+
+def _scheduler_text(sw: SweepStatus) -> str:
+    total = f"{sw.max_iterations} iterations" if sw.max_iterations is not None else "max_iterations"
+    if sw.scheduler == "none" or not sw.rungs:
+        return f"scheduler {sw.scheduler}: every trial trains to {total}; at most {sw.concurrency} at once"
+    rungs = ", ".join(str(r) for r in sw.rungs)
+    return (f"scheduler {sw.scheduler}: eta {sw.reduction_factor} (the top 1/{sw.reduction_factor} at a rung go on), "
+            f"rungs at {rungs} of {total}; at most {sw.concurrency} at once")
+
+
+def _best_text(sw: SweepStatus, names: Mapping[str, str]) -> str:
+    best = sw.trial(sw.best) if sw.best is not None else None
+    if best is None:
+        return "best: none yet (no trial has reached its first rung)"
+    values = ", ".join(f"{names.get(k, k)} {value_text(v)}" for k, v in best.values.items())
+    objective = sw.best_objective if sw.best_objective is not None else best.objective
+    return (f"best: {best.job}, {sw.objective_tag} {objective_text(objective)}{f' ({values})' if values else ''}\n"
+            f"  as a job file: isaacd sweep best {sw.name} > best.toml")
+
+
+def format_sweep(sw: SweepStatus, now: float | None = None) -> str:
+    """`isaacd sweep status NAME`: what the sweep is, how far it got, its best trial, then every trial best first."""
+    now = time.time() if now is None else now
+    keys = list(dict.fromkeys(k for t in sw.trials for k in t.values))  # the sweep file's order
+    names = short_names(keys)
+    state = sw.state if not sw.reason else f"{sw.state}: {sw.reason}"
+    who = f"  owner {sw.owner}" if sw.owner else ""
+    since = f"  submitted {age(sw.submitted_at, now)} ago" if sw.submitted_at is not None else ""
+    lines = [f"sweep {sw.name}  {state}{who}{since}",
+             f"  objective {sw.objective_tag} ({sw.mode}, the mean of the last {sw.smooth} logged iterations)",
+             f"  {_scheduler_text(sw)}",
+             f"  trials: {sw.trials_total}: {_counts_text(sw)}",
+             f"  {_best_text(sw, names)}",
+             f"  GPU time so far: {gpu_time(sw.gpu_seconds)} ({sw.gpu_seconds:.0f} GPU-seconds)"]
+    if not sw.trials:
+        lines.append("(no trials yet)")
+        return "\n".join(lines)
+    header = ["TRIAL", *(names[k] for k in keys), "STATE", "ITER", "OBJECTIVE", "RUNG"]
+    rows = []
+    for t in sw.trials:
+        iteration = "-" if t.iteration is None else str(t.iteration)
+        if sw.max_iterations is not None and t.iteration is not None:
+            iteration = f"{t.iteration}/{sw.max_iterations}"
+        rows.append([t.job, *(value_text(t.values.get(k)) for k in keys), t.state, iteration,
+                     objective_text(t.objective), rung_text(sw, t)])
+    lines.append("")
+    lines += aligned([header, *rows])
+    paused = [t for t in sw.trials if t.state == "paused"]
+    if paused:
+        lines.append(f"{len(paused)} paused at their rung with a save: each costs no GPU while paused and resumes "
+                     f"exactly where it stopped if promoted (when it ranks in the top 1/{sw.reduction_factor} "
+                     "of its rung)")
+    return "\n".join(lines)
+
+
+def format_sweeps(sweeps: Sequence[SweepStatus]) -> str:
+    """`isaacd sweeps`: one line per sweep."""
+    if not sweeps:
+        return "no sweeps (`isaacd sweep submit FILE` starts one; see docs/sweeps.md)"
+    header = ["SWEEP", "OWNER", "STATE", "TRIALS", "RUNNING", "PAUSED", "DONE", "FAILED", "BEST", "OBJECTIVE",
+              "GPU TIME"]
+    rows = []
+    for sw in sweeps:
+        c = sw.counts()
+        best = sw.trial(sw.best) if sw.best is not None else None
+        rows.append([sw.name, sw.owner or "-", sw.state, str(sw.trials_total), str(c["running"]), str(c["paused"]),
+                     str(c["completed"]), str(c["failed"]), best.job if best else "-",
+                     f"{objective_text(sw.best_objective)} {sw.objective_tag}" if best else "-",
+                     gpu_time(sw.gpu_seconds)])
+    return "\n".join(aligned([header, *rows]))

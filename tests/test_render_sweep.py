@@ -1,0 +1,148 @@
+"""`isaacd sweep status` and `isaacd sweeps` as a person reads them (daemon/cli/render_sweep.py, issue 39): a sweep
+of etc/sweep.example.toml part way through ASHA, its trials' values the sampler's for that file, its status as the
+control socket answers it (SweepStatus JSON)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from isaacd.cli.render_sweep import format_sweep, format_sweeps, short_names, value_text
+from isaacd.status.types import Status
+from isaacd.sweeps.sampler import sample, trial_name
+from isaacd.sweeps.spec import load_sweep
+from isaacd.sweeps.status import SweepStatus, TrialStatus
+
+NOW = 1_700_000_000.0
+EXAMPLE = Path(__file__).resolve().parents[1] / "etc" / "sweep.example.toml"
+
+# (trial number, state, iteration, objective, rung values): ranked as sweeps.asha.ranking does (furthest rung first,
+# then by the value there), 8 of the 16 trials started, concurrency 4
+PROGRESS = [
+    (3, "running", 212, 471.8, (402.5, 466.1)),
+    (6, "running", 171, 455.0, (391.0, 448.7)),
+    (1, "paused", 150, 431.2, (377.9, 431.2)),
+    (5, "running", 64, 301.4, (312.0,)),
+    (2, "paused", 50, 188.3, (188.3,)),
+    (7, "paused", 50, 95.6, (95.6,)),
+    (4, "failed", 37, None, ()),
+    (8, "running", 12, 21.4, ()),
+]
+
+
+def example_status() -> SweepStatus:
+    spec = load_sweep(EXAMPLE)
+    configs = sample(spec.space, spec.trials, spec.seed)
+    trials = []
+    for number, state, iteration, objective, values in PROGRESS:
+        trials.append(TrialStatus(number=number, job=trial_name(spec.name, number, spec.trials),
+                                  values=configs[number - 1], state=state, iteration=iteration, objective=objective,
+                                  rung=len(values) - (state == "paused"), rung_values=values,
+                                  gpu_seconds=iteration * 1.9))
+    trials += [TrialStatus(number=n, job=trial_name(spec.name, n, spec.trials), values=configs[n - 1])
+               for n in range(9, spec.trials + 1)]
+    raw = SweepStatus(name=spec.name, owner="alice", state="running", source=str(EXAMPLE), submitted_at=NOW - 1500,
+                      trials_total=spec.trials, concurrency=spec.concurrency, objective_tag=spec.objective.tag,
+                      mode=spec.objective.mode, smooth=spec.objective.smooth, scheduler=spec.scheduler.kind,
+                      reduction_factor=spec.scheduler.reduction_factor, rungs=spec.scheduler.rungs,
+                      max_iterations=spec.base.max_iterations, best=3, best_objective=471.8,
+                      gpu_seconds=sum(t.gpu_seconds for t in trials), trials=tuple(trials)).to_json()
+    return SweepStatus.from_json(raw)  # as `isaacd sweep status` gets it: through the wire format
+
+
+def table(text: str) -> list[list[str]]:
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("TRIAL"))
+    return [line.split() for line in lines[start:] if line.startswith(("TRIAL", "cartpole-lr-"))]
+
+
+def test_the_best_trial_is_the_first_row_and_the_header_names_it():
+    text = format_sweep(example_status(), NOW)
+    rows = table(text)
+    assert rows[0] == ["TRIAL", "learning_rate", "entropy_coef", "gamma", "num_envs", "seed", "STATE", "ITER",
+                       "OBJECTIVE", "RUNG"]
+    assert rows[1][0] == "cartpole-lr-t003" and rows[1][-4:] == ["running", "212/500", "471.80", "150"]
+    assert "best: cartpole-lr-t003, Train/mean_reward 471.80" in text
+    assert "as a job file: isaacd sweep best cartpole-lr > best.toml" in text
+    # every trial has its row, the pending ones last with nothing measured yet
+    assert [r[0] for r in rows[1:]] == [f"cartpole-lr-t{n:03d}" for n in [p[0] for p in PROGRESS] + list(range(9, 17))]
+    assert rows[-1][-4:] == ["pending", "-", "-", "-"]
+
+
+def test_the_header_says_what_the_sweep_is_and_what_it_cost():
+    text = format_sweep(example_status(), NOW)
+    head = text.split("\n\n")[0]
+    assert head.splitlines()[0] == "sweep cartpole-lr  running  owner alice  submitted 25m ago"
+    assert "objective Train/mean_reward (max, the mean of the last 10 logged iterations)" in head
+    assert "scheduler asha: eta 3 (the top 1/3 at a rung go on), rungs at 50, 150, 450 of 500 iterations; at most 4 " \
+           "at once" in head
+    assert "trials: 16: 4 running, 3 paused, 8 pending, 1 failed" in head
+    assert "GPU time so far: 23.6 GPU-min (1417 GPU-seconds)" in head
+
+
+def test_hyperparameters_read_as_numbers_a_person_compares():
+    sw = example_status()
+    rows = {r[0]: r for r in table(format_sweep(sw, NOW))[1:]}
+    t3 = sw.trial(3)
+    assert t3 is not None
+    row = rows["cartpole-lr-t003"]
+    # learning rate and entropy in 4 significant digits, the grid's gamma and the choices as written
+    assert row[1] == f"{t3.values['agent.algorithm.learning_rate']:.4g}" and len(row[1]) <= 9
+    assert row[3] == str(t3.values["agent.algorithm.gamma"]) and row[4] in ("1024", "2048")
+    assert value_text(0.000312457) == "0.0003125" and value_text(1.23457e-05) == "1.235e-05"
+    assert value_text(True) == "true"
+
+
+def test_a_paused_trial_shows_the_rung_it_waits_at():
+    text = format_sweep(example_status(), NOW)
+    rows = {r[0]: r for r in table(text)[1:]}
+    assert rows["cartpole-lr-t001"][-4:] == ["paused", "150/500", "431.20", "150"]
+    assert rows["cartpole-lr-t002"][-4:] == ["paused", "50/500", "188.30", "50"]
+    assert rows["cartpole-lr-t004"][-4:] == ["failed", "37/500", "-", "-"]
+    assert "3 paused at their rung with a save: each costs no GPU while paused and resumes exactly where it " \
+           "stopped if promoted" in text
+
+
+def test_columns_are_aligned():
+    lines = [line for line in format_sweep(example_status(), NOW).splitlines()
+             if line.startswith(("TRIAL", "cartpole-lr-"))]
+    header = lines[0]
+    for column in ("STATE", "ITER", "OBJECTIVE", "RUNG"):
+        at = header.index(column)
+        assert all(line[at - 2:at] == "  " and line[at] != " " for line in lines[1:]), column
+
+
+def test_two_keys_ending_alike_get_columns_that_tell_them_apart():
+    assert short_names(["agent.algorithm.gamma", "env.rewards.gamma", "seed"]) == {
+        "agent.algorithm.gamma": "algorithm.gamma", "env.rewards.gamma": "rewards.gamma", "seed": "seed"}
+
+
+def test_before_any_rung_and_without_asha():
+    sw = SweepStatus(name="quick", trials_total=2, concurrency=2, scheduler="none", max_iterations=100,
+                     trials=(TrialStatus(1, "quick-t001", {"seed": 1}, state="running", iteration=3),
+                             TrialStatus(2, "quick-t002", {"seed": 2})))
+    text = format_sweep(sw, NOW)
+    assert "scheduler none: every trial trains to 100 iterations; at most 2 at once" in text
+    assert "best: none yet" in text
+    assert "paused" not in text
+
+
+def test_sweeps_lists_one_line_per_sweep():
+    done = SweepStatus(name="anymal-ent", owner="bob", state="done", reason="stop_at 0.9 reached", trials_total=8,
+                       best=2, best_objective=0.913, objective_tag="Metrics/success_rate", gpu_seconds=30_000,
+                       trials=(TrialStatus(2, "anymal-ent-t002", state="completed", objective=0.913),
+                               TrialStatus(1, "anymal-ent-t001", state="paused", objective=0.5)))
+    lines = format_sweeps([example_status(), done]).splitlines()
+    assert lines[0].split() == ["SWEEP", "OWNER", "STATE", "TRIALS", "RUNNING", "PAUSED", "DONE", "FAILED", "BEST",
+                                "OBJECTIVE", "GPU", "TIME"]
+    assert lines[1].split() == ["cartpole-lr", "alice", "running", "16", "4", "3", "0", "1", "cartpole-lr-t003",
+                                "471.80", "Train/mean_reward", "23.6", "GPU-min"]
+    assert lines[2].split() == ["anymal-ent", "bob", "done", "8", "0", "1", "1", "0", "anymal-ent-t002", "0.913",
+                                "Metrics/success_rate", "8.3", "GPU-h"]
+    assert format_sweeps([]).startswith("no sweeps")
+
+
+def test_the_status_carries_sweeps_only_when_there_are_some():
+    assert "sweeps" not in Status().to_json()  # today's wire format, unchanged
+    st = Status(sweeps=(example_status(),))
+    back = Status.from_json(st.to_json())
+    assert back.sweeps == st.sweeps
