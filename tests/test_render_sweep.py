@@ -146,3 +146,81 @@ def test_the_status_carries_sweeps_only_when_there_are_some():
     st = Status(sweeps=(example_status(),))
     back = Status.from_json(st.to_json())
     assert back.sweeps == st.sweeps
+
+
+# ---- the commands (daemon/cli/sweep_cli.py), with a stand-in for the supervisor: what they send and print ---------
+
+class Refused(Exception):
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
+
+
+def run_cli(argv: list[str], answers: dict[str, object]) -> tuple[int, list[dict], list]:
+    """`isaacd <argv>` parsed as main.py registers the sweep commands (its common --config/--socket parent), against
+    a supervisor answering `answers[cmd]`: (exit code, the requests sent, the Client's args)."""
+    import argparse
+
+    from isaacd.cli import sweep_cli
+
+    sent: list[dict] = []
+    seen: list = []
+
+    def client(args):  # main.Client(args)
+        seen.append((args.config, args.socket))
+        return lambda req: (sent.append(req), answers[req["cmd"]])[1]
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", "-c", default=argparse.SUPPRESS)
+    common.add_argument("--socket", default=argparse.SUPPRESS)
+    parser = argparse.ArgumentParser(prog="isaacd", parents=[common])
+    sub = parser.add_subparsers(dest="command")
+    for name, short, long in sweep_cli.COMMANDS:
+        s = sub.add_parser(name, help=short, description=long, parents=[common])
+        s.set_defaults(func=sweep_cli.sweep_arguments(name, s, client, Refused))
+    args = parser.parse_args(argv)
+    args.config, args.socket = getattr(args, "config", None), getattr(args, "socket", None)
+    return args.func(args), sent, seen
+
+
+def test_submit_checks_the_file_here_and_sends_nothing_when_it_is_bad(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(EXAMPLE.read_text().replace('{ loguniform = [1e-4, 1e-2] }', '{ lognormal = [1e-4, 1e-2] }'))
+    try:
+        run_cli(["sweep", "submit", str(bad)], {})
+        raise AssertionError("a bad sweep file was sent")
+    except Refused as exc:
+        assert exc.code == 2
+        assert str(bad) in str(exc) and "unknown distribution `lognormal`" in str(exc)
+
+
+def test_submit_sends_the_file_and_prints_the_answer(tmp_path, capsys):
+    good = tmp_path / "sweep.toml"
+    good.write_text(EXAMPLE.read_text())
+    answer = "sweep cartpole-lr: 16 trials submitted, 4 at once"
+    code, sent, seen = run_cli(["sweep", "submit", str(good), "--socket", "/run/isaacd/other.sock"],
+                               {"sweep-submit": answer})
+    assert code == 0 and capsys.readouterr().out == answer + "\n"
+    assert sent == [{"cmd": "sweep-submit", "text": EXAMPLE.read_text(), "source": str(good.resolve())}]
+    assert seen == [(None, "/run/isaacd/other.sock")]  # the supervisor --socket names, given after the file
+
+
+def test_best_prints_the_job_file_as_it_is(capsys):
+    toml = '[[jobs]]\nname = "cartpole-lr-best"\ntask = "Isaac-Cartpole-Direct-v0"\n'
+    code, sent, seen = run_cli(["--socket", "/s", "sweep", "best", "cartpole-lr"], {"sweep-best": toml})
+    assert capsys.readouterr().out == toml and sent == [{"cmd": "sweep-best", "sweep": "cartpole-lr"}]
+    assert seen == [(None, "/s")]
+
+
+def test_status_and_sweeps_render_the_supervisors_answer(capsys):
+    raw = example_status().to_json()
+    run_cli(["sweep", "status", "cartpole-lr"], {"sweep-status": raw})
+    assert table(capsys.readouterr().out)[1][0] == "cartpole-lr-t003"  # the first row: the best
+    run_cli(["sweep", "status", "cartpole-lr", "--json"], {"sweep-status": raw})
+    import json
+    assert json.loads(capsys.readouterr().out) == raw
+    run_cli(["sweeps"], {"sweeps": [raw]})
+    assert capsys.readouterr().out.splitlines()[1].startswith("cartpole-lr  alice  running")
+    code, sent, _ = run_cli(["sweep", "cancel", "cartpole-lr"], {"sweep-cancel": "sweep cartpole-lr: cancelled"})
+    assert sent == [{"cmd": "sweep-cancel", "sweep": "cartpole-lr"}]
+    assert capsys.readouterr().out == "sweep cartpole-lr: cancelled\n"
