@@ -128,3 +128,20 @@ def test_the_config_a_found_supervisor_runs_is_its_own_never_the_defaults(world,
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_config_that_is_not_ours_to_read_is_said_when_its_default_socket_is_silent(world):
+    """A second user's `--config /etc/isaacd/isaacd.toml` (root's, 0600) cannot tell which socket it names: the default
+    is tried, and when nothing answers there the hint says why and what to give, not only "not running"."""
+    tmp_path, cwd = world
+    unreadable = tmp_path / "dir-not-a-file"
+    unreadable.mkdir()  # reading it fails for root as well as for another user (EISDIR)
+    found = find_socket(None, str(unreadable), cwd)
+    assert found.socket == locate.DEFAULT_SOCKET and found.unread is not None
+    hint = not_running_hint(found)
+    assert f"cannot read the config that names the supervisor's socket ({unreadable}:" in hint
+    assert "--socket PATH" in hint
+    readable = tmp_path / "isaacd.toml"
+    readable.write_text('[supervisor]\ncontrol_socket = "run/x.sock"\n')
+    found = find_socket(None, str(readable), cwd)
+    assert (found.socket, found.unread, not_running_hint(found)) == (tmp_path / "run" / "x.sock", None, "")

@@ -267,7 +267,7 @@ def _offline_log_source(args: argparse.Namespace, found: Found, not_running: Cli
     from ..history.log_source import read_log_source
 
     here = Path.cwd() / "var" / "state" / "jobs"
-    if args.socket or found.entry is not None or denied(found.socket) \
+    if args.socket or found.entry is not None or found.unread is not None or denied(found.socket) \
             or (config_path(args.config) is None and not here.is_dir()):
         raise not_running
     cfg, _ = _load(args.config)

@@ -167,6 +167,7 @@ class Found:
     socket: Path
     how: str  # for hints: how the socket was chosen
     entry: Registered | None = None  # the registered supervisor it is, when the registry chose it
+    unread: str | None = None  # the config file that names the socket could not be read: why (the default was taken)
 
 
 def find_socket(socket_arg: str | None, config_arg: str | None, cwd: Path | None = None) -> Found:
@@ -180,6 +181,11 @@ def find_socket(socket_arg: str | None, config_arg: str | None, cwd: Path | None
         return Found(Path(socket_arg), "--socket")
     path = config_path(config_arg)
     if path is not None:
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as exc:  # another user's 0600 config: its control_socket is unknown here, the default a guess
+            return Found(DEFAULT_SOCKET, f"config {path}", unread=f"{path}: {exc.strerror}")
         return Found(socket_from_file(path), f"config {path}")
     here = embedded_default_socket(cwd or Path.cwd())
     if here.exists():
@@ -208,6 +214,10 @@ def denied(socket: Path) -> bool:
 
 def not_running_hint(found: Found) -> str:
     """What to do when nothing answers on the socket `find_socket` chose."""
+    if found.unread is not None:
+        return (f"cannot read the config that names the supervisor's socket ({found.unread}), and nothing answers on "
+                f"the default one, {found.socket}; give the socket its [supervisor] control_socket names: "
+                "--socket PATH")
     if found.how != "none":
         return ""
     where = registry_dir()
