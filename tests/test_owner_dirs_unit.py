@@ -18,6 +18,7 @@ from isaacd.attempt.setting import JobSetting
 from isaacd.caches.compile_caches import CacheDir
 from isaacd.config.schema import parse_config
 from isaacd.os_seam.oscalls import HostOs, RunAs
+from isaacd.history.store import job_log_path
 from isaacd.os_seam.owner_dirs import STATE_PRIVATE, STATE_REACHED, prepare_owned
 from isaacd.runtimes.container_spec import hand_dirs_to_container_user
 
@@ -28,6 +29,12 @@ OWNER = RunAs(1234, 1235, (1235, 2000), "alice", "/home/alice")
 
 def job_of(toml: str, tmp_path: Path):  # noqa: ANN201
     return parse_config(toml, "test", tmp_path).jobs[0]
+
+
+def _prepare(kernel, job, state, exp, workdir, caches):  # noqa: ANN001, ANN202
+    """A launch's owner-dirs step as the pipeline calls it (launch/steps.py owners_directories)."""
+    return prepare_owned(kernel, OWNER, state, job.log_root, exp, workdir, [c.host for c in caches],
+                         job_log_path(state, job.name))
 
 
 def owners_job(tmp_path: Path):  # noqa: ANN201
@@ -44,7 +51,7 @@ def owners_dirs(tmp_path: Path) -> tuple[Path, Path, Path, list[CacheDir]]:
 def test_an_owners_launch_prepares_every_directory_through_the_seam_and_nothing_changes_hands(tmp_path: Path):
     kernel = FakeOs()
     state, exp, workdir, caches = owners_dirs(tmp_path)
-    assert prepare_owned(kernel, owners_job(tmp_path), OWNER, state, exp, workdir, caches) is None
+    assert _prepare(kernel, owners_job(tmp_path), state, exp, workdir, caches) is None
     assert kernel.opened_state_dirs == [str(state)]
     logs = tmp_path / "logs"
     assert kernel.handed == [(str(p), 1234, 1235) for p in (
@@ -61,7 +68,7 @@ def test_a_path_the_seam_refuses_names_its_key_and_nothing_after_it_is_handed(tm
     state, exp, workdir, caches = owners_dirs(tmp_path)
     refused = {"exp": exp, "cache": caches[0].host, "log": state / "logs" / "cp.log"}[where]
     kernel.ownership_refusals[str(refused)] = "is a symlink in a directory that someone other than root can change"
-    problem = prepare_owned(kernel, owners_job(tmp_path), OWNER, state, exp, workdir, caches)
+    problem = _prepare(kernel, owners_job(tmp_path), state, exp, workdir, caches)
     assert problem == f"{key}: {refused}: is a symlink in a directory that someone other than root can change"
     assert kernel.handed[-1][0] != str(refused) and str(refused) not in [p for p, _, _ in kernel.handed]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..caches import compile_caches
+from ..history.store import job_log_path
 from ..os_seam.oscalls import OsCalls
 from ..os_seam.owned_dirs import OwnershipRefused
 from ..runtimes import trainer_command
@@ -37,7 +38,8 @@ def owners_directories(ctx: LaunchContext, oscalls: OsCalls) -> Contribution:
     owner = ctx.owner
     if owner is None:
         return None
-    problem = prepare_owned(oscalls, ctx.cfg, owner, ctx.state_dir, ctx.experiment_dir, ctx.workdir, list(ctx.caches))
+    problem = prepare_owned(oscalls, owner, ctx.state_dir, ctx.cfg.log_root, ctx.experiment_dir, ctx.workdir,
+                            [c.host for c in ctx.caches], job_log_path(ctx.state_dir, ctx.cfg.name))
     if problem is not None:
         return Refusal(f"cannot start: {problem}")
     try:

@@ -5,23 +5,17 @@ owner. Which paths, and the key each refusal names, are decided here; every call
 following a symlink the owner could have planted), so a launch's preparation runs on the fake kernel
 (tests/os_fakes.FakeOs) as it does on the host (issue 38).
 
-Who the owner is, is `access/owner.py`'s. Unlike oscalls.py this module is the daemon's alone (it reads a job's
-config): the Ray actor, which imports the seam's stdlib part, never imports it.
+Who the owner is, is `access/owner.py`'s. It is handed paths, never a job's config: the seam imports nothing of
+the daemon's folders above it (tests/test_import_graph.py: no loops between folders).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from ..history.store import job_log_path
 from .owned_dirs import OwnershipRefused
 from .oscalls import OsCalls, RunAs
-
-if TYPE_CHECKING:
-    from ..caches.compile_caches import CacheDir
-    from ..config.schema import JobConfig
 
 STATE_PRIVATE = ("jobs",)  # the histories and journals: root's alone
 STATE_REACHED = ("work", "shim", "spare", "caches", "logs")  # where an owner's trainer has files of its own
@@ -35,28 +29,29 @@ def open_state_dir(oscalls: OsCalls, state_dir: Path) -> None:
     oscalls.open_state_dir(Path(os.path.abspath(state_dir)), STATE_REACHED, STATE_PRIVATE)
 
 
-def prepare_owned(oscalls: OsCalls, job: JobConfig, run_as: RunAs, state_dir: Path, experiment_dir: Path,
-                  workdir: Path, caches: list[CacheDir]) -> str | None:
+def prepare_owned(oscalls: OsCalls, run_as: RunAs, state_dir: Path, log_root: Path, experiment_dir: Path,
+                  workdir: Path, cache_dirs: list[Path], log_path: Path) -> str | None:
     """Make the job's directories the owner's (mode 0750 when made here): log_root and its experiment dir, the workdir
-    (Hydra writes `outputs/` in the cwd), the compile caches, the job log. The problem, naming the key, or None."""
+    (Hydra writes `outputs/` in the cwd), the compile caches' host dirs, the job log (`log_path`). The problem,
+    naming the key, or None."""
     try:
         open_state_dir(oscalls, state_dir)
     except OSError as exc:
         return f"state_dir: cannot open {state_dir} for {run_as.name}'s trainer to reach its files: {exc}"
-    log_root = Path(os.path.abspath(job.log_root))
+    log_root = Path(os.path.abspath(log_root))
     wanted: list[tuple[str, Path]] = [("log_root", log_root)]
     exp = Path(os.path.abspath(experiment_dir))
     if exp.is_relative_to(log_root):  # the library's dir and the experiment's, where the trainer makes its run dirs
         wanted += [("log_root", p) for p in reversed(exp.parents) if p.is_relative_to(log_root) and p != log_root]
         wanted.append(("log_root", exp))
     wanted += [("state_dir", workdir), ("state_dir", workdir / "outputs")]  # a container's outputs/ (container_spec)
-    wanted += [("compile_cache", c.host) for c in caches]
+    wanted += [("compile_cache", d) for d in cache_dirs]
     key, path = "log_root", log_root
     try:
         for key, path in wanted:
             oscalls.make_owned_dir(path, run_as)
         # the job's output file: a booted spare reopens it by name at its go (the process runtime passes it open)
-        key, path = "state_dir", job_log_path(state_dir, job.name)
+        key, path = "state_dir", log_path
         oscalls.create_owned_file(path, run_as)
     except OwnershipRefused as exc:
         return f"{key}: {exc}"

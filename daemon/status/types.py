@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..backup.status import BackupLease, BackupStatus, BackupUpload
-from ..sweeps.status import SweepStatus
+from .sweeps import SweepStatus
 
 if TYPE_CHECKING:  # read by attribute only: `isaacd status` loads nothing of the daemon's jobs/
     from ..jobs.queue_entry import QueueEntry
