@@ -42,10 +42,22 @@ def fake_job(name: str, *, pids: list[int] | None = None, state: str = "running"
     }
 
 
-def fake_status(jobs: list[dict[str, Any]] | None = None, *, started_at: float | None = None) -> dict[str, Any]:
+def fake_sweep(name: str = "lr") -> dict[str, Any]:
+    """A sweep part way through ASHA (issue 39): one trial running, one paused at the first rung, one pending."""
+    def trial(n: int, state: str, objective: float | None, rung_values: list[float]) -> dict[str, Any]:
+        return {"number": n, "job": f"{name}-t{n:03d}", "values": {"agent.algorithm.learning_rate": 1e-3 * n},
+                "state": state, "iteration": 60 if objective is not None else None, "objective": objective,
+                "rung": len(rung_values), "rung_values": rung_values, "gpu_seconds": 120.0 if objective else 0.0}
+    return {"name": name, "owner": "alice", "state": "running", "trials_total": 3, "concurrency": 2,
+            "rungs": [50, 150], "max_iterations": 300, "best": 1, "best_objective": 3.25, "gpu_seconds": 240.0,
+            "trials": [trial(1, "running", 3.25, [3.0]), trial(2, "paused", 1.5, [1.5]), trial(3, "pending", None, [])]}
+
+
+def fake_status(jobs: list[dict[str, Any]] | None = None, *, started_at: float | None = None,
+                sweeps: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     now = time.time()
     started = now - 3600.0 if started_at is None else started_at
-    return {
+    return {**({"sweeps": sweeps} if sweeps else {}),
         "supervisor": {"version": "0.1.0", "pid": 1234, "started_at": started, "uptime_seconds": now - started,
                        "config_path": "/etc/isaacd/isaacd.toml", "config_reloads_total": 2,
                        "config_errors_total": 1},

@@ -24,7 +24,7 @@ from isaacd.gpu.nvml import NvmlSource
 from isaacd.metrics import METRICS, build_registry, gpu_status, parse_listen, serve
 from isaacd.metrics.attribution import attribute_pids
 from isaacd.metrics.catalog import BY_NAME, GPU_LABELS, series_names
-from metrics_fakes import demo_gpu_script, fake_job, fake_status, rows
+from metrics_fakes import demo_gpu_script, fake_job, fake_status, fake_sweep, rows
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,7 +46,8 @@ def full_setup():
     sampler = scripted_sampler(script)
     sampler.mark_unhealthy(1, "hw thermal slowdown for 60 s")
     status = fake_status([fake_job("anymal", pids=[os.getpid()], gpus=[0, "GPU-00000001-0000-4000-8000-5c0000000000"]),
-                          fake_job("idle", pids=[], state="backing-off", gpus=[]), queued_job("waiter")])
+                          fake_job("idle", pids=[], state="backing-off", gpus=[]), queued_job("waiter")],
+                         sweeps=[fake_sweep()])
     return sampler, status
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from ..jobs.model import JobState
 from ..status.types import WatchdogState
+from ..sweeps.asha import TrialState
 
 GPU_LABELS = ("gpu", "uuid", "model", "pci_bus_id")
 
@@ -131,6 +132,17 @@ METRICS: tuple[MetricDef, ...] = (
     _g("isaacd_user_gpu_memory_allocated_bytes", ("user",),
        "GPU memory held by the user's jobs the queue placed: gpu_memory on each GPU, a whole GPU its total."),
     _g("isaacd_user_queued_jobs", ("user",), "The user's jobs waiting in the host's queue (state queued)."),
+    # ---- sweeps (issue 39; metrics/sweep_collector.py): one series set per sweep the supervisor knows
+    _g("isaacd_sweep_trials", ("sweep", "state"),
+       f"The sweep's trials by state, every state from 0 ({_values(TrialState)}); paused = paused by ASHA at a "
+       "rung with a save, costing no GPU until promoted; running = holding a place of the sweep's concurrency "
+       "(queued, starting or training)."),
+    _g("isaacd_sweep_best_objective", ("sweep",),
+       "The objective (its TensorBoard tag, smoothed over the last N logged iterations) of the sweep's best trial; "
+       "absent until a trial reaches its first rung."),
+    _c("isaacd_sweep_gpu_seconds_total", ("sweep",),
+       "GPU time the sweep's trials have held so far: seconds of training x GPUs, a gpu_memory trial its share of "
+       "one GPU; a paused trial adds nothing."),
     # ---- GPU collector
     _g("isaacd_gpu_collector_up", (), "1 if the GPU source (NVML) is open and sampled; 0 with the reason in the log."),
     _g("isaacd_gpu_xid_watch_up", (), "1 if XID events are being watched (a thread blocked in nvmlEventSetWait_v2)."),

@@ -28,10 +28,12 @@ from ..gpu.types import CLOCK_EVENT_REASONS, GpuInfo, xid_class
 from ..jobs.messages import ReasonClass
 from ..jobs.model import JobState, OomPhase
 from ..status.types import JobStatus, Status, SupervisorInfo, WatchdogState
+from ..sweeps.status import SweepStatus
 from .attribution import attribute_pids
 from .families import Families as _Families
 from .families import num as _num
 from .queue_collector import collect_queue
+from .sweep_collector import collect_sweep, sweeps_of
 
 log = structlog.get_logger("isaacd.metrics")
 
@@ -124,6 +126,11 @@ class IsaacdCollector(Collector):
             collect_queue(f, jobs, snap, now)
         except Exception as e:  # noqa: BLE001
             self._error("status", e, part="queue")
+        for sweep in sweeps_of(status):  # sweep_collector.py: one odd sweep costs only its own series
+            try:
+                collect_sweep(f, sweep)
+            except Exception as e:  # noqa: BLE001
+                self._error("status", e, sweep=sweep.name if isinstance(sweep, SweepStatus) else sweep.get("name"))
         self._volume_space(f)
         with self._lock:
             errors = dict(self._scrape_errors)

@@ -227,6 +227,24 @@ def build() -> dm.Dashboard:
              "in use (total - max(allocated, used)): room the queue could give a waiting job unless the GPU is "
              "pinned, cordoned or hot."), w=24)
 
+    # ------------------------------------------------------------------ sweeps (issue 39)
+    L.row("Sweeps")
+    L.add(ts("Sweep trials by state",
+             [tgt(f"sum by (instance, sweep, state) (isaacd_sweep_trials{{{I}}})", "{{sweep}} {{state}}")],
+             unit="none", stepped=True, minv=0,
+             desc="Each sweep's trials: pending (not launched yet), running (holding one of the sweep's concurrency "
+                  "places: queued, starting or training), paused (by ASHA at a rung, with a save: no GPU until "
+                  "promoted), completed, failed, cancelled. `isaacd sweep status NAME` lists them, the best first."))
+    L.add(ts("Best objective by sweep",
+             [tgt(f"isaacd_sweep_best_objective{{{I}}}", "{{sweep}}")], unit="none",
+             desc="The objective of each sweep's best trial (its TensorBoard tag, smoothed over the last N logged "
+                  "iterations); none until a trial reaches its first rung. `isaacd sweep best NAME > best.toml` "
+                  "writes that trial as a job file."))
+    L.add(ts("Sweep GPU time (GPU-hours)",
+             [tgt(f"isaacd_sweep_gpu_seconds_total{{{I}}} / 3600", "{{sweep}}")], unit="none", minv=0,
+             desc="GPU time each sweep's trials have held so far (a gpu_memory trial counts its share of a GPU); a "
+                  "paused trial adds nothing, so ASHA's early pauses show as a flatter line."))
+
     # ------------------------------------------------------------------ GPUs
     L.row("GPUs")
     L.add(ts("Temperature", [
