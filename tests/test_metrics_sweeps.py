@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from isaacd.metrics.collector import IsaacdCollector
 from isaacd.status.types import Status
 from isaacd.sweeps.asha import TrialState
-from isaacd.sweeps.status import SweepStatus, TrialStatus
+from isaacd.status.sweeps import SweepStatus, TrialStatus
 
 NOW = 1_700_000_000.0
 

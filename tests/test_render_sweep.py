@@ -10,7 +10,7 @@ from isaacd.cli.render_sweep import format_sweep, format_sweeps, short_names, va
 from isaacd.status.types import Status
 from isaacd.sweeps.sampler import sample, trial_name
 from isaacd.sweeps.spec import load_sweep
-from isaacd.sweeps.status import SweepStatus, TrialStatus
+from isaacd.status.sweeps import SweepStatus, TrialStatus
 
 NOW = 1_700_000_000.0
 EXAMPLE = Path(__file__).resolve().parents[1] / "etc" / "sweep.example.toml"

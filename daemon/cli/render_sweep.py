@@ -1,5 +1,5 @@
 """A sweep as a person reads it (issue 39): `isaacd sweep status NAME` (a header, then one row per trial, the best
-first) and `isaacd sweeps` (a line per sweep). Pure functions over sweeps/status.py's SweepStatus, which the control
+first) and `isaacd sweeps` (a line per sweep). Pure functions over status/sweeps.py's SweepStatus, which the control
 socket answers as JSON; the trials come ranked by the supervisor (sweeps.asha.ranking) and are shown in that order,
 so the table and `isaacd sweep best` never disagree about which trial is best."""
 
@@ -10,7 +10,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..sweeps.status import SweepStatus, TrialStatus
+from ..status.sweeps import SweepStatus, TrialStatus
 from .columns import aligned
 from .durations import age
 

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from ..sweeps.status import SweepStatus
+from ..status.sweeps import SweepStatus
 
 Ask = Callable[[dict[str, Any]], Any]  # one request to the supervisor, its `result` back (main.Client)
 

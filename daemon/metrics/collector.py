@@ -28,7 +28,7 @@ from ..gpu.types import CLOCK_EVENT_REASONS, GpuInfo, xid_class
 from ..jobs.messages import ReasonClass
 from ..jobs.model import JobState, OomPhase
 from ..status.types import JobStatus, Status, SupervisorInfo, WatchdogState
-from ..sweeps.status import SweepStatus
+from ..status.sweeps import SweepStatus
 from .attribution import attribute_pids
 from .families import Families as _Families
 from .families import num as _num

@@ -1,5 +1,5 @@
 """Sweeps in /metrics (issue 39): each sweep's trials by state, its best objective and the GPU time its trials held.
-Like the rest of /metrics it reads only the published status (`Status.sweeps`, each a sweeps/status.py
+Like the rest of /metrics it reads only the published status (`Status.sweeps`, each a status/sweeps.py
 `SweepStatus`, or their JSON); what it exports is defined in catalog.py, its state labels read from
 sweeps.asha.TrialState, never copied. One sweep whose row is odd costs only its own series (the caller counts it)."""
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..status.sweeps import SweepStatus
 from ..sweeps.asha import TrialState
-from ..sweeps.status import SweepStatus
 from .families import Families, num
 
 TRIAL_STATES = tuple(s.value for s in TrialState)
