@@ -16,12 +16,13 @@ NOW = 1_700_000_000.0
 EXAMPLE = Path(__file__).resolve().parents[1] / "etc" / "sweep.example.toml"
 
 # (trial number, state, iteration, objective, rung values): ranked as sweeps.asha.ranking does (furthest rung first,
-# then by the value there), 8 of the 16 trials started, concurrency 4
+# then by the value there), 8 of the 16 trials started, concurrency 4; each pause and continue is one ASHA makes when
+# trials 1-4 are launched first (4 fails) and 5-8 into the freed places (6 reaching rung 50 before 5)
 PROGRESS = [
     (3, "running", 212, 471.8, (402.5, 466.1)),
     (6, "running", 171, 455.0, (391.0, 448.7)),
     (1, "paused", 150, 431.2, (377.9, 431.2)),
-    (5, "running", 64, 301.4, (312.0,)),
+    (5, "running", 64, 401.4, (395.0,)),
     (2, "paused", 50, 188.3, (188.3,)),
     (7, "paused", 50, 95.6, (95.6,)),
     (4, "failed", 37, None, ()),
