@@ -16,8 +16,8 @@ NOW = 1_700_000_000.0
 EXAMPLE = Path(__file__).resolve().parents[1] / "etc" / "sweep.example.toml"
 
 # (trial number, state, iteration, objective, rung values): ranked as sweeps.asha.ranking does (furthest rung first,
-# then by the value there), 8 of the 16 trials started, concurrency 4; each pause and continue is one ASHA makes when
-# trials 1-4 are launched first (4 fails) and 5-8 into the freed places (6 reaching rung 50 before 5)
+# then by the value there), 8 of the 16 trials started, concurrency 4: what sweeps.asha.decide made of these arrivals
+# (test_the_example_is_what_asha_decides)
 PROGRESS = [
     (3, "running", 212, 471.8, (402.5, 466.1)),
     (6, "running", 171, 455.0, (391.0, 448.7)),
@@ -48,6 +48,41 @@ def example_status() -> SweepStatus:
                       max_iterations=spec.base.max_iterations, best=3, best_objective=471.8,
                       gpu_seconds=sum(t.gpu_seconds for t in trials), trials=tuple(trials)).to_json()
     return SweepStatus.from_json(raw)  # as `isaacd sweep status` gets it: through the wire format
+
+
+def test_the_example_is_what_asha_decides():
+    """The rendered sweep is a real one: ASHA's decisions replayed over the arrivals at each rung give these states,
+    and its ranking this order."""
+    from dataclasses import replace
+
+    from isaacd.sweeps.asha import Asha, Continue, Launch, Pause, Promote, TrialState, TrialView, decide, ranking
+
+    asha = Asha(rungs=(50, 150, 450), max_iterations=500, eta=3, concurrency=4)
+    views = {n: TrialView(n, TrialState.PENDING) for n in range(1, 17)}
+
+    def step() -> None:
+        for d in decide(asha, list(views.values())):
+            t = views[d.trial]  # type: ignore[union-attr]  # (no Done in this sweep)
+            if isinstance(d, Launch):
+                views[d.trial] = replace(t, state=TrialState.RUNNING)
+            elif isinstance(d, (Continue, Promote)):
+                views[d.trial] = replace(t, state=TrialState.RUNNING, passed=d.rung + 1)
+            elif isinstance(d, Pause):
+                views[d.trial] = replace(t, state=TrialState.PAUSED)
+
+    step()
+    arrivals = [(1, 0), (2, 0), (3, 0), (4, None), (6, 0), (5, 0), (6, 1), (3, 1), (1, 1), (7, 0)]
+    progress = {p[0]: p for p in PROGRESS}
+    for number, rung in arrivals:
+        if rung is None:
+            views[number] = replace(views[number], state=TrialState.FAILED)
+        else:
+            views[number] = replace(views[number], values=progress[number][4][:rung + 1])
+        step()
+    for number, state, iteration, _, values in PROGRESS:
+        views[number] = replace(views[number], iteration=iteration)
+        assert (views[number].state.value, views[number].values) == (state, values), number
+    assert ranking(asha, list(views.values())) == tuple(t.number for t in example_status().trials)
 
 
 def table(text: str) -> list[list[str]]:
