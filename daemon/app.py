@@ -17,6 +17,8 @@ from .gpu.oom_memory import MemoryHistory, OomNote, oom_note
 from .metrics import build_registry, gpu_status, serve
 from .status.types import GpusStatus, JobStatus
 from .scheduling.hook import HostQueue
+from .history.store import StateStore
+from .sweeps.controller import SweepController
 from .supervisor import Extension, Hooks, Running, Supervisor
 from .volumes import volumes
 from .watchdogs.engine import WatchdogEngine
@@ -109,13 +111,15 @@ def build_supervisor(cfg: Config, config_path: str | None) -> Supervisor:
     watchdogs = WatchdogEngine(SamplerFeed(sampler))
     # jobs that ask for GPUs (issue 31): placed after the watchdogs; an extension too, for the [access] in force
     queue = HostQueue(cfg.queue, sampler.snapshot, cfg.access, cfg.supervisor.admin_group)
+    # sweeps (issue 39): before the queue, so a trial it launches is placed in the same tick's pass at the latest next
+    sweeps = SweepController(cfg.supervisor.state_dir, StateStore(cfg.supervisor.state_dir).append_event)
     extensions: list[Extension] = [_SamplerExtension(sampler), watchdogs, queue]
     if cfg.metrics.enabled:
         extensions.append(_MetricsExtension(sampler))
     extensions.append(_BackupDrain())  # last in, first stopped
     return Supervisor(cfg, config_path, gpu_check=lambda job: missing_gpus(job, sampler.snapshot()),
                       gpu_memory=gpu_memory, gpu_snapshot=sampler.snapshot,
-                      hooks=Hooks(tick=[observe_memory, watchdogs.tick, queue.tick],
+                      hooks=Hooks(tick=[observe_memory, watchdogs.tick, sweeps.tick, queue.tick],
                                   job_status=[watchdogs.job_status, queue.job_status],
                                   status=[published.status]),
-                      extensions=extensions)
+                      extensions=extensions, sweeps=sweeps)

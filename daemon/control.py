@@ -31,6 +31,7 @@ from .config.users import supervisor_user
 from .daemon_log import log
 from .history.ended import EndedJob, ended_events, ended_log, ended_log_source
 from .history.log_source import read_log_source
+from .status.sweeps import SweepStatus
 from .status.types import Status
 from .wording import no_such_job
 
@@ -134,6 +135,18 @@ class Controlled(Protocol):
 
     def ended(self, job: str, nth: int = 1) -> EndedJob | None:
         """The `nth` newest ended job of that name (cancelled, or removed from the config): history/ended.py."""
+
+    def sweep_submit(self, text: str, source: str, caller: Caller | None = None) -> str:
+        """`isaacd sweep submit`: a sweep file's trials submitted as jobs in one step (sweeps/submit.py)."""
+
+    def sweep_statuses(self) -> tuple[SweepStatus, ...]:
+        """Every sweep as the last tick published it (sweeps/controller.py)."""
+
+    def sweep_cancel(self, name: str) -> str:
+        """`isaacd sweep cancel`: the sweep's running trials stopped with a save."""
+
+    def sweep_best(self, name: str) -> str:
+        """`isaacd sweep best`: the best trial as a ready job file."""
 
     def ended_jobs(self, job: str | None = None) -> list[EndedJob]:
         """Every ended job (or those of one name), newest first."""
@@ -283,6 +296,8 @@ def dispatch(sup: Controlled, req: Any, caller: Caller, rules: Rules = Rules()) 
         if not isinstance(text, str) or not isinstance(source, str):
             raise RequestError("submit needs 'text' (the job file's contents) and 'source' (its path, for errors)")
         return sup.submit(text, source, caller)
+    if isinstance(cmd, str) and cmd.startswith("sweep"):
+        return _sweep_request(sup, cmd, req, caller, rules)
     if cmd in ("nodes", "cordon", "uncordon"):
         if cmd in ADMIN_ONLY:
             _refuse(admin_refusal(caller, cmd, rules.admin_group), caller, cmd)
@@ -290,7 +305,38 @@ def dispatch(sup: Controlled, req: Any, caller: Caller, rules: Rules = Rules()) 
     if cmd == "ping":
         return {"pid": os.getpid()}
     raise RequestError(f"unknown command {json.dumps(cmd)}; commands: status, events, history, stop, start, restart, "
-                       "reset, backup-takeover, reload, submit, cancel, logs, log-source, ping, nodes, cordon, uncordon")
+                       "reset, backup-takeover, reload, submit, cancel, logs, log-source, ping, nodes, cordon, uncordon, "
+                       "sweep-submit, sweeps, sweep-status, sweep-cancel, sweep-best")
+
+
+def _sweep_request(sup: Controlled, cmd: str, req: dict[str, Any], caller: Caller, rules: Rules) -> Any:
+    """The sweep commands (issue 39): a sweep is its owner's as its trials are; a user sees and cancels their own (an
+    admin every one), under the same rules as a job's."""
+    if cmd == "sweep-submit":
+        text, source = req.get("text"), req.get("source")
+        if not isinstance(text, str) or not isinstance(source, str):
+            raise RequestError("sweep-submit needs 'text' (the sweep file's contents) and 'source' (its path)")
+        return sup.sweep_submit(text, source, caller)
+    visible = [s for s in sup.sweep_statuses()
+               if read_refusal(caller, s.name, s.owner, rules.supervisor_user, _scope(sup), rules.admin_group) is None]
+    if cmd == "sweeps":
+        return [s.to_json() for s in visible]
+    name = req.get("sweep")
+    if not isinstance(name, str) or not name:
+        raise RequestError(f"{cmd} needs 'sweep': the sweep's name")
+    found = next((s for s in sup.sweep_statuses() if s.name == name), None)
+    if found is None or found not in visible:
+        raise RequestError(f"no sweep named {name!r}; `isaacd sweeps` lists them")
+    if cmd == "sweep-status":
+        return found.to_json()
+    if cmd == "sweep-best":
+        return sup.sweep_best(name)
+    if cmd == "sweep-cancel":
+        _refuse(job_refusal(caller, "cancel", name, found.owner, rules.supervisor_user, rules.admin_group), caller,
+                cmd, name)
+        return sup.sweep_cancel(name)
+    raise RequestError(f"unknown command {json.dumps(cmd)}; sweep commands: sweep-submit, sweeps, sweep-status, "
+                       "sweep-cancel, sweep-best")
 
 
 def _ended_asked(sup: Controlled, job: str, req: dict[str, Any]) -> EndedJob | None:

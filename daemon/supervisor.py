@@ -45,6 +45,8 @@ from .attempt.planner import GpuCheck
 from .backup.keeper import JobBackup
 from .runner import JobRunner
 from .scheduling.submit import cancel_job, submit_job
+from .sweeps.commands import SweepCommands
+from .sweeps.controller import SweepController
 from .runtimes.base import Runtime
 from .runtimes.factory import make_runtime
 from .status.signals import JobSignals
@@ -104,11 +106,11 @@ class Extension(Protocol):
     def stop(self) -> None: ...
 
 
-class Supervisor(EndedJobs):  # EndedJobs: a dropped runner's job ends (attempt/ending.py)
+class Supervisor(EndedJobs, SweepCommands):  # a dropped runner's job ends (attempt/ending.py); sweeps/commands.py
     def __init__(self, config: Config, config_path: str | None, clock: Clock | None = None, *,
                  gpu_check: GpuCheck | None = None, gpu_memory: GpuMemory | None = None,
                  gpu_snapshot: Callable[[], GpuSnapshot] | None = None, hooks: Hooks = Hooks(),
-                 extensions: Sequence[Extension] = ()):
+                 extensions: Sequence[Extension] = (), sweeps: SweepController | None = None):
         self.config = config
         self.config_path = config_path
         self.clock: Clock = clock or SystemClock()
@@ -129,6 +131,7 @@ class Supervisor(EndedJobs):  # EndedJobs: a dropped runner's job ends (attempt/
         self._removed: set[str] = set()  # jobs a reload removed: re-adding them undoes the stop
         self.control: ControlServer | None = None
         self.extensions: tuple[Extension, ...] = tuple(extensions)  # started/stopped with us
+        self.sweeps = sweeps  # issue 39: its tick is a hook (app.py); submit, status, cancel and best go through it
         self.hooks = hooks
         self.gpu_check = gpu_check  # handed to each runner
         self.gpu_memory = gpu_memory  # likewise
@@ -249,8 +252,7 @@ class Supervisor(EndedJobs):  # EndedJobs: a dropped runner's job ends (attempt/
         return out
 
     def send(self, job: str, cmd: Command) -> str | None:
-        """Hand a command to a job's state machine (under self.lock). Unknown jobs are ignored (a watchdog's
-        verdict on a job a reload just removed)."""
+        """A command to a job's state machine (under self.lock); a job a reload just removed is ignored."""
         runner = self.runners.get(job)
         if runner is None:
             return None
@@ -277,11 +279,11 @@ class Supervisor(EndedJobs):  # EndedJobs: a dropped runner's job ends (attempt/
                 gpus = hook(jobs) or gpus
             except Exception:  # noqa: BLE001
                 log.exception("status_hook_failed", hook=getattr(hook, "__qualname__", str(hook)))
-        self._snapshot = Status(jobs=tuple(jobs), gpus=gpus)  # one reference swap: a reader sees the old or the new
+        sweeps = self.sweeps.snapshot() if self.sweeps else ()  # one reference swap: a reader sees the old or the new
+        self._snapshot = Status(jobs=tuple(jobs), gpus=gpus, sweeps=sweeps)
 
     def shutdown(self) -> None:
-        """Stop process-runtime trainers gracefully (SIGINT, grace, SIGKILL); container jobs keep running
-        in their own units and are adopted by the next supervisor."""
+        """Process-runtime trainers stopped gracefully (SIGINT, grace, SIGKILL); container jobs run on, adopted next."""
         sdnotify.notify("STOPPING=1")
         with self.lock:
             owned = [r for r in self.runners.values() if stopped_at_shutdown(r.setting.cfg.runtime, r.state)]

@@ -91,6 +91,7 @@ class Origin(str, enum.Enum):
     RECOVERY = "recovery"  # what a supervisor start found
     LAUNCH = "launch"  # a launch's own deadline ran out (a spare that did not take the attempt over)
     SCHEDULER = "scheduler"  # the host's queue: a placement, a preemption (scheduling/)
+    SWEEP = "sweep"  # a sweep's scheduler: a trial launched, paused with a save, promoted (sweeps/)
 
 
 class Then(str, enum.Enum):

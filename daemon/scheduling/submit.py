@@ -28,7 +28,7 @@ from ..config.sizes import gib, written
 from ..gpu.snapshot import GpuSnapshot
 from ..status.types import JobStatus, Status
 
-_ONE_AT_A_TIME = threading.Lock()  # two submits of one name must not both find the name free
+ONE_AT_A_TIME = threading.Lock()  # two submits of one name must not both find the name free
 
 
 class Journal(Protocol):
@@ -49,7 +49,7 @@ class Submittable(Protocol):
     def status(self) -> Status: ...
 
 
-def _jobs_dir(sup: Submittable) -> Path:
+def jobs_dir_of(sup: Submittable) -> Path:
     d = sup.config.supervisor.jobs_dir
     if d is None:
         raise ValueError(f"{sup.config_path or 'this supervisor'}: [supervisor] jobs_dir is not set, so there is no "
@@ -57,7 +57,7 @@ def _jobs_dir(sup: Submittable) -> Path:
     return d
 
 
-def _as_caller(sup: Submittable, table: dict[str, Any], source: str, caller: Caller | None) -> dict[str, Any]:
+def as_caller(sup: Submittable, table: dict[str, Any], source: str, caller: Caller | None) -> dict[str, Any]:
     """The job table as `caller` submits it (issue 32): theirs (owner = their name, as their file's owner makes it
     when it is read back); a user who is no admin may not name another owner."""
     if caller is None:  # in-process (tests): the file is the supervisor's, as before
@@ -70,10 +70,10 @@ def _as_caller(sup: Submittable, table: dict[str, Any], source: str, caller: Cal
 
 def submit_job(sup: Submittable, text: str, source: str, caller: Caller | None = None) -> str:
     """`caller`: who asked (the control socket's peer); the file is chowned to them, so the job is theirs."""
-    jobs_dir = _jobs_dir(sup)
+    jobs_dir = jobs_dir_of(sup)
     try:
         drop_in = parse_drop_in(text, Path(source))
-        job = check_job_table(with_paths_under(_as_caller(sup, drop_in.job, source, caller), jobs_dir), source)
+        job = check_job_table(with_paths_under(as_caller(sup, drop_in.job, source, caller), jobs_dir), source)
     except (DropInError, ConfigError) as exc:
         raise ValueError(f"not submitted: {exc}") from None
     if caller is not None and caller.user is not None and not caller.admin:
@@ -84,7 +84,7 @@ def submit_job(sup: Submittable, text: str, source: str, caller: Caller | None =
     if too_big is not None:
         raise ValueError(f"not submitted: {ConfigError(source, [too_big])}")
     path = job_file(jobs_dir, job.name)
-    with _ONE_AT_A_TIME:
+    with ONE_AT_A_TIME:
         if path.exists():
             raise ValueError(f"not submitted: {job.name} is already submitted ({path}); `isaacd cancel {job.name}` "
                              "first, or give this job another name")
@@ -159,8 +159,8 @@ def _said(row: JobStatus) -> str | None:
 
 
 def cancel_job(sup: Submittable, name: str) -> str:
-    jobs_dir = _jobs_dir(sup)
-    with _ONE_AT_A_TIME:
+    jobs_dir = jobs_dir_of(sup)
+    with ONE_AT_A_TIME:
         try:
             path = next((d.path for d in read_drop_ins(jobs_dir) if d.name == name), None)
         except DropInError as exc:

@@ -1,0 +1,89 @@
+"""`isaacd sweep submit FILE` (issue 39): a sweep's trials added in one step, as `isaacd submit` adds one job.
+
+The file is validated first (sweeps/spec.py: each error names the file, the key and the fix; nothing is written). The
+trials' configurations are sampled (seeded: the same file gives the same trials), each trial checked as a submitted
+job would be (the caller's own, within what a user who is no admin may ask for, a size this host can hold), the
+sweep's record saved, every trial's job file written into jobs_dir with `autostart = false` (the sweep starts a trial
+when ASHA launches it) and the config reloaded once. A reload that fails takes every file and the record back out:
+nothing is left half-submitted, and no running job is touched."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ..access.limits import refusals
+from ..access.policy import Caller
+from ..config.jobs_dir import job_file, write_atomically
+from ..config.schema import ConfigError, JobConfig
+from ..scheduling.submit import ONE_AT_A_TIME, Submittable, as_caller, jobs_dir_of, larger_than_host
+from .controller import SweepController
+from .record import SweepRecord, TrialRecord
+from .sampler import sample, trial_name
+from .spec import SweepSpec, parse_sweep
+from .trial_file import toml_job_file, trial_table
+
+
+def submit_sweep(sup: Submittable, sweeps: SweepController, text: str, source: str,
+                 caller: Caller | None = None) -> str:
+    jobs_dir = jobs_dir_of(sup)
+    try:
+        spec = parse_sweep(text, source, jobs_dir)
+    except ConfigError as exc:
+        raise ValueError(f"not submitted: {exc}") from None
+    values = sample(spec.space, spec.trials, spec.seed)
+    tables = [as_caller(sup, trial_table(text, jobs_dir, spec, n, values[n - 1]), source, caller)
+              for n in range(1, spec.trials + 1)]
+    jobs = [JobConfig.model_validate(t) for t in tables]
+    _check(sup, spec, jobs, source, caller)
+    owner = (caller.uid, caller.user.gid) if caller is not None and caller.user is not None else None
+    with ONE_AT_A_TIME:
+        _check_names(sup, sweeps, spec, jobs_dir)
+        rec = SweepRecord(name=spec.name, owner=jobs[0].owner, source=source, text=text, base_dir=str(jobs_dir),
+                          submitted_at=time.time(),
+                          trials=[TrialRecord(n, trial_name(spec.name, n, spec.trials), values[n - 1])
+                                  for n in range(1, spec.trials + 1)])
+        sweeps.submitted(rec)  # saved first: a supervisor killed now finds the sweep and the files it names
+        written: list[Path] = []
+        try:
+            for table in tables:
+                path = job_file(jobs_dir, table["name"])
+                write_atomically(path, toml_job_file(table), owner)
+                written.append(path)
+            result = sup.reload()  # once for every trial
+        except OSError as exc:
+            result = {"ok": False, "error": f"cannot write a trial's job file into {jobs_dir}: {exc.strerror}"}
+        if not result.get("ok"):
+            for path in written:
+                path.unlink(missing_ok=True)
+            sweeps.forget(spec.name)
+            raise ValueError(f"not submitted (nothing changed): {result.get('error')}")
+    if caller is not None:
+        for job in jobs:
+            sup.store.append_event(job.name, "operator_command", command="sweep submit", sweep=spec.name,
+                                   user=caller.name, uid=caller.uid)
+    return (f"sweep {spec.name}: {spec.trials} trials submitted ({jobs[0].name} .. {jobs[-1].name}), at most "
+            f"{spec.concurrency} at once, scheduler {spec.scheduler.kind}; `isaacd sweep status {spec.name}`")
+
+
+def _check(sup: Submittable, spec: SweepSpec, jobs: list[JobConfig], source: str, caller: Caller | None) -> None:
+    """Each trial as a submitted job is checked: what a user who is no admin may ask for, a size this host holds."""
+    if caller is not None and caller.user is not None and not caller.admin:
+        for job in jobs:
+            issues = refusals(job, caller.user, sup.config.access)
+            if issues:
+                raise ValueError(f"not submitted: {ConfigError(source, issues)}")
+    too_big = larger_than_host(jobs[0], sup.gpu_snapshot() if sup.gpu_snapshot is not None else None)
+    if too_big is not None:
+        raise ValueError(f"not submitted: {ConfigError(source, [too_big])}")
+
+
+def _check_names(sup: Submittable, sweeps: SweepController, spec: SweepSpec, jobs_dir: Path) -> None:
+    if spec.name in sweeps.names() or sweeps.store.exists(spec.name):
+        raise ValueError(f"not submitted: a sweep named {spec.name} exists already (`isaacd sweep status "
+                         f"{spec.name}`); give this one another [sweep] name")
+    names = {trial_name(spec.name, n, spec.trials) for n in range(1, spec.trials + 1)}
+    taken = sorted(n for n in names if n in sup.job_names() or job_file(jobs_dir, n).exists())
+    if taken:
+        raise ValueError(f"not submitted: {taken[0]} is a job already ({len(taken)} of the trials' names are taken); "
+                         "give the sweep another [sweep] name")

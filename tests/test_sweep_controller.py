@@ -1,0 +1,175 @@
+"""The sweep controller (sweeps/controller.py) without a process: its trials' signals in, the commands for their
+state machines out, what it saves before they are acted on, the events each trial's journal gets, and a controller
+started again on the same state dir finding the sweep where it was."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from isaacd.config.schema import parse_config
+from isaacd.jobs.messages import Start, Stop
+from isaacd.jobs.model import JobState, Origin
+from isaacd.observations.tensorboard import ScalarPoint
+from isaacd.status.signals import JobSignals
+from isaacd.sweeps.controller import SweepController
+from isaacd.sweeps.record import SweepRecord, TrialRecord
+from isaacd.sweeps.sampler import sample, trial_name
+from isaacd.sweeps.spec import parse_sweep
+
+SWEEP = '''
+[sweep]
+name = "lr"
+trials = 3
+concurrency = 3
+seed = 1
+[sweep.objective]
+tag = "Train/mean_reward"
+smooth = 2
+[sweep.scheduler]
+rungs = [10]
+reduction_factor = 3
+[sweep.space]
+"agent.algorithm.learning_rate" = { loguniform = [1e-4, 1e-2] }
+[job]
+max_iterations = 30
+gpu_memory = "1 GB"
+'''
+CFG = parse_config('[[jobs]]\nname = "x"\n', "t.toml", Path("/tmp")).jobs[0]
+
+
+class World:
+    def __init__(self, tmp_path: Path):
+        self.state_dir = tmp_path / "state"
+        self.said: list[tuple[str, str, dict[str, Any]]] = []
+        self.ctl = self.controller()
+        spec = parse_sweep(SWEEP, "lr.toml", tmp_path)
+        values = sample(spec.space, spec.trials, spec.seed)
+        self.rec = SweepRecord("lr", "alice", "lr.toml", SWEEP, str(tmp_path), 1.7e9,
+                               [TrialRecord(n, trial_name("lr", n, 3), values[n - 1]) for n in (1, 2, 3)])
+        self.ctl.submitted(self.rec)
+        self.now = 100.0
+
+    def controller(self) -> SweepController:
+        return SweepController(self.state_dir, lambda job, event, **f: self.said.append((job, event, f)))
+
+    def tick(self, *signals: JobSignals) -> list[tuple[str, Any]]:
+        self.now += 1.0
+        return self.ctl.tick(self.now, signals)
+
+
+def sig(n: int, state: JobState, iteration: int | None = None, rewards: tuple[float, ...] = ()) -> JobSignals:
+    points = tuple(ScalarPoint(step, "Train/mean_reward", r, 0.0)
+                   for step, r in zip(range((iteration or 0) - len(rewards) + 1, (iteration or 0) + 1), rewards))
+    return JobSignals(name=f"lr-t{n:03d}", cfg=CFG, alive=state == JobState.RUNNING, attempt=1,
+                      attempt_started_at=0.0, first_step=0, iteration=iteration, last_progress_time=0.0,
+                      new_points=points, state=state)
+
+
+def test_pending_trials_are_launched_up_to_concurrency_and_saved_before(tmp_path: Path):
+    w = World(tmp_path)
+    out = w.tick(*(sig(n, JobState.STOPPED) for n in (1, 2, 3)))
+    assert [(job, type(c).__name__, c.origin) for job, c in out] == [
+        ("lr-t001", "Start", Origin.SWEEP), ("lr-t002", "Start", Origin.SWEEP), ("lr-t003", "Start", Origin.SWEEP)]
+    saved = w.controller().record("lr")
+    assert saved is not None and all(t.launched for t in saved.trials)  # on disk before the Starts are acted on
+    assert [e for _, e, _ in w.said] == ["trial_launched"] * 3
+
+
+def test_at_a_rung_the_top_third_goes_on_the_rest_pause_with_a_save_and_a_restart_finds_it_so(tmp_path: Path):
+    w = World(tmp_path)
+    w.tick(*(sig(n, JobState.STOPPED) for n in (1, 2, 3)))
+    out = w.tick(sig(1, JobState.RUNNING, 10, (1.0, 1.0)), sig(2, JobState.RUNNING, 10, (3.0, 3.0)),
+                 sig(3, JobState.RUNNING, 10, (2.0, 2.0)))
+    assert [(job, type(c)) for job, c in out] == [("lr-t001", Stop), ("lr-t003", Stop)]
+    assert all(isinstance(c, Stop) and c.final and "paused at iteration 10" in c.reason for _, c in out)
+    paused = {job: f for job, e, f in w.said if e == "trial_paused"}
+    assert paused["lr-t001"]["rank"] == 3 and paused["lr-t001"]["of"] == 3 and paused["lr-t001"]["cut"] == 3.0
+    assert [(job, e) for job, e, _ in w.said if e == "trial_continued"] == [("lr-t002", "trial_continued")]
+    # a supervisor killed here: the new one's controller has the rung values, the pauses and the passed rung
+    again = w.controller().record("lr")
+    assert again is not None
+    assert [(t.rung_values, t.paused, t.passed) for t in again.trials] == [([1.0], True, 0), ([3.0], False, 1),
+                                                                           ([2.0], True, 0)]
+    status = w.ctl.snapshot()[0]
+    assert [t.job for t in status.trials] == ["lr-t002", "lr-t003", "lr-t001"]  # best first
+    assert status.best == 2 and status.counts()["paused"] == 2
+
+
+def test_the_sweep_is_done_when_nothing_runs_and_names_its_best(tmp_path: Path):
+    w = World(tmp_path)
+    w.tick(*(sig(n, JobState.STOPPED) for n in (1, 2, 3)))
+    w.tick(sig(1, JobState.RUNNING, 10, (1.0,)), sig(2, JobState.RUNNING, 10, (3.0,)),
+           sig(3, JobState.RUNNING, 10, (2.0,)))
+    out = w.tick(sig(1, JobState.STOPPING, 11), sig(2, JobState.COMPLETED, 30, (5.0, 6.0)),
+                 sig(3, JobState.STOPPED, 11))
+    assert out == []
+    rec = w.ctl.record("lr")
+    assert rec is not None and rec.state == "done" and rec.best == 2 and rec.best_value == 5.5
+    assert rec.events[-1]["event"] == "sweep_done" and rec.events[-1]["best_job"] == "lr-t002"
+    assert w.ctl.snapshot()[0].state == "done"
+
+
+def test_a_paused_trial_ranking_later_is_promoted_with_a_start(tmp_path: Path):
+    w = World(tmp_path)
+    w.tick(*(sig(n, JobState.STOPPED) for n in (1, 2, 3)))
+    # trial 1 arrives alone: continues; trial 2 arrives worse: paused (rank 2 of 2, top 1)
+    w.tick(sig(1, JobState.RUNNING, 10, (5.0,)), sig(2, JobState.RUNNING, 3), sig(3, JobState.RUNNING, 3))
+    w.tick(sig(1, JobState.RUNNING, 12), sig(2, JobState.RUNNING, 10, (4.0,)), sig(3, JobState.RUNNING, 5))
+    assert w.ctl.record("lr").trial(2).paused  # type: ignore[union-attr]
+    # trial 3 fails before its rung (it counts the worst there): with 3 at the rung its top 1/3 is 1 trial, so
+    # trial 2 (rank 2) stays paused; trial 1 completes: nothing runs and nothing is promotable, the sweep is done
+    out = w.tick(sig(1, JobState.COMPLETED, 30, (6.0,)), sig(2, JobState.STOPPED, 11), sig(3, JobState.FAILED, 5))
+    assert out == [] and w.ctl.record("lr").state == "done"  # type: ignore[union-attr]
+
+
+def test_a_tag_the_trainer_never_writes_is_said_naming_the_tags_it_does(tmp_path: Path):
+    w = World(tmp_path)
+    w.tick(*(sig(n, JobState.STOPPED) for n in (1, 2, 3)))
+    other = JobSignals(name="lr-t001", cfg=CFG, alive=True, attempt=1, attempt_started_at=0.0, first_step=0,
+                       iteration=10, last_progress_time=0.0, new_points=(ScalarPoint(9, "Loss/value", 1.0, 0.0),),
+                       state=JobState.RUNNING)
+    w.tick(other, sig(2, JobState.RUNNING, 5), sig(3, JobState.RUNNING, 5))
+    missing = [f for job, e, f in w.said if e == "sweep_objective_missing"]
+    assert missing and missing[0]["tags"] == ["Loss/value"] and missing[0]["tag"] == "Train/mean_reward"
+    assert math.isnan(w.ctl.record("lr").trial(1).rung_values[0])  # type: ignore[union-attr]
+
+
+def test_cancel_stops_the_running_trials_with_a_save_at_the_next_tick(tmp_path: Path):
+    w = World(tmp_path)
+    w.tick(*(sig(n, JobState.STOPPED) for n in (1, 2, 3)))
+    w.tick(*(sig(n, JobState.RUNNING, 3) for n in (1, 2, 3)))
+    said = w.ctl.cancel("lr")
+    assert "3 running trial(s) stop with a save" in said
+    out = w.tick(*(sig(n, JobState.RUNNING, 4) for n in (1, 2, 3)))
+    assert [(job, type(c)) for job, c in out] == [(f"lr-t00{n}", Stop) for n in (1, 2, 3)]
+    assert w.tick(*(sig(n, JobState.STOPPING, 4) for n in (1, 2, 3))) == []  # nothing more, nothing launched
+    assert w.controller().record("lr").state == "cancelled"  # type: ignore[union-attr]
+
+
+def test_a_paused_trial_started_by_hand_goes_on_as_if_promoted(tmp_path: Path):
+    w = World(tmp_path)
+    w.tick(*(sig(n, JobState.STOPPED) for n in (1, 2, 3)))
+    w.tick(sig(1, JobState.RUNNING, 10, (1.0,)), sig(2, JobState.RUNNING, 10, (3.0,)),
+           sig(3, JobState.RUNNING, 10, (2.0,)))
+    out = w.tick(sig(1, JobState.QUEUED, 11), sig(2, JobState.RUNNING, 12), sig(3, JobState.STOPPED, 11))
+    assert out == []  # never paused again at its rung
+    t1 = w.ctl.record("lr").trial(1)  # type: ignore[union-attr]
+    assert not t1.paused and t1.passed == 1
+    assert [job for job, e, _ in w.said if e == "trial_resumed"] == ["lr-t001"]
+
+
+def test_a_promotion_is_a_start_of_the_paused_trial(tmp_path: Path):
+    w = World(tmp_path)
+    w.tick(*(sig(n, JobState.STOPPED) for n in (1, 2, 3)))
+    # trial 1 arrives first and alone (continues), then trial 2 worse (paused, rank 2 of 2)
+    w.tick(sig(1, JobState.RUNNING, 10, (2.0,)), sig(2, JobState.RUNNING, 3), sig(3, JobState.RUNNING, 3))
+    w.tick(sig(1, JobState.RUNNING, 12), sig(2, JobState.RUNNING, 10, (1.5,)), sig(3, JobState.RUNNING, 5))
+    # trial 3 arrives worst: with 3 at the rung the top is 1 (trial 1); trial 3 paused. Trial 1 then fails: the
+    # top of the rung is trial 2 now (a failed trial ranks last), and a slot is free: trial 2 is promoted
+    w.tick(sig(1, JobState.RUNNING, 13), sig(2, JobState.STOPPING, 11), sig(3, JobState.RUNNING, 10, (1.0,)))
+    out = w.tick(sig(1, JobState.FAILED, 14), sig(2, JobState.STOPPED, 11), sig(3, JobState.STOPPING, 11))
+    assert [(job, type(c), c.origin) for job, c in out] == [("lr-t002", Start, Origin.SWEEP)]
+    promoted = [f for job, e, f in w.said if e == "trial_promoted"]
+    assert promoted == [{"sweep": "lr", "trial": 2, "rung": 0, "milestone": 10, "rank": 1, "of": 3, "cut": 1.5}]
