@@ -260,3 +260,14 @@ def test_status_and_sweeps_render_the_supervisors_answer(capsys):
     code, sent, _ = run_cli(["sweep", "cancel", "cartpole-lr"], {"sweep-cancel": "sweep cartpole-lr: cancelled"})
     assert sent == [{"cmd": "sweep-cancel", "sweep": "cartpole-lr"}]
     assert capsys.readouterr().out == "sweep cartpole-lr: cancelled\n"
+
+
+def test_the_docs_show_the_table_as_the_renderer_prints_it():
+    """docs/sweeps.md pastes this sweep's `isaacd sweep status` and `isaacd sweeps`: a change of the renderer
+    re-pastes them."""
+    import re
+
+    doc = (EXAMPLE.parents[1] / "docs" / "sweeps.md").read_text()
+    blocks = re.findall(r"^```\n(.*?)^```", doc, flags=re.M | re.S)
+    assert format_sweep(example_status(), NOW) + "\n" in blocks
+    assert format_sweeps([example_status()]) + "\n" in blocks
