@@ -265,9 +265,15 @@ def test_status_and_sweeps_render_the_supervisors_answer(capsys):
 def test_the_docs_show_the_table_as_the_renderer_prints_it():
     """docs/sweeps.md pastes this sweep's `isaacd sweep status` and `isaacd sweeps`: a change of the renderer
     re-pastes them."""
-    import re
-
-    doc = (EXAMPLE.parents[1] / "docs" / "sweeps.md").read_text()
-    blocks = re.findall(r"^```\n(.*?)^```", doc, flags=re.M | re.S)
+    blocks: list[str] = []
+    block: str | None = None  # the fenced block being read, None outside one
+    for line in (EXAMPLE.parents[1] / "docs" / "sweeps.md").read_text().splitlines(keepends=True):
+        if line.startswith("```") and block is None:
+            block = ""
+        elif line.startswith("```"):
+            blocks.append(block)
+            block = None
+        elif block is not None:
+            block += line
     assert format_sweep(example_status(), NOW) + "\n" in blocks
     assert format_sweeps([example_status()]) + "\n" in blocks
