@@ -55,7 +55,8 @@ def sweep_arguments(name: str, s: argparse.ArgumentParser, client: Callable[[arg
     if name == "sweeps":
         s.add_argument("--json", action="store_true", help="the sweeps as JSON, for scripts")
         return lambda args: cmd_sweeps(client(args), args)
-    actions = s.add_subparsers(dest="action", title="actions", metavar="ACTION", required=True)
+    actions = s.add_subparsers(dest="action", title="actions", metavar="ACTION", required=True,
+                               help="submit, status, cancel or best")
     for action, (short, long) in _ACTIONS.items():
         a = actions.add_parser(action, help=short, description=long)
         _common(a)

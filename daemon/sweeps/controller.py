@@ -200,13 +200,15 @@ class SweepController:
     def _record_rungs(self, live: _Live, number: int, state: TrialState, iteration: int | None) -> bool:
         """The objective recorded at each rung the trial has reached (and at the top when it completed)."""
         t, spec, asha = live.rec.trial(number), live.spec, live.asha
-        if state == TrialState.COMPLETED and iteration is None:
-            iteration = asha.max_iterations
         if state not in (TrialState.RUNNING, TrialState.COMPLETED):
             return False
+        # the iterations it trained (its job's iteration is the last one's 0-based index); a completed trial's all
+        done = asha.max_iterations if state == TrialState.COMPLETED else None if iteration is None else iteration + 1
         changed = False
-        while reached(t, iteration, asha.milestones) is not None:
+        while reached(t, done, asha.milestones) is not None:
             value = live.series[number].value(spec.objective.smooth)
+            if value is None and t.objective is not None:
+                value = t.objective  # read before a restart (its run is over: no new points come)
             if value is None:
                 value = math.nan
                 if number not in live.missing_said:  # the tag the trainer never wrote: said once, naming those it did

@@ -56,9 +56,10 @@ class Series:
         return smoothed([v for _, v in self.points], n)
 
 
-def reached(t: TrialRecord, iteration: int | None, milestones: Sequence[int]) -> int | None:
-    """The rung index the trial has just reached and not yet recorded a value at, or None."""
+def reached(t: TrialRecord, done: int | None, milestones: Sequence[int]) -> int | None:
+    """The rung index the trial has just reached and not yet recorded a value at, or None. `done`: the iterations it
+    has trained (its job's iteration is the last one's 0-based index: 7 of 8 when it completed)."""
     j = len(t.rung_values)
-    if iteration is None or j >= len(milestones) or iteration < milestones[j]:
+    if done is None or j >= len(milestones) or done < milestones[j]:
         return None
     return j
