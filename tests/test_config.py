@@ -291,3 +291,11 @@ def test_shipped_example_names_every_runtime_and_workflow_and_both_install_forms
         for value in typing.get_args(JobConfig.model_fields[key].annotation):
             assert re.search(rf"\b{value}\b", line), f"{key} comment lacks {value}: {line}"
     assert re.search(r'^# launcher = \["/', text, re.M) and "isaaclab_dir =" in text  # pip/uv and checkout forms
+
+
+def test_a_whole_number_written_as_inf_or_nan_is_one_line_not_a_crash(tmp_path):
+    # hypothesis found it (CI of 2026-12-06): num_envs = "INF" crashed the wrong-type line (int(inf))
+    for bad in ("INF", "nan", "-inf"):
+        with pytest.raises(ConfigError) as exc:
+            parse_config(f'[[jobs]]\nname = "cp"\nnum_envs = "{bad}"\n', "t.toml", tmp_path)
+        assert "num_envs" in str(exc.value) and len(str(exc.value).splitlines()) == 1, str(exc.value)

@@ -181,7 +181,7 @@ def _converted(kind: str, value: Any) -> Any:
             return float(value)
         if kind == "bool" and isinstance(value, str) and value.lower() in ("true", "false"):
             return value.lower() == "true"
-    except ValueError:
+    except (ValueError, OverflowError):  # "nan", "INF": no whole number reads so
         return None
     return None
 
