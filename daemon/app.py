@@ -112,7 +112,8 @@ def build_supervisor(cfg: Config, config_path: str | None) -> Supervisor:
     # jobs that ask for GPUs (issue 31): placed after the watchdogs; an extension too, for the [access] in force
     queue = HostQueue(cfg.queue, sampler.snapshot, cfg.access, cfg.supervisor.admin_group)
     # sweeps (issue 39): before the queue, so a trial it launches is placed in the same tick's pass at the latest next
-    sweeps = SweepController(cfg.supervisor.state_dir, StateStore(cfg.supervisor.state_dir).append_event)
+    sweeps = SweepController(cfg.supervisor.state_dir, StateStore(cfg.supervisor.state_dir).append_event,
+                             sampler.snapshot)
     extensions: list[Extension] = [_SamplerExtension(sampler), watchdogs, queue]
     if cfg.metrics.enabled:
         extensions.append(_MetricsExtension(sampler))

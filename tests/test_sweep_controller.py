@@ -173,3 +173,16 @@ def test_a_promotion_is_a_start_of_the_paused_trial(tmp_path: Path):
     assert [(job, type(c), c.origin) for job, c in out] == [("lr-t002", Start, Origin.SWEEP)]
     promoted = [f for job, e, f in w.said if e == "trial_promoted"]
     assert promoted == [{"sweep": "lr", "trial": 2, "rung": 0, "milestone": 10, "rank": 1, "of": 3, "cut": 1.5}]
+
+
+def test_gpu_time_counts_a_gpu_memory_trial_by_its_share_of_its_gpu():
+    from types import SimpleNamespace
+
+    from isaacd.sweeps.controller import gpus_held
+    gib = 2**30
+    placed = SimpleNamespace(queue=SimpleNamespace(placement=(3,), request=SimpleNamespace(memory_bytes=14 * gib)))
+    assert gpus_held(placed, {3: 140 * gib}) == 0.1  # type: ignore[arg-type]
+    assert gpus_held(placed, {}) == 1.0  # type: ignore[arg-type]  (no reading of the GPU: counted whole)
+    whole = SimpleNamespace(queue=SimpleNamespace(placement=(0, 1), request=SimpleNamespace(memory_bytes=None)))
+    assert gpus_held(whole, {0: 80 * gib, 1: 80 * gib}) == 2.0  # type: ignore[arg-type]
+    assert gpus_held(SimpleNamespace(queue=None), {}) == 1.0  # type: ignore[arg-type]

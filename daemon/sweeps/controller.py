@@ -21,6 +21,7 @@ from typing import Any
 
 from ..config.schema import ConfigError
 from ..daemon_log import log
+from ..gpu.snapshot import GpuSnapshot
 from ..jobs.messages import Command, Start, Stop
 from ..jobs.model import JobState, Origin
 from ..status.signals import JobSignals
@@ -60,12 +61,14 @@ def scheduler_of(spec: SweepSpec) -> Asha:
 
 
 class SweepController:
-    def __init__(self, state_dir: Path, journal: Journal):
+    def __init__(self, state_dir: Path, journal: Journal, gpu_snapshot: Callable[[], GpuSnapshot] | None = None):
         self.store = SweepStore(state_dir)
         self.journal = journal
+        self.gpu_snapshot = gpu_snapshot  # the GPUs' totals: a gpu_memory trial's share of its GPU
         self._lock = threading.Lock()  # the control thread (submit, cancel) against the tick
         self._live: dict[str, _Live] = {}
         self._snapshot: tuple[SweepStatus, ...] = ()
+        self._totals: dict[int, float] = {}
         self.load()
 
     # ---- the extension's life ------------------------------------------------------------------------------
@@ -146,6 +149,7 @@ class SweepController:
     def tick(self, now: float, signals: Sequence[JobSignals]) -> list[tuple[str, Command]]:
         by_name = {s.name: s for s in signals}
         out: list[tuple[str, Command]] = []
+        self._totals = gpu_totals(self.gpu_snapshot() if self.gpu_snapshot is not None else None)
         with self._lock:
             for live in self._live.values():
                 out += live.commands
@@ -170,8 +174,8 @@ class SweepController:
                 series.add(sig.new_points, spec.objective.tag)
                 if sig.iteration is not None:
                     live.iterations[t.number] = sig.iteration
-                if sig.alive:  # GPU time its trainer holds: wall seconds × its GPUs (a share of one counts one)
-                    t.gpu_seconds += dt * max(1, len(sig.queue.placement) if sig.queue is not None else 1)
+                if sig.alive:  # GPU time its trainer holds: wall seconds × its GPUs (a gpu_memory trial its share)
+                    t.gpu_seconds += dt * gpus_held(sig, self._totals)
             state = trial_state(t, sig.state if sig is not None else None)
             if state == TrialState.PAUSED and sig is not None and sig.state in RESUMED:
                 # someone started a paused trial (`isaacd start`): a promotion of theirs, never paused again there
@@ -286,6 +290,29 @@ class SweepController:
                            trials=tuple(trials))
 
 
+
+
+def gpu_totals(snap: GpuSnapshot | None) -> dict[int, float]:
+    """Each whole GPU's memory (physical index -> bytes), as the queue's per-user figures read it."""
+    if snap is None or not snap.up:
+        return {}
+    out: dict[int, float] = {}
+    for key, info in snap.gpus.items():
+        sample = snap.samples.get(key)
+        total = sample.memory_total_bytes if sample is not None else None
+        if not info.is_mig and total:
+            out[info.index] = float(total)
+    return out
+
+
+def gpus_held(sig: JobSignals, totals: dict[int, float]) -> float:
+    """The GPUs a trial's trainer holds: a whole GPU 1, a gpu_memory trial asked / the GPU's total (a GPU without a
+    reading counted whole), as isaacd_user_gpus counts them; a trial the queue does not place, 1."""
+    q = sig.queue
+    if q is None or not q.placement:
+        return 1.0
+    ask = q.request.memory_bytes
+    return sum(ask / totals[i] if ask and totals.get(i) else 1.0 for i in q.placement)
 
 
 def best_of(sweeps: SweepController, name: str) -> str:
