@@ -186,3 +186,18 @@ def test_gpu_time_counts_a_gpu_memory_trial_by_its_share_of_its_gpu():
     whole = SimpleNamespace(queue=SimpleNamespace(placement=(0, 1), request=SimpleNamespace(memory_bytes=None)))
     assert gpus_held(whole, {0: 80 * gib, 1: 80 * gib}) == 2.0  # type: ignore[arg-type]
     assert gpus_held(SimpleNamespace(queue=None), {}) == 1.0  # type: ignore[arg-type]
+
+
+def test_a_sweeps_concurrency_past_the_users_quota_is_refused_naming_the_concurrency_that_fits(tmp_path: Path):
+    from isaacd.config.access import Limits
+    from isaacd.sweeps.spec import trial_job
+    from isaacd.sweeps.submit import concurrency_over_quota
+    spec = parse_sweep(SWEEP, "lr.toml", tmp_path)  # trials of 1 GB each
+    trial = trial_job(spec, 1, sample(spec.space, spec.trials, spec.seed)[0])
+    assert concurrency_over_quota(3, trial, Limits(gpu_memory="2GB")) == (
+        '3 trials at once of "1 GB" (0.9 GiB) each is more than your quota of 2GB ([access] gpu_memory): set '
+        "concurrency = 2 or fewer")
+    assert concurrency_over_quota(2, trial, Limits(gpu_memory="2GB")) is None
+    assert concurrency_over_quota(3, trial, Limits()) is None
+    whole = trial.model_copy(update={"gpu_memory": None, "gpus": 1})
+    assert "set concurrency = 2 or fewer" in (concurrency_over_quota(4, whole, Limits(gpus=2)) or "")

@@ -12,10 +12,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..access.limits import refusals
+from ..access.limits import effective_limits, refusals
 from ..access.policy import Caller
 from ..config.jobs_dir import job_file, write_atomically
-from ..config.schema import ConfigError, JobConfig
+from ..config.access import Limits
+from ..config.schema import ConfigError, ConfigIssue, JobConfig
+from ..config.sizes import size_bytes, written
 from ..scheduling.submit import ONE_AT_A_TIME, Submittable, as_caller, jobs_dir_of, larger_than_host
 from .controller import SweepController
 from .record import SweepRecord, TrialRecord
@@ -67,15 +69,37 @@ def submit_sweep(sup: Submittable, sweeps: SweepController, text: str, source: s
 
 
 def _check(sup: Submittable, spec: SweepSpec, jobs: list[JobConfig], source: str, caller: Caller | None) -> None:
-    """Each trial as a submitted job is checked: what a user who is no admin may ask for, a size this host holds."""
+    """Each trial as a submitted job is checked: what a user who is no admin may ask for, a size this host holds; and
+    the sweep's concurrency against the user's own quota (trials past it would only wait in the queue)."""
     if caller is not None and caller.user is not None and not caller.admin:
         for job in jobs:
             issues = refusals(job, caller.user, sup.config.access)
             if issues:
                 raise ValueError(f"not submitted: {ConfigError(source, issues)}")
+        why = concurrency_over_quota(spec.concurrency, jobs[0], effective_limits(caller.user, sup.config.access))
+        if why is not None:
+            raise ValueError(f"not submitted: {ConfigError(source, [ConfigIssue('sweep.concurrency', why)])}")
     too_big = larger_than_host(jobs[0], sup.gpu_snapshot() if sup.gpu_snapshot is not None else None)
     if too_big is not None:
         raise ValueError(f"not submitted: {ConfigError(source, [too_big])}")
+
+
+def concurrency_over_quota(concurrency: int, trial: JobConfig, limits: Limits) -> str | None:
+    """Why `concurrency` trials at once are more than the user's quota lets them hold, with the fix; None when they
+    fit (or no quota of that kind is set). A trial asking whole GPUs counts them; one asking gpu_memory counts its
+    memory (its share of a GPU against a `gpus` quota depends on the GPU it lands on: the queue holds it to that)."""
+    if limits.gpus is not None and trial.gpu_memory is None and trial.ranks * concurrency > limits.gpus:
+        fits = limits.gpus // max(1, trial.ranks)
+        return (f"{concurrency} trials at once of {trial.ranks} GPU(s) each is more than your quota of {limits.gpus} "
+                f"GPU(s) ([access] gpus): set concurrency = {max(1, fits)} or fewer")
+    ask = trial.gpu_memory_bytes
+    if limits.gpu_memory is not None and ask is not None:
+        quota = size_bytes(limits.gpu_memory)
+        if ask * trial.ranks * concurrency > quota:
+            fits = quota // (ask * max(1, trial.ranks))
+            return (f"{concurrency} trials at once of {written(trial.gpu_memory)} each is more than your quota of "
+                    f"{limits.gpu_memory} ([access] gpu_memory): set concurrency = {max(1, fits)} or fewer")
+    return None
 
 
 def _check_names(sup: Submittable, sweeps: SweepController, spec: SweepSpec, jobs_dir: Path) -> None:
