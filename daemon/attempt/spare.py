@@ -41,7 +41,7 @@ import os
 import shutil
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -238,7 +238,9 @@ class SpareKeeper:
             self.log.warning("spare_not_started", error=got)
             self.retry_at = now + RETRY_MAX
             return []
-        return [got]
+        # started now (its boot deadline counts from here), whenever its preparation began: one made while the job
+        # was between trainers waited for the next training one
+        return [replace(got, prepared=replace(got.prepared, now=now))]
 
     def _discard_preparation(self) -> None:
         """A spare prepared for a job that has come to rest meanwhile: its FIFO, our end of it and its staging go."""
