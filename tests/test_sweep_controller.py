@@ -201,3 +201,10 @@ def test_a_sweeps_concurrency_past_the_users_quota_is_refused_naming_the_concurr
     assert concurrency_over_quota(3, trial, Limits()) is None
     whole = trial.model_copy(update={"gpu_memory": None, "gpus": 1})
     assert "set concurrency = 2 or fewer" in (concurrency_over_quota(4, whole, Limits(gpus=2)) or "")
+
+
+def test_nothing_is_decided_until_every_trial_not_yet_launched_is_a_job(tmp_path: Path):
+    w = World(tmp_path)  # the record saved, the submit's reload still to come: no trial's job exists yet
+    assert w.tick() == [] and w.tick(sig(1, JobState.STOPPED)) == []
+    assert not any(t.launched for t in w.ctl.record("lr").trials)  # type: ignore[union-attr]
+    assert len(w.tick(*(sig(n, JobState.STOPPED) for n in (1, 2, 3)))) == 3  # all there: launched

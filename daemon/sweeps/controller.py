@@ -193,6 +193,12 @@ class SweepController:
             views.append(TrialView(t.number, state, iteration or 0, tuple(t.rung_values), t.passed, t.objective))
         if rec.state != "running":
             return []
+        if any(not t.launched and t.job not in by_name for t in rec.trials):
+            # its trials' jobs are not all there yet (the submit's reload still to come): nothing is decided, so no
+            # launch goes to a job that does not exist
+            if changed:
+                self.store.save(rec)
+            return []
         out: list[tuple[str, Command]] = []
         for d in decide(asha, views):
             out += self._carry_out(live, d, views)
