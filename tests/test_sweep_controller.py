@@ -208,3 +208,21 @@ def test_nothing_is_decided_until_every_trial_not_yet_launched_is_a_job(tmp_path
     assert w.tick() == [] and w.tick(sig(1, JobState.STOPPED)) == []
     assert not any(t.launched for t in w.ctl.record("lr").trials)  # type: ignore[union-attr]
     assert len(w.tick(*(sig(n, JobState.STOPPED) for n in (1, 2, 3)))) == 3  # all there: launched
+
+
+def test_a_launch_saved_but_never_carried_out_is_sent_again_and_an_operators_stop_is_not(tmp_path: Path):
+    w = World(tmp_path)
+    w.tick(*(replace_attempt(sig(n, JobState.STOPPED), 0) for n in (1, 2, 3)))  # launched (saved; Starts returned)
+    # the supervisor died before the Starts reached the jobs: a new one finds them stopped, never attempted
+    w.ctl = w.controller()
+    never = [replace_attempt(sig(n, JobState.STOPPED), 0) for n in (1, 2, 3)]
+    out = w.tick(*never)
+    assert [(job, type(c)) for job, c in out] == [(f"lr-t00{n}", Start) for n in (1, 2, 3)]
+    # trial 1 trained (attempt 1) and was stopped by hand: cancelled, not started again
+    out = w.tick(replace_attempt(sig(1, JobState.STOPPED), 1), *(sig(n, JobState.RUNNING, 2) for n in (2, 3)))
+    assert out == [] and w.ctl.snapshot()[0].trial(1).state == "cancelled"  # type: ignore[union-attr]
+
+
+def replace_attempt(s: JobSignals, attempt: int) -> JobSignals:
+    from dataclasses import replace
+    return replace(s, attempt=attempt)

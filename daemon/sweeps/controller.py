@@ -167,6 +167,7 @@ class SweepController:
         live.last_tick = now
         changed = False
         views = []
+        resend: list[tuple[str, Command]] = []
         for t in rec.trials:
             sig = by_name.get(t.job)
             series = live.series.setdefault(t.number, Series())
@@ -177,6 +178,12 @@ class SweepController:
                 if sig.alive:  # GPU time its trainer holds: wall seconds × its GPUs (a gpu_memory trial its share)
                     t.gpu_seconds += dt * gpus_held(sig, self._totals)
             state = trial_state(t, sig.state if sig is not None else None)
+            if state == TrialState.CANCELLED and sig is not None and t.started_attempt is not None \
+                    and sig.attempt <= t.started_attempt and rec.state == "running":
+                # the Start the saved decision asked for never reached the job: asked again (saved before, as then)
+                state = TrialState.RUNNING
+                resend.append((t.job, Start(Origin.SWEEP, f"sweep {rec.name}: trial {t.number} started again (its "
+                                                          "start was not carried out before a supervisor restart)")))
             if state == TrialState.PAUSED and sig is not None and sig.state in RESUMED:
                 # someone started a paused trial (`isaacd start`): a promotion of theirs, never paused again there
                 t.paused, t.passed, state = False, len(t.rung_values), TrialState.RUNNING
@@ -199,9 +206,9 @@ class SweepController:
             if changed:
                 self.store.save(rec)
             return []
-        out: list[tuple[str, Command]] = []
+        out: list[tuple[str, Command]] = list(resend)
         for d in decide(asha, views):
-            out += self._carry_out(live, d, views)
+            out += self._carry_out(live, d, views, by_name)
             changed = True
         if changed:
             self.store.save(rec)  # saved before any of its commands is acted on
@@ -231,7 +238,8 @@ class SweepController:
             changed = True
         return changed
 
-    def _carry_out(self, live: _Live, d: Decision, views: list[TrialView]) -> list[tuple[str, Command]]:
+    def _carry_out(self, live: _Live, d: Decision, views: list[TrialView],
+                   by_name: dict[str, JobSignals]) -> list[tuple[str, Command]]:
         rec = live.rec
         name = rec.name
         if isinstance(d, Done):
@@ -243,6 +251,9 @@ class SweepController:
             return [(rec.trial(v.number).job, Stop(Origin.SWEEP, f"sweep {name} is done: {d.reason}"))
                     for v in views if v.state == TrialState.RUNNING]
         t = rec.trial(d.trial)
+        sig = by_name.get(t.job)
+        if isinstance(d, (Launch, Promote)):
+            t.started_attempt = sig.attempt if sig is not None else 0
         if isinstance(d, Launch):
             t.launched, live.states[t.number] = True, TrialState.RUNNING
             self.journal(t.job, "trial_launched", sweep=name, trial=t.number, values=t.values)

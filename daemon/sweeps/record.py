@@ -29,6 +29,10 @@ class TrialRecord:
     rung_values: list[float] = field(default_factory=list)  # the smoothed objective when it reached each rung
     objective: float | None = None  # its smoothed objective now
     gpu_seconds: float = 0.0
+    # its job's attempt number when the sweep last sent it a Start (a launch, a promotion): a job still stopped at
+    # that attempt later never got it (a supervisor killed between the saved decision and the act), so it is sent
+    # again; one stopped at a later attempt was stopped by someone else
+    started_attempt: int | None = None
 
 
 @dataclass
