@@ -252,7 +252,7 @@ def test_uv_launcher_and_one_wandb_run_across_a_jobs_attempts(tmp_path, supervis
     wb = tmp_path / "wandb"
     launcher = [str(UV), "run", "--no-project", "--python", str(PY), "python"]
     sp = supervisor_factory(write_config(tmp_path, il3_job(
-        "wb", max_iterations=14, launcher=launcher, extra_args=["agent.logger=wandb"],
+        "wb", max_iterations=20, launcher=launcher, extra_args=["agent.logger=wandb"],
         environment={"ISAACSIM_ASSET_ROOT": str(ASSET_ROOT), "WANDB_MODE": "offline", "WANDB_DIR": str(wb),
                      "WANDB_SILENT": "true", "WARP_CACHE_PATH": str(Path.home() / ".cache" / "warp")})))
     assert wait_for(lambda: started(sp, "wb"), 30, what="started")[0]["argv"][:6] == launcher
@@ -263,6 +263,9 @@ def test_uv_launcher_and_one_wandb_run_across_a_jobs_attempts(tmp_path, supervis
     assert started(sp, "wb")[-1]["resume_from"]["iteration"] == first
     wait_for(lambda: (x := sp.job("wb"))["state"] == "running" and (x["iteration"] or 0) >= first + 2, BOOT,
              what="training again")
+    # (20 iterations: the stop lands far from the end. With 14 the warm spare's run reached the total 1.5 s after the
+    # wait above on a quiet machine, the stop came too late, and the run ended as completed, saving no stop:
+    # fresh-clone CI of 2026-12-06)
     sp.cli("stop", "wb")  # SIGINT to the process group: uv and its Python; the shim saves once
     wait_for(lambda: sp.job("wb")["state"] == "stopped", 90, what="stopped")
     # uv forwards the SIGINT it got to Python 200 ms later; that copy must not land in upstream's close_env (SIGINT
