@@ -69,6 +69,7 @@ def sig(n: int, state: JobState, iteration: int | None = None, rewards: tuple[fl
 
 def test_pending_trials_are_launched_up_to_concurrency_and_saved_before(tmp_path: Path):
     w = World(tmp_path)
+    assert w.ctl.snapshot()[0].counts()["pending"] == 3  # shown from the submit on, before any tick
     out = w.tick(*(sig(n, JobState.STOPPED) for n in (1, 2, 3)))
     assert [(job, type(c).__name__, c.origin) for job, c in out] == [
         ("lr-t001", "Start", Origin.SWEEP), ("lr-t002", "Start", Origin.SWEEP), ("lr-t003", "Start", Origin.SWEEP)]

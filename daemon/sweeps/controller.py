@@ -117,12 +117,14 @@ class SweepController:
             self._note(rec, "sweep_submitted", trials=len(rec.trials), owner=rec.owner, source=rec.source)
             self.store.save(rec)
             self._add(rec)
+            self._publish()  # `isaacd sweep status` right after the submit finds it, before the next tick
 
     def forget(self, name: str) -> None:
         """A submit whose reload failed: its record goes with its trial files."""
         with self._lock:
             self._live.pop(name, None)
             self.store.path(name).unlink(missing_ok=True)
+            self._publish()
 
     def cancel(self, name: str) -> str:
         """Every trial that runs is stopped with a save (at the next tick); paused and pending ones stay so."""
@@ -158,8 +160,12 @@ class SweepController:
                     out += self._tick_one(live, now, by_name)
                 except Exception:  # noqa: BLE001 - one sweep's bug must not stop the others, nor the jobs
                     log.exception("sweep_tick_failed", sweep=live.rec.name)
-            self._snapshot = tuple(self._status(live) for live in self._live.values())
+            self._publish()
         return out
+
+    def _publish(self) -> None:
+        """The sweeps as status shows them (under self._lock): one reference swap, read without a lock."""
+        self._snapshot = tuple(self._status(live) for live in self._live.values())
 
     def _tick_one(self, live: _Live, now: float, by_name: dict[str, JobSignals]) -> list[tuple[str, Command]]:
         rec, spec, asha = live.rec, live.spec, live.asha
