@@ -5,7 +5,8 @@ by the built-in cart-pole on the CPU), the sweep's status polled twice a second.
 
     .venv/bin/python bench/sweep_asha_vs_none.py [--trials 9] [--concurrency 2] [--iterations 60] [--repeats 1]
 
-Prints per arm: GPU-seconds until the sweep's best objective first reached the target (by default 90 % of the best
+Prints per arm: GPU-seconds until the sweep's best objective (its best trial's value at the furthest rung reached)
+first reached the target (by default 90 % of the best
 the `none` arm reached: its final best is the truth every trial to the end finds), the GPU-seconds of the whole
 sweep, its final best and wall time; then ASHA's ratios against `none` measured in the same run. GPU-seconds are the
 sweep's own count (status: wall seconds each trial's trainer lived × its GPUs), the figure a rented GPU bills.
@@ -95,9 +96,11 @@ def run_arm(co: Checkout, kind: str, a: argparse.Namespace) -> dict[str, Any]:
         status: dict[str, Any] = {}
         while time.monotonic() - t0 < a.timeout:
             status = ask(sock, {"cmd": "sweep-status", "sweep": "bench"})
-            objectives = [t["objective"] for t in status["trials"] if t["objective"] is not None]
-            if objectives:
-                best_seen = max(objectives) if best_seen is None else max(best_seen, max(objectives))
+            # the sweep's own best so far: its best trial's value at the furthest rung reached (with no rungs, at the
+            # end of a trial), what a tuner knows of its best at that moment; not a trial's passing peak
+            best = status.get("best_objective")
+            if best is not None:
+                best_seen = best if best_seen is None else max(best_seen, best)
             timeline.append((time.monotonic() - t0, status["gpu_seconds"], best_seen))
             if status["state"] != "running":
                 break
