@@ -641,15 +641,19 @@ def parse_config(text: str, source: str, base_dir: Path) -> Config:
     return _resolve_paths(cfg, base_dir)
 
 
-def load_config(path: str | Path) -> Config:
-    path = Path(path)
+def read_text_file(path: Path) -> str:
+    """A config-like file's text (the host config, a sweep file), or ConfigError naming it and why it cannot be read."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(str(path), [ConfigIssue("", f"cannot read: {exc.strerror}")]) from None
     except UnicodeDecodeError:
         raise ConfigError(str(path), [ConfigIssue("", "not UTF-8 text")]) from None
-    return parse_config(text, str(path), path.resolve().parent)
+
+
+def load_config(path: str | Path) -> Config:
+    path = Path(path)
+    return parse_config(read_text_file(path), str(path), path.resolve().parent)
 
 
 def embedded_default_text() -> str:

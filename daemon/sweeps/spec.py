@@ -29,7 +29,7 @@ else:  # pragma: no cover
 
 from ..config import errors as type_errors
 from ..config.jobs_dir import with_paths_under
-from ..config.schema import JOB_NAME_RE, ConfigError, ConfigIssue, JobConfig
+from ..config.schema import JOB_NAME_RE, ConfigError, ConfigIssue, JobConfig, read_text_file
 from .owned_keys import key_refusal
 from .sampler import as_override, grid_points, trial_name
 from .space import Choice, Distribution, Grid, IntRange, LogUniform, SearchSpace, Uniform, Value
@@ -207,13 +207,7 @@ def parse_sweep(text: str, source: str, base_dir: Path) -> SweepSpec:
 
 def load_sweep(path: str | Path) -> SweepSpec:
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(str(path), [ConfigIssue("", f"cannot read: {exc.strerror}")]) from None
-    except UnicodeDecodeError:
-        raise ConfigError(str(path), [ConfigIssue("", "not UTF-8 text")]) from None
-    return parse_sweep(text, str(path), path.resolve().parent)
+    return parse_sweep(read_text_file(path), str(path), path.resolve().parent)
 
 
 def rungs(cfg: SchedulerConfig, max_iterations: int) -> tuple[int, ...]:
