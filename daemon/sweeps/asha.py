@@ -132,8 +132,8 @@ class Launch:
 
 
 @dataclass(frozen=True)
-class Continue:
-    """A running trial reached `rung` in its top 1/eta: it goes on (record `passed = rung + 1`; nothing to act)."""
+class AtRung:
+    """A decision about a trial at a rung: where it stands there."""
 
     trial: int
     rung: int
@@ -144,28 +144,19 @@ class Continue:
 
 
 @dataclass(frozen=True)
-class Pause:
-    """A running trial reached `rung` below its top 1/eta: stop it with a save; it may be promoted later."""
-
-    trial: int
-    rung: int
-    milestone: int
-    rank: int
-    of: int
-    cut: float | None
+class Continue(AtRung):
+    """A running trial reached `rung` in its top 1/eta: it goes on (record `passed = rung + 1`; nothing to act)."""
 
 
 @dataclass(frozen=True)
-class Promote:
+class Pause(AtRung):
+    """A running trial reached `rung` below its top 1/eta: stop it with a save; it may be promoted later."""
+
+
+@dataclass(frozen=True)
+class Promote(AtRung):
     """A paused trial now ranks in the top 1/eta of its rung: resume it, exactly, toward the next rung (record
     `passed = rung + 1`)."""
-
-    trial: int
-    rung: int
-    milestone: int
-    rank: int
-    of: int
-    cut: float | None
 
 
 @dataclass(frozen=True)
