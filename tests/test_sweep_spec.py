@@ -238,7 +238,7 @@ def test_rungs_must_increase_and_stay_below_max_iterations() -> None:
     ('[sweep]\nname = "lr"\ntrials = 8\n[sweep.objective]\nsmooth = 0\n', "sweep.objective.smooth",
      "greater than or equal to 1"),
     ('[sweep]\nname = "lr"\ntrials = 8\n[sweep.scheduler]\nkind = "hyperband"\n', "sweep.scheduler.kind",
-     "'asha' or 'none'"),
+     "'asha', 'none' or 'pbt'"),
 ])
 def test_a_wrong_sweep_setting_is_one_line_naming_the_key(sweep: str, key: str, words: str) -> None:
     assert words in one_line(key, sweep=sweep)

@@ -31,6 +31,7 @@ from ..config import errors as type_errors
 from ..config.jobs_dir import with_paths_under
 from ..config.schema import JOB_NAME_RE, ConfigError, ConfigIssue, JobConfig, read_text_file
 from .owned_keys import key_refusal
+from .pbt import Mutation, Pbt
 from .sampler import as_override, grid_points, trial_name
 from .space import Choice, Distribution, Grid, IntRange, LogUniform, SearchSpace, Uniform, Value
 
@@ -56,13 +57,23 @@ class ObjectiveConfig(_Model):
     smooth: Annotated[int, Field(ge=1)] = 10  # the mean over the last N logged iterations
 
 
-class SchedulerConfig(_Model):
-    """[sweep.scheduler] as written; `SweepSpec.scheduler` holds its rungs, computed."""
+PBT_KEYS = ("interval", "quantile", "resample_probability", "factors", "perturb")
+ASHA_KEYS = ("reduction_factor", "grace_period", "rungs")
 
-    kind: Literal["asha", "none"] = "asha"
+
+class SchedulerConfig(_Model):
+    """[sweep.scheduler] as written; `SweepSpec.scheduler` holds its rungs, computed (and PBT's settings)."""
+
+    kind: Literal["asha", "none", "pbt"] = "asha"
     reduction_factor: Annotated[int, Field(ge=2)] = 3
     grace_period: Annotated[int, Field(ge=1)] | None = None
     rungs: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1)] | None = None
+    # PBT (issue 40; pbt.py): a member is judged every `interval` iterations; the bottom `quantile` copies the top
+    interval: Annotated[int, Field(ge=1)] | None = None  # default: max_iterations / 10
+    quantile: Annotated[float, Field(gt=0, le=0.5)] = 0.25
+    resample_probability: Annotated[float, Field(ge=0, le=1)] = 0.25
+    factors: Annotated[list[Annotated[float, Field(gt=0)]], Field(min_length=1)] = [0.8, 1.2]
+    perturb: Annotated[list[str], Field(min_length=1)] | None = None  # default: every searched key
 
     @model_validator(mode="after")
     def _one_way(self) -> "SchedulerConfig":
@@ -113,10 +124,22 @@ class Objective:
 
 
 @dataclass(frozen=True)
+class PbtSettings:
+    """kind = "pbt"'s settings, validated (`pbt_of` makes pbt.py's Pbt of them and the space)."""
+
+    interval: int
+    quantile: float
+    resample_probability: float
+    factors: tuple[float, ...]
+    perturb: tuple[str, ...]  # the perturbed keys, in the space's order
+
+
+@dataclass(frozen=True)
 class Scheduler:
-    kind: Literal["asha", "none"]
+    kind: Literal["asha", "none", "pbt"]
     reduction_factor: int
-    rungs: tuple[int, ...]  # iteration milestones, strictly increasing, each below max_iterations; () for "none"
+    rungs: tuple[int, ...]  # iteration milestones, strictly increasing, each below max_iterations; () unless "asha"
+    pbt: PbtSettings | None = None  # kind = "pbt" only
 
 
 @dataclass(frozen=True)
@@ -193,6 +216,7 @@ def parse_sweep(text: str, source: str, base_dir: Path) -> SweepSpec:
         issues += _with_job(spec_file)
         if not space_issues:  # (a partly read space would count a wrong grid)
             issues += _with_space(spec_file, space, raw["job"], set(written))
+            issues += _pbt_issues(spec_file, space)
     issues = _typos_not_missing(issues)
     if issues:
         raise ConfigError(source, issues)
@@ -201,7 +225,8 @@ def parse_sweep(text: str, source: str, base_dir: Path) -> SweepSpec:
     return SweepSpec(name=s.name, trials=s.trials, concurrency=min(s.concurrency or s.trials, s.trials), seed=s.seed,
                      stop_at=s.stop_at, objective=Objective(s.objective.tag, s.objective.mode, s.objective.smooth),
                      scheduler=Scheduler(s.scheduler.kind, s.scheduler.reduction_factor,
-                                         rungs(s.scheduler, spec_file.job.max_iterations)),
+                                         rungs(s.scheduler, spec_file.job.max_iterations),
+                                         pbt_settings(s.scheduler, space, spec_file.job.max_iterations)),
                      space=space, base=spec_file.job, source=source)
 
 
@@ -213,7 +238,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
 def rungs(cfg: SchedulerConfig, max_iterations: int) -> tuple[int, ...]:
     """ASHA's milestones: as written, or grace_period x eta^k below max_iterations (grace_period by default
     max_iterations / eta^3, at least 1: about four rungs, as Ray Tune's ASHA makes them)."""
-    if cfg.kind == "none":
+    if cfg.kind != "asha":
         return ()
     if cfg.rungs is not None:
         return tuple(cfg.rungs)
@@ -442,7 +467,17 @@ def _with_space(spec_file: SweepFile, space: SearchSpace, raw_job: dict[str, Any
 
 def _scheduler_issues(cfg: SchedulerConfig, max_iterations: int) -> list[ConfigIssue]:
     if cfg.kind == "none":
-        return []  # (its asha keys are kept: flip kind to compare both on one file)
+        return []  # (its asha and pbt keys are kept: flip kind to compare on one file)
+    if cfg.kind == "pbt":
+        return [ConfigIssue(f"sweep.scheduler.{k}", f"{k} is ASHA's (kind = \"asha\"); PBT judges each member every "
+                                                    "`interval` iterations: remove it")
+                for k in ASHA_KEYS if k in cfg.model_fields_set]
+    wrong = [k for k in PBT_KEYS if k in cfg.model_fields_set]
+    return [ConfigIssue(f"sweep.scheduler.{k}", f'{k} is PBT\'s (kind = "pbt"); ASHA pauses by rungs: remove it')
+            for k in wrong] or _asha_issues(cfg, max_iterations)
+
+
+def _asha_issues(cfg: SchedulerConfig, max_iterations: int) -> list[ConfigIssue]:
     if cfg.rungs is not None:
         r = cfg.rungs
         if any(b <= a for a, b in zip(r, r[1:])):
@@ -502,3 +537,75 @@ def _job_values(key: str, dist: Distribution, raw_job: dict[str, Any], written: 
             said = "; ".join(msg for _, msg in type_errors.lines(exc, {**raw_job, key: v}, JobConfig))
             return [ConfigIssue(where, f"a trial with {key} = {type_errors.toml(v)} would be refused: {said}")]
     return []
+
+
+# ------------------------------------------------------------------------------------------------ PBT (issue 40)
+
+# What an exploit can change in a member's running trainer: rsl_rl's PPO keeps each `agent.algorithm.<name>` as an
+# attribute of the same name (rsl_rl/algorithms/ppo.py __init__: self.learning_rate, self.entropy_coef, ...), read at
+# every update, and the learning rate also in its optimizer (set again after its load(), which takes the
+# checkpoint's). Anything else is part of what the member's running process was built with: the environment (env.*,
+# num_envs, seed), the network (agent.policy.*: the copied weights' shapes) or the runner (agent.<key>).
+IN_PLACE_PREFIX = "agent.algorithm."
+PBT_WORKFLOWS = ("builtin", "rsl_rl")
+
+
+def pbt_settings(cfg: SchedulerConfig, space: SearchSpace, max_iterations: int) -> PbtSettings | None:
+    """kind = "pbt"'s settings with their defaults (None for another kind)."""
+    if cfg.kind != "pbt":
+        return None
+    perturb = tuple(k for k in space if cfg.perturb is None or k in cfg.perturb)
+    return PbtSettings(interval=cfg.interval or max(1, max_iterations // 10), quantile=cfg.quantile,
+                       resample_probability=cfg.resample_probability, factors=tuple(cfg.factors), perturb=perturb)
+
+
+def pbt_of(spec: SweepSpec) -> Pbt:
+    """The pure decision's settings (pbt.py) of a kind = "pbt" sweep."""
+    p = spec.scheduler.pbt
+    if p is None:
+        raise ValueError(f"sweep {spec.name} is scheduled by {spec.scheduler.kind}, not pbt")
+    return Pbt(interval=p.interval, max_iterations=spec.base.max_iterations, quantile=p.quantile,
+               mode=spec.objective.mode, seed=spec.seed, stop_at=spec.stop_at,
+               mutations={k: Mutation(spec.space[k], p.factors, p.resample_probability) for k in p.perturb})
+
+
+def _pbt_issues(spec_file: SweepFile, space: SearchSpace) -> list[ConfigIssue]:
+    """What a population needs: every member at once, at least two, keys an exploit can change in place."""
+    s, job = spec_file.sweep, spec_file.job
+    cfg = s.scheduler
+    if cfg.kind != "pbt":
+        return []
+    issues: list[ConfigIssue] = []
+    if s.trials < 2:
+        issues.append(ConfigIssue("sweep.trials", "a population of 1 has no member to copy: trials = 4 or more "
+                                                  "(the population)"))
+    if s.concurrency is not None and s.concurrency < s.trials:
+        issues.append(ConfigIssue("sweep.concurrency", f"PBT's {s.trials} members train side by side and copy each "
+                                                       f"other: write concurrency = {s.trials}, or leave it out"))
+    interval = cfg.interval or max(1, job.max_iterations // 10)
+    if interval >= job.max_iterations:
+        issues.append(ConfigIssue("sweep.scheduler.interval", f"interval = {interval} is not below the base job's "
+                                                              f"max_iterations = {job.max_iterations}: no member "
+                                                              f"would be judged; write interval = "
+                                                              f"{max(1, job.max_iterations // 10)}"))
+    if job.workflow not in PBT_WORKFLOWS:
+        issues.append(ConfigIssue("job.workflow", f'PBT runs rsl_rl members (workflow = "rsl_rl" or "builtin"): '
+                                                  f"{job.workflow}'s resume restores its own hyperparameters from the "
+                                                  "checkpoint, and isaacd does not set them again after it yet; search "
+                                                  'it with kind = "asha"'))
+    for key in space:
+        if not key.lstrip("+").startswith(IN_PLACE_PREFIX):
+            issues.append(ConfigIssue(_space_key(key), f"{key} is not changed by an exploit in place: a member goes "
+                                                       "on in its running trainer (its environment, network and "
+                                                       "runner stay), which only agent.algorithm.* can change; fix "
+                                                       'it in [job], or search it with kind = "asha"'))
+    for key in cfg.perturb or ():
+        if key not in space:
+            issues.append(ConfigIssue("sweep.scheduler.perturb", f'"{key}" is not searched: each perturbed key needs '
+                                                                 "a distribution in [sweep.space] (its first sample "
+                                                                 "and its bounds)"))
+    if all(f == 1.0 for f in cfg.factors) and cfg.resample_probability == 0:
+        issues.append(ConfigIssue("sweep.scheduler.factors", f"{type_errors.toml(cfg.factors)} with "
+                                                             "resample_probability = 0 never changes a value: "
+                                                             "factors = [0.8, 1.2]"))
+    return issues

@@ -1,0 +1,88 @@
+"""A PBT sweep file (issue 40, daemon/sweeps/spec.py `kind = "pbt"`): what it gives the decision, and each refusal
+as one line naming the file, the key and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from isaacd.config.schema import ConfigError
+from isaacd.sweeps.pbt import Mutation
+from isaacd.sweeps.space import LogUniform, Uniform
+from isaacd.sweeps.spec import parse_sweep, pbt_of
+
+SOURCE = "/home/ana/sweeps/pop.toml"
+SWEEP = '[sweep]\nname = "pop"\ntrials = 4\nseed = 3\n'
+SCHED = '[sweep.scheduler]\nkind = "pbt"\ninterval = 50\n'
+SPACE = ('[sweep.space]\n"agent.algorithm.learning_rate" = { loguniform = [1e-4, 1e-2] }\n'
+         '"agent.algorithm.entropy_coef" = { uniform = [0.0, 0.02] }\n')
+JOB = '[job]\nworkflow = "rsl_rl"\nmax_iterations = 500\ngpu_memory = "2 GB"\ndevice = "cpu"\n'
+
+
+def parse(sweep: str = SWEEP, sched: str = SCHED, space: str = SPACE, job: str = JOB):  # noqa: ANN201
+    return parse_sweep(sweep + sched + space + job, SOURCE, Path("/home/ana/sweeps"))
+
+
+def one_line(key: str, **parts: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse(**parts)
+    lines = str(info.value).splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"{SOURCE}: {key}: "), lines[0]
+    return lines[0].removeprefix(f"{SOURCE}: {key}: ")
+
+
+def test_a_population_gives_the_decision_its_settings_and_every_searched_key_is_perturbed_by_default():
+    spec = parse()
+    assert spec.scheduler.kind == "pbt" and spec.scheduler.rungs == () and spec.concurrency == 4
+    p = pbt_of(spec)
+    assert (p.interval, p.max_iterations, p.quantile, p.seed, p.mode) == (50, 500, 0.25, 3, "max")
+    assert p.mutations == {"agent.algorithm.learning_rate": Mutation(LogUniform(1e-4, 1e-2)),
+                           "agent.algorithm.entropy_coef": Mutation(Uniform(0.0, 0.02))}
+
+
+def test_the_settings_as_written_and_a_key_searched_but_not_perturbed():
+    sched = SCHED + ('quantile = 0.5\nresample_probability = 0.0\nfactors = [0.5, 2.0]\n'
+                     'perturb = ["agent.algorithm.learning_rate"]\n')
+    p = pbt_of(parse(sched=sched))
+    assert p.quantile == 0.5
+    assert p.mutations == {"agent.algorithm.learning_rate": Mutation(LogUniform(1e-4, 1e-2), (0.5, 2.0), 0.0)}
+
+
+def test_the_interval_defaults_to_a_tenth_of_max_iterations():
+    assert pbt_of(parse(sched='[sweep.scheduler]\nkind = "pbt"\n')).interval == 50
+
+
+@pytest.mark.parametrize(("part", "key", "words"), [
+    ({"sweep": '[sweep]\nname = "pop"\ntrials = 1\n'}, "sweep.trials", "a population of 1 has no member to copy"),
+    ({"sweep": '[sweep]\nname = "pop"\ntrials = 4\nconcurrency = 2\n'}, "sweep.concurrency",
+     "write concurrency = 4, or leave it out"),
+    ({"sched": SCHED.replace("50", "500")}, "sweep.scheduler.interval", "write interval = 50"),
+    ({"sched": SCHED + "quantile = 0.75\n"}, "sweep.scheduler.quantile", "less than or equal to 0.5"),
+    ({"sched": SCHED + "factors = [0.8, -1.2]\n"}, "sweep.scheduler.factors[1]", "greater than 0"),
+    ({"sched": SCHED + "resample_probability = 2\n"}, "sweep.scheduler.resample_probability", "less than or equal to 1"),
+    ({"sched": SCHED + "factors = [1.0]\nresample_probability = 0.0\n"}, "sweep.scheduler.factors",
+     "never changes a value"),
+    ({"sched": SCHED + 'perturb = ["agent.algorithm.gamma"]\n'}, "sweep.scheduler.perturb",
+     '"agent.algorithm.gamma" is not searched'),
+    ({"sched": SCHED + "rungs = [10, 30]\n"}, "sweep.scheduler.rungs", "is ASHA's"),
+    ({"sched": '[sweep.scheduler]\nkind = "asha"\ninterval = 50\n'}, "sweep.scheduler.interval", "is PBT's"),
+    ({"job": JOB.replace('"rsl_rl"', '"rl_games"')}, "job.workflow", 'search it with kind = "asha"'),
+])
+def test_a_wrong_population_setting_is_one_line_naming_the_key_and_the_fix(part, key, words):
+    assert words in one_line(key, **part)
+
+
+@pytest.mark.parametrize("key", ['"env.episode_length_s" = { choice = [5.0, 10.0] }',
+                                 "num_envs = { choice = [1024, 2048] }", "seed = { int = [0, 9] }",
+                                 '"agent.policy.init_noise_std" = { uniform = [0.5, 1.0] }'])
+def test_a_key_an_exploit_cannot_change_in_the_running_trainer_is_refused(key):
+    name = key.split(" = ")[0].strip('"')
+    where = f'sweep.space."{name}"' if "." in name else f"sweep.space.{name}"
+    said = one_line(where, space=SPACE + key + "\n")
+    assert "not changed by an exploit in place" in said and "agent.algorithm.*" in said
+
+
+def test_kind_none_keeps_the_pbt_keys_so_one_file_flips_between_them():
+    assert parse(sched=SCHED.replace('"pbt"', '"none"')).scheduler.pbt is None
