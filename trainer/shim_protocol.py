@@ -43,6 +43,7 @@ class ShimEvent(str, enum.Enum):
     SPARE_GO = "spare_go"  # argv, cwd, waited_seconds
     SPARE_EXITED = "spare_exited"  # reason
     SPARE_FAILED = "spare_failed"  # error
+    ALGORITHM_SET = "algorithm_set"  # values (set after a load), unknown (names the algorithm has no attribute of)
 
     def __str__(self) -> str:  # the value, on every Python (3.11 changed a mixed-in Enum's str/format)
         return self.value
@@ -56,6 +57,9 @@ SNAPSHOT_EVERY_ENV = "ISAACD_SNAPSHOT_EVERY"  # snapshot iterations N with N % E
 SNAPSHOT_MIN_SECONDS_ENV = "ISAACD_SNAPSHOT_MIN_SECONDS"  # at most one snapshot per that many seconds
 SNAPSHOT_KEEP_ENV = "ISAACD_SNAPSHOT_KEEP"  # snapshots kept in the run dir
 SNAPSHOT_BUDGET_ENV = "ISAACD_SNAPSHOT_BUDGET"  # the share of training time snapshots may cost; 0: no budget
+# JSON {name: value}: set on rsl_rl's algorithm after every load() (PBT, issue 40: an exploit resumes another member's
+# checkpoint, whose optimizer carries that member's learning rate, with new values; shim_hooks._set_algorithm)
+ALGORITHM_SET_ENV = "ISAACD_ALGORITHM_SET"
 # the warm spare (``shim.py --isaacd-spare``): configured at spawn by these, all starting with SPARE_ENV_PREFIX
 SPARE_ENV_PREFIX = "ISAACD_SPARE_"
 SPARE_CONTROL_ENV = "ISAACD_SPARE_CONTROL"  # the FIFO the go line comes on (the daemon makes it)
