@@ -217,7 +217,8 @@ class JobRunner:
 
     def _launch(self, intent: LaunchIntent) -> LaunchRefused | None:
         """Plan attempt N and carry the plan out; a refusal goes back to the machine."""
-        if intent.fresh:  # `isaacd reset`: the old runs go aside first (again, harmlessly, on a replayed launch)
+        if intent.fresh and intent.from_job is None:  # `isaacd reset`: the old runs go aside first (again, harmlessly,
+            # on a replayed launch); PBT's exploit leaves them where they are (its timeline starts at its copy)
             refused = self._set_runs_aside()
             if refused is not None:
                 return refused

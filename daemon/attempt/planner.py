@@ -36,7 +36,8 @@ from ..history.store import Attempt, JobHistory, job_log_path
 from ..workflows import ProbePending, WorkflowError, resolve
 from ..workflows.launcher import Program
 from .deadlines import preparation_overdue_reason, preparation_wait, probe_overdue_reason, probe_wait
-from .setting import JobSetting, newest_checkpoint, timeline_attempts
+from .from_job import copy_from_job
+from .setting import JobSetting, newest_checkpoint, timeline_attempts, validator
 
 GpuCheck = Callable[[JobConfig], "str | None"]
 
@@ -168,6 +169,13 @@ class LaunchPlanner:
         resume = None if intent.fresh else newest_checkpoint(self.setting, history, deep=True,
                                                               before_iteration=intent.before_iteration,
                                                               rejected=rejected)
+        if intent.from_job is not None:  # PBT's exploit: a copy of another member's newest complete checkpoint
+            copied = copy_from_job(intent.from_job, wf.experiment_dir(cfg), owner, self.clock.wall(), wf.layout,
+                                   validator(self.setting, history))
+            if isinstance(copied, str):  # back at rest: a retry would resume its own checkpoint, not the exploit's
+                return LaunchRefused(f"not resumed from {intent.from_job.source}: {copied}", settle=Settle.STOPPED)
+            say("checkpoint_copied", source=intent.from_job.source, path=str(copied.path), iteration=copied.iteration)
+            resume = copied
         for ckpt, why in rejected if not self._said_rejected else ():  # said once, not at every retry
             say("checkpoint_rejected", path=str(ckpt.path), iteration=ckpt.iteration, problem=why)
         self._said_rejected = True

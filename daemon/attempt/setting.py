@@ -93,9 +93,17 @@ def timeline_attempts(history: JobHistory) -> list[Attempt]:
 
 
 def lineage(history: JobHistory) -> list[Lineage]:
-    """The job's run dirs in launch order, each with the iteration it resumed from (since its last reset)."""
-    return [Lineage(Path(a.run_dir) if a.run_dir else None,
-                    a.resume_from["iteration"] if a.resume_from else None) for a in timeline_attempts(history)]
+    """The job's run dirs in launch order, each with the iteration it resumed from (since its last reset). A
+    timeline that starts from a copy of another job's checkpoint (PBT's exploit, issue 40: a fresh attempt that
+    resumed) starts at the copy's folder, so an attempt that ends before its own first save resumes the copy again,
+    never nothing."""
+    attempts = timeline_attempts(history)
+    steps = [Lineage(Path(a.run_dir) if a.run_dir else None,
+                     a.resume_from["iteration"] if a.resume_from else None) for a in attempts]
+    first = attempts[0] if attempts else None
+    if first is not None and first.fresh and first.resume_from and first.resume_from.get("path"):
+        steps.insert(0, Lineage(Path(first.resume_from["path"]).parent, None))
+    return steps
 
 
 def validator(setting: JobSetting, history: JobHistory) -> Validator | None:

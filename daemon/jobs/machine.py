@@ -16,8 +16,8 @@ from . import policy as P
 from .effects import Effect, Event, Forget, HoldSpare, Kill, Launch, Persist, Signal
 from .messages import (Adopted, Awaited, CudaOom, DropSpare, Exited, Found, LaunchOverdue, LaunchRefused,
                        LaunchUnfinished, LaunchWaited, Message, Placed, Preempt, Progressed, Readded, ReasonClass,
-                       Reset, Restart, Settle, Start, Stop, Tick, WatchdogAction, WatchdogTrip)
-from .model import JobModel, JobState, LaunchIntent, OomPhase, Origin, StopIntent, Then, bump, check_transition
+                       Reset, Restart, ResumeFrom, Settle, Start, Stop, Tick, WatchdogAction, WatchdogTrip)
+from .model import FromJob, JobModel, JobState, LaunchIntent, OomPhase, Origin, StopIntent, Then, bump, check_transition
 from .messages import TrainerConfigError
 
 S = JobState
@@ -89,6 +89,8 @@ def decide(m: JobModel, msg: Message, ctx: Context) -> Decision:
         new, reply = _restart(m, msg, ctx, out)
     elif isinstance(msg, Reset):
         new, reply = _reset(m, msg, ctx, out)
+    elif isinstance(msg, ResumeFrom):
+        new, reply = _resume_from(m, msg, ctx, out)
     elif isinstance(msg, WatchdogTrip):
         new, reply = _watchdog(m, msg, ctx, out)
     elif isinstance(msg, Readded):
@@ -205,6 +207,8 @@ def _launch_refused(m: JobModel, msg: LaunchRefused, ctx: Context, out: _Out) ->
         return _rest(m, S.COMPLETED, msg.reason, True, ctx, out)
     if msg.settle == Settle.FAILED:
         return _rest(m, S.FAILED, msg.reason, True, ctx, out)
+    if msg.settle == Settle.STOPPED:
+        return _rest(m, S.STOPPED, msg.reason, True, ctx, out)
     return _schedule_restart(m, msg.reason, ReasonClass.LOST, 0.0, False, ctx, out, crash_loop=msg.crash_loop)
 
 
@@ -610,6 +614,25 @@ def _reset(m: JobModel, cmd: Reset, ctx: Context, out: _Out) -> tuple[JobModel, 
               num_envs_of=None, rollbacks=0)
     out.add(Persist())
     return new, "reset: training from scratch; the old run dirs are kept (`isaacd events` says where)"
+
+
+def _resume_from(m: JobModel, cmd: ResumeFrom, ctx: Context, out: _Out) -> tuple[JobModel, str]:
+    """PBT's exploit (issue 40): from rest only, as a reset (the member was stopped with a save first: a trainer
+    that runs is never replaced under it), a new timeline from a copy of another job's checkpoint. Refused with a
+    backup target, as a reset is: a launch that found no copy would resume the bucket's newest."""
+    if not m.state.at_rest:
+        return m, Refused(f"not resumed from {cmd.source}: it is {m.state.value}; stop it first")
+    if ctx.backup:
+        return m, Refused(f"not resumed from {cmd.source}: it has a [jobs.backup] target, whose checkpoints a launch "
+                          "with none on disk resumes from")
+    out.add(Event("resume_from_job", {"reason": cmd.reason, "source": cmd.source, "from_state": m.state.value,
+                                      "detail": f"a new timeline from a copy of {cmd.source}'s newest complete "
+                                                "checkpoint (its run dirs stay where they are)"}))
+    intent = LaunchIntent(cmd.reason, cmd.origin, fresh=True, from_job=FromJob(cmd.source, tuple(cmd.run_dirs)))
+    new = _to(m, S.PENDING, cmd.reason, ctx, out, launch=intent, final=False, parked_by=None, quick_failures=0,
+              startup_ooms=0, training_ooms=0, rollbacks=0)
+    out.add(Persist())
+    return new, f"resuming from a copy of {cmd.source}'s newest complete checkpoint"
 
 
 def _watchdog(m: JobModel, trip: WatchdogTrip, ctx: Context, out: _Out) -> tuple[JobModel, str | None]:

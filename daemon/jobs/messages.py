@@ -21,6 +21,7 @@ class Settle(enum.StrEnum):
 
     COMPLETED = "completed"  # max_iterations already reached
     FAILED = "failed"  # retrying cannot help: missing GPU, no loadable checkpoint, unknown Isaac Lab
+    STOPPED = "stopped"  # PBT's exploit found no copy to resume from: back at rest, for its sweep to decide again
 
 
 class WatchdogAction(enum.StrEnum):
@@ -80,6 +81,17 @@ class Reset:
 
 
 @dataclass(frozen=True)
+class ResumeFrom:
+    """PBT's exploit (issue 40): start a job at rest again from a copy of job `source`'s newest complete checkpoint
+    (found in its `run_dirs`, newest first, when the launch is prepared), a new timeline from there."""
+
+    origin: Origin
+    reason: str
+    source: str
+    run_dirs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class WatchdogTrip:
     """A watchdog's condition held long enough. The machine records it, applies the rollback bound and acts."""
 
@@ -131,7 +143,7 @@ class DropSpare:
     until: float  # monotonic
 
 
-Command = Start | Stop | Restart | Reset | WatchdogTrip | Readded | Placed | Preempt | DropSpare
+Command = Start | Stop | Restart | Reset | ResumeFrom | WatchdogTrip | Readded | Placed | Preempt | DropSpare
 
 
 # ---- observations --------------------------------------------------------------------------

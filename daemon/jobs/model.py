@@ -119,6 +119,15 @@ class StopIntent:
 
 
 @dataclass(frozen=True)
+class FromJob:
+    """PBT's exploit (issue 40): the launch resumes from a copy of another job's newest complete checkpoint, looked
+    for in `run_dirs` (that job's, newest first) when the launch is prepared."""
+
+    source: str
+    run_dirs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class LaunchIntent:
     """The next launch: why, and how to resume. Set on entering pending/backing-off, used on entering starting."""
 
@@ -127,6 +136,8 @@ class LaunchIntent:
     before_iteration: int | None = None
     new_seed: bool = False
     fresh: bool = False  # `isaacd reset`: from no checkpoint, the job's old run dirs set aside first (kept)
+    # with fresh: a new timeline that starts from a copy of this job's checkpoint (the old run dirs stay where they are)
+    from_job: FromJob | None = None
 
 
 @dataclass(frozen=True)
@@ -196,7 +207,8 @@ class JobModel:
                                 origin=Origin(launch.get("origin", "operator")),
                                 before_iteration=launch.get("before_iteration"),
                                 new_seed=bool(launch.get("new_seed", False)),
-                                fresh=bool(launch.get("fresh", False))),
+                                fresh=bool(launch.get("fresh", False)),
+                                from_job=_from_job(launch.get("from_job"))),
             stop=None if stop is None else StopIntent(
                 reason=str(stop["reason"]), origin=Origin(stop["origin"]), then=Then(stop["then"]),
                 deadline=float(stop["deadline"]), final=bool(stop.get("final", True)),
@@ -253,3 +265,9 @@ def bump(counts: tuple[tuple[str, int], ...], key: str) -> tuple[tuple[str, int]
     d = dict(counts)
     d[key] = d.get(key, 0) + 1
     return tuple(sorted(d.items()))
+
+
+def _from_job(d: Any) -> FromJob | None:
+    if not isinstance(d, dict):
+        return None
+    return FromJob(source=str(d["source"]), run_dirs=tuple(str(x) for x in d.get("run_dirs") or ()))
