@@ -141,3 +141,52 @@ def test_a_crash_before_the_members_first_save_resumes_the_copy_again(logs):
     assert choose_resume(lineage(h)).path == copy  # nothing saved in the new run yet: the copy, not model_60
     fake_checkpoint(new_run / "model_45.pt", 45)
     assert choose_resume(lineage(h)).path == new_run / "model_45.pt"
+
+
+# ---- the launch ---------------------------------------------------------------------------------------------
+def test_the_exploits_launch_resumes_the_copy_with_its_new_values_set_after_that_load_and_carried_by_a_go(tmp_path):
+    from test_attempt_planner import JOB, World
+
+    from isaacd.attempt.planner import LaunchPlan
+    from isaacd.attempt.spare import go_message
+    from isaacd.jobs.model import LaunchIntent
+    from isaacd_trainer.shim_protocol import ALGORITHM_SET_ENV, GO_ENV
+
+    job = JOB + 'extra_args = ["agent.algorithm.learning_rate=0.00025", "agent.algorithm.entropy_coef=0.004"]\n'
+    w = World(tmp_path, job)
+    fake_checkpoint(w.run_dir / "model_8.pt", 8)  # the member's own, before its exploit
+    w.ran()
+    src = tmp_path / "logs" / "rsl_rl" / "cp-src" / "run"
+    fake_checkpoint(src / "model_40.pt", 40)
+    plan = w.plan(LaunchIntent("exploit", Origin.SWEEP, fresh=True, from_job=FromJob("pop-t003", (str(src),))))
+    assert isinstance(plan, LaunchPlan), plan
+    copy = Path(plan.attempt.resume_from["path"])
+    assert plan.attempt.fresh and plan.attempt.resume_from["iteration"] == 40
+    assert copy.parent.parent == w.run_dir.parent and copy.parent.name.endswith("_pbt-from-pop-t003-at-40")
+    assert ("checkpoint_copied", {"source": "pop-t003", "path": str(copy), "iteration": 40}) in w.said
+    from isaacd.workflows import regex_literal
+    # the built-in trainer (2.x's flags) resumes the copy, not the member's own model_8
+    assert regex_literal(copy.parent.name) in plan.args and regex_literal("model_40.pt") in plan.args
+    import json
+    spec = json.loads(plan.spec.env[ALGORITHM_SET_ENV])
+    assert spec == {"checkpoint": f"{copy.parent.name}/model_40.pt",
+                    "values": {"learning_rate": 0.00025, "entropy_coef": 0.004}}
+    # a booted spare taking this attempt over gets them with its go (it was spawned without)
+    go = go_message(["train.py"], tmp_path, False, plan.spec.env)
+    assert go[GO_ENV][ALGORITHM_SET_ENV] == plan.spec.env[ALGORITHM_SET_ENV]
+    # an ordinary resume of the member's own checkpoint sets nothing again (an exact resume)
+    w.record.history.attempts[0].run_dir = str(w.run_dir)
+    plain = w.plan(LaunchIntent("crash", Origin.CRASH))
+    assert isinstance(plain, LaunchPlan) and ALGORITHM_SET_ENV not in plain.spec.env
+
+
+def test_no_complete_checkpoint_of_the_source_puts_the_member_back_at_rest(tmp_path):
+    from test_attempt_planner import World
+
+    from isaacd.jobs.model import LaunchIntent
+
+    w = World(tmp_path)
+    (tmp_path / "logs" / "rsl_rl" / "cp").mkdir(parents=True)
+    plan = w.plan(LaunchIntent("exploit", Origin.SWEEP, fresh=True,
+                               from_job=FromJob("pop-t003", (str(tmp_path / "nothing"),))))
+    assert isinstance(plan, LaunchRefused) and plan.settle == Settle.STOPPED and "pop-t003" in plan.reason

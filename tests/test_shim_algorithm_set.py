@@ -47,18 +47,25 @@ def events(tmp_path, monkeypatch):  # noqa: ANN201
     Events.reopen()
 
 
-def loaded(monkeypatch, value: str | None) -> Runner:
+COPY = "/logs/exp/2026-12-06_08-00-00_pbt-from-pop-t003-at-40/model_40.pt"
+
+
+def spec(values: object, checkpoint: str = "2026-12-06_08-00-00_pbt-from-pop-t003-at-40/model_40.pt") -> str:
+    return json.dumps({"checkpoint": checkpoint, "values": values})
+
+
+def loaded(monkeypatch, value: str | None, path: str = COPY) -> Runner:
     if value is None:
         monkeypatch.delenv(ALGORITHM_SET_ENV, raising=False)
     else:
         monkeypatch.setenv(ALGORITHM_SET_ENV, value)
     runner = Runner()
-    shim_hooks._wrap_load(Runner.load)(runner, "/ckpt/model_40.pt")
+    shim_hooks._wrap_load(Runner.load)(runner, path)
     return runner
 
 
 def test_the_new_learning_rate_and_entropy_coefficient_hold_after_the_checkpoints_load(monkeypatch, events):
-    runner = loaded(monkeypatch, json.dumps({"learning_rate": 2.5e-4, "entropy_coef": 0.004}))
+    runner = loaded(monkeypatch, spec({"learning_rate": 2.5e-4, "entropy_coef": 0.004}))
     assert runner.alg.learning_rate == 2.5e-4 and runner.alg.entropy_coef == 0.004
     assert [g["lr"] for g in runner.alg.optimizer.param_groups] == [2.5e-4]  # what the next step uses
     [ev] = [e for e in events() if e["event"] == "algorithm_set"]
@@ -71,7 +78,7 @@ def test_without_values_the_checkpoints_own_rate_is_kept(monkeypatch, events):
 
 
 def test_a_name_the_algorithm_has_not_is_reported_never_set(monkeypatch, events):
-    runner = loaded(monkeypatch, json.dumps({"entropy_coeff": 0.1}))
+    runner = loaded(monkeypatch, spec({"entropy_coeff": 0.1}))
     assert not hasattr(runner.alg, "entropy_coeff") and runner.alg.entropy_coef == 0.01
     [ev] = [e for e in events() if e["event"] == "algorithm_set"]
     assert ev["values"] == {} and ev["unknown"] == ["entropy_coeff"]
@@ -82,3 +89,15 @@ def test_a_value_that_is_no_json_object_is_reported(monkeypatch, events):
     assert runner.alg.learning_rate == 5e-4
     [ev] = [e for e in events() if e["event"] == "algorithm_set"]
     assert "no JSON object" in ev["error"]
+
+
+def test_the_members_own_checkpoint_keeps_what_it_saved(monkeypatch, events):
+    # a later resume of the member's own save (its optimizer has the new rate, adapted since): nothing set again
+    runner = loaded(monkeypatch, spec({"learning_rate": 2.5e-4}), path="/logs/exp/2026-12-06_09-00-00/model_60.pt")
+    assert runner.alg.learning_rate == 5e-4 and not [e for e in events() if e["event"] == "algorithm_set"]
+
+
+def test_a_container_sees_the_copy_at_another_path_and_it_is_still_the_copy(monkeypatch, events):
+    runner = loaded(monkeypatch, spec({"learning_rate": 2.5e-4}),
+                    path="/workspace/logs/2026-12-06_08-00-00_pbt-from-pop-t003-at-40/model_40.pt")
+    assert runner.alg.learning_rate == 2.5e-4

@@ -309,31 +309,38 @@ def _wrap_load(orig):
             self.__dict__["_isaacd_in_load"] = False
         emit(ShimEvent.CHECKPOINT_LOADED, path=os.path.abspath(path),
              iteration=getattr(self, "current_learning_iteration", None))
-        _set_algorithm(self)
+        _set_algorithm(self, path)
         return result
 
     load.__wrapped__ = orig
     return load
 
 
-def _set_algorithm(runner) -> None:
-    """Set the values of ALGORITHM_SET_ENV on the runner's algorithm again, after its load().
+def _set_algorithm(runner, path: str) -> None:
+    """Set ALGORITHM_SET_ENV's values on the runner's algorithm again, after the load() of its checkpoint.
 
-    PBT (issue 40): an exploit resumes another member's checkpoint with new hyperparameters. rsl_rl's PPO.load takes
-    the learning rate from the checkpoint's optimizer (rsl_rl 5.5.1 algorithms/ppo.py: ``self.learning_rate =
-    self.optimizer.param_groups[0]["lr"]``), and a booted spare's algorithm was built with the member's old values;
-    PPO keeps each ``agent.algorithm.<name>`` as an attribute of that name, read at every update. So each value is
-    set on that attribute and, for the learning rate, in every optimizer param group. A name the algorithm has no
-    attribute of is reported (``unknown``), never set: the daemon refuses what would not take effect."""
+    PBT (issue 40): an exploit resumes a copy of another member's checkpoint with new hyperparameters. rsl_rl's
+    PPO.load takes the learning rate from the checkpoint's optimizer (rsl_rl 5.5.1 algorithms/ppo.py:
+    ``self.learning_rate = self.optimizer.param_groups[0]["lr"]``), and a booted spare's algorithm was built with the
+    member's old values; PPO keeps each ``agent.algorithm.<name>`` as an attribute of that name, read at every
+    update. So each value is set on that attribute and, for the learning rate, in every optimizer param group; only
+    after the load of the file the variable names (``<folder>/<file>``: a container sees another path), so a later
+    resume of the member's own checkpoint keeps what it saved. A name the algorithm has no attribute of is reported
+    (``unknown``), never set."""
     raw = os.environ.get(P.ALGORITHM_SET_ENV, "").strip()
     if not raw:
         return
     try:
-        values = json.loads(raw)
+        spec = json.loads(raw)
     except ValueError:
-        values = None
-    if not isinstance(values, dict):
-        emit(ShimEvent.ALGORITHM_SET, values={}, unknown=[], error=f"{P.ALGORITHM_SET_ENV} is no JSON object")
+        spec = None
+    values = spec.get("values") if isinstance(spec, dict) else None
+    if not isinstance(values, dict) or not isinstance(spec.get("checkpoint"), str):
+        emit(ShimEvent.ALGORITHM_SET, values={}, unknown=[],
+             error=f"{P.ALGORITHM_SET_ENV} is no JSON object with checkpoint and values")
+        return
+    loaded = os.path.abspath(path)
+    if f"{os.path.basename(os.path.dirname(loaded))}/{os.path.basename(loaded)}" != spec["checkpoint"]:
         return
     alg = getattr(runner, "alg", None)
     done, unknown = {}, []
@@ -346,8 +353,8 @@ def _set_algorithm(runner) -> None:
             for group in getattr(getattr(alg, "optimizer", None), "param_groups", ()):
                 group["lr"] = value
         done[name] = value
-    emit(ShimEvent.ALGORITHM_SET, values=done, unknown=unknown)
-    print(f"[isaacd-shim] after the checkpoint's load, set {done or 'nothing'}"
+    emit(ShimEvent.ALGORITHM_SET, values=done, unknown=unknown, checkpoint=loaded)
+    print(f"[isaacd-shim] after the load of {spec['checkpoint']}, set {done or 'nothing'}"
           + (f"; the algorithm has no {', '.join(unknown)}" if unknown else ""), file=sys.stderr, flush=True)
 
 

@@ -57,8 +57,9 @@ SNAPSHOT_EVERY_ENV = "ISAACD_SNAPSHOT_EVERY"  # snapshot iterations N with N % E
 SNAPSHOT_MIN_SECONDS_ENV = "ISAACD_SNAPSHOT_MIN_SECONDS"  # at most one snapshot per that many seconds
 SNAPSHOT_KEEP_ENV = "ISAACD_SNAPSHOT_KEEP"  # snapshots kept in the run dir
 SNAPSHOT_BUDGET_ENV = "ISAACD_SNAPSHOT_BUDGET"  # the share of training time snapshots may cost; 0: no budget
-# JSON {name: value}: set on rsl_rl's algorithm after every load() (PBT, issue 40: an exploit resumes another member's
-# checkpoint, whose optimizer carries that member's learning rate, with new values; shim_hooks._set_algorithm)
+# JSON {"checkpoint": "<folder>/<file>", "values": {name: value}}: set on rsl_rl's algorithm after the load() of that
+# file (PBT, issue 40: an exploit resumes a copy of another member's checkpoint, whose optimizer carries that member's
+# learning rate, with new values; shim_hooks._set_algorithm; daemon/launch/exploit.py sets it)
 ALGORITHM_SET_ENV = "ISAACD_ALGORITHM_SET"
 # the warm spare (``shim.py --isaacd-spare``): configured at spawn by these, all starting with SPARE_ENV_PREFIX
 SPARE_ENV_PREFIX = "ISAACD_SPARE_"
@@ -75,7 +76,7 @@ STAGING_WORK = "work"  # <staging>/work is the boot's cwd; its logs/ is a real d
 # made by the real shim, so the supervisor's hand-over deadlines are tested on a real process
 TEST_FREEZE_AT_GO_ENV = "ISAACD_SHIM_TEST_FREEZE_AT_GO"
 # what a go line's env carries of the attempt's own environment (the spare was spawned with the spare's values)
-GO_ATTEMPT_ENV = (SHIM_EVENTS_ENV, SNAPSHOT_EVERY_ENV, SNAPSHOT_MIN_SECONDS_ENV, SNAPSHOT_BUDGET_ENV)
+GO_ATTEMPT_ENV = (SHIM_EVENTS_ENV, SNAPSHOT_EVERY_ENV, SNAPSHOT_MIN_SECONDS_ENV, SNAPSHOT_BUDGET_ENV, ALGORITHM_SET_ENV)
 
 # ---------------------------------------------------------------------------------------------- warm spare
 SPARE_FLAG = "--isaacd-spare"  # ``shim.py --isaacd-spare``: start up state-free, wait for one go line

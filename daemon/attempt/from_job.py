@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from ..jobs.model import FromJob
+from ..launch.exploit import copy_folder_suffix
 from ..observations.checkpoints import RSL_RL_LAYOUT, Checkpoint, CheckpointLayout, Validator, newest_complete
 from ..os_seam.oscalls import RunAs
 
@@ -38,7 +39,7 @@ def copy_from_job(fj: FromJob, experiment_dir: Path, owner: RunAs | None, wall: 
             break
     if src is None:
         return f"{fj.source} has no complete checkpoint to copy (in {', '.join(fj.run_dirs) or 'no run dir yet'})"
-    suffix = f"_pbt-from-{fj.source}-at-{src.iteration}"
+    suffix = copy_folder_suffix(fj.source, src.iteration)
     if experiment_dir.is_dir():  # a launch replayed after a crash: the copy it made, complete
         for d in sorted(experiment_dir.glob(f"*{suffix}"), reverse=True):
             kept = newest_complete(d, layout=layout, validator=validator)
