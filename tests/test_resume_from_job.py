@@ -37,12 +37,28 @@ def test_stopped_to_pending_on_resume_from_saves_a_fresh_launch_from_the_source(
     assert launch.intent.from_job.source == "pop-t003" and persisted_before(j.effects, Launch)
 
 
-@pytest.mark.parametrize("busy", [S.PENDING, S.QUEUED, S.STARTING, S.RUNNING, S.STOPPING, S.BACKING_OFF])
-def test_resume_from_of_a_member_with_or_about_to_get_a_trainer_is_refused_and_changes_nothing(busy):
+@pytest.mark.parametrize("busy", [S.PENDING, S.QUEUED, S.STOPPING, S.BACKING_OFF])
+def test_resume_from_while_another_stop_or_launch_is_under_way_is_refused_and_changes_nothing(busy):
     j = Job(busy)
     before = j.m
     j.send(EXPLOIT)
-    assert isinstance(j.reply, machine.Refused) and "stop it first" in j.reply and j.m == before and j.effects == []
+    assert isinstance(j.reply, machine.Refused) and "ask again" in j.reply and j.m == before and j.effects == []
+
+
+def test_a_training_member_saves_then_goes_again_at_once_from_the_copy_and_no_crash_loop_is_counted():
+    from isaacd.jobs.effects import Signal
+    from isaacd.jobs.model import Then
+
+    j = Job().running().send(EXPLOIT)
+    assert j.m.state == S.STOPPING and j.m.stop.then == Then.RESTART and j.m.stop.from_job.source == "pop-t003"
+    assert persisted_before(j.effects, Signal)  # saved before the trainer is asked to save and stop
+    assert JobModel.from_json(j.m.to_json()).stop.from_job == j.m.stop.from_job  # a new supervisor finishes it
+    j.send(crash())  # (the trainer's exit after its save)
+    assert j.m.state == S.BACKING_OFF and j.m.backoff_until == j.now and j.m.restart_times == ()
+    assert j.m.launch.fresh and j.m.launch.from_job.source == "pop-t003"
+    j.send(Tick())
+    launch = next(e for e in j.effects if isinstance(e, Launch))
+    assert j.m.state == S.STARTING and launch.intent.from_job.source == "pop-t003"
 
 
 def test_resume_from_with_a_backup_target_is_refused():

@@ -155,7 +155,8 @@ def _requested_restart_class(origin: Origin) -> ReasonClass:
     launch killed at its own deadline counts as a lost launch."""
     if origin == Origin.LAUNCH:
         return ReasonClass.LOST
-    return ReasonClass.OPERATOR if origin in (Origin.OPERATOR, Origin.CONFIG) else ReasonClass.WATCHDOG
+    # a sweep's exploit (PBT, issue 40) is asked for as often as its interval says: no crash loop either
+    return ReasonClass.OPERATOR if origin in (Origin.OPERATOR, Origin.CONFIG, Origin.SWEEP) else ReasonClass.WATCHDOG
 
 
 def _count_restart(m: JobModel, reason: str, reason_class: ReasonClass, ctx: Context, in_window: bool) -> JobModel:
@@ -276,7 +277,8 @@ def _exited(m: JobModel, msg: Exited, ctx: Context, out: _Out) -> JobModel:
         # an operator's restart is no crash loop; nor is a launch killed at its deadline (the next one starts cold)
         counted = _count_restart(m, stop.reason, cls, ctx,
                                  in_window=cls not in (ReasonClass.OPERATOR, ReasonClass.LOST))
-        intent = LaunchIntent(stop.reason, stop.origin, stop.before_iteration, stop.new_seed)
+        intent = LaunchIntent(stop.reason, stop.origin, stop.before_iteration, stop.new_seed,
+                              fresh=stop.from_job is not None, from_job=stop.from_job)
         new = _to(counted, S.BACKING_OFF, stop.reason, ctx, out, stop=None, launch=intent, backoff_until=ctx.now,
                   backoff_seconds=0.0)
         out.add(Persist())
@@ -617,18 +619,27 @@ def _reset(m: JobModel, cmd: Reset, ctx: Context, out: _Out) -> tuple[JobModel, 
 
 
 def _resume_from(m: JobModel, cmd: ResumeFrom, ctx: Context, out: _Out) -> tuple[JobModel, str]:
-    """PBT's exploit (issue 40): from rest only, as a reset (the member was stopped with a save first: a trainer
-    that runs is never replaced under it), a new timeline from a copy of another job's checkpoint. Refused with a
-    backup target, as a reset is: a launch that found no copy would resume the bucket's newest."""
-    if not m.state.at_rest:
-        return m, Refused(f"not resumed from {cmd.source}: it is {m.state.value}; stop it first")
+    """PBT's exploit (issue 40): a new timeline from a copy of another job's checkpoint. A training member saves at
+    its next iteration boundary and goes again at once (a restart: its booted spare takes the launch over where one
+    is ready), one at rest goes through the queue as a start does. Refused while another stop or launch is under
+    way (asked again by the sweep), and with a backup target, as a reset is: a launch that found no copy would
+    resume the bucket's newest."""
+    fj = FromJob(cmd.source, tuple(cmd.run_dirs))
     if ctx.backup:
         return m, Refused(f"not resumed from {cmd.source}: it has a [jobs.backup] target, whose checkpoints a launch "
                           "with none on disk resumes from")
+    if m.state in (S.STARTING, S.RUNNING):
+        out.add(Event("resume_from_job", {"reason": cmd.reason, "source": cmd.source, "from_state": m.state.value,
+                                          "detail": f"saving, then a new timeline from a copy of {cmd.source}'s "
+                                                    "newest complete checkpoint"}))
+        intent_ = StopIntent(cmd.reason, cmd.origin, Then.RESTART, ctx.now + ctx.stop_timeout, from_job=fj)
+        return _begin_stop(m, intent_, ctx, out), f"saving, then resuming from a copy of {cmd.source}'s checkpoint"
+    if not m.state.at_rest:
+        return m, Refused(f"not resumed from {cmd.source}: it is {m.state.value}; ask again once it trains or rests")
     out.add(Event("resume_from_job", {"reason": cmd.reason, "source": cmd.source, "from_state": m.state.value,
                                       "detail": f"a new timeline from a copy of {cmd.source}'s newest complete "
                                                 "checkpoint (its run dirs stay where they are)"}))
-    intent = LaunchIntent(cmd.reason, cmd.origin, fresh=True, from_job=FromJob(cmd.source, tuple(cmd.run_dirs)))
+    intent = LaunchIntent(cmd.reason, cmd.origin, fresh=True, from_job=fj)
     new = _to(m, S.PENDING, cmd.reason, ctx, out, launch=intent, final=False, parked_by=None, quick_failures=0,
               startup_ooms=0, training_ooms=0, rollbacks=0)
     out.add(Persist())

@@ -12,6 +12,7 @@ from ..config.schema import JobConfig
 from ..jobs.model import JobState
 from ..jobs.queue_entry import QueueEntry, queue_entry
 from .types import SpareStatus
+from ..observations.checkpoints import Checkpoint
 from ..observations.tensorboard import ScalarPoint
 from .source import RunnerParts
 
@@ -34,6 +35,10 @@ class JobSignals:
     state: JobState = JobState.PENDING
     waiting: bool = False  # the runtime has not placed the trainer yet (ray: no room): not a hang
     queue: QueueEntry | None = None  # a job the host's queue places (issue 31): its request and place
+    # its newest complete checkpoint's iteration as of the observer's last scan, and where a copy of its newest is
+    # looked for (PBT's exploit, issue 40: the current run dir first, then that checkpoint's folder)
+    checkpoint_iteration: int | None = None
+    checkpoint_dirs: tuple[str, ...] = ()
 
 
 class SpareView(Protocol):
@@ -60,7 +65,18 @@ def job_signals(r: SignalSource) -> JobSignals:
         last_progress_time=obs.last_progress_mono, new_points=tuple(live.new_points), pids=tuple(live.pids),
         parked_by=m.parked_by, state=m.state,
         waiting=bool(live.handle is not None and r.runtime.describe(live.handle).waiting),
-        queue=queue_entry(r.setting.written, m, spare_bytes(r.setting.written, r.spares)))
+        queue=queue_entry(r.setting.written, m, spare_bytes(r.setting.written, r.spares)),
+        checkpoint_iteration=obs.checkpoint.iteration if obs.checkpoint is not None else None,
+        checkpoint_dirs=checkpoint_dirs(attempt.run_dir if attempt else None, obs.checkpoint))
+
+
+def checkpoint_dirs(run_dir: str | None, newest: Checkpoint | None) -> tuple[str, ...]:
+    """Where a job's newest complete checkpoint is: its current run dir (a save since the last scan), then the folder
+    of the newest the scan found."""
+    out = [run_dir] if run_dir else []
+    if newest is not None and str(newest.path.parent) not in out:
+        out.append(str(newest.path.parent))
+    return tuple(out)
 
 
 IMPORTS_SPARE_BYTES = 512 * 2**20  # an imports-only spare's CUDA context (README "warm spare": ~0.5 GiB)
