@@ -1,21 +1,32 @@
 """ASHA against every trial to the end (what Isaac Lab's Ray tuner does): the same sweep file, the same seed (the
 same sampled configurations), the same host, once with `[sweep.scheduler] kind = "asha"` and once with `"none"`
 (issue 39's benchmark). A real `isaacd run` per arm on a scripted 8-GPU host (trials placed by gpu_memory, trained
-by the built-in cart-pole on the CPU), the sweep's status polled twice a second.
+by the built-in cart-pole, `Isaacd-Cartpole-v0`, on the CPU), the sweep's status polled twice a second.
 
-    .venv/bin/python bench/sweep_asha_vs_none.py [--trials 9] [--concurrency 2] [--iterations 60] [--repeats 1]
+    nice -n 10 .venv/bin/python bench/sweep_asha_vs_none.py [--trials 27] [--iterations 108] [--grace 12] \
+        [--seeds 1 2 3] [--budget-min 55]
 
-Prints per arm: GPU-seconds until the sweep's best objective (its best trial's value at the furthest rung reached)
-first reached the target (by default 90 % of the best
-the `none` arm reached: its final best is the truth every trial to the end finds), the GPU-seconds of the whole
-sweep, its final best and wall time; then ASHA's ratios against `none` measured in the same run. GPU-seconds are the
-sweep's own count (status: wall seconds each trial's trainer lived × its GPUs), the figure a rented GPU bills.
-Results: bench/results/issue39-asha-vs-none.{json,txt}."""
+The measures (printed with the results):
+- target: `--target` (90 %) of the `none` arm's final best in the same repeat (every trial to the end finds the truth);
+- final best: the sweep's own best at its end (`sweep status`: its best trial, the one at the furthest rung as ASHA
+  ranks, and that trial's smoothed objective there; for `none` the best trial's smoothed objective at its end);
+- GPU-seconds to target: the GPU-seconds the sweep had spent (all its trials together, a gpu_memory trial counting
+  its share of the GPU, the sweep's own `isaacd_sweep_gpu_seconds_total`, polled with its wall clock) at the first
+  moment any trial's smoothed objective (the mean of its last `smooth` logged values, as the sweep smooths it) reached
+  the target, read from the trials' TensorBoard files (each point's wall time);
+- trial-iterations: the iterations all trials trained (TensorBoard steps), and trainer starts: the same cost without
+  the machine's load in it (GPU-seconds are wall seconds; other engineers share this machine's 2 cores);
+- a paused trial's GPU free: `trial_paused` to its trainer's exit (the save done), from the trials' journals.
+Each repeat runs a different sweep seed (other sampled configurations), both arms with it, in alternating order.
+Results: bench/results/issue39-asha-vs-none.{json,txt}, written after every repeat."""
 
 from __future__ import annotations
 
 import argparse
+import bisect
+import datetime
 import json
+import re
 import shutil
 import signal
 import statistics
@@ -28,6 +39,7 @@ from typing import Any
 from _supervised import Checkout, ask
 
 HERE = Path(__file__).resolve().parent
+TAG = "Train/mean_reward"
 QUIET = "".join(f"\n[job.watchdogs.{w}]\nenabled = false\n" for w in (
     "no_progress", "duty_cycle", "loss_stagnation", "reward_plateau", "divergence", "gpu_temperature", "xid"))
 
@@ -42,44 +54,44 @@ def host_config(d: Path) -> Path:
     return cfg
 
 
-def sweep_text(kind: str, a: argparse.Namespace, logs: Path) -> str:
+def sweep_text(kind: str, a: argparse.Namespace, seed: int, logs: Path) -> str:
+    lo, hi = a.lr_range
     return f"""
 [sweep]
 name = "bench"
 trials = {a.trials}
 concurrency = {a.concurrency}
-seed = {a.seed}
+seed = {seed}
 [sweep.objective]
-tag = "Train/mean_reward"
+tag = "{TAG}"
 mode = "max"
-smooth = 5
+smooth = {a.smooth}
 [sweep.scheduler]
 kind = "{kind}"
-reduction_factor = 3
+reduction_factor = {a.eta}
 grace_period = {a.grace}
 [sweep.space]
-"agent.algorithm.learning_rate" = {{ loguniform = [1e-5, 3e-2] }}
-"agent.algorithm.entropy_coef" = {{ uniform = [0.0, 0.05] }}
+"agent.algorithm.learning_rate" = {{ loguniform = [{lo:g}, {hi:g}] }}
 [job]
 device = "cpu"
 gpu_memory = "10GiB"
 num_envs = {a.num_envs}
 max_iterations = {a.iterations}
-save_interval = 5
+save_interval = 50
 stop_timeout = 60.0
 spare = false
 seed = 1
 log_root = "{logs}"
-extra_args = ["agent.num_steps_per_env=16", "agent.algorithm.schedule=fixed"]
+extra_args = ["agent.num_steps_per_env={a.steps}", "agent.algorithm.schedule=fixed"]
 environment = {{ OMP_NUM_THREADS = "1" }}
 {QUIET}
 """
 
 
-def run_arm(co: Checkout, kind: str, a: argparse.Namespace) -> dict[str, Any]:
+def run_arm(co: Checkout, kind: str, seed: int, a: argparse.Namespace) -> dict[str, Any]:
     d = Path(tempfile.mkdtemp(prefix=f"isaacd-sweep-{kind}-"))
     cfg = host_config(d)
-    (d / "bench.sweep.toml").write_text(sweep_text(kind, a, d / "logs"))
+    (d / "bench.sweep.toml").write_text(sweep_text(kind, a, seed, d / "logs"))
     log = open(d / "supervisor.log", "wb")
     proc = subprocess.Popen([str(co.isaacd), "run", "--config", str(cfg)], stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -91,26 +103,25 @@ def run_arm(co: Checkout, kind: str, a: argparse.Namespace) -> dict[str, Any]:
         t0 = time.monotonic()
         subprocess.run([str(co.isaacd), "--config", str(cfg), "sweep", "submit", str(d / "bench.sweep.toml")],
                        check=True, capture_output=True, text=True)
-        timeline: list[tuple[float, float, float | None]] = []  # (wall s, GPU-s so far, best objective so far)
-        best_seen: float | None = None
+        timeline: list[tuple[float, float]] = []  # (wall clock, the sweep's GPU-seconds so far)
         status: dict[str, Any] = {}
         while time.monotonic() - t0 < a.timeout:
             status = ask(sock, {"cmd": "sweep-status", "sweep": "bench"})
-            # the sweep's own best so far: its best trial's value at the furthest rung reached (with no rungs, at the
-            # end of a trial), what a tuner knows of its best at that moment; not a trial's passing peak
-            best = status.get("best_objective")
-            if best is not None:
-                best_seen = best if best_seen is None else max(best_seen, best)
-            timeline.append((time.monotonic() - t0, status["gpu_seconds"], best_seen))
+            timeline.append((time.time(), status["gpu_seconds"]))
             if status["state"] != "running":
                 break
             time.sleep(0.5)
-        return {"kind": kind, "dir": str(d), "wall_seconds": round(time.monotonic() - t0, 1),
-                "pause_to_free": pause_to_free(d / "state" / "jobs"),
-                "gpu_seconds": status.get("gpu_seconds"), "final_best": status.get("best_objective"),
-                "best_seen": best_seen, "state": status.get("state"), "timeline": timeline,
-                "trials": [{k: t[k] for k in ("number", "state", "iteration", "objective", "rung_values", "values",
-                                               "gpu_seconds")} for t in status.get("trials", [])]}
+        series = read_series(d / "logs")
+        arm = {"kind": kind, "seed": seed, "dir": str(d), "wall_seconds": round(time.monotonic() - t0, 1),
+               "pause_to_free": pause_to_free(d / "state" / "jobs"),
+               "gpu_seconds": status.get("gpu_seconds"), "final_best": status.get("best_objective"),
+               "best_trial": status.get("best"), "state": status.get("state"), "timeline": timeline,
+               "iterations": sum(len(s["points"]) for s in series.values()),
+               "trainer_starts": sum(s["runs"] for s in series.values()),
+               "series": {n: s["points"] for n, s in series.items()},
+               "trials": [{k: t.get(k) for k in ("number", "state", "iteration", "objective", "rung_values",
+                                                 "values", "gpu_seconds")} for t in status.get("trials", [])]}
+        return arm
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -120,6 +131,54 @@ def run_arm(co: Checkout, kind: str, a: argparse.Namespace) -> dict[str, Any]:
         log.close()
         if not a.keep:
             shutil.rmtree(d, ignore_errors=True)
+
+
+def read_series(logs: Path) -> dict[int, dict[str, Any]]:
+    """Each trial's objective points (step, value, wall time) from all its runs' TensorBoard files (a promoted trial
+    has one run per start; a resume re-logs from its checkpoint: the later run's point wins, as the sweep keeps it)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out: dict[int, dict[str, Any]] = {}
+    for f in sorted(logs.rglob("events.out.tfevents.*"), key=lambda p: p.stat().st_mtime):
+        m = re.search(r"bench-t(\d+)", str(f.relative_to(logs)))
+        if not m:
+            continue
+        ea = EventAccumulator(str(f), size_guidance={"scalars": 0})
+        ea.Reload()
+        if TAG not in ea.Tags().get("scalars", []):
+            continue
+        s = out.setdefault(int(m.group(1)), {"runs": 0, "by_step": {}})
+        s["runs"] += 1
+        for e in ea.Scalars(TAG):
+            s["by_step"][e.step] = (e.step, e.value, e.wall_time)
+    return {n: {"runs": s["runs"], "points": [s["by_step"][k] for k in sorted(s["by_step"])]}
+            for n, s in sorted(out.items())}
+
+
+def first_reach(series: dict[Any, list], target: float, smooth: int) -> tuple[float, Any] | None:
+    """The wall time at which any trial's smoothed objective first reached `target`, and that trial."""
+    best: tuple[float, Any] | None = None
+    for n, pts in series.items():
+        vals = [v for _, v, _ in pts]
+        for i in range(len(pts)):
+            window = vals[max(0, i + 1 - smooth):i + 1]
+            if sum(window) / len(window) >= target:
+                if best is None or pts[i][2] < best[0]:
+                    best = (pts[i][2], n)
+                break
+    return best
+
+
+def gpu_seconds_at(timeline: list, wall: float) -> float:
+    """The sweep's GPU-seconds at a wall time, interpolated between the two polls around it."""
+    times = [t for t, _ in timeline]
+    i = bisect.bisect_left(times, wall)
+    if i == 0:
+        return timeline[0][1]
+    if i >= len(timeline):
+        return timeline[-1][1]
+    (t1, g1), (t2, g2) = timeline[i - 1], timeline[i]
+    return g1 + (g2 - g1) * (wall - t1) / (t2 - t1) if t2 > t1 else g2
 
 
 def pause_to_free(journals: Path) -> list[float]:
@@ -140,68 +199,127 @@ def pause_to_free(journals: Path) -> list[float]:
     return out
 
 
-def gpu_seconds_to(arm: dict[str, Any], target: float) -> float | None:
-    return next((g for _, g, best in arm["timeline"] if best is not None and best >= target), None)
+def lr_of(arm: dict[str, Any], number: Any) -> str:
+    t = next((t for t in arm["trials"] if t["number"] == number), None)
+    v = (t or {}).get("values", {}).get("agent.algorithm.learning_rate")
+    return f"{float(v):.2g}" if v is not None else "?"
+
+
+def compare(none: dict[str, Any], asha: dict[str, Any], a: argparse.Namespace) -> dict[str, Any]:
+    target = a.target * none["final_best"]
+    row: dict[str, Any] = {"seed": none["seed"], "target": round(target, 2)}
+    for arm in (none, asha):
+        hit = first_reach(arm["series"], target, a.smooth)
+        row[arm["kind"]] = {
+            "to_target": round(gpu_seconds_at(arm["timeline"], hit[0]), 2) if hit else None,
+            "reached_by": hit[1] if hit else None, "total": arm["gpu_seconds"], "final_best": arm["final_best"],
+            "best_trial": arm["best_trial"], "best_lr": lr_of(arm, arm["best_trial"]), "iterations": arm["iterations"],
+            "trainer_starts": arm["trainer_starts"], "wall": arm["wall_seconds"]}
+    # where ASHA left the configuration that every-trial-to-the-end found best
+    t = next((t for t in asha["trials"] if t["number"] == none["best_trial"]), {})
+    row["none_best_in_asha"] = {"trial": none["best_trial"], "state": t.get("state"), "iteration": t.get("iteration"),
+                                "rung_values": t.get("rung_values")}
+    return row
+
+
+def fmt(x: float | None, spec: str = ".1f") -> str:
+    return format(x, spec) if x is not None else "never"
+
+
+def report(co: Checkout, a: argparse.Namespace, rows: list, arms: list, started: str, cmd: str) -> str:
+    lo, hi = a.lr_range
+    rungs, r = [], a.grace
+    while r < a.iterations:
+        rungs.append(r)
+        r *= a.eta
+    out = [f"bench/sweep_asha_vs_none.py on {co.describe()}",
+           f"date {started} (UTC); command: {cmd}",
+           f"task: the built-in cart-pole (Isaacd-Cartpole-v0) on the CPU, {a.num_envs} envs x {a.steps} steps per "
+           f"iteration, PPO with a fixed learning rate, {a.iterations} iterations per trial",
+           f"sweep: {a.trials} trials, learning_rate loguniform [{lo:g}, {hi:g}], {a.concurrency} at once, "
+           f"objective {TAG} (max), smoothed over the last {a.smooth} logged iterations; ASHA eta {a.eta}, rungs at "
+           f"{', '.join(map(str, rungs))} of {a.iterations}; repeats: sweep seeds {', '.join(map(str, a.seeds))}",
+           f"target: {a.target:.0%} of the none arm's final best (same seed); GPU-s to target: the sweep's GPU-seconds "
+           "(all trials, each its gpu_memory share) when any trial's smoothed objective first reached the target "
+           "(TensorBoard wall times); final best: the sweep's best trial (furthest rung) and its smoothed objective",
+           "this machine: 2 cores shared with other engineers' tests and trainers (run under nice -n 10): wall and "
+           "GPU-seconds carry their load; trial-iterations do not", ""]
+    out.append(f"{'seed':>4}  {'arm':>4}  {'target':>6}  {'GPU-s to target':>15}  {'GPU-s total':>11}  "
+               f"{'final best':>10}  {'best trial (lr)':>16}  {'trial-iters':>11}  {'starts':>6}  {'wall s':>6}")
+    for row in rows:
+        for kind in ("none", "asha"):
+            x = row[kind]
+            reached = f"{fmt(x['to_target'])} (t{x['reached_by']})" if x["to_target"] is not None else "never"
+            best = f"t{x['best_trial']} ({x['best_lr']})"
+            out.append(f"{row['seed']:>4}  {kind:>4}  {row['target']:>6.1f}  {reached:>15}  {x['total']:>11.1f}  "
+                       f"{fmt(x['final_best'], '.2f'):>10}  {best:>16}  {x['iterations']:>11}  "
+                       f"{x['trainer_starts']:>6}  {x['wall']:>6.1f}")
+        nb = row["none_best_in_asha"]
+        out.append(f"{'':>4}  none's best trial t{nb['trial']} under ASHA: {nb['state']} at iteration "
+                   f"{nb['iteration']}, rung values {nb['rung_values']}")
+
+    def med(xs: list[float]) -> str:
+        return f"median {statistics.median(xs):.2f} ({', '.join(f'{x:.2f}' for x in xs)})" if xs else "-"
+
+    to = [r["asha"]["to_target"] / r["none"]["to_target"] for r in rows
+          if r["asha"]["to_target"] is not None and r["none"]["to_target"]]
+    total = [r["asha"]["total"] / r["none"]["total"] for r in rows if r["none"]["total"]]
+    iters = [r["asha"]["iterations"] / r["none"]["iterations"] for r in rows if r["none"]["iterations"]]
+    never = sum(1 for r in rows if r["asha"]["to_target"] is None)
+    out += ["", f"ASHA / none, GPU-seconds to the target: {med(to)}" + (f"; ASHA never reached it in {never} of "
+                                                                         f"{len(rows)}" if never else ""),
+            f"ASHA / none, GPU-seconds of the whole sweep: {med(total)}",
+            f"ASHA / none, trial-iterations of the whole sweep: {med(iters)}",
+            "final best, ASHA - none: " + ", ".join(
+                f"{r['asha']['final_best'] - r['none']['final_best']:+.1f}" for r in rows
+                if r["asha"]["final_best"] is not None and r["none"]["final_best"] is not None)]
+    frees = [x for arm in arms for x in arm["pause_to_free"]]
+    out.append("a paused trial's GPU free (trial_paused -> its trainer's exit, the save done): " +
+               (f"median {statistics.median(frees):.2f} s, max {max(frees):.2f} s over {len(frees)} pauses"
+                if frees else "no pause"))
+    return "\n".join(out)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trials", type=int, default=9)
+    ap.add_argument("--trials", type=int, default=27)
     ap.add_argument("--concurrency", type=int, default=2)
-    ap.add_argument("--iterations", type=int, default=60)
-    ap.add_argument("--grace", type=int, default=6, help="the first rung's iteration (then x3)")
-    ap.add_argument("--num-envs", type=int, default=64)
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--iterations", type=int, default=108)
+    ap.add_argument("--grace", type=int, default=12, help="the first rung's iteration (then x eta)")
+    ap.add_argument("--eta", type=int, default=3)
+    ap.add_argument("--smooth", type=int, default=10)
+    ap.add_argument("--num-envs", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=32, help="agent.num_steps_per_env")
+    ap.add_argument("--lr-range", type=float, nargs=2, default=(1e-6, 1e-2))
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="one repeat per sweep seed")
     ap.add_argument("--target", type=float, default=0.9, help="the fraction of the none arm's final best")
+    ap.add_argument("--budget-min", type=float, default=55, help="start no repeat that would end past this")
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--keep", action="store_true", help="keep each arm's directory")
     ap.add_argument("--repo", default=None)
     a = ap.parse_args()
     co = Checkout(a.repo)
-    rows, arms = [], []
-    for r in range(a.repeats):
-        none, asha = run_arm(co, "none", a), run_arm(co, "asha", a)
-        arms += [none, asha]
-        truth = none["final_best"] if none["final_best"] is not None else none["best_seen"]
-        target = a.target * truth if truth is not None and truth > 0 else truth
-        row = {"repeat": r + 1, "target": target}
-        for arm in (none, asha):
-            row[arm["kind"]] = {"to_target": gpu_seconds_to(arm, target) if target is not None else None,
-                                "total": arm["gpu_seconds"], "final_best": arm["final_best"],
-                                "wall": arm["wall_seconds"]}
-        rows.append(row)
-    out = [f"bench/sweep_asha_vs_none.py on {co.describe()}",
-           f"{a.trials} trials (seed {a.seed}), {a.concurrency} at once, {a.iterations} iterations each, ASHA eta 3 "
-           f"from iteration {a.grace}; built-in cart-pole on the CPU, {a.num_envs} envs; target {a.target:.0%} of "
-           "the none arm's final best", ""]
-    out.append(f"{'repeat':>6}  {'arm':>4}  {'GPU-s to target':>15}  {'GPU-s total':>11}  {'final best':>10}  "
-               f"{'wall s':>6}")
-    for row in rows:
-        for kind in ("none", "asha"):
-            x = row[kind]
-            to = f"{x['to_target']:.1f}" if x["to_target"] is not None else "never"
-            best = f"{x['final_best']:.2f}" if x["final_best"] is not None else "-"
-            out.append(f"{row['repeat']:>6}  {kind:>4}  {to:>15}  {x['total']:>11.1f}  {best:>10}  {x['wall']:>6.1f}")
-    ratios_to = [r["asha"]["to_target"] / r["none"]["to_target"] for r in rows
-                 if r["asha"]["to_target"] and r["none"]["to_target"]]
-    ratios_total = [r["asha"]["total"] / r["none"]["total"] for r in rows if r["none"]["total"]]
-    out.append("")
-    out.append("ASHA / none, GPU-seconds to the target: " + (f"median {statistics.median(ratios_to):.2f}"
-                                                            if ratios_to else "not reached by both arms"))
-    out.append("ASHA / none, GPU-seconds of the whole sweep: " + (f"median {statistics.median(ratios_total):.2f}"
-                                                                 if ratios_total else "-"))
-    frees = [x for arm in arms for x in arm["pause_to_free"]]
-    out.append("a paused trial's GPU free (trial_paused -> its trainer's exit, the save done): " +
-               (f"median {statistics.median(frees):.2f} s, max {max(frees):.2f} s over {len(frees)} pauses"
-                if frees else "no pause"))
-    text = "\n".join(out)
-    print(text)
-    res = HERE / "results"
-    res.mkdir(exist_ok=True)
-    (res / "issue39-asha-vs-none.txt").write_text(text + "\n")
-    (res / "issue39-asha-vs-none.json").write_text(json.dumps({"args": vars(a), "rows": rows, "arms": arms},
-                                                              indent=1, default=str))
+    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    import sys
+    cmd = "nice -n 10 .venv/bin/python bench/sweep_asha_vs_none.py " + " ".join(sys.argv[1:])
+    rows, arms, t_start, last = [], [], time.monotonic(), 0.0
+    for i, seed in enumerate(a.seeds):
+        if rows and (time.monotonic() - t_start + last) / 60 > a.budget_min:
+            print(f"seed {seed}: not started (another repeat would pass --budget-min {a.budget_min:g})", flush=True)
+            break
+        t_rep = time.monotonic()
+        order = ("none", "asha") if i % 2 == 0 else ("asha", "none")
+        done = {k: run_arm(co, k, seed, a) for k in order}
+        last = time.monotonic() - t_rep
+        arms += [done["none"], done["asha"]]
+        rows.append(compare(done["none"], done["asha"], a))
+        text = report(co, a, rows, arms, started, cmd)
+        print(text, flush=True)
+        res = HERE / "results"
+        res.mkdir(exist_ok=True)
+        (res / "issue39-asha-vs-none.txt").write_text(text + "\n")
+        (res / "issue39-asha-vs-none.json").write_text(json.dumps({"args": vars(a), "command": cmd, "date": started,
+                                                                  "rows": rows, "arms": arms}, default=str))
 
 
 if __name__ == "__main__":
