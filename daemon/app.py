@@ -118,9 +118,12 @@ def build_supervisor(cfg: Config, config_path: str | None) -> Supervisor:
     if cfg.metrics.enabled:
         extensions.append(_MetricsExtension(sampler))
     extensions.append(_BackupDrain())  # last in, first stopped
-    return Supervisor(cfg, config_path, gpu_check=lambda job: missing_gpus(job, sampler.snapshot()),
-                      gpu_memory=gpu_memory, gpu_snapshot=sampler.snapshot,
-                      hooks=Hooks(tick=[observe_memory, watchdogs.tick, sweeps.tick, queue.tick],
-                                  job_status=[watchdogs.job_status, queue.job_status],
-                                  status=[published.status]),
-                      extensions=extensions, sweeps=sweeps)
+    sup = Supervisor(cfg, config_path, gpu_check=lambda job: missing_gpus(job, sampler.snapshot()),
+                     gpu_memory=gpu_memory, gpu_snapshot=sampler.snapshot,
+                     hooks=Hooks(tick=[observe_memory, watchdogs.tick, sweeps.tick, queue.tick],
+                                 job_status=[watchdogs.job_status, queue.job_status],
+                                 status=[published.status]),
+                     extensions=extensions, sweeps=sweeps)
+    # a PBT exploit rewrites its member's job file: reloaded as a SIGHUP is, once the files are quiet
+    sweeps.request_reload = sup.request_reload
+    return sup

@@ -311,6 +311,12 @@ class Supervisor(EndedJobs, SweepCommands):  # a dropped runner's job ends (atte
         os.close(self._lock_fd)
 
     # ---- config reload -----------------------------------------------------------------
+    def request_reload(self) -> None:
+        """A reload as a SIGHUP asks for one: before the next tick, once the config files have been quiet a moment
+        (a PBT exploit's rewritten member file, issue 40)."""
+        self._reload_requested.set()
+        self._wake.set()
+
     def _config_quiet(self) -> bool:
         return self.config_path is None or quiet_for(self.config_path) is not None
 

@@ -28,10 +28,16 @@ class TrialStatus:
     rung: int = 0  # rungs passed (continued or promoted past)
     rung_values: tuple[float, ...] = ()  # the objective recorded at each rung it reached
     gpu_seconds: float = 0.0  # GPU time its trainers held so far (seconds of wall time × GPUs, or a share of one)
+    # PBT (issue 40): a member's exploits so far, each carried out (from whom, at which iteration, which values:
+    # its schedule of hyperparameters), and whether one is under way
+    exploits: int = 0
+    lineage: tuple[dict[str, Any], ...] = ()
+    exploiting: bool = False
 
     def to_json(self) -> JSON:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["rung_values"] = list(self.rung_values)
+        out["lineage"] = [dict(e) for e in self.lineage]
         return out
 
     @classmethod
@@ -39,6 +45,7 @@ class TrialStatus:
         kw = _kwargs(cls, raw)
         kw["rung_values"] = tuple(kw.get("rung_values") or ())
         kw["values"] = dict(kw.get("values") or {})
+        kw["lineage"] = tuple(dict(e) for e in kw.get("lineage") or ())
         return cls(**kw)
 
 

@@ -28,8 +28,9 @@ from ..status.signals import JobSignals
 from .asha import (Asha, Continue, Decision, Done, Launch, Pause, Promote, TrialState, TrialView, best_trial,
                    decide, ranking)
 from .observe import Series, reached, trial_state
-from .record import EVENTS_KEPT, SweepRecord, SweepStore
-from .spec import SweepSpec, parse_sweep
+from .record import EVENTS_KEPT, SweepRecord, SweepStore, TrialRecord
+from .population import Population
+from .spec import SweepSpec, parse_sweep, pbt_of
 from .status import SweepStatus, TrialStatus
 from .trial_file import best_job_file
 
@@ -61,9 +62,13 @@ def scheduler_of(spec: SweepSpec) -> Asha:
 
 
 class SweepController:
-    def __init__(self, state_dir: Path, journal: Journal, gpu_snapshot: Callable[[], GpuSnapshot] | None = None):
+    def __init__(self, state_dir: Path, journal: Journal, gpu_snapshot: Callable[[], GpuSnapshot] | None = None,
+                 request_reload: Callable[[], None] = lambda: None):
         self.store = SweepStore(state_dir)
         self.journal = journal
+        # PBT (issue 40): an exploit rewrites its member's job file, then asks the supervisor to reload
+        self.population = Population(journal, lambda: self.request_reload())
+        self.request_reload = request_reload
         self.gpu_snapshot = gpu_snapshot  # the GPUs' totals: a gpu_memory trial's share of its GPU
         self._lock = threading.Lock()  # the control thread (submit, cancel) against the tick
         self._live: dict[str, _Live] = {}
@@ -201,7 +206,7 @@ class SweepController:
             if now_value is not None:
                 t.objective = now_value
             iteration = live.iterations.get(t.number)
-            if rec.state == "running":
+            if rec.state == "running" and spec.scheduler.kind != "pbt":
                 changed |= self._record_rungs(live, t.number, state, iteration)
             views.append(TrialView(t.number, state, iteration or 0, tuple(t.rung_values), t.passed, t.objective))
         if rec.state != "running":
@@ -213,12 +218,34 @@ class SweepController:
                 self.store.save(rec)
             return []
         out: list[tuple[str, Command]] = list(resend)
+        if spec.scheduler.kind == "pbt":
+            commands, moved = self._population(live, by_name)
+            if rec.state == "done":
+                self._note(rec, "sweep_done", best=rec.best, best_job=rec.trial(rec.best).job if rec.best else None,
+                           objective=rec.best_value, detail=rec.reason)
+            if changed or moved:
+                self.store.save(rec)  # saved before any of its commands is acted on
+            return out + commands
         for d in decide(asha, views):
             out += self._carry_out(live, d, views, by_name)
             changed = True
         if changed:
             self.store.save(rec)  # saved before any of its commands is acted on
         return out
+
+    def _population(self, live: _Live, by_name: dict[str, JobSignals]) -> tuple[list[tuple[str, Command]], bool]:
+        """A PBT sweep's pass (population.py): every member launched at once (concurrency = the population), then
+        the exploits under way carried a step further and the members due judged."""
+        rec, out = live.rec, []
+        for t in rec.trials:
+            if not t.launched:
+                sig = by_name.get(t.job)
+                t.launched, t.started_attempt = True, sig.attempt if sig is not None else 0
+                self.journal(t.job, "trial_launched", sweep=rec.name, trial=t.number, values=t.values)
+                out.append((t.job, Start(Origin.SWEEP, f"sweep {rec.name}: member {t.number} launched")))
+        commands, moved = self.population.tick(rec, live.spec, pbt_of(live.spec), live.series, live.iterations,
+                                               by_name)
+        return out + commands, moved or bool(out)
 
     def _record_rungs(self, live: _Live, number: int, state: TrialState, iteration: int | None) -> bool:
         """The objective recorded at each rung the trial has reached (and at the top when it completed)."""
@@ -293,17 +320,22 @@ class SweepController:
         views = [TrialView(t.number, live.states.get(t.number, TrialState.PENDING),
                            live.iterations.get(t.number) or 0, tuple(t.rung_values), t.passed, t.objective)
                  for t in rec.trials]
-        order = ranking(asha, views)
-        best = rec.best if rec.state == "done" else best_trial(asha, views)
-        best_value = rec.best_value if rec.state == "done" else (
-            rec.trial(best).rung_values[-1] if best is not None and rec.trial(best).rung_values else None)
+        if spec.scheduler.kind == "pbt":  # a population ranks by its objective now (pbt.py)
+            order, best, best_value = _population_ranking(spec, rec)
+        else:
+            order = ranking(asha, views)
+            best = rec.best if rec.state == "done" else best_trial(asha, views)
+            best_value = rec.best_value if rec.state == "done" else (
+                rec.trial(best).rung_values[-1] if best is not None and rec.trial(best).rung_values else None)
         trials = []
         for number in order:
             t = rec.trial(number)
             trials.append(TrialStatus(number=number, job=t.job, values=dict(t.values),
                                       state=live.states.get(number, TrialState.PENDING).value,
                                       iteration=live.iterations.get(number), objective=t.objective, rung=t.passed,
-                                      rung_values=tuple(t.rung_values), gpu_seconds=round(t.gpu_seconds, 3)))
+                                      rung_values=tuple(t.rung_values), gpu_seconds=round(t.gpu_seconds, 3),
+                                      exploits=t.exploits, lineage=tuple(t.lineage),
+                                      exploiting=t.exploit is not None))
         return SweepStatus(name=rec.name, owner=rec.owner, state=rec.state, reason=rec.reason, source=rec.source,
                            submitted_at=rec.submitted_at, trials_total=len(rec.trials), concurrency=spec.concurrency,
                            objective_tag=spec.objective.tag, mode=spec.objective.mode, smooth=spec.objective.smooth,
@@ -313,6 +345,21 @@ class SweepController:
                            trials=tuple(trials))
 
 
+
+
+def _population_ranking(spec: SweepSpec, rec: SweepRecord) -> tuple[list[int], int | None, float | None]:
+    """A population's members best first by their objective now (none last, ties by number), and its best: the
+    sweep's own when it is done, else the best member that has not failed."""
+    sign = 1.0 if spec.objective.mode == "max" else -1.0
+
+    def key(t: TrialRecord) -> tuple[float, int]:
+        v = t.objective
+        return (-(sign * v) if v is not None and not math.isnan(v) else math.inf, t.number)
+    order = [t.number for t in sorted(rec.trials, key=key)]
+    if rec.state == "done":
+        return order, rec.best, rec.best_value
+    scored = [t for t in sorted(rec.trials, key=key) if t.objective is not None]
+    return order, (scored[0].number if scored else None), (scored[0].objective if scored else None)
 
 
 def gpu_totals(snap: GpuSnapshot | None) -> dict[int, float]:

@@ -33,6 +33,12 @@ class TrialRecord:
     # that attempt later never got it (a supervisor killed between the saved decision and the act), so it is sent
     # again; one stopped at a later attempt was stopped by someone else
     started_attempt: int | None = None
+    # PBT (issue 40; population.py): the iteration it was last judged at, its exploits so far (its generator's
+    # seed), each one carried out (from whom, at which iteration, which values), and the one under way
+    judged_at: int = 0
+    exploits: int = 0
+    lineage: list[dict[str, Any]] = field(default_factory=list)
+    exploit: dict[str, Any] | None = None
 
 
 @dataclass

@@ -33,9 +33,6 @@ def submit_sweep(sup: Submittable, sweeps: SweepController, text: str, source: s
         spec = parse_sweep(text, source, jobs_dir)
     except ConfigError as exc:
         raise ValueError(f"not submitted: {exc}") from None
-    if spec.scheduler.kind == "pbt":  # issue 40: the file and the decision are built, the exploits not wired yet
-        raise ValueError(f'not submitted: {source}: sweep.scheduler.kind: "pbt" is read but this isaacd does not '
-                         'run populations yet; use kind = "asha"')
     values = sample(spec.space, spec.trials, spec.seed)
     tables = [as_caller(sup, trial_table(text, jobs_dir, spec, n, values[n - 1]), source, caller)
               for n in range(1, spec.trials + 1)]
