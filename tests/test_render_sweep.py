@@ -277,3 +277,22 @@ def test_the_docs_show_the_table_as_the_renderer_prints_it():
             block += line
     assert format_sweep(example_status(), NOW) + "\n" in blocks
     assert format_sweeps([example_status()]) + "\n" in blocks
+
+
+def test_a_population_shows_each_members_exploits_and_its_lineage():
+    lr = "agent.algorithm.learning_rate"
+    lineage = ({"at": 40, "from": 1, "from_job": "pop-t001", "from_iteration": 39, "old": {lr: 1.86e-05},
+                "new": {lr: 0.000594}, "copied": True},)
+    sw = SweepStatus(name="pop", state="running", trials_total=2, concurrency=2, scheduler="pbt", max_iterations=100,
+                     interval=20, quantile=0.25, objective_tag="Train/mean_reward",
+                     trials=(TrialStatus(1, "pop-t001", {lr: 0.000495}, "running", 45, 210.0),
+                             TrialStatus(2, "pop-t002", {lr: 0.000594}, "running", 41, None, exploits=1,
+                                         lineage=lineage, exploiting=False)))
+    text = format_sweep(sw, now=0.0)
+    assert ("scheduler pbt: 2 members train side by side to 100 iterations; every 20 iterations the bottom 25% copy "
+            "a top 25% member's checkpoint and perturb its values") in text
+    assert table(text)[0][-1] == "EXPLOITS"
+    assert ("pop-t002 at iteration 40: copied pop-t001 (its checkpoint at iteration 39); learning_rate 1.86e-05 -> "
+            "0.000594") in text
+    again = SweepStatus.from_json(sw.to_json())
+    assert again.trials[1].lineage == lineage and again.interval == 20

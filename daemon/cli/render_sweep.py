@@ -83,6 +83,10 @@ def _counts_text(sw: SweepStatus) -> str:
 
 def _scheduler_text(sw: SweepStatus) -> str:
     total = f"{sw.max_iterations} iterations" if sw.max_iterations is not None else "max_iterations"
+    if sw.scheduler == "pbt":
+        share = f"{sw.quantile:.0%}" if sw.quantile is not None else "the bottom"
+        return (f"scheduler pbt: {sw.trials_total} members train side by side to {total}; every {sw.interval} "
+                f"iterations the bottom {share} copy a top {share} member's checkpoint and perturb its values")
     if sw.scheduler == "none" or not sw.rungs:
         return f"scheduler {sw.scheduler}: every trial trains to {total}; at most {sw.concurrency} at once"
     rungs = ", ".join(str(r) for r in sw.rungs)
@@ -117,22 +121,39 @@ def format_sweep(sw: SweepStatus, now: float | None = None) -> str:
     if not sw.trials:
         lines.append("(no trials yet)")
         return "\n".join(lines)
-    header = ["TRIAL", *(names[k] for k in keys), "STATE", "ITER", "OBJECTIVE", "RUNG"]
+    pbt = sw.scheduler == "pbt"
+    header = ["TRIAL", *(names[k] for k in keys), "STATE", "ITER", "OBJECTIVE", "EXPLOITS" if pbt else "RUNG"]
     rows = []
     for t in sw.trials:
         iteration = "-" if t.iteration is None else str(t.iteration)
         if sw.max_iterations is not None and t.iteration is not None:
             iteration = f"{t.iteration}/{sw.max_iterations}"
+        last = (f"{t.exploits}{' (one under way)' if t.exploiting else ''}" if pbt else rung_text(sw, t))
         rows.append([t.job, *(value_text(t.values.get(k)) for k in keys), t.state, iteration,
-                     objective_text(t.objective), rung_text(sw, t)])
+                     objective_text(t.objective), last])
     lines.append("")
     lines += aligned([header, *rows])
+    if pbt:
+        lines += lineage_lines(sw, names)
     paused = [t for t in sw.trials if t.state == "paused"]
     if paused:
         lines.append(f"{len(paused)} paused at their rung with a save: each costs no GPU while paused and resumes "
                      f"exactly where it stopped if promoted (when it ranks in the top 1/{sw.reduction_factor} "
                      "of its rung)")
     return "\n".join(lines)
+
+
+def lineage_lines(sw: SweepStatus, names: Mapping[str, str]) -> list[str]:
+    """A population's exploits, each member's in order: its schedule of hyperparameters."""
+    out: list[str] = []
+    for t in sorted(sw.trials, key=lambda t: t.number):
+        for e in t.lineage:
+            changed = ", ".join(f"{names.get(k, k)} {value_text(e.get('old', {}).get(k))} -> {value_text(v)}"
+                                for k, v in (e.get("new") or {}).items())
+            how = (f"copied {e.get('from_job')} (its checkpoint at iteration {e.get('from_iteration')})"
+                   if e.get("copied") else f"no copy of {e.get('from_job')} could be made: kept its own weights")
+            out.append(f"  {t.job} at iteration {e.get('at')}: {how}; {changed}")
+    return (["", "exploits (each member's lineage, oldest first):"] + out) if out else []
 
 
 def format_sweeps(sweeps: Sequence[SweepStatus]) -> str:

@@ -68,6 +68,8 @@ class SweepStatus:
     reduction_factor: int = 3
     rungs: tuple[int, ...] = ()
     max_iterations: int | None = None
+    interval: int | None = None  # PBT: iterations between a member's judgements
+    quantile: float | None = None  # PBT: the bottom fraction that copies the top
     best: int | None = None  # the best trial's number (sweeps.asha.best_trial)
     best_objective: float | None = None
     gpu_seconds: float = 0.0

@@ -341,6 +341,8 @@ class SweepController:
                            objective_tag=spec.objective.tag, mode=spec.objective.mode, smooth=spec.objective.smooth,
                            scheduler=spec.scheduler.kind, reduction_factor=spec.scheduler.reduction_factor,
                            rungs=asha.rungs, max_iterations=asha.max_iterations, best=best,
+                           interval=spec.scheduler.pbt.interval if spec.scheduler.pbt else None,
+                           quantile=spec.scheduler.pbt.quantile if spec.scheduler.pbt else None,
                            best_objective=best_value, gpu_seconds=round(sum(t.gpu_seconds for t in rec.trials), 3),
                            trials=tuple(trials))
 
