@@ -18,7 +18,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -104,6 +104,13 @@ class Extension(Protocol):
     def start(self, running: Running) -> None: ...
 
     def stop(self) -> None: ...
+
+
+def not_in(config: Config, names: Iterable[str]) -> list[str]:
+    """The names that are no job of `config`, in order (its names as a set, once: config.job(n) for each of 1,000 jobs
+    at every tick was O(N^2), issue 39)."""
+    jobs = {j.name for j in config.jobs}
+    return [n for n in names if n not in jobs]
 
 
 class Supervisor(EndedJobs, SweepCommands):  # a dropped runner's job ends (attempt/ending.py); sweeps/commands.py
@@ -222,8 +229,8 @@ class Supervisor(EndedJobs, SweepCommands):  # a dropped runner's job ends (atte
                 except Exception:  # noqa: BLE001
                     log.exception("job_tick_failed", job=runner.setting.cfg.name)
             # a job removed from the config lingers until its trainer is gone and its killed spare reaped
-            for name in [n for n, r in self.runners.items()
-                         if self.config.job(n) is None and not r.state.active and not r.releasing]:
+            for name in [n for n in not_in(self.config, self.runners)
+                         if not self.runners[n].state.active and not self.runners[n].releasing]:
                 self._drop(name)
             signals = self._signals() if self.hooks.tick else []
             for hook in self.hooks.tick:
@@ -377,7 +384,7 @@ class Supervisor(EndedJobs, SweepCommands):  # a dropped runner's job ends (atte
                 runner.event("config_changed", keys=list(job_keys[job_cfg.name]),
                              detail="applies at the next start; `isaacd restart` applies it now")
                 changed.append(job_cfg.name)
-        for name in [n for n in self.runners if new.job(n) is None]:
+        for name in not_in(new, self.runners):
             runner = self.runners[name]
             if runner.state.active:
                 # not remembered as an operator stop: if the job comes back (a restored file), it resumes

@@ -83,10 +83,26 @@ def checkpoint_status(c: Checkpoint | None) -> CheckpointStatus | None:
     return None if c is None else CheckpointStatus(iteration=c.iteration, path=str(c.path), time=c.mtime)
 
 
+# The job's cache directories per config in force (JobConfig is frozen: the same object, the same directories): worked
+# out once, not for every job at every tick (issue 39: 1,000 jobs). Only their sizes are read each time.
+_CACHE_DIRS: dict[tuple[int, Path], tuple[JobConfig, list[compile_caches.CacheDir]]] = {}
+
+
+def _cache_dirs(cfg: JobConfig, state_dir: Path) -> list[compile_caches.CacheDir]:
+    hit = _CACHE_DIRS.get((id(cfg), state_dir))
+    if hit is not None and hit[0] is cfg:
+        return hit[1]
+    if len(_CACHE_DIRS) > 20_000:  # configs replaced by reloads: bound it
+        _CACHE_DIRS.clear()
+    dirs = compile_caches.for_job(cfg, state_dir)
+    _CACHE_DIRS[(id(cfg), state_dir)] = (cfg, dirs)
+    return dirs
+
+
 def compile_cache_status(cfg: JobConfig, state_dir: Path, sizes: SizeSampler = SIZES) -> tuple[CompileCacheStatus, ...]:
     """The job's compile caches with their last measured sizes (walked off the tick: caches/sizes.py)."""
     return tuple(CompileCacheStatus(name=d.name, path=str(d.host), size_bytes=sizes.size(d.host))
-                 for d in compile_caches.for_job(cfg, state_dir))
+                 for d in _cache_dirs(cfg, state_dir))
 
 
 def boot_status(r: RunnerView, desc: RuntimeView) -> BootStatus | None:

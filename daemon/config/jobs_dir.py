@@ -62,7 +62,52 @@ def parse_drop_in(text: str, path: Path, uid: int = 0) -> DropIn:
     return DropIn(path, jobs[0], uid)
 
 
-def read_drop_ins(jobs_dir: Path) -> list[DropIn]:
+# A file's identity as the kernel keeps it: any write, rename over it, chown or chmod changes one of these (ctime
+# moves on every change, even one that restores the size and mtime), so an equal key means the same bytes and owner.
+FileKey = tuple[int, int, int, int, int, int]
+
+
+def file_key(st: os.stat_result) -> FileKey:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_uid)
+
+
+class DropInCache:
+    """Each job file parsed once while it is unchanged (issue 39: a reload or a submit with 1,000 submitted jobs
+    re-read and re-parsed every file). Only a good parse is kept: a broken file is read, and refused, every time.
+    A hit hands back the same DropIn, whose raw table nobody changes (the config's validators copy, never edit)."""
+
+    def __init__(self) -> None:
+        self._parsed: dict[Path, tuple[FileKey, DropIn]] = {}
+
+    def read(self, path: Path) -> DropIn:
+        try:
+            st = path.stat()  # before the read: a change after it moves the key, so the next read sees it
+            key = file_key(st)
+            hit = self._parsed.get(path)
+            if hit is not None and hit[0] == key:
+                return hit[1]
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            self._parsed.pop(path, None)
+            raise DropInError(path, "", f"cannot read: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            self._parsed.pop(path, None)
+            raise DropInError(path, "", "not UTF-8 text") from None
+        self._parsed.pop(path, None)
+        drop_in = parse_drop_in(text, path, st.st_uid)
+        self._parsed[path] = (key, drop_in)
+        return drop_in
+
+    def keep_only(self, paths: list[Path]) -> None:
+        """Forget the files that are gone (cancelled, removed), so the cache is as large as jobs_dir."""
+        for gone in set(self._parsed) - set(paths):
+            del self._parsed[gone]
+
+
+PARSED = DropInCache()  # the process's one cache: the supervisor's reloads and submits read through it
+
+
+def read_drop_ins(jobs_dir: Path, cache: DropInCache = PARSED) -> list[DropIn]:
     """Every job file in `jobs_dir`, by file name; none when the directory does not exist yet."""
     try:
         paths = sorted(p for p in jobs_dir.iterdir() if p.suffix == ".toml" and not p.name.startswith("."))
@@ -70,16 +115,8 @@ def read_drop_ins(jobs_dir: Path) -> list[DropIn]:
         return []
     except OSError as exc:
         raise DropInError(jobs_dir, "", f"cannot read the jobs_dir: {exc.strerror}") from None
-    out = []
-    for path in paths:
-        try:
-            text = path.read_text(encoding="utf-8")
-            uid = path.stat().st_uid
-        except OSError as exc:
-            raise DropInError(path, "", f"cannot read: {exc.strerror}") from None
-        except UnicodeDecodeError:
-            raise DropInError(path, "", "not UTF-8 text") from None
-        out.append(parse_drop_in(text, path, uid))
+    out = [cache.read(path) for path in paths]
+    cache.keep_only(paths)
     return out
 
 

@@ -619,13 +619,32 @@ def _with_drop_ins(raw: dict[str, Any], source: str, base_dir: Path) -> dict[str
             job = with_paths_under(owned(d, admin_group if isinstance(admin_group, str) else None), d.path.parent)
         except DropInError as exc:
             raise ConfigError(str(exc.path), [ConfigIssue(exc.key, exc.message)]) from None
-        check_job_table(job, str(d.path), raw.get("ray"))
+        checked = _checked_drop_in(job, str(d.path), raw.get("ray"))
         if d.name in owners:
             raise ConfigError(str(d.path), [ConfigIssue("jobs[0].name", f'"{d.name}" is already a job of '
                                                         f'{owners[d.name]}; give this job another name')])
         owners[d.name] = str(d.path)
-        jobs.append(job)
+        jobs.append(checked)  # validated already: the whole config's validation takes the model as it is
     return {**raw, "jobs": jobs}
+
+
+# A job file's validated job while its table (as owned and with its paths resolved) and the [ray] it was checked
+# against are unchanged (issue 39: with 1,000 submitted jobs each reload validated every one twice). JobConfig is
+# frozen, so one instance can be in the old config and the new.
+_CHECKED: dict[str, tuple[str, JobConfig]] = {}
+
+
+def _checked_drop_in(job: dict[str, Any], source: str, ray: Any) -> JobConfig:
+    key = json.dumps([job, ray], sort_keys=True, default=str)
+    hit = _CHECKED.get(source)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    _CHECKED.pop(source, None)
+    checked = check_job_table(job, source, ray)  # a refusal is never kept: a broken file is checked every time
+    if len(_CHECKED) > 100_000:  # files come and go (cancelled, renamed): bound it
+        _CHECKED.clear()
+    _CHECKED[source] = (key, checked)
+    return checked
 
 
 def parse_config(text: str, source: str, base_dir: Path) -> Config:

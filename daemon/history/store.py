@@ -13,6 +13,7 @@ so a torn last line can never swallow the next event.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import stat
@@ -166,6 +167,7 @@ def _build(cls: Any, data: Any, where: str, **extra: Any) -> Any:
         raise ValueError(f"{where or 'document'}: {exc}") from None
 
 
+@functools.lru_cache(maxsize=8192)  # asked for every job's status row at every tick (issue 39: 1,000 jobs)
 def job_log_path(state_dir: Path, job: str) -> Path:
     """The job's trainer output, every attempt appended in turn (`isaacd logs`; `logs --attempt N` reads an
     attempt's offsets in it): the one place its name is spelled."""
