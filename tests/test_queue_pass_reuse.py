@@ -70,3 +70,22 @@ def test_the_same_inputs_give_the_last_answer_without_a_pass_and_a_change_or_a_d
     q.gpu_snapshot = lambda: snapshot({0: 40}, {"0": "xid 79"})
     q.tick(150.4, signals)
     assert calls == [100.0, 150.0, 150.2, 150.4]
+
+
+def test_a_queued_rows_place_and_reason_follow_each_new_pass(monkeypatch):
+    from isaacd.status.types import JobStatus, QueueStatus
+
+    q = HostQueue(QueueConfig(min_run_seconds=60), lambda: snapshot({0: 40}), owners=Owners(Lookups(), me="root"))
+    young, low = entry("young", (0,), placed_at=90.0), entry("low", order=3.0)
+    row = JobStatus(name="low", state="queued", queue=QueueStatus.of(low, 0.0))
+    q.tick(100.0, [sig(young), sig(low)])
+    assert q.job_status(row).state_reason.startswith("queued #1: needs 100 GiB on 1 GPU")
+    assert q.job_status(row) == q.job_status(row)
+    q.tick(100.2, [sig(young), sig(entry("urgent", priority=5, order=2.0)), sig(low)])  # a job ahead of it
+    assert q.job_status(row).state_reason.startswith("queued #2: needs 100 GiB on 1 GPU")
+    q.gpu_snapshot = lambda: None  # the GPUs unknown: the same job, another reason
+    q.tick(100.4, [sig(young), sig(low)])
+    assert "no GPU inventory" in q.job_status(row).state_reason
+    q.gpu_snapshot = lambda: snapshot({0: 40})  # back, the inputs of the first pass again: its answer again
+    q.tick(100.6, [sig(young), sig(low)])
+    assert q.job_status(row).state_reason.startswith("queued #1: needs 100 GiB on 1 GPU")

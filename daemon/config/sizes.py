@@ -10,6 +10,7 @@ case-insensitive ("12gib", "12GB").
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from decimal import Decimal, InvalidOperation
@@ -26,6 +27,7 @@ AMBIGUOUS = {"k", "m", "g", "t", "p"}
 GiB = 2**30
 
 
+@functools.lru_cache(maxsize=1024)  # a job's gpu_memory is read at every tick (issue 39: 1,000 jobs); a refusal is no hit
 def size_bytes(text: str) -> int:
     """ "12GiB" -> 12 x 2^30, "80GB" -> 80 x 10^9, "1.5GiB", "512MiB", "12Gi"; ValueError saying how to write it."""
     m = SIZE_RE.fullmatch(text.strip())

@@ -54,6 +54,7 @@ class HostQueue:
         self._running: InForce | None = None
         # the last pass: its inputs, until when they give the same answer (scheduler.stable_until), the answer
         self._last_pass: tuple[tuple[object, ...], float, Schedule] | None = None
+        self._shown: dict[str, tuple[JobStatus, Waiting, JobStatus]] = {}  # a queued job's row in, its place, out
 
     def start(self, running: InForce) -> None:
         self._running = running
@@ -83,6 +84,7 @@ class HostQueue:
         limits = Limits(self.cfg.min_run_seconds)
         inputs = (jobs, gpus, pinned, quotas, limits)
         last = self._last_pass
+        last_pass_answer = last[2] if last is not None else None
         if last is not None and last[0] == inputs and now < last[1]:
             decided = last[2]  # the same inputs, no deadline passed: the same answer (schedule is pure)
         else:
@@ -93,6 +95,8 @@ class HostQueue:
                      preempted={p.victim: p.by for p in decided.preemptions},
                      waiting=[w.job for w in decided.waiting])
         self.waiting = {w.job: w for w in decided.waiting}
+        if decided is not last_pass_answer:
+            self._shown = {}  # a new pass: rows are remade (a job gone from the queue leaves no entry behind)
         out: list[tuple[str, Command]] = [(p.job, Placed(p.gpus, p.reason, p.backfill)) for p in decided.placements]
         out += [(p.victim, Preempt(p.by, p.reason)) for p in decided.preemptions]
         out += [(d.job, DropSpare(d.by, d.reason, now + SPARE_HOLD_SECONDS)) for d in decided.spare_drops]
@@ -126,8 +130,13 @@ class HostQueue:
             return replace(row, queue=replace(row.queue, position=w.position, reason=w.reason))
         if row.state != JobState.QUEUED.value:
             return row
-        return replace(row, queue=replace(row.queue, position=w.position, reason=w.reason),
-                       state_reason=f"queued #{w.position}: {w.reason}")
+        seen = self._shown.get(row.name)  # the same row and place as the last publish: the same answer, no copies
+        if seen is not None and seen[1] is w and seen[0] == row:
+            return seen[2]
+        shown = replace(row, queue=replace(row.queue, position=w.position, reason=w.reason),
+                        state_reason=f"queued #{w.position}: {w.reason}")
+        self._shown[row.name] = (row, w, shown)
+        return shown
 
 
 def _with_groups(e: QueueEntry, groups: dict[str, tuple[str, ...]]) -> QueueEntry:

@@ -64,6 +64,9 @@ class WatchdogEngine:
         self.feed = feed
         self.sets: dict[str, tuple[WatchdogsConfig, dict[str, Watchdog]]] = {}
         self.thermal = ThermalControl(feed)  # power caps and the heat park's resume: gpu_temperature.py
+        # (job, watchdog) -> (its status, the job's state, the idle status shown): a queued job's watchdogs read the
+        # same at every tick, so its idle copies are made once, not at each of 1,000 jobs' publish (issue 39)
+        self._idle_shown: dict[tuple[str, str], tuple[WatchdogStatus, str, WatchdogStatus]] = {}
 
     # extension protocol
     def start(self, supervisor: object) -> None:
@@ -139,7 +142,17 @@ class WatchdogEngine:
             return row
         watching = row.state in WATCHING
         return replace(row, watchdogs={n: wd.status() if watching or not _watches_trainer(wd, row) else
-                                       _idle(wd.status(), row.state) for n, wd in cur[1].items()})
+                                       self._idle(row.name, n, wd.status(), row.state) for n, wd in cur[1].items()})
+
+    def _idle(self, job: str, name: str, status: WatchdogStatus, state: str) -> WatchdogStatus:
+        seen = self._idle_shown.get((job, name))
+        if seen is not None and seen[1] == state and seen[0] == status:
+            return seen[2]
+        if len(self._idle_shown) > 200_000:  # jobs come and go: bound it
+            self._idle_shown.clear()
+        shown = _idle(status, state)
+        self._idle_shown[(job, name)] = (status, state, shown)
+        return shown
 
 
 WATCHING = (JobState.STARTING.value, JobState.RUNNING.value)  # a trainer runs (or boots) and is not being stopped
