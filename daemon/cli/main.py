@@ -135,6 +135,8 @@ def _status_text(client: Client, args: argparse.Namespace) -> str:
     from .render import format_status
 
     raw = client({"cmd": "status"})
+    if args.json and not args.job:  # as it came, not read into a Status first (1,000 jobs: issue 39's scale goal)
+        return json.dumps(raw, indent=2, default=str)
     st = Status.from_json(raw)
     if args.job:
         st = replace(st, jobs=(_job_or_fail(st, args.job),))
