@@ -105,7 +105,8 @@ class Samples:
     """Each command's times; a command that fails (the client's 10 s timeout, a refusal) is a figure too: counted,
     its time kept apart, its first error printed."""
 
-    def __init__(self) -> None:
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        self.env = env  # the clients' environment (PYTHONPATH of the arm measured)
         self.ok: dict[str, list[float]] = {}
         self.failed: dict[str, list[float]] = {}
         self.errors: dict[str, str] = {}
@@ -114,7 +115,7 @@ class Samples:
     def run(self, name: str, cmd: list[str]) -> str | None:
         t0 = time.monotonic()
         try:
-            dt, out = timed(cmd)
+            dt, out = timed(cmd, self.env)
         except RuntimeError as exc:
             self.failed.setdefault(name, []).append(time.monotonic() - t0)
             self.errors.setdefault(name, str(exc).splitlines()[-1][:300])
@@ -128,7 +129,7 @@ class Samples:
         return s + (f" {len(bad)}F" if bad else "")
 
 
-def one_size(co: Checkout, n: int, a: argparse.Namespace) -> dict[str, Any]:
+def one_size(co: Checkout, n: int, a: argparse.Namespace, pythonpath: str | None = None) -> dict[str, Any]:
     d = Path(tempfile.mkdtemp(prefix=f"isaacd-bench-scale-{n}-"))
     cfg = host_config(d, a.tick)
     logs = d / "logs"
@@ -139,7 +140,9 @@ def one_size(co: Checkout, n: int, a: argparse.Namespace) -> dict[str, Any]:
     sock = d / "isaacd.sock"
     cli = [str(co.isaacd), "--config", str(cfg)]
     t0 = time.monotonic()
-    sup = HostSupervisor(co, cfg)
+    extra = {"PYTHONPATH": pythonpath} if pythonpath else {}
+    env = {**os.environ, **extra}
+    sup = HostSupervisor(co, cfg, extra)
     out: dict[str, Any] = {"n": n}
     try:
         wait_until(lambda: ask(sock, {"cmd": "status"}, timeout=30), 120 + n / 5, "the control socket", interval=0.2)
@@ -158,7 +161,7 @@ def one_size(co: Checkout, n: int, a: argparse.Namespace) -> dict[str, Any]:
         out["up"] = time.monotonic() - t0
         sfile = d / "sweep.toml"
         sfile.write_text(sweep_text("scale", a.trials, logs))
-        sm = Samples()
+        sm = Samples(env)
         sm.run("sweep submit", cli + ["sweep", "submit", str(sfile)])
         try:
             wait_until(lambda: len(ask(sock, {"cmd": "status"}, timeout=60)["jobs"]) == n + a.trials, 300,
@@ -214,6 +217,8 @@ def main() -> int:
     ap.add_argument("--rest", type=float, default=30.0, help="seconds of CPU measured at rest")
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds after the sweep's submit, unmeasured")
     ap.add_argument("--tick", type=float, default=0.2, help="[supervisor] tick_interval (0.2 is the default)")
+    ap.add_argument("--against", metavar="DIR", help="also measure a baseline at each N, just before this checkout: "
+                    "DIR holds an `isaacd` link to the baseline's daemon/ (run through this venv, PYTHONPATH=DIR)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dirs (configs, supervisor logs)")
     args = ap.parse_args()
 
@@ -233,12 +238,16 @@ def main() -> int:
     cols = ("sweep submit", "submit", "status", "sweep status", "sweeps", "socket")
     head = f"{'N':>5} {'jobs':>5}  " + "  ".join(f"{c:>14}" for c in cols) + f"  {'rest CPU':>8}"
     lines = []
-    for n in [int(x) for x in args.jobs.split(",")]:
-        r = one_size(co, n, args)
+    arms: list[tuple[str, str | None]] = [("", None)]
+    if args.against:  # the baseline first, then this checkout, at each N: both under the same load
+        arms = [("before", args.against), ("after", None)]
+        head = f"{'arm':<6} " + head
+    for n, (arm, pp) in [(n, arm) for n in [int(x) for x in args.jobs.split(",")] for arm in arms]:
+        r = one_size(co, n, args, pp)
         sm = r["samples"]
-        lines.append(f"{r['n']:>5} {r['total']:>5}  " + "  ".join(f"{sm.cell(c):>14}" for c in cols)
-                     + f"  {r['rest_cpu'] * 100:>7.1f}%")
-        print(f"  N={n}: up and settled in {r['up']:.1f} s; states at the end {r['states']}", flush=True)
+        lines.append((f"{arm:<6} " if args.against else "") + f"{r['n']:>5} {r['total']:>5}  "
+                     + "  ".join(f"{sm.cell(c):>14}" for c in cols) + f"  {r['rest_cpu'] * 100:>7.1f}%")
+        print(f"  N={n} {arm}: up and settled in {r['up']:.1f} s; states at the end {r['states']}", flush=True)
         print(head + "\n" + lines[-1], flush=True)
         for k, e in sm.errors.items():
             print(f"    {k} failed {len(sm.failed[k])}x ({', '.join(f'{x:.1f}' for x in sm.failed[k])} s), first: {e}")
