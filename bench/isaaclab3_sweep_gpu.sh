@@ -16,7 +16,11 @@
 # A call after the first that reports warm: false ran on a new machine (empty /tmp): start again from call 1.
 # Each call writes $OUT/sweep-gpu.log (timestamped); the arms $OUT/issue39-gpu-sweep-<kind>.{json,txt} and
 # -state.tar.gz (the supervisor's journals, sweep record, shim events and logs; no checkpoints, no TensorBoard).
-# Sweep settings (bench/sweep_gpu.py's flags) through SWEEP_ARGS, e.g. SWEEP_ARGS="--max-iterations 200".
+# Sweep settings (bench/sweep_gpu.py's flags) through SWEEP_ARGS, e.g. SWEEP_ARGS="--max-iterations 200"; BUDGET (575 s)
+# is what the call may take. On a warm, installed machine one call can run both arms of a repeat:
+#   SWEEP_ARGS="--seed 8"; BUDGET=280 bash bench/isaaclab3_sweep_gpu.sh asha; BUDGET=285 bash ... none
+# (2026-12-06 on an H100: 8 trials ~85 s ASHA, ~120 s none; 16 trials ~150 s / ~250 s; install + warm-up ~125 s.)
+# Results: bench/results/issue39-gpu-sweep.{txt,json}.
 set -uo pipefail
 MODE=${1:-asha}
 REPO=$(cd "$(dirname "$0")/.." && pwd)

@@ -262,21 +262,10 @@ class SweepBench(Bench):
             f["nvml_trainer_memory_gib"] = ({"median": round(statistics.median(per_proc) / GIB, 2),
                                              "max": round(max(per_proc) / GIB, 2)} if per_proc else None)
             f["nvml_pids_matched"] = bool(per_proc)
-        # throughput: the packed window (every first launch training, none exited yet), then whole runs
-        firsts = [p["attempts"][0] for p in per.values() if p["attempts"]]
-        if firsts and all(x["first_iteration"] for x in firsts):
-            w0 = max(x["first_iteration"] for x in firsts)
-            w1 = min([x["exited"] or end for x in firsts] + [e["time"] for p in per.values() for e in p["events"]
-                                                             if e["event"] == "trial_paused"] + [end])
-            f["packed_window"] = {"seconds": round(w1 - w0, 2), "trials": len(firsts)}
-            rates = {}
-            for name, p in per.items():
-                if p["runs"]:
-                    ws = [t for _, t in p["runs"][0]["perf"] if w0 <= t <= w1]
-                    if len(ws) >= 2:
-                        rates[name] = (len(ws) - 1) / (ws[-1] - ws[0])
-            if rates:
-                f["packed_window"].update(rate_summary(rates, a.num_envs, spe_of(per)))
+        # throughput: the packed window (the first `concurrency` launches all training, none exited or paused yet)
+        pw = packed_window(per, end, a.concurrency, a.num_envs)
+        if pw:
+            f["packed_window"] = pw
         whole = {}
         for name, p in per.items():
             for i, r in enumerate(p["runs"]):
@@ -365,6 +354,29 @@ class SweepBench(Bench):
     def cleanup(self) -> None:
         self._stop_sampling.set()
         super().cleanup()
+
+
+def packed_window(per: dict[str, Any], end: float, concurrency: int, num_envs: int) -> dict[str, Any] | None:
+    """Each trial's iterations/s from the moment the first `concurrency` launches all train to the first exit or
+    pause among them (TensorBoard wall times of Perf/total_fps), and their sum: the GPU's aggregate when packed."""
+    firsts = sorted(((p["attempts"][0], n) for n, p in per.items() if p["attempts"]),
+                    key=lambda x: x[0]["started"])[:concurrency]
+    if not firsts or not all(x["first_iteration"] for x, _ in firsts):
+        return None
+    w0 = max(x["first_iteration"] for x, _ in firsts)
+    w1 = min([x["exited"] or end for x, _ in firsts] + [e["time"] for _, n in firsts for e in per[n]["events"]
+                                                        if e["event"] == "trial_paused"] + [end])
+    out: dict[str, Any] = {"seconds": round(w1 - w0, 2), "trials": len(firsts)}
+    rates = {}
+    for _, n in firsts:
+        runs = per[n]["runs"]
+        ws = [t for _, t in runs[0]["perf"]] if runs else []
+        ws = [t for t in ws if w0 <= t <= w1]
+        if len(ws) >= 2:
+            rates[n] = (len(ws) - 1) / (ws[-1] - ws[0])
+    if rates:
+        out.update(rate_summary(rates, num_envs, spe_of(per)))
+    return out
 
 
 def max_overlap(spans: list[tuple[float, float]]) -> int:
@@ -499,6 +511,15 @@ def compare(asha_path: str, none_path: str) -> str:
         x, y = ga.get(k), gn.get(k)
         ratio = f"{x / y:.2f}" if isinstance(x, (int, float)) and isinstance(y, (int, float)) and y else "-"
         L.append(f"  {k:<24} asha {fmt(x, '.1f'):>9}  none {fmt(y, '.1f'):>9}  asha/none {ratio}")
+    # GPU-seconds (the sweep's count) until its best so far first reached the target: 90 % of the none arm's final
+    # best, as bench/sweep_asha_vs_none.py reads it (the sweep's best at the furthest rung, the highest seen so far)
+    truth = (fn.get("best") or {}).get("objective")
+    if isinstance(truth, (int, float)):
+        target = 0.9 * truth if truth > 0 else truth
+        to = {k: gpu_seconds_to(R, target) for k, R in (("asha", A), ("none", N))}
+        ratio = f"{to['asha'] / to['none']:.2f}" if to["asha"] and to["none"] else "-"
+        L.append(f"  to target {target:.3f}      asha {fmt(to['asha'], '.1f'):>9}  none {fmt(to['none'], '.1f'):>9}  "
+                 f"asha/none {ratio}  (GPU-seconds, the sweep's count, until its best so far reached 90 % of none's)")
     ba, bn = (fa.get("best") or {}), (fn.get("best") or {})
     L.append(f"  final best               asha {fmt(ba.get('objective'))} (trial {ba.get('trial')})  none "
              f"{fmt(bn.get('objective'))} (trial {bn.get('trial')})")
@@ -509,6 +530,16 @@ def compare(asha_path: str, none_path: str) -> str:
         L.append(f"  the none arm's best trial {nb} in the ASHA arm: {at['state']} at iteration {at['iteration']}, "
                  f"rung values {[round(x, 2) for x in at['rung_values']]}")
     return "\n".join(L)
+
+
+def gpu_seconds_to(res: dict[str, Any], target: float) -> float | None:
+    seen = None
+    for row in res.get("timeline") or []:
+        if row.get("best") is not None:
+            seen = row["best"] if seen is None else max(seen, row["best"])
+        if seen is not None and seen >= target:
+            return row["gpu_seconds"]
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
