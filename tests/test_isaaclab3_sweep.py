@@ -122,6 +122,8 @@ def test_real_isaaclab_sweep_pauses_promotes_and_each_searched_value_is_in_effec
     said = sp.cli("sweep", "submit", str(sweep_file(tmp_path))).stdout
     assert "sweep il: 4 trials submitted (il-t001 .. il-t004), at most 1 at once, scheduler asha" in said
     status = wait_for(lambda: (s := sweep(sp))["state"] == "done" and s, 5 * BOOT, interval=0.5, what="the sweep done")
+    # the sweep is done at t4's pause; its stop with a save is still under way: the runs are read once it is over
+    wait_for(lambda: sp.job("il-t004")["state"] == "stopped", 90, what="il-t004 stopped with its save")
 
     by_job = {t["job"]: t for t in status["trials"]}
     assert status["best"] == 1
@@ -162,8 +164,11 @@ def test_real_isaaclab_sweep_pauses_promotes_and_each_searched_value_is_in_effec
     logged_steps = [steps(d) for d in dirs]
     assert set().union(*map(set, logged_steps)) == set(range(TOTAL)), logged_steps
     assert logged_steps[1][0] == runs[1]["resume_from"]["iteration"]
-    # the paused trials stopped at their rung, and trial 1 ran to the end
+    # trial 1 ran to the end; the paused trials stopped at their rung, each at the iteration its stop saved
     assert max(steps(run_dirs(sp, "il-t001")[0])) == TOTAL - 1
+    for job in ("il-t003", "il-t004"):
+        saved = events(sp, job, "trainer_saved_on_stop")
+        assert len(saved) == 1 and max(steps(run_dirs(sp, job)[0])) == saved[0]["iteration"] < TOTAL - 1, job
     for n in LR:
         assert_clean_log(tmp_path, f"il-{n}")  # every searched override taken by Isaac Lab's Hydra, none ignored
     best = sp.cli("sweep", "best", "il").stdout
