@@ -2,28 +2,37 @@
 CLI, on a scripted 8-GPU host (the queue places the members by gpu_memory; they train on the CPU).
 
 The objective is the learning rate the trainer itself logs (rsl_rl's `Loss/learning_rate`, fixed schedule), so the
-ranks are known before the run (seed 1 samples 1.86e-5 and 4.95e-4): the member with the lower rate is the bottom one,
-and at its interval it exploits
-the other: it saves, copies the top member's newest complete checkpoint, and goes on from it with the top member's
-rate perturbed by 0.8 or 1.2. The trainer's own log proves the new rate in effect at the first iteration after the
-exploit (rsl_rl's PPO.load would have taken the copy's rate; the shim sets the new one again after that load), and
-the member's TensorBoard steps show where it went on: at the source's checkpoint, nothing of its own lost before."""
+ranks are known before the run: seed 1 samples 1.86e-5, 4.95e-4, 3.37e-4 and 3.24e-5 for members 1-4, so member 1
+is the bottom of the population and member 2 its top. At its interval member 1 exploits: it copies member 2's
+newest complete checkpoint and goes on from it with member 2's rate perturbed by 0.8 or 1.2. Right then its trainer
+is SIGKILLed and so is the supervisor: the next supervisor finds the exploit where the record left it, and carries
+it out once (one copy, one lineage entry). The trainer's own log proves the new rate in effect at the first
+iteration after the exploit (rsl_rl's PPO.load would have taken the copy's rate; the shim sets the new one again
+after that load), its TensorBoard steps go on from the copy's iteration to the end with none missing, and the top
+member never stopped."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import sys
 from pathlib import Path
 
 import pytest
 from helpers import wait_for
 from test_queue_e2e import QUIET, host
 
+from isaacd.sweeps.sampler import sample
+from isaacd.sweeps.space import LogUniform
+
 pytestmark = pytest.mark.slow
 
+MAX_ITERATIONS = 12
 POPULATION = """
 [sweep]
 name = "pop"
-trials = 2
+trials = 4
 seed = 1
 [sweep.objective]
 tag = "Loss/learning_rate"
@@ -31,8 +40,8 @@ mode = "max"
 smooth = 1
 [sweep.scheduler]
 kind = "pbt"
-interval = 4
-quantile = 0.5
+interval = 3
+quantile = 0.25
 resample_probability = 0.0
 [sweep.space]
 "agent.algorithm.learning_rate" = {{ loguniform = [1e-5, 1e-3] }}
@@ -40,14 +49,16 @@ resample_probability = 0.0
 device = "cpu"
 gpu_memory = "10GiB"
 num_envs = 32
-max_iterations = 14
+max_iterations = {max_iterations}
 save_interval = 1
 stop_timeout = 60.0
 spare = false
 log_root = "{logs}"
 extra_args = ["agent.num_steps_per_env=8", "agent.algorithm.schedule=fixed"]
+environment = {{ OMP_NUM_THREADS = "1" }}  # 4 trainers on 2 cores: torch's extra threads only fight each other
 {quiet}
 """
+LRS = [v["lr"] for v in sample({"lr": LogUniform(1e-5, 1e-3)}, 4, 1)]  # the sweep's own sampler, its seed
 
 
 def scalars(run_dir: Path, tag: str) -> dict[int, float]:
@@ -66,46 +77,85 @@ def sweep(sp) -> dict:  # noqa: ANN001
     return json.loads(sp.cli("sweep", "status", "pop", "--json").stdout)
 
 
-def test_the_bottom_member_exploits_the_top_one_through_a_copy_with_its_new_rate_in_effect(tmp_path, supervisor_factory):
-    from isaacd.sweeps.sampler import sample
-    from isaacd.sweeps.space import LogUniform
-    lrs_sampled = [v["lr"] for v in sample({"lr": LogUniform(1e-5, 1e-3)}, 2, 1)]
-    bottom_job, top_job = ("pop-t001", "pop-t002") if lrs_sampled[0] < lrs_sampled[1] else ("pop-t002", "pop-t001")
-    bottom_lr, top_lr = sorted(lrs_sampled)
+def said_on_failure(sp, jobs: list[str]) -> None:  # noqa: ANN001
+    for j in jobs:
+        for e in sp.events(j):
+            print(j, {k: v for k, v in e.items() if k != "argv"}, file=sys.stderr)
+
+
+def test_the_bottom_member_copies_the_top_one_through_a_trainer_and_supervisor_kill_with_its_new_rate_in_effect(
+        tmp_path, supervisor_factory):
+    assert LRS.index(min(LRS)) == 0 and LRS.index(max(LRS)) == 1  # member 1 the bottom, member 2 the top
+    bottom, top, top_lr = "pop-t001", "pop-t002", LRS[1]
     cfg = host(tmp_path, free=tuple(range(8)))
     sp = supervisor_factory(cfg)
     path = tmp_path / "pop.sweep.toml"
-    path.write_text(POPULATION.format(logs=tmp_path / "logs", quiet=QUIET.replace("[jobs.watchdogs.", "[job.watchdogs.")))
+    path.write_text(POPULATION.format(logs=tmp_path / "logs", max_iterations=MAX_ITERATIONS,
+                                      quiet=QUIET.replace("[jobs.watchdogs.", "[job.watchdogs.")))
+    # a population larger than the host holds at once is refused at submit, saying how many fit
+    too_many = tmp_path / "too-many.sweep.toml"
+    too_many.write_text(path.read_text().replace('name = "pop"', 'name = "big"').replace("trials = 4", "trials = 20")
+                        .replace('gpu_memory = "10GiB"', 'gpu_memory = "60GiB"'))
+    refused = sp.cli("sweep", "submit", str(too_many), check=False)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert ("sweep.trials: a population of 20 trains all at once; this host holds 16 members of \"60GiB\" each (empty): "
+            "set trials = 16 or fewer") in refused.stderr + refused.stdout
     said = sp.cli("sweep", "submit", str(path)).stdout
-    assert "sweep pop: 2 trials submitted" in said and "scheduler pbt" in said
+    assert "sweep pop: 4 trials submitted (pop-t001 .. pop-t004)" in said and "scheduler pbt" in said
     try:
-        wait_for(lambda: any(e["event"] == "member_exploited" for e in sp.events(bottom_job)), 90,
+        # the top member is held (SIGSTOP) once it has a checkpoint, until the bottom one has copied it: the test
+        # decides the order, not the race between four trainers booting on two cores
+        held = wait_for(lambda: (j := sp.job(top))["state"] == "running" and (j["iteration"] or 0) >= 3 and j["pid"],
+                        120, interval=0.05, what="the top member at iteration 3")
+        os.kill(held, signal.SIGSTOP)
+        ex = wait_for(lambda: next((e for e in sp.events(bottom) if e["event"] == "member_exploit"), None), 120,
+                      interval=0.05, what="the bottom member's exploit decided")
+        # mid-exploit: its trainer and the supervisor die at once
+        pid = sp.job(bottom)["pid"]
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+        sp.stop(signal.SIGKILL)
+        sp = supervisor_factory(cfg)
+        wait_for(lambda: any(e["event"] == "member_exploited" for e in sp.events(bottom)), 120,
                  what="the bottom member's exploit carried out")
+        os.kill(held, signal.SIGCONT)
+        wait_for(lambda: sweep(sp)["state"] == "done", 240, what="the population done")
     except AssertionError:
-        import sys
-        for j in (top_job, bottom_job):
-            for e in sp.events(j):
-                print(j, {k: v for k, v in e.items() if k not in ("argv",)}, file=sys.stderr)
-        print(sweep(sp), file=sys.stderr)
+        said_on_failure(sp, [bottom, top])
         raise
-    ex = next(e for e in sp.events(bottom_job) if e["event"] == "member_exploit")
-    assert (ex["source_job"], ex["rank"], ex["of"]) == (top_job, 2, 2)
+    assert ex["source_job"] == top and ex["rank"] == ex["of"] >= 2
     new_lr = ex["new"]["agent.algorithm.learning_rate"]
     assert new_lr in (pytest.approx(top_lr * 0.8, rel=1e-5), pytest.approx(top_lr * 1.2, rel=1e-5))
-    copied = next(e for e in sp.events(bottom_job) if e["event"] == "checkpoint_copied")
-    assert copied["source"] == top_job and Path(copied["path"]).parent.name.endswith(
-        f"_pbt-from-{top_job}-at-{copied['iteration']}")
-    wait_for(lambda: sweep(sp)["state"] == "done", 240, what="the population done")
+    first = [e for e in sp.events(bottom) if e["event"] == "member_exploited"][0]
+    copies = [e for e in sp.events(bottom) if e["event"] == "checkpoint_copied"]
     status = sweep(sp)
-    bottom = next(t for t in status["trials"] if t["job"] == bottom_job)
-    assert bottom["exploits"] >= 1 and bottom["lineage"][0]["from_job"] == top_job and bottom["lineage"][0]["copied"]
-    # the exploit's run: it starts at the copy's iteration, and its first logged rate is the new one (not the copy's
-    # 1e-3, which PPO.load took from the optimizer; not the member's old 1e-5)
-    started = [e for e in sp.events(bottom_job) if e["event"] == "started"]
-    after = next(s for s in started if s["resume_from"] and "_pbt-from-" in s["resume_from"]["path"])
-    run_dirs = sorted(d for d in (tmp_path / "logs").rglob("*") if d.is_dir() and d.parent.name == bottom_job
-                      and "_pbt-from-" not in d.name)
-    lrs = {step: v for d in run_dirs for step, v in scalars(d, "Loss/learning_rate").items()}
-    first = after["resume_from"]["iteration"]
-    assert lrs[first] == pytest.approx(new_lr, rel=1e-6), (first, lrs)
-    assert all(v == pytest.approx(bottom_lr, rel=1e-5) for s, v in lrs.items() if s < ex["iteration"]), lrs
+    member = next(t for t in status["trials"] if t["job"] == bottom)
+    lineage = member["lineage"]
+    # carried out once, from the top member's checkpoint: one copy per exploit, though the supervisor died mid-way
+    assert first["source_job"] == top and lineage[0]["from_job"] == top and lineage[0]["copied"]
+    assert len(copies) == sum(1 for e in lineage if e["copied"]) == member["exploits"], (copies, lineage)
+    copied = copies[0]
+    assert copied["source"] == top and Path(copied["path"]).parent.name.endswith(
+        f"_pbt-from-{top}-at-{copied['iteration']}")
+    # the first run from the copy: its first logged rate is the new one (not the copy's, which PPO.load took from
+    # the optimizer; not the member's own 1.86e-5), and its steps go on from the copy's iteration, none missing
+    started = [e for e in sp.events(bottom) if e["event"] == "started"]
+    after = next(s for s in started if s["resume_from"] and s["resume_from"]["path"] == copied["path"])
+    runs = {e["attempt"]: e["run_dir"] for e in sp.events(bottom) if e["event"] == "run_dir"}
+    run = Path(runs[after["attempt"]])
+    lrs = scalars(run, "Loss/learning_rate")
+    at = copied["iteration"]
+    assert lrs[at] == pytest.approx(new_lr, rel=1e-6), (at, lrs)
+    # on its copy's timeline (until its next exploit, if it had one): every iteration from the copy's on
+    copy_paths = [c["path"] for c in copies]
+    nxt = next((s["attempt"] for s in started if s["attempt"] > after["attempt"] and s["resume_from"]
+                and s["resume_from"]["path"] in copy_paths), None)
+    until = lineage[1]["at"] if len(lineage) > 1 else MAX_ITERATIONS
+    timeline = [Path(runs[a]) for a in sorted(runs) if a >= after["attempt"] and (nxt is None or a < nxt)]
+    steps_after = {s for d in timeline for s in scalars(d, "Loss/learning_rate")}
+    assert set(range(at, until)) <= steps_after, (at, until, sorted(steps_after))
+    # the top member was never stopped for it: one attempt, trained to the end
+    assert [e["attempt"] for e in sp.events(top) if e["event"] == "started"] == [1]
+    assert next(t for t in status["trials"] if t["job"] == top)["state"] == "completed"
+    text = sp.cli("sweep", "status", "pop").stdout
+    assert f"{bottom} at iteration {lineage[0]['at']}: copied {top}" in text

@@ -86,3 +86,17 @@ def test_a_key_an_exploit_cannot_change_in_the_running_trainer_is_refused(key):
 
 def test_kind_none_keeps_the_pbt_keys_so_one_file_flips_between_them():
     assert parse(sched=SCHED.replace('"pbt"', '"none"')).scheduler.pbt is None
+
+
+# ---- a population that cannot fit (submit) --------------------------------------------------------------------------
+def test_a_population_larger_than_an_empty_host_holds_is_refused_saying_how_many_fit():
+    from test_queue_config import snapshot
+
+    from isaacd.sweeps.spec import trial_job
+    from isaacd.sweeps.submit import members_that_fit
+
+    spec = parse(job=JOB.replace('"2 GB"', '"60GiB"'))  # 140 GiB GPUs: 2 members each
+    member = trial_job(spec, 1, {"agent.algorithm.learning_rate": 1e-3, "agent.algorithm.entropy_coef": 0.0})
+    assert members_that_fit(member, snapshot({0: 40.0, 1: 40.0})) == 4  # (the MIG slice is its GPU's: not counted)
+    assert members_that_fit(member, snapshot({0: 40.0})) == 2
+    assert members_that_fit(member, None) is None  # no inventory: never a reason to refuse

@@ -224,7 +224,8 @@ class SweepController:
                 self._note(rec, "sweep_done", best=rec.best, best_job=rec.trial(rec.best).job if rec.best else None,
                            objective=rec.best_value, detail=rec.reason)
             if changed or moved:
-                self.store.save(rec)  # saved before any of its commands is acted on
+                self.store.save(rec)  # saved before any of its commands, events or files is acted on
+            self.population.flush()
             return out + commands
         for d in decide(asha, views):
             out += self._carry_out(live, d, views, by_name)

@@ -74,9 +74,23 @@ def member_extra_args(spec: SweepSpec, t: TrialRecord) -> list[str]:
 
 
 class Population:
+    """Its acts beyond the returned commands (the journal's events, a member's job file) wait in `pending` until the
+    controller has saved the record with the decision they follow from (`flush`): an event a person (or a test) has
+    read, or a file rewritten, is never a decision a supervisor killed a moment later forgets."""
+
     def __init__(self, journal: Journal, request_reload: Callable[[], None]):
-        self.journal = journal
+        self._journal = journal
         self.request_reload = request_reload
+        self.pending: list[Callable[[], None]] = []
+
+    def journal(self, job: str, event: str, **fields: Any) -> None:
+        self.pending.append(lambda: self._journal(job, event, **fields))
+
+    def flush(self) -> None:
+        """After the record is saved: the events and files of the decisions it holds."""
+        pending, self.pending = self.pending, []
+        for act in pending:
+            act()
 
     def tick(self, rec: SweepRecord, spec: SweepSpec, pbt: Pbt, series: dict[int, Series],
              iterations: dict[int, int | None], by_name: dict[str, JobSignals]) -> tuple[list[tuple[str, Command]], bool]:
@@ -129,7 +143,7 @@ class Population:
                      old=dict(d.old), new=dict(d.new),
                      detail=f"rank {d.rank} of {d.of}: copies {source.job}'s checkpoint (iteration "
                             f"{d.source_checkpoint}) and goes on with perturbed values")
-        self._rewrite(rec, spec, t)
+        self.pending.append(lambda: self._rewrite(rec, spec, t))
         return []
 
     # ---- an exploit, step by step ---------------------------------------------------------------------------------
@@ -137,12 +151,18 @@ class Population:
                       series: dict[int, Series]) -> tuple[list[tuple[str, Command]], bool]:
         ex, sig = t.exploit, by_name.get(t.job)
         assert ex is not None
+        if sig is not None and sig.state == JobState.COMPLETED and ex["phase"] == "resume" \
+                and sig.attempt == (ex["started_attempt"] or 0):
+            # its launch copied a checkpoint at max_iterations (the source had finished): done, nothing to train
+            self._done(rec, t, ex, copied=True)
+            return [], True
         if sig is None or sig.state in (JobState.COMPLETED, JobState.FAILED):
             t.exploit = None  # its job ended (or went) meanwhile: nothing to carry out
             return [], True
         if ex["phase"] == "reload":
             if list(sig.cfg.extra_args) != member_extra_args(spec, t):
-                self._rewrite(rec, spec, t)  # (again after a restart: the same text; the reload is asked again)
+                # (again after a restart: the same text; the reload is asked again)
+                self.pending.append(lambda: self._rewrite(rec, spec, t))
                 return [], False
             source = by_name.get(ex["source_job"])
             dirs = source.checkpoint_dirs if source is not None else ()
@@ -193,10 +213,11 @@ class Population:
             st = path.stat()
             table = tomllib.loads(path.read_text())["jobs"][0]
             wanted = member_extra_args(spec, t)
-            if list(table.get("extra_args") or []) != wanted:
-                table["extra_args"] = wanted
-                write_atomically(path, toml_job_file(table, trial_header(spec, t.number, dict(t.values))),
-                                 (st.st_uid, st.st_gid))
+            if list(table.get("extra_args") or []) == wanted:
+                return  # written before (a reload asked then is still to come, or the next start reads it)
+            table["extra_args"] = wanted
+            write_atomically(path, toml_job_file(table, trial_header(spec, t.number, dict(t.values))),
+                             (st.st_uid, st.st_gid))
         except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
             log.error("member_file_unwritable", sweep=rec.name, job=t.job, path=str(path), error=str(exc),
                       detail="its exploit waits; fix the file's directory and it goes on")

@@ -18,6 +18,7 @@ from ..config.jobs_dir import job_file, write_atomically
 from ..config.access import Limits
 from ..config.schema import ConfigError, ConfigIssue, JobConfig
 from ..config.sizes import size_bytes, written
+from ..gpu.snapshot import GpuSnapshot
 from ..scheduling.submit import ONE_AT_A_TIME, Submittable, as_caller, jobs_dir_of, larger_than_host
 from .controller import SweepController
 from .record import SweepRecord, TrialRecord
@@ -79,9 +80,37 @@ def _check(sup: Submittable, spec: SweepSpec, jobs: list[JobConfig], source: str
         why = concurrency_over_quota(spec.concurrency, jobs[0], effective_limits(caller.user, sup.config.access))
         if why is not None:
             raise ValueError(f"not submitted: {ConfigError(source, [ConfigIssue('sweep.concurrency', why)])}")
-    too_big = larger_than_host(jobs[0], sup.gpu_snapshot() if sup.gpu_snapshot is not None else None)
+    snap = sup.gpu_snapshot() if sup.gpu_snapshot is not None else None
+    too_big = larger_than_host(jobs[0], snap)
     if too_big is not None:
         raise ValueError(f"not submitted: {ConfigError(source, [too_big])}")
+    if spec.scheduler.kind == "pbt":  # a population trains all at once: it must fit this host, empty
+        fits = members_that_fit(jobs[0], snap)
+        if fits is not None and spec.trials > fits:
+            why = (f"a population of {spec.trials} trains all at once; this host holds {fits} members of "
+                   f"{_size(jobs[0])} each (empty): set trials = {fits} or fewer, or ask less per member")
+            raise ValueError(f"not submitted: {ConfigError(source, [ConfigIssue('sweep.trials', why)])}")
+
+
+def members_that_fit(member: JobConfig, snap: GpuSnapshot | None) -> int | None:
+    """How many members of this size an empty host holds at once (whole GPUs: the GPUs over its ranks; gpu_memory:
+    each GPU's total over the ask, summed); None when the GPUs or their totals are not known."""
+    if snap is None or not snap.up or not member.placed_by_isaacd:
+        return None
+    gpus = [key for key, info in snap.gpus.items() if not info.is_mig]
+    if not gpus:
+        return None
+    ask = member.gpu_memory_bytes
+    if ask is None:
+        return len(gpus) // max(1, member.ranks)
+    totals = [t for k in gpus if (x := snap.samples.get(k)) is not None and (t := x.memory_total_bytes)]
+    if not totals:
+        return None
+    return sum(int(t // ask) for t in totals) // max(1, member.ranks)
+
+
+def _size(member: JobConfig) -> str:
+    return written(member.gpu_memory) if member.gpu_memory is not None else f"{member.ranks} GPU(s)"
 
 
 def concurrency_over_quota(concurrency: int, trial: JobConfig, limits: Limits) -> str | None:
