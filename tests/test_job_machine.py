@@ -590,3 +590,16 @@ def test_every_table_row_is_covered():
     # runs last in this file: the edges the tests above walked are every edge of the table
     table = {(a, b) for a, targets in TRANSITIONS.items() for b in targets}
     assert table - SEEN == set(), f"edges no test walks: {sorted((a.value, b.value) for a, b in table - SEEN)}"
+
+
+def test_a_sweeps_promotion_while_its_pause_still_saves_starts_the_trial_once_stopped():
+    """ASHA may promote a trial in the tick after it paused it: the start is kept in the stop, not dropped (the
+    trainer saves, stops, then starts again from that save), and it says it was the sweep's."""
+    j = Job().running().send(Stop(Origin.SWEEP, "sweep lr: paused at iteration 4"))
+    j.send(Start(Origin.SWEEP, "sweep lr: promoted past iteration 4"))
+    assert j.m.state == S.STOPPING and j.m.stop.start_by == "sweep lr: promoted past iteration 4"
+    assert j.events("stop_changed")[0]["detail"].startswith("sweep start during the stop")
+    assert JobModel.from_json(j.m.to_json()).stop.start_by == j.m.stop.start_by  # a new supervisor keeps it
+    j.send(Exited("exited with code 0", "exit_code", success=True))
+    assert j.m.state in (S.PENDING, S.QUEUED, S.STARTING) and j.m.launch.origin == Origin.SWEEP
+    assert j.m.launch.reason == "sweep lr: promoted past iteration 4"

@@ -271,7 +271,8 @@ def _exited(m: JobModel, msg: Exited, ctx: Context, out: _Out) -> JobModel:
             return _requeue(m, stop.reason, ctx, out)
         if stop.then == Then.START:  # an operator's start came during the stop: stopped, then started
             rested = _rest(m, S.STOPPED, stop.reason, True, ctx, out)
-            return _start(rested, Start(Origin.OPERATOR, START_AFTER_STOP), ctx, out)[0]
+            start = Start(Origin.SWEEP, stop.start_by) if stop.start_by else Start(Origin.OPERATOR, START_AFTER_STOP)
+            return _start(rested, start, ctx, out)[0]
         # a restart or rollback someone asked for: go again at once, resuming; no backoff
         cls = _requested_restart_class(stop.origin)
         # an operator's restart is no crash loop; nor is a launch killed at its deadline (the next one starts cold)
@@ -466,8 +467,9 @@ def _start(m: JobModel, cmd: Start, ctx: Context, out: _Out) -> tuple[JobModel, 
         # only the watchdog that parked the job may resume it; an operator's stop stays a stop
         if m.state != S.STOPPED or m.parked_by != THERMAL_WATCHDOG:
             return m, "not parked"
-    if m.state == S.STOPPING and m.stop is not None and cmd.origin == Origin.OPERATOR:
-        return _after_the_stop(m, m.stop, Then.START, cmd.reason, out)
+    if m.state == S.STOPPING and m.stop is not None and cmd.origin in (Origin.OPERATOR, Origin.SWEEP):
+        # (a sweep's promotion that comes while the same trial's pause still saves: it starts once stopped)
+        return _after_the_stop(m, m.stop, Then.START, cmd.reason, out, by_sweep=cmd.origin == Origin.SWEEP)
     if m.state.active or m.state in (S.PENDING, S.QUEUED):
         return m, f"already {m.state.value}"
     if m.state == S.BACKING_OFF:  # the restart was counted when it was scheduled
@@ -515,7 +517,8 @@ def _stop(m: JobModel, cmd: Stop, ctx: Context, out: _Out) -> tuple[JobModel, st
 START_AFTER_STOP = "operator start (isaacd start, asked during a stop)"
 
 
-def _after_the_stop(m: JobModel, cur: StopIntent, then: Then, reason: str, out: _Out) -> tuple[JobModel, str]:
+def _after_the_stop(m: JobModel, cur: StopIntent, then: Then, reason: str, out: _Out,
+                    by_sweep: bool = False) -> tuple[JobModel, str]:
     """An operator's start (then=START) or restart (then=RESTART) while the trainer stops: remembered in the stop
     intent and saved, so the job stops and then starts, also across a supervisor restart. A stop that ends this
     supervisor's watch (a shutdown, a config removal) refuses it: the job's start is not this supervisor's to give."""
@@ -532,10 +535,11 @@ def _after_the_stop(m: JobModel, cur: StopIntent, then: Then, reason: str, out: 
     if cur.then == then:
         return m, f"already {word} once stopped"
     # a start keeps the stop's reason and origin (the job rests stopped for it first); a restart is the operator's
-    new = replace(cur, then=then) if then == Then.START else replace(cur, then=then, reason=reason,
-                                                                      origin=Origin.OPERATOR)
+    new = replace(cur, then=then, start_by=reason if by_sweep else None) if then == Then.START else \
+        replace(cur, then=then, reason=reason, origin=Origin.OPERATOR)
+    who = "sweep" if by_sweep else "operator"
     out.add(Event("stop_changed", {"reason": new.reason, "then": then.value, "final": new.final,
-                                   "detail": f"operator {verb} during the stop: the trainer stops, then the job "
+                                   "detail": f"{who} {verb} during the stop: the trainer stops, then the job "
                                              f"{'starts' if then == Then.START else 'restarts'}"}))
     out.add(Persist())
     return m.with_(stop=new), f"{word} once stopped (the stop under way finishes first)"

@@ -117,6 +117,7 @@ class StopIntent:
     before_iteration: int | None = None  # for a rollback: resume strictly before this iteration
     new_seed: bool = False
     from_job: "FromJob | None" = None  # PBT's exploit: then launch from a copy of this job's checkpoint
+    start_by: str | None = None  # then=START asked by a sweep (an ASHA promotion): its reason; None: an operator's
 
 
 @dataclass(frozen=True)
@@ -214,7 +215,8 @@ class JobModel:
                 reason=str(stop["reason"]), origin=Origin(stop["origin"]), then=Then(stop["then"]),
                 deadline=float(stop["deadline"]), final=bool(stop.get("final", True)),
                 killed=bool(stop.get("killed", False)), before_iteration=stop.get("before_iteration"),
-                new_seed=bool(stop.get("new_seed", False)), from_job=_from_job(stop.get("from_job"))),
+                new_seed=bool(stop.get("new_seed", False)), from_job=_from_job(stop.get("from_job")),
+                start_by=stop.get("start_by")),
             backoff_until=d.get("backoff_until"),
             backoff_seconds=d.get("backoff_seconds"),
             final=bool(d.get("final", False)),
