@@ -31,6 +31,7 @@ import shutil
 import signal
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -114,6 +115,7 @@ def run_arm(co: Checkout, kind: str, seed: int, a: argparse.Namespace) -> dict[s
         series = read_series(d / "logs")
         arm = {"kind": kind, "seed": seed, "dir": str(d), "wall_seconds": round(time.monotonic() - t0, 1),
                "pause_to_free": pause_to_free(d / "state" / "jobs"),
+               "pause_to_save": pause_to_free(d / "state" / "jobs", "trainer_saved_on_stop"),
                "gpu_seconds": status.get("gpu_seconds"), "final_best": status.get("best_objective"),
                "best_trial": status.get("best"), "state": status.get("state"), "timeline": timeline,
                "iterations": sum(len(s["points"]) for s in series.values()),
@@ -155,10 +157,13 @@ def read_series(logs: Path) -> dict[int, dict[str, Any]]:
             for n, s in sorted(out.items())}
 
 
-def first_reach(series: dict[Any, list], target: float, smooth: int) -> tuple[float, Any] | None:
-    """The wall time at which any trial's smoothed objective first reached `target`, and that trial."""
+def first_reach(series: dict[Any, list], target: float, smooth: int, only: Any = None) -> tuple[float, Any] | None:
+    """The wall time at which any trial's (or trial `only`'s) smoothed objective first reached `target`, and that
+    trial."""
     best: tuple[float, Any] | None = None
     for n, pts in series.items():
+        if only is not None and n != only:
+            continue
         vals = [v for _, v, _ in pts]
         for i in range(len(pts)):
             window = vals[max(0, i + 1 - smooth):i + 1]
@@ -181,8 +186,9 @@ def gpu_seconds_at(timeline: list, wall: float) -> float:
     return g1 + (g2 - g1) * (wall - t1) / (t2 - t1) if t2 > t1 else g2
 
 
-def pause_to_free(journals: Path) -> list[float]:
-    """Seconds from each `trial_paused` to its trainer's exit (the save done, its GPU given back to the queue)."""
+def pause_to_free(journals: Path, until: str = "exited") -> list[float]:
+    """Seconds from each `trial_paused` to its trainer's exit (the save done, its GPU given back to the queue), or to
+    another event of its (`trainer_saved_on_stop`: the checkpoint written, the process still alive)."""
     out = []
     for f in sorted(journals.glob("*.events.jsonl")):
         paused_at = None
@@ -193,7 +199,7 @@ def pause_to_free(journals: Path) -> list[float]:
                 continue
             if e.get("event") == "trial_paused":
                 paused_at = e["time"]
-            elif e.get("event") == "exited" and paused_at is not None:
+            elif e.get("event") == until and paused_at is not None:
                 out.append(round(e["time"] - paused_at, 2))
                 paused_at = None
     return out
@@ -210,8 +216,12 @@ def compare(none: dict[str, Any], asha: dict[str, Any], a: argparse.Namespace) -
     row: dict[str, Any] = {"seed": none["seed"], "target": round(target, 2)}
     for arm in (none, asha):
         hit = first_reach(arm["series"], target, a.smooth)
+        mine = first_reach(arm["series"], target, a.smooth, only=arm["best_trial"])
         row[arm["kind"]] = {
             "to_target": round(gpu_seconds_at(arm["timeline"], hit[0]), 2) if hit else None,
+            "iterations_to_target": sum(1 for pts in arm["series"].values() for p in pts if p[2] <= hit[0])
+            if hit else None,
+            "best_to_target": round(gpu_seconds_at(arm["timeline"], mine[0]), 2) if mine else None,
             "reached_by": hit[1] if hit else None, "total": arm["gpu_seconds"], "final_best": arm["final_best"],
             "best_trial": arm["best_trial"], "best_lr": lr_of(arm, arm["best_trial"]), "iterations": arm["iterations"],
             "trainer_starts": arm["trainer_starts"], "wall": arm["wall_seconds"]}
@@ -226,13 +236,14 @@ def fmt(x: float | None, spec: str = ".1f") -> str:
     return format(x, spec) if x is not None else "never"
 
 
-def report(co: Checkout, a: argparse.Namespace, rows: list, arms: list, started: str, cmd: str) -> str:
+def report(co: Checkout, a: argparse.Namespace, rows: list, arms: list, started: str, cmd: str,
+           checkout: str | None = None) -> str:
     lo, hi = a.lr_range
     rungs, r = [], a.grace
     while r < a.iterations:
         rungs.append(r)
         r *= a.eta
-    out = [f"bench/sweep_asha_vs_none.py on {co.describe()}",
+    out = [f"bench/sweep_asha_vs_none.py on {checkout or co.describe()}",
            f"date {started} (UTC); command: {cmd}",
            f"task: the built-in cart-pole (Isaacd-Cartpole-v0) on the CPU, {a.num_envs} envs x {a.steps} steps per "
            f"iteration, PPO with a fixed learning rate, {a.iterations} iterations per trial",
@@ -244,30 +255,40 @@ def report(co: Checkout, a: argparse.Namespace, rows: list, arms: list, started:
            "(TensorBoard wall times); final best: the sweep's best trial (furthest rung) and its smoothed objective",
            "this machine: 2 cores shared with other engineers' tests and trainers (run under nice -n 10): wall and "
            "GPU-seconds carry their load; trial-iterations do not", ""]
-    out.append(f"{'seed':>4}  {'arm':>4}  {'target':>6}  {'GPU-s to target':>15}  {'GPU-s total':>11}  "
-               f"{'final best':>10}  {'best trial (lr)':>16}  {'trial-iters':>11}  {'starts':>6}  {'wall s':>6}")
+    out.append(f"{'seed':>4}  {'arm':>4}  {'target':>6}  {'GPU-s to target':>15}  {'its best to target':>18}  "
+               f"{'GPU-s total':>11}  {'final best':>10}  {'best trial (lr)':>16}  {'trial-iters':>11}  "
+               f"{'starts':>6}  {'wall s':>6}")
     for row in rows:
         for kind in ("none", "asha"):
             x = row[kind]
             reached = f"{fmt(x['to_target'])} (t{x['reached_by']})" if x["to_target"] is not None else "never"
             best = f"t{x['best_trial']} ({x['best_lr']})"
-            out.append(f"{row['seed']:>4}  {kind:>4}  {row['target']:>6.1f}  {reached:>15}  {x['total']:>11.1f}  "
+            out.append(f"{row['seed']:>4}  {kind:>4}  {row['target']:>6.1f}  {reached:>15}  "
+                       f"{fmt(x.get('best_to_target')):>18}  {x['total']:>11.1f}  "
                        f"{fmt(x['final_best'], '.2f'):>10}  {best:>16}  {x['iterations']:>11}  "
                        f"{x['trainer_starts']:>6}  {x['wall']:>6.1f}")
         nb = row["none_best_in_asha"]
+        rv = ", ".join(f"{v:.1f}" for v in nb["rung_values"] or [])
         out.append(f"{'':>4}  none's best trial t{nb['trial']} under ASHA: {nb['state']} at iteration "
-                   f"{nb['iteration']}, rung values {nb['rung_values']}")
+                   f"{nb['iteration']}, its values at the rungs (and the end): {rv}")
 
     def med(xs: list[float]) -> str:
         return f"median {statistics.median(xs):.2f} ({', '.join(f'{x:.2f}' for x in xs)})" if xs else "-"
 
     to = [r["asha"]["to_target"] / r["none"]["to_target"] for r in rows
           if r["asha"]["to_target"] is not None and r["none"]["to_target"]]
+    mine = [r["asha"]["best_to_target"] / r["none"]["best_to_target"] for r in rows
+            if r["asha"].get("best_to_target") is not None and r["none"].get("best_to_target")]
+    iters_to = [r["asha"]["iterations_to_target"] / r["none"]["iterations_to_target"] for r in rows
+                if r["asha"].get("iterations_to_target") is not None and r["none"].get("iterations_to_target")]
     total = [r["asha"]["total"] / r["none"]["total"] for r in rows if r["none"]["total"]]
     iters = [r["asha"]["iterations"] / r["none"]["iterations"] for r in rows if r["none"]["iterations"]]
     never = sum(1 for r in rows if r["asha"]["to_target"] is None)
     out += ["", f"ASHA / none, GPU-seconds to the target: {med(to)}" + (f"; ASHA never reached it in {never} of "
                                                                          f"{len(rows)}" if never else ""),
+            f"ASHA / none, trial-iterations to the target (the same moment, counted in iterations): {med(iters_to)}",
+            f"ASHA / none, GPU-seconds until the trial each sweep ends up returning as its best reached the target: "
+            f"{med(mine)}",
             f"ASHA / none, GPU-seconds of the whole sweep: {med(total)}",
             f"ASHA / none, trial-iterations of the whole sweep: {med(iters)}",
             "final best, ASHA - none: " + ", ".join(
@@ -277,7 +298,25 @@ def report(co: Checkout, a: argparse.Namespace, rows: list, arms: list, started:
     out.append("a paused trial's GPU free (trial_paused -> its trainer's exit, the save done): " +
                (f"median {statistics.median(frees):.2f} s, max {max(frees):.2f} s over {len(frees)} pauses"
                 if frees else "no pause"))
+    saves = [x for arm in arms for x in arm.get("pause_to_save", [])]
+    if saves:
+        out.append(f"  of which trial_paused -> the trainer's checkpoint written: median "
+                   f"{statistics.median(saves):.2f} s, max {max(saves):.2f} s (the rest is the trainer process ending)")
     return "\n".join(out)
+
+
+def rerender(co: Checkout, path: Path) -> None:
+    """The report of a saved run (its raw JSON), its rows computed again from the arms (series, timelines)."""
+    raw = json.loads(path.read_text())
+    a = argparse.Namespace(**raw["args"])
+    arms = raw["arms"]
+    for arm in arms:
+        arm["series"] = {int(n): pts for n, pts in arm["series"].items()}
+    by_seed: dict[int, dict[str, Any]] = {}
+    for arm in arms:
+        by_seed.setdefault(arm["seed"], {})[arm["kind"]] = arm
+    rows = [compare(x["none"], x["asha"], a) for x in by_seed.values()]
+    print(report(co, a, rows, arms, raw["date"], raw["command"], raw.get("checkout")))
 
 
 def main() -> None:
@@ -297,11 +336,15 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--keep", action="store_true", help="keep each arm's directory")
     ap.add_argument("--repo", default=None)
+    ap.add_argument("--from-json", type=Path, default=None, help="print the report of a saved run again, run nothing")
     a = ap.parse_args()
     co = Checkout(a.repo)
+    if a.from_json:
+        rerender(co, a.from_json)
+        return
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
-    import sys
     cmd = "nice -n 10 .venv/bin/python bench/sweep_asha_vs_none.py " + " ".join(sys.argv[1:])
+    checkout = co.describe()  # at the start: others commit to this tree while it runs
     rows, arms, t_start, last = [], [], time.monotonic(), 0.0
     for i, seed in enumerate(a.seeds):
         if rows and (time.monotonic() - t_start + last) / 60 > a.budget_min:
@@ -313,13 +356,13 @@ def main() -> None:
         last = time.monotonic() - t_rep
         arms += [done["none"], done["asha"]]
         rows.append(compare(done["none"], done["asha"], a))
-        text = report(co, a, rows, arms, started, cmd)
+        text = report(co, a, rows, arms, started, cmd, checkout)
         print(text, flush=True)
         res = HERE / "results"
         res.mkdir(exist_ok=True)
         (res / "issue39-asha-vs-none.txt").write_text(text + "\n")
-        (res / "issue39-asha-vs-none.json").write_text(json.dumps({"args": vars(a), "command": cmd, "date": started,
-                                                                  "rows": rows, "arms": arms}, default=str))
+        raw = {"args": vars(a), "command": cmd, "date": started, "checkout": checkout, "rows": rows, "arms": arms}
+        (res / "issue39-asha-vs-none.json").write_text(json.dumps(raw, default=str))
 
 
 if __name__ == "__main__":
