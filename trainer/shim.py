@@ -129,6 +129,7 @@ parks where upstream hands over to the runner: the first ``learn()`` (a fresh st
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import importlib.util
 import os
@@ -186,7 +187,19 @@ _Stop, _Progress = hooks._Stop, hooks._Progress  # the stop's state, for a host 
 USAGE = "usage: shim.py SCRIPT.py [args...] | shim.py -m MODULE [args...] | shim.py --isaacd-spare"
 
 
+def _freeze_before_finalizing() -> None:
+    """The last exit handler (registered first): every object alive now is left out of the interpreter's final
+    garbage collections. A trained Isaac Lab process spent 7.8-8.8 s in them after its last handler
+    (Py_FinalizeEx -> finalize_modules -> _PyGC_CollectNoFail over the whole heap; gdb, 3.0.0 on the CPU), and a
+    paused sweep trial's GPU is free only when it exits: 0.8 s with this. What is freed by its reference count
+    (a file closed, a buffer flushed) still is; only cyclic garbage is left to the kernel, which reclaims it."""
+    import gc
+
+    gc.freeze()
+
+
 def main() -> None:
+    atexit.register(_freeze_before_finalizing)  # first registered, last run
     argv = sys.argv[1:]
     if argv[:1] == [P.SPARE_FLAG]:
         sys.modules.setdefault("isaacd_shim", sys.modules[__name__])
