@@ -301,22 +301,30 @@ def report(co: Checkout, a: argparse.Namespace, rows: list, arms: list, started:
     saves = [x for arm in arms for x in arm.get("pause_to_save", [])]
     if saves:
         out.append(f"  of which trial_paused -> the trainer's checkpoint written: median "
-                   f"{statistics.median(saves):.2f} s, max {max(saves):.2f} s (the rest is the trainer process ending)")
+                   f"{statistics.median(saves):.2f} s, max {max(saves):.2f} s over {len(saves)} pauses (the rest: the "
+                   "trainer process ending)")
     return "\n".join(out)
 
 
-def rerender(co: Checkout, path: Path) -> None:
-    """The report of a saved run (its raw JSON), its rows computed again from the arms (series, timelines)."""
-    raw = json.loads(path.read_text())
-    a = argparse.Namespace(**raw["args"])
-    arms = raw["arms"]
+def rerender(co: Checkout, paths: list[Path]) -> None:
+    """The report of saved runs (their raw JSON, the same settings but the seeds), its rows computed again from the
+    arms (series, timelines); several runs are one table."""
+    raws = [json.loads(p.read_text()) for p in paths]
+    a = argparse.Namespace(**raws[0]["args"])
+    a.seeds = [s for r in raws for s in r["args"]["seeds"] if any(arm["seed"] == s for arm in r["arms"])]
+    for r in raws[1:]:
+        other = {k: v for k, v in r["args"].items() if k not in ("seeds", "budget_min", "from_json", "keep")}
+        if any(getattr(a, k, None) != v for k, v in other.items()):
+            sys.exit(f"{paths[0]} and another run differ in their settings: {other}")
+    arms = [arm for r in raws for arm in r["arms"]]
     for arm in arms:
         arm["series"] = {int(n): pts for n, pts in arm["series"].items()}
     by_seed: dict[int, dict[str, Any]] = {}
     for arm in arms:
         by_seed.setdefault(arm["seed"], {})[arm["kind"]] = arm
     rows = [compare(x["none"], x["asha"], a) for x in by_seed.values()]
-    print(report(co, a, rows, arms, raw["date"], raw["command"], raw.get("checkout")))
+    print(report(co, a, rows, arms, "; ".join(r["date"] for r in raws), "; ".join(r["command"] for r in raws),
+                 "; ".join(dict.fromkeys(r.get("checkout") or "?" for r in raws))))
 
 
 def main() -> None:
@@ -336,7 +344,8 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--keep", action="store_true", help="keep each arm's directory")
     ap.add_argument("--repo", default=None)
-    ap.add_argument("--from-json", type=Path, default=None, help="print the report of a saved run again, run nothing")
+    ap.add_argument("--from-json", type=Path, nargs="+", default=None,
+                    help="print the report of saved runs again (several: one table), run nothing")
     a = ap.parse_args()
     co = Checkout(a.repo)
     if a.from_json:
