@@ -162,6 +162,29 @@ def test_a_clean_exit_at_max_iterations_reached_max(tmp_path):
     assert attempt.checkpoint_at_exit == 99
 
 
+def test_an_adopted_trainer_whose_shim_said_its_training_finished_completes_instead_of_restarting(tmp_path):
+    """Not the supervisor's child (adopted after a restart): no exit code to read. Its shim's learn_finished (learn()
+    returned after its last save) says how it ended; without it the exit stays unknown, a crash."""
+    from isaacd.runtimes.process import ADOPTED_EXIT
+
+    w = World(tmp_path)
+    attempt, t = w.trainer()
+    w.shim_says({"event": "runner_started", "run_dir": str(w.run_dir)})
+    w.tensorboard(98, 99)
+    fake_checkpoint(w.run_dir / "model_99.pt", 99)
+    w.observe()
+    w.shim_says({"event": "learn_finished", "iteration": 99})
+    t.exit = ExitStatus(detail=ADOPTED_EXIT)
+    (exited,) = w.observe()
+    assert exited.success and exited.reached_max and attempt.exit["code"] == 0
+    w2 = World(tmp_path / "other")
+    _, t2 = w2.trainer()
+    w2.observe()
+    t2.exit = ExitStatus(detail=ADOPTED_EXIT)
+    (lost,) = w2.observe()
+    assert not lost.success and "exit status unknown" in lost.description
+
+
 # ---- recovery: messages, never a signal of its own ----------------------------------------------------
 def test_recovery_adopts_a_live_trainer_in_a_stop_and_leaves_the_signal_to_the_machine(tmp_path):
     w = World(tmp_path)

@@ -6,7 +6,7 @@ answer at once, runtimes/base.py; the shim's file and the tail are read where th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -19,6 +19,7 @@ from .exit_tail import ExitWithOutput, exit_with_log_tail, last_output_line
 from ..observations.checkpoints import Checkpoint, sweep_snapshot_temps
 from ..observations.shim_events import ShimEvents
 from ..observations.tensorboard import ScalarPoint, TensorBoardTail, finite_or_none
+from ..runtimes.process import ADOPTED_EXIT
 from ..runtimes.base import ExitStatus, Handle, Runtime
 from ..access.owner import inside_log_root
 from ..clock import Clock
@@ -161,6 +162,7 @@ class AttemptObserver:
 
     def exited(self, attempt: Attempt, status: ExitStatus) -> Exited:
         ran = self.clock.monotonic() - self.live.started_mono if self.live.started_mono is not None else 0.0
+        status = self._adopted_and_finished(status)
         self.record_exit(attempt, status)
         start = attempt.resume_from["iteration"] if attempt.resume_from else -1
         moved = attempt.checkpoint_at_exit is not None and attempt.checkpoint_at_exit > start
@@ -171,6 +173,19 @@ class AttemptObserver:
                       config_error=self._config_error(status),
                       reached_max=reached_max, ran_seconds=ran, moved_forward=moved, finished_early=finished,
                       cuda_oom=self._cuda_oom(attempt, status), handover_failed=handover)
+
+    def _adopted_and_finished(self, status: ExitStatus) -> ExitStatus:
+        """An adopted trainer (not this supervisor's child: no exit code) whose shim said its training finished
+        (learn() returned, after its last save) ended as a finished one does: code 0, so the job completes instead
+        of scheduling a restart that only finds max_iterations reached."""
+        shim = self.live.shim
+        if status.detail != ADOPTED_EXIT or shim is None:
+            return status
+        shim.poll()
+        if not shim.report.finished:
+            return status
+        return replace(status, code=0, detail="adopted after a restart (no exit code to read); its shim said its "
+                                              "training finished")
 
     def record_exit(self, attempt: Attempt, status: ExitStatus) -> None:
         """The facts of an ended attempt, saved before the machine decides what they mean."""

@@ -39,6 +39,9 @@ def _no_follow(path: str, flags: int) -> int:
     return os.open(path, flags | os.O_NOFOLLOW, 0o644)
 
 
+ADOPTED_EXIT = "ended, not this supervisor's child (adopted after a restart): exit status unknown"
+
+
 class ProcessRuntime:
     name = "process"
 
@@ -89,7 +92,8 @@ class ProcessRuntime:
         # Adopted: not our child, so no exit status; watch the pid (and its start time) instead.
         if self._same_process(pid, handle.state.get("start_time")):
             return None
-        return ExitStatus(detail="ended while the supervisor was not running; exit status unknown")
+        # (it may have ended while a supervisor watched it: one that adopted it after a restart has no exit code)
+        return ExitStatus(detail=ADOPTED_EXIT)
 
     def _reap_group(self, handle: Handle) -> None:
         # Helpers the trainer spawned may outlive it; they belong to the attempt, not the host.
