@@ -131,7 +131,7 @@ class HostQueue:
         if row.state != JobState.QUEUED.value:
             return row
         seen = self._shown.get(row.name)  # the same row and place as the last publish: the same answer, no copies
-        if seen is not None and seen[1] is w and seen[0] == row:
+        if seen is not None and seen[1] is w and (seen[0] is row or seen[0] == row):
             return seen[2]
         shown = replace(row, queue=replace(row.queue, position=w.position, reason=w.reason),
                         state_reason=f"queued #{w.position}: {w.reason}")

@@ -155,7 +155,20 @@ class Watchdog:
     def possible_actions(self) -> set[WatchdogAction]:
         return {WatchdogAction(self.cfg.action)}
 
+    _shown: tuple[tuple[object, ...], object, WatchdogStatus] | None = None
+
     def status(self) -> WatchdogStatus:
+        """Made again only when the watchdog's state or its config changed: read for every job at every publish
+        (issue 39: 1,000 jobs), while a queued job's watchdogs stand still."""
+        key = (self.state, self.pending_since, self.last_action_at, self.detail)
+        last = self._shown
+        if last is not None and last[1] is self.cfg and last[0] == key:
+            return last[2]
+        shown = self.fresh_status()
+        self._shown = (key, self.cfg, shown)
+        return shown
+
+    def fresh_status(self) -> WatchdogStatus:
         acted = self.state in (WatchdogState.TRIPPED, WatchdogState.COOLDOWN)
         return WatchdogStatus(state=self.state, since=self.pending_since if self.state == WatchdogState.PENDING else
                               (self.last_action_at if acted else None),

@@ -27,10 +27,10 @@ class XidWatchdog(Watchdog):
     def possible_actions(self) -> set[WatchdogAction]:
         return {WatchdogAction(self.cfg.application_action), WatchdogAction(self.cfg.reset_action), WatchdogAction.LOG}
 
-    def status(self) -> WatchdogStatus:
+    def fresh_status(self) -> WatchdogStatus:
         # The common `action` key (default "log") is not what this watchdog does: it acts per XID class.
         app, reset = self.cfg.application_action, self.cfg.reset_action
-        return replace(super().status(), action=app if app == reset else f"{app}/{reset}",
+        return replace(super().fresh_status(), action=app if app == reset else f"{app}/{reset}",
                        actions_by_class={"application": app, "reset": reset, "other": WatchdogAction.LOG})
 
     def evaluate(self, view: JobView) -> Verdict:
