@@ -23,16 +23,20 @@ TRAINER = "trap 'exit 0' INT TERM; : {marker}; while true; do sleep 0.1; done"
 
 
 def trainers(marker: str) -> list[int]:
-    """Host pids of this test's trainer shells (each carries the marker in its command line)."""
-    out = []
+    """Host pids of this test's trainer shells (each carries the marker in its command line). The shell forks a
+    child for each `sleep` every 0.1 s, and between its fork and its exec that child carries the same command line:
+    a process whose parent is one of them is such a fork, not another trainer (it made this test fail 1 in 3 on a
+    loaded machine)."""
+    found: dict[int, int] = {}
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
                 if marker.encode() in (d / "cmdline").read_bytes():
-                    out.append(int(d.name))
-            except OSError:
-                pass
-    return out
+                    stat = (d / "stat").read_text()
+                    found[int(d.name)] = int(stat[stat.rindex(")") + 2:].split()[1])  # ppid, after "(comm) state"
+            except (OSError, ValueError, IndexError):
+                continue
+    return sorted(pid for pid, ppid in found.items() if ppid not in found)
 
 
 @pytest.fixture()
