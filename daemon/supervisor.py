@@ -26,7 +26,7 @@ from typing import Any, Callable, Protocol
 from . import __version__
 from .service import sdnotify
 from .config.schema import Config, ConfigError, ConfigIssue, JobConfig
-from .config.read import quiet_for, read_settled_config
+from .config.read import read_settled_config
 from .config.reload_diff import RESTART, ReloadSummary, changed_keys, setting_changes
 from .clock import Clock, SystemClock
 from .access.policy import Caller
@@ -53,6 +53,7 @@ from .status.signals import JobSignals
 from .status.types import GpusStatus, JobStatus, Status, SupervisorInfo
 from .history.store import StateStore
 from .attempt.ending import EndedJobs
+from .service.reload_requests import ReloadRequests
 from .workflows.installed import refresh as refresh_installed_isaaclab
 
 
@@ -113,7 +114,9 @@ def not_in(config: Config, names: Iterable[str]) -> list[str]:
     return [n for n in names if n not in jobs]
 
 
-class Supervisor(EndedJobs, SweepCommands):  # a dropped runner's job ends (attempt/ending.py); sweeps/commands.py
+# its parts kept beside what they serve: a dropped runner's job ends (attempt/ending.py), the sweep commands
+# (sweeps/commands.py), a reload asked for (service/reload_requests.py)
+class Supervisor(EndedJobs, SweepCommands, ReloadRequests):
     def __init__(self, config: Config, config_path: str | None, clock: Clock | None = None, *,
                  gpu_check: GpuCheck | None = None, gpu_memory: GpuMemory | None = None,
                  gpu_snapshot: Callable[[], GpuSnapshot] | None = None, hooks: Hooks = Hooks(),
@@ -318,15 +321,6 @@ class Supervisor(EndedJobs, SweepCommands):  # a dropped runner's job ends (atte
         os.close(self._lock_fd)
 
     # ---- config reload -----------------------------------------------------------------
-    def request_reload(self) -> None:
-        """A reload as a SIGHUP asks for one: before the next tick, once the config files have been quiet a moment
-        (a PBT exploit's rewritten member file, issue 40)."""
-        self._reload_requested.set()
-        self._wake.set()
-
-    def _config_quiet(self) -> bool:
-        return self.config_path is None or quiet_for(self.config_path) is not None
-
     def reload(self) -> dict[str, Any]:
         """Re-read the config. A bad file changes nothing: the running config and jobs stay.
 
