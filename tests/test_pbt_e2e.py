@@ -98,7 +98,8 @@ def test_the_bottom_member_copies_the_top_one_through_a_trainer_and_supervisor_k
                         .replace('gpu_memory = "10GiB"', 'gpu_memory = "60GiB"'))
     refused = sp.cli("sweep", "submit", str(too_many), check=False)
     assert refused.returncode != 0 and "Traceback" not in refused.stderr
-    assert ("sweep.trials: a population of 20 trains all at once; this host holds 16 members of \"60GiB\" each (empty): "
+    assert ("sweep.trials: a population of 20 trains all at once; this host holds 16 members of \"60GiB\" each "
+            "(empty): "
             "set trials = 16 or fewer") in refused.stderr + refused.stdout
     said = sp.cli("sweep", "submit", str(path)).stdout
     assert "sweep pop: 4 trials submitted (pop-t001 .. pop-t004)" in said and "scheduler pbt" in said

@@ -99,7 +99,8 @@ def test_the_sources_newest_complete_checkpoint_is_copied_into_a_folder_of_the_m
     got = copy_from_job(fj, logs / "member" / "exp", None, 1_765_000_000.0)
     assert not isinstance(got, str), got
     assert got.iteration == 40 and got.path.name == "model_40.pt"
-    assert got.path.parent.parent == logs / "member" / "exp" and got.path.parent.name.endswith("_pbt-from-pop-t003-at-40")
+    assert got.path.parent.parent == logs / "member" / "exp"
+    assert got.path.parent.name.endswith("_pbt-from-pop-t003-at-40")
     assert got.path.read_bytes() == (logs / "src" / "run2" / "model_40.pt").read_bytes()
     assert [p.name for p in got.path.parent.iterdir()] == ["model_40.pt"]  # no temp file left
 

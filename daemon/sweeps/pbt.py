@@ -36,7 +36,8 @@ The rules, one scenario each in tests/test_pbt.py:
     among them: a fresh draw). Keys not mutated are the source's. Floats keep 6 significant digits, as sampled ones.
   * `stop_at`: a member whose objective reaches it ends the population (`Done`).
   * Done: when no member can train on (every one completed, failed or cancelled); the best is the best objective
-    among them, a failed member's excepted (it may have diverged: its last objective is no result) (its schedule of hyperparameters is its lineage, kept by the wiring).
+    among them, a failed member's excepted (it may have diverged: its last objective is no result); its schedule of
+    hyperparameters is its lineage, kept by the wiring.
 """
 
 from __future__ import annotations

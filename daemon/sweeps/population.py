@@ -93,7 +93,8 @@ class Population:
             act()
 
     def tick(self, rec: SweepRecord, spec: SweepSpec, pbt: Pbt, series: dict[int, Series],
-             iterations: dict[int, int | None], by_name: dict[str, JobSignals]) -> tuple[list[tuple[str, Command]], bool]:
+             iterations: dict[int, int | None],
+             by_name: dict[str, JobSignals]) -> tuple[list[tuple[str, Command]], bool]:
         """This pass's commands, and whether the record changed (to be saved before they are acted on)."""
         out: list[tuple[str, Command]] = []
         changed = False
@@ -189,7 +190,8 @@ class Population:
         ex["resend"] = ex.get("resend", 0) + 1
         return [(t.job, self._resume(rec, t, ex, tuple(ex.get("source_dirs") or ())))], True
 
-    def _resume(self, rec: SweepRecord, t: TrialRecord, ex: dict[str, Any], dirs: tuple[str, ...] | list[str]) -> Command:
+    def _resume(self, rec: SweepRecord, t: TrialRecord, ex: dict[str, Any],
+                dirs: tuple[str, ...] | list[str]) -> Command:
         return ResumeFrom(Origin.SWEEP, f"sweep {rec.name}: member {t.number} exploits member {ex['source']} "
                                         f"({ex['source_job']})", ex["source_job"], tuple(dirs))
 
