@@ -309,7 +309,10 @@ def report(co: Checkout, a: argparse.Namespace, rows: list, arms: list, started:
 def rerender(co: Checkout, paths: list[Path]) -> None:
     """The report of saved runs (their raw JSON, the same settings but the seeds), its rows computed again from the
     arms (series, timelines); several runs are one table."""
-    raws = [json.loads(p.read_text()) for p in paths]
+    raws = []
+    for p in paths:
+        raw = json.loads(p.read_text())
+        raws += raw["runs"] if "runs" in raw else [raw]  # a file of several runs: {"runs": [...]}
     a = argparse.Namespace(**raws[0]["args"])
     a.seeds = [s for r in raws for s in r["args"]["seeds"] if any(arm["seed"] == s for arm in r["arms"])]
     for r in raws[1:]:
