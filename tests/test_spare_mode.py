@@ -17,7 +17,7 @@ from isaacd.config.schema import ConfigError, JobConfig, parse_config
 from isaacd.attempt.spare import remove_staging, sweep_staging
 from isaacd.attempt.spare_launch import stage_booted
 from isaacd.attempt.spare_mode import (GiB, Room, booted_resume, choose_mode, gpu_rooms, host_room, room_problem,
-                               spare_setting, split_attempt_flags)
+                                       set_after_load, spare_setting, split_attempt_flags)
 from isaacd_trainer import shim_spare
 from isaacd.gpu.snapshot import GpuSnapshot, empty_snapshot
 from isaacd.gpu.types import GpuInfo, GpuMap, GpuSample, ProcessMemory
@@ -131,6 +131,29 @@ def test_booted_resume_takes_checkpoint_iterations_and_seed_only():
     assert booted_resume(two, old, "/l/run/model_5.pt")["checkpoint"] == "/l/run/model_5.pt"
     rest, values = split_attempt_flags(["--resume", "--load_run", "x", "a"])
     assert rest == ["a"] and values == {"--resume": True, "--load_run": "x"}
+
+
+def test_a_booted_spare_takes_a_pbt_exploit_whose_new_algorithm_values_the_shim_sets_after_the_load():
+    # issue 40: the member's job file was rewritten with its new rate after its spare booted with the old one; the
+    # go's ISAACD_ALGORITHM_SET sets the new one after the copy's load (launch/exploit.py), so the spare may take it
+    boot = FRESH + ["agent.algorithm.schedule=fixed", "agent.algorithm.learning_rate=1.85664e-05"]
+    copy = "/l/pop-t001/2026-12-06_09-15-31_pbt-from-pop-t002-at-35/model_35.pt"
+    attempt = resumed(copy, 85) + ["agent.algorithm.schedule=fixed", "agent.algorithm.learning_rate=0.000396239"]
+    algorithm_set = json.dumps({"checkpoint": "2026-12-06_09-15-31_pbt-from-pop-t002-at-35/model_35.pt",
+                                "values": {"learning_rate": 0.000396239, "schedule": "fixed"}})
+    names = set_after_load(algorithm_set, copy)
+    assert names == {"learning_rate", "schedule"}
+    assert booted_resume(boot, attempt, copy, names) == {"checkpoint": copy, "max_iterations": 85, "seed": 42}
+    # without it (a plain resume, or the values set after another file's load) the changed rate is refused
+    why = booted_resume(boot, attempt, copy)
+    assert isinstance(why, str) and "agent.algorithm.learning_rate=0.000396239 instead of " \
+        "agent.algorithm.learning_rate=1.85664e-05" in why, why
+    assert set_after_load(algorithm_set, "/l/pop-t001/run/model_35.pt") == frozenset()
+    assert set_after_load("not json", copy) == set_after_load(None, copy) == frozenset()
+    # only the names set after the load may differ: another override still needs another boot
+    other = attempt + ["agent.algorithm.gamma=0.9"]
+    assert isinstance(booted_resume(boot, other, copy, names), str)
+    assert isinstance(booted_resume(boot, resumed(copy, 85, envs="8") + attempt[len(FRESH) + 2:], copy, names), str)
 
 
 # ---- staging ---------------------------------------------------------------------------------------------------

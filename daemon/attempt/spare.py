@@ -45,7 +45,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from isaacd_trainer.shim_protocol import GO_ARGV, GO_ATTEMPT_ENV, GO_CWD, GO_ENV, GO_LOG, GO_PLAIN, GO_RESUME, ShimEvent
+from isaacd_trainer.shim_protocol import (ALGORITHM_SET_ENV, GO_ARGV, GO_ATTEMPT_ENV, GO_CWD, GO_ENV, GO_LOG, GO_PLAIN,
+                                          GO_RESUME, ShimEvent)
 
 from ..runtimes import trainer_command
 from .setting import JobSetting
@@ -66,7 +67,7 @@ from ..status.types import SpareStatus
 from .spare_launch import spare_context
 from .spare_effects import KillSpare, SpareEffect, StartSpare
 from .spare_release import Releasing
-from .spare_mode import Mode, booted_resume, choose_mode, gpu_rooms, host_room, spare_setting
+from .spare_mode import Mode, booted_resume, choose_mode, gpu_rooms, host_room, set_after_load, spare_setting
 from ..workflows.launcher import Program
 from ..observations.shim_events import ShimEvents
 
@@ -330,7 +331,9 @@ class SpareKeeper:
         if sp is None or not sp.ready or self.runtime.poll(sp.handle) is not None:
             return []
         if sp.mode == "booted":
-            resume = booted_resume(sp.boot_args, list(attempt_args or []), checkpoint)
+            # a PBT exploit's new agent.algorithm.* values differ from the boot's: the shim sets them after the load
+            settable = set_after_load(go.get(GO_ENV, {}).get(ALGORITHM_SET_ENV), checkpoint)
+            resume = booted_resume(sp.boot_args, list(attempt_args or []), checkpoint, settable)
             if isinstance(resume, str):  # e.g. num_envs stepped down: this environment is not the attempt's
                 self.booted_off = f"a booted spare could not take an attempt ({resume}): imports-only from now on"
                 return self.dismiss(resume)

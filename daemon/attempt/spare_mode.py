@@ -23,6 +23,7 @@ spare died during its boot, or could not take an attempt, the keeper falls back 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -160,12 +161,17 @@ def split_attempt_flags(args: list[str]) -> tuple[list[str], dict[str, str | boo
     return rest, values
 
 
-def booted_resume(boot_args: list[str], attempt_args: list[str], checkpoint: str | None) -> dict[str, Any] | str:
+def booted_resume(boot_args: list[str], attempt_args: list[str], checkpoint: str | None,
+                  set_after_load: Collection[str] = ()) -> dict[str, Any] | str:
     """The go's ``resume`` {checkpoint, max_iterations, seed} for a spare booted with `boot_args`, or why the
     attempt cannot be handed to it (its command line differs in more than checkpoint, seed and iterations: a
-    num_envs step-down, a changed config)."""
-    booted, _ = split_attempt_flags(boot_args)
-    wanted, values = split_attempt_flags(attempt_args)
+    num_envs step-down, a changed config).
+
+    `set_after_load`: the ``agent.algorithm.<name>`` the shim sets on the algorithm after the checkpoint's load
+    (a PBT exploit's new values, launch/exploit.py, ISAACD_ALGORITHM_SET in the go's env): their overrides may
+    differ from the boot's, as the member's job file was rewritten with them after its spare booted."""
+    booted, _ = split_attempt_flags(_without_algorithm(boot_args, set_after_load))
+    wanted, values = split_attempt_flags(_without_algorithm(attempt_args, set_after_load))
     if booted != wanted:
         return f"the attempt's command line differs from the booted spare's: {_first_difference(booted, wanted)}"
     raw = values.get("--max_iterations")
@@ -184,6 +190,33 @@ def booted_resume(boot_args: list[str], attempt_args: list[str], checkpoint: str
     if resumes and checkpoint is None:
         return "the attempt resumes but its checkpoint file is not known"
     return {"checkpoint": checkpoint if resumes else None, "max_iterations": n, "seed": seed}
+
+
+ALGORITHM_OVERRIDE = "agent.algorithm."
+
+
+def _without_algorithm(args: list[str], names: Collection[str]) -> list[str]:
+    """`args` without the Hydra overrides ``[+]agent.algorithm.<name>=...`` of `names`."""
+    def settable(a: str) -> bool:
+        key, sep, _ = a.lstrip("+").partition("=")
+        return bool(sep) and key.startswith(ALGORITHM_OVERRIDE) and key[len(ALGORITHM_OVERRIDE):] in names
+
+    return [a for a in args if not settable(a)] if names else args
+
+
+def set_after_load(algorithm_set: str | None, checkpoint: str | None) -> frozenset[str]:
+    """The names an ISAACD_ALGORITHM_SET value (launch/exploit.py) sets after the load of `checkpoint`: none when
+    it names another file (the shim sets nothing then) or is no such JSON object."""
+    try:
+        spec = json.loads(algorithm_set or "")
+    except ValueError:
+        return frozenset()
+    if not isinstance(spec, dict) or not isinstance(spec.get("values"), dict) or checkpoint is None:
+        return frozenset()
+    which = spec.get("checkpoint")
+    if not isinstance(which, str) or "/".join(checkpoint.split("/")[-2:]) != which:
+        return frozenset()
+    return frozenset(spec["values"])
 
 
 def _first_difference(booted: list[str], wanted: list[str]) -> str:
