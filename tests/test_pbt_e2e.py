@@ -3,7 +3,8 @@ CLI, on a scripted 8-GPU host (the queue places the members by gpu_memory; they 
 
 The objective is the learning rate the trainer itself logs (rsl_rl's `Loss/learning_rate`, fixed schedule), so the
 ranks are known before the run: seed 1 samples 1.86e-5, 4.95e-4, 3.37e-4 and 3.24e-5 for members 1-4, so member 1
-is the bottom of the population and member 2 its top. At its interval member 1 exploits: it copies member 2's
+is the bottom of the population and member 2 its top (the test holds each with SIGSTOP so that member 2 is ranked
+with a checkpoint when member 1 is judged). At its interval member 1 exploits: it copies member 2's
 newest complete checkpoint and goes on from it with member 2's rate perturbed by 0.8 or 1.2. Right then its trainer
 is SIGKILLed and so is the supervisor: the next supervisor finds the exploit where the record left it, and carries
 it out once (one copy, one lineage entry). The trainer's own log proves the new rate in effect at the first
@@ -104,11 +105,15 @@ def test_the_bottom_member_copies_the_top_one_through_a_trainer_and_supervisor_k
     said = sp.cli("sweep", "submit", str(path)).stdout
     assert "sweep pop: 4 trials submitted (pop-t001 .. pop-t004)" in said and "scheduler pbt" in said
     try:
-        # the top member is held (SIGSTOP) once it has a checkpoint, until the bottom one has copied it: the test
-        # decides the order, not the race between four trainers booting on two cores
+        # the test decides the order, not the race between four trainers booting on two cores: the bottom member is
+        # held (SIGSTOP) from its start until the top one has trained 3 iterations (so it is ranked, with a
+        # checkpoint, when the bottom one is judged), then the top one is held until the bottom one has copied it
+        waiting = wait_for(lambda: sp.job(bottom)["pid"], 120, interval=0.02, what="the bottom member started")
+        os.kill(waiting, signal.SIGSTOP)
         held = wait_for(lambda: (j := sp.job(top))["state"] == "running" and (j["iteration"] or 0) >= 3 and j["pid"],
                         120, interval=0.05, what="the top member at iteration 3")
         os.kill(held, signal.SIGSTOP)
+        os.kill(waiting, signal.SIGCONT)
         ex = wait_for(lambda: next((e for e in sp.events(bottom) if e["event"] == "member_exploit"), None), 120,
                       interval=0.05, what="the bottom member's exploit decided")
         # mid-exploit: its trainer and the supervisor die at once
