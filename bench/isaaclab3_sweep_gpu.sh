@@ -8,7 +8,7 @@
 #     --implementation cp --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .il3whl \
 #     pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
 #     typing_extensions==4.16.0 structlog==26.1.0 prometheus_client==0.26.0 nvidia-ml-py==13.615.71
-#   ../shared/tools/device-wheels.sh bench/isaaclab3-h200-wheels.txt .il3whl      # -> .dw1 .. .dw4
+#   device-wheels.sh bench/isaaclab3-h200-wheels.txt .il3whl   # the workplace's shared tools; -> .dw1 .. .dw4
 # then five `run` calls back to back on one warm machine (each timeout_s = 600; /tmp there keeps the parts):
 #   1-3. carry=[".dwN"]  command: bash bench/isaaclab3_sweep_gpu.sh stash
 #   4.   carry=[".dw4"]  command: bash bench/isaaclab3_sweep_gpu.sh asha    # install, Warp warm-up, the ASHA arm
