@@ -3,8 +3,8 @@ CLI, on a scripted 8-GPU host (the queue places the members by gpu_memory; they 
 
 The objective is the learning rate the trainer itself logs (rsl_rl's `Loss/learning_rate`, fixed schedule), so the
 ranks are known before the run: seed 1 samples 1.86e-5, 4.95e-4, 3.37e-4 and 3.24e-5 for members 1-4, so member 1
-is the bottom of the population and member 2 its top (the test holds each with SIGSTOP so that member 2 is ranked
-with a checkpoint when member 1 is judged). At its interval member 1 exploits: it copies member 2's
+is the bottom of the population and member 2 its top (the test holds them with SIGSTOP so that members 1 and 2 are
+the ranked ones, member 2 with a checkpoint, when member 1 is judged). At its interval member 1 exploits: it copies member 2's
 newest complete checkpoint and goes on from it with member 2's rate perturbed by 0.8 or 1.2. Right then its trainer
 is SIGKILLed and so is the supervisor: the next supervisor finds the exploit where the record left it, and carries
 it out once (one copy, one lineage entry). The trainer's own log proves the new rate in effect at the first
@@ -59,6 +59,7 @@ extra_args = ["agent.num_steps_per_env=8", "agent.algorithm.schedule=fixed"]
 environment = {{ OMP_NUM_THREADS = "1" }}  # 4 trainers on 2 cores: torch's extra threads only fight each other
 {quiet}
 """
+TRIALS = [f"pop-t{n:03d}" for n in range(1, 5)]
 LRS = [v["lr"] for v in sample({"lr": LogUniform(1e-5, 1e-3)}, 4, 1)]  # the sweep's own sampler, its seed
 
 
@@ -105,15 +106,21 @@ def test_the_bottom_member_copies_the_top_one_through_a_trainer_and_supervisor_k
     said = sp.cli("sweep", "submit", str(path)).stdout
     assert "sweep pop: 4 trials submitted (pop-t001 .. pop-t004)" in said and "scheduler pbt" in said
     try:
-        # the test decides the order, not the race between four trainers booting on two cores: the bottom member is
-        # held (SIGSTOP) from its start until the top one has trained 3 iterations (so it is ranked, with a
-        # checkpoint, when the bottom one is judged), then the top one is held until the bottom one has copied it
-        waiting = wait_for(lambda: sp.job(bottom)["pid"], 120, interval=0.02, what="the bottom member started")
-        os.kill(waiting, signal.SIGSTOP)
+        # the test decides the order, not the speed of four trainers against the tick: every member is held (SIGSTOP)
+        # from its start; the top one trains until the sweep has ranked it at iteration 3 (with a checkpoint), then is
+        # held again; then the bottom one trains alone, so at its judgement the two of them are the ranked ones
+        others = [j for j in TRIALS if j not in (bottom, top)]
+        frozen = {j: wait_for(lambda j=j: sp.job(j)["pid"], 120, interval=0.02, what=f"{j} started") for j in TRIALS}
+        for pid in frozen.values():
+            os.kill(pid, signal.SIGSTOP)
+        os.kill(frozen[top], signal.SIGCONT)
+
         held = wait_for(lambda: (j := sp.job(top))["state"] == "running" and (j["iteration"] or 0) >= 3 and j["pid"],
-                        120, interval=0.05, what="the top member at iteration 3")
-        os.kill(held, signal.SIGSTOP)
-        os.kill(waiting, signal.SIGCONT)
+                        120, interval=0.02, what="the top member at iteration 3")
+        os.kill(held, signal.SIGSTOP)  # held at once (a quiet machine trains an iteration in ~0.05 s), then ranked
+        wait_for(lambda: next(t for t in sweep(sp)["trials"] if t["job"] == top)["objective"] is not None, 60,
+                 what="the top member ranked by the sweep")
+        os.kill(frozen[bottom], signal.SIGCONT)
         ex = wait_for(lambda: next((e for e in sp.events(bottom) if e["event"] == "member_exploit"), None), 120,
                       interval=0.05, what="the bottom member's exploit decided")
         # mid-exploit: its trainer and the supervisor die at once
@@ -124,12 +131,13 @@ def test_the_bottom_member_copies_the_top_one_through_a_trainer_and_supervisor_k
         sp = supervisor_factory(cfg)
         wait_for(lambda: any(e["event"] == "member_exploited" for e in sp.events(bottom)), 120,
                  what="the bottom member's exploit carried out")
-        os.kill(held, signal.SIGCONT)
+        for pid in [held] + [frozen[j] for j in others]:
+            os.kill(pid, signal.SIGCONT)
         wait_for(lambda: sweep(sp)["state"] == "done", 240, what="the population done")
     except AssertionError:
         said_on_failure(sp, [bottom, top])
         raise
-    assert ex["source_job"] == top and ex["rank"] == ex["of"] >= 2
+    assert ex["source_job"] == top and ex["rank"] == ex["of"] >= 2, {k: v for k, v in ex.items() if k != "detail"}
     new_lr = ex["new"]["agent.algorithm.learning_rate"]
     assert new_lr in (pytest.approx(top_lr * 0.8, rel=1e-5), pytest.approx(top_lr * 1.2, rel=1e-5))
     first = [e for e in sp.events(bottom) if e["event"] == "member_exploited"][0]
@@ -146,7 +154,10 @@ def test_the_bottom_member_copies_the_top_one_through_a_trainer_and_supervisor_k
     # the first run from the copy: its first logged rate is the new one (not the copy's, which PPO.load took from
     # the optimizer; not the member's own 1.86e-5), and its steps go on from the copy's iteration, none missing
     started = [e for e in sp.events(bottom) if e["event"] == "started"]
-    after = next(s for s in started if s["resume_from"] and s["resume_from"]["path"] == copied["path"])
+    after = next((s for s in started if s["resume_from"] and s["resume_from"]["path"] == copied["path"]), None)
+    if after is None:
+        said_on_failure(sp, [bottom])
+    assert after is not None, (copied, started)
     runs = {e["attempt"]: e["run_dir"] for e in sp.events(bottom) if e["event"] == "run_dir"}
     run = Path(runs[after["attempt"]])
     lrs = scalars(run, "Loss/learning_rate")

@@ -39,6 +39,7 @@ class JobSignals:
     # looked for (PBT's exploit, issue 40: the current run dir first, then that checkpoint's folder)
     checkpoint_iteration: int | None = None
     checkpoint_dirs: tuple[str, ...] = ()
+    resumed_from: str | None = None  # its current attempt's resume point (a PBT exploit's copy, or its own)
 
 
 class SpareView(Protocol):
@@ -67,7 +68,8 @@ def job_signals(r: SignalSource) -> JobSignals:
         waiting=bool(live.handle is not None and r.runtime.describe(live.handle).waiting),
         queue=queue_entry(r.setting.written, m, spare_bytes(r.setting.written, r.spares)),
         checkpoint_iteration=obs.checkpoint.iteration if obs.checkpoint is not None else None,
-        checkpoint_dirs=checkpoint_dirs(attempt.run_dir if attempt else None, obs.checkpoint))
+        checkpoint_dirs=checkpoint_dirs(attempt.run_dir if attempt else None, obs.checkpoint),
+        resumed_from=(attempt.resume_from or {}).get("path") if attempt else None)
 
 
 def checkpoint_dirs(run_dir: str | None, newest: Checkpoint | None) -> tuple[str, ...]:

@@ -68,6 +68,11 @@ def member_state(t: TrialRecord, sig: JobSignals | None, scored: bool) -> Member
     return MemberState.BOOTING
 
 
+def _from_copy_of(path: str | None, source: str) -> bool:
+    """Whether a checkpoint path is an exploit's copy of `source`'s (attempt/from_job.py's folder)."""
+    return path is not None and Path(path).parent.name.rsplit("_pbt-from-", 1)[-1].startswith(f"{source}-at-")
+
+
 def member_extra_args(spec: SweepSpec, t: TrialRecord) -> list[str]:
     """The member's job's extra_args with its values now (the base job's, then each searched override)."""
     return list(trial_job(spec, t.number, dict(t.values)).extra_args)
@@ -169,9 +174,14 @@ class Population:
             dirs = source.checkpoint_dirs if source is not None else ()
             ex["phase"], ex["started_attempt"], ex["source_dirs"] = "resume", sig.attempt, list(dirs)
             return [(t.job, self._resume(rec, t, ex, dirs))], True
-        # "resume": sent. A later attempt that trains has carried it out.
+        # "resume": sent. A later attempt that trains from a copy of the source has carried it out.
         started = ex["started_attempt"] or 0
         if sig.attempt > started and sig.state == JobState.RUNNING:
+            if not _from_copy_of(sig.resumed_from, ex["source_job"]):
+                # a restart of its own came first (its trainer crashed, the command found it backing off): the
+                # exploit is still to be carried out, from this attempt
+                ex["started_attempt"], ex["resend"] = sig.attempt, 0
+                return [(t.job, self._resume(rec, t, ex, tuple(ex.get("source_dirs") or ())))], True
             self._done(rec, t, ex, copied=True)
             series[t.number] = Series()  # its objective so far was another policy's
             t.objective = None
