@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from helpers import wait_for
 from test_queue_e2e import QUIET, host
+from test_trainer import scalars
 
 from isaacd.sweeps.sampler import sample
 from isaacd.sweeps.space import LogUniform
@@ -63,16 +64,9 @@ TRIALS = [f"pop-t{n:03d}" for n in range(1, 5)]
 LRS = [v["lr"] for v in sample({"lr": LogUniform(1e-5, 1e-3)}, 4, 1)]  # the sweep's own sampler, its seed
 
 
-def scalars(run_dir: Path, tag: str) -> dict[int, float]:
-    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
-
-    out: dict[int, float] = {}
-    for f in sorted(run_dir.rglob("events.out.tfevents.*")):
-        for ev in EventFileLoader(str(f)).Load():
-            for v in ev.summary.value:
-                if v.tag == tag:
-                    out[ev.step] = v.simple_value if v.HasField("simple_value") else float(v.tensor.float_val[0])
-    return out
+def learning_rates(run_dir: Path) -> dict[int, float]:
+    """The rate rsl_rl logged at each step of a run (test_trainer.scalars reads the event files)."""
+    return dict(scalars(run_dir)["Loss/learning_rate"])
 
 
 def sweep(sp) -> dict:  # noqa: ANN001
@@ -160,7 +154,7 @@ def test_the_bottom_member_copies_the_top_one_through_a_trainer_and_supervisor_k
     assert after is not None, (copied, started)
     runs = {e["attempt"]: e["run_dir"] for e in sp.events(bottom) if e["event"] == "run_dir"}
     run = Path(runs[after["attempt"]])
-    lrs = scalars(run, "Loss/learning_rate")
+    lrs = learning_rates(run)
     at = copied["iteration"]
     assert lrs[at] == pytest.approx(new_lr, rel=1e-6), (at, lrs)
     # on its copy's timeline (until its next exploit, if it had one): every iteration from the copy's on
@@ -169,7 +163,7 @@ def test_the_bottom_member_copies_the_top_one_through_a_trainer_and_supervisor_k
                 and s["resume_from"]["path"] in copy_paths), None)
     until = lineage[1]["at"] if len(lineage) > 1 else MAX_ITERATIONS
     timeline = [Path(runs[a]) for a in sorted(runs) if a >= after["attempt"] and (nxt is None or a < nxt)]
-    steps_after = {s for d in timeline for s in scalars(d, "Loss/learning_rate")}
+    steps_after = {s for d in timeline for s in learning_rates(d)}
     assert set(range(at, until)) <= steps_after, (at, until, sorted(steps_after))
     # the top member was never stopped for it: one attempt, trained to the end
     assert [e["attempt"] for e in sp.events(top) if e["event"] == "started"] == [1]
