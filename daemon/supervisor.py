@@ -344,6 +344,7 @@ class Supervisor(EndedJobs, SweepCommands, ReloadRequests):
         refresh_installed_isaaclab((j.launcher, j.owner) for j in new.jobs if j.launcher)  # re-read off the tick
         with self.lock:
             changes = self._apply_config(new)
+        self._wake.set()  # tick now, not at the next interval: a job just added is placed, and `submit` answers, sooner
         self.config_reloads += 1
         self.last_config_error = None
         log.info("config_reloaded", path=self.config_path, **changes)

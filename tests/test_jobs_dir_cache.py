@@ -117,3 +117,71 @@ def test_two_files_with_one_name_are_still_refused_after_both_were_validated(tmp
     (tmp_path / "jobs.d" / "b.toml").write_text(job("a"))
     with pytest.raises(ConfigError, match='"a" is already a job of'):
         load_config(cfg)
+
+
+class Stat:
+    """A stat(2) answer a test controls: the key a file keeps when it is changed twice within one clock tick."""
+
+    def __init__(self, path: Path, ctime_ns: int):
+        real = path.stat()
+        self.st_dev, self.st_ino, self.st_size, self.st_uid, self.st_mode = \
+            real.st_dev, real.st_ino, real.st_size, real.st_uid, real.st_mode
+        self.st_mtime_ns = self.st_ctime_ns = ctime_ns
+
+
+def test_a_file_rewritten_within_one_timestamp_tick_is_still_seen(tmp_path, monkeypatch):
+    # the kernel stamps a file with a coarse clock: two writes of the same size within one tick leave every field
+    # of the key as it was. A file that recent is compared by its bytes, until its stamp is old enough to trust.
+    parsed = counting(monkeypatch)
+    path = tmp_path / "a.toml"
+    path.write_text(job("a", num_envs=64))
+    t = 1_000 * 10**9
+    now = [t]
+    cache = DropInCache(stat=lambda p: Stat(Path(p), t), clock_ns=lambda: now[0])
+    assert read_drop_ins(tmp_path, cache)[0].job["num_envs"] == 64
+    path.write_text(job("a", num_envs=32))  # same size, and the stat above says the same key
+    assert read_drop_ins(tmp_path, cache)[0].job["num_envs"] == 32
+    assert read_drop_ins(tmp_path, cache)[0].job["num_envs"] == 32  # same bytes: read, not parsed again
+    assert len(parsed) == 2
+    now[0] = t + jobs_dir.RACY_NS  # its stamp is old now: any later change would move its ctime
+    assert read_drop_ins(tmp_path, cache)[0].job["num_envs"] == 32
+    path.write_text(job("a", num_envs=16))  # (a change the real ctime would show; this stat hides it)
+    assert read_drop_ins(tmp_path, cache)[0].job["num_envs"] == 32
+    assert len(parsed) == 2  # trusted by its key alone: neither read nor parsed
+
+
+def test_a_file_given_to_another_user_is_that_users_job_at_the_next_reload(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("chown needs root")
+    import pwd
+    nobody = pwd.getpwnam("nobody")
+    cfg = host(tmp_path)
+    path = tmp_path / "jobs.d" / "a.toml"
+    path.write_text(job("a"))
+    assert load_config(cfg).job("a").owner == "root"
+    os.chown(path, nobody.pw_uid, nobody.pw_gid)
+    assert load_config(cfg).job("a").owner == "nobody"
+    os.chown(path, 54321, 54321)  # no user on this host: refused naming the file and the fix, every time
+    for _ in range(2):
+        with pytest.raises(ConfigError, match=f"{path}: owned by uid 54321 is no user on this host; chown it"):
+            load_config(cfg)
+
+
+def test_each_owner_is_looked_up_once_a_reload_and_an_unchanged_job_not_validated_again(tmp_path, monkeypatch):
+    from isaacd.config import schema
+    cfg = host(tmp_path)
+    for name in ("a", "b", "c"):
+        (tmp_path / "jobs.d" / f"{name}.toml").write_text(job(name))
+    lookups: list[int] = []
+    checked: list[str] = []
+    real_user, real_check = jobs_dir.user_by_uid, schema.check_job_table
+    monkeypatch.setattr(jobs_dir, "user_by_uid", lambda uid: lookups.append(uid) or real_user(uid))
+    monkeypatch.setattr(schema, "check_job_table", lambda job, src, ray=None: checked.append(src) or
+                        real_check(job, src, ray))
+    load_config(cfg)
+    assert len(lookups) == 1 and len(checked) == 3
+    load_config(cfg)
+    assert len(lookups) == 2 and len(checked) == 3  # the owner asked again (a user may change), no job validated
+    (tmp_path / "jobs.d" / "b.toml").write_text(job("b", num_envs=8))
+    assert load_config(cfg).job("b").num_envs == 8
+    assert checked[3:] == [str(tmp_path / "jobs.d" / "b.toml")]

@@ -12,9 +12,9 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from .users import UnknownUser, is_admin, user_by_uid
+from .users import UnknownUser, User, is_admin, user_by_uid
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -62,40 +62,62 @@ def parse_drop_in(text: str, path: Path, uid: int = 0) -> DropIn:
     return DropIn(path, jobs[0], uid)
 
 
-# A file's identity as the kernel keeps it: any write, rename over it, chown or chmod changes one of these (ctime
-# moves on every change, even one that restores the size and mtime), so an equal key means the same bytes and owner.
-FileKey = tuple[int, int, int, int, int, int]
+# A file's identity as the kernel keeps it: any write, rename over it, chown or chmod moves its ctime (even one that
+# restores the size and mtime), and the owner and mode are in the key themselves (issue 32: a job is its file's
+# owner's). A timestamp is only as fine as the kernel's clock tick (a few ms; a second on some filesystems): a file
+# changed twice within one tick, same size, keeps its key. So a file whose mtime or ctime is that recent when it is
+# read is "racy" (git's word for its index): until its timestamps are RACY_NS old, every read compares its bytes too.
+FileKey = tuple[int, int, int, int, int, int, int]
+RACY_NS = 2_000_000_000  # FAT's 2 s, the coarsest timestamp isaacd may meet; the kernel's tick is far finer
 
 
 def file_key(st: os.stat_result) -> FileKey:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_uid)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_uid, st.st_mode)
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    key: FileKey
+    drop_in: DropIn
+    data: bytes  # what was parsed: a racy entry's bytes are compared at each read
+    settled: bool  # its timestamps were RACY_NS older than the read: any later change moves its ctime
 
 
 class DropInCache:
     """Each job file parsed once while it is unchanged (issue 39: a reload or a submit with 1,000 submitted jobs
     re-read and re-parsed every file). Only a good parse is kept: a broken file is read, and refused, every time.
-    A hit hands back the same DropIn, whose raw table nobody changes (the config's validators copy, never edit)."""
+    A hit hands back the same DropIn, whose raw table nobody changes (the config's validators copy, never edit), so
+    a caller may tell an unchanged file by `is` (schema._checked_drop_in does)."""
 
-    def __init__(self) -> None:
-        self._parsed: dict[Path, tuple[FileKey, DropIn]] = {}
+    def __init__(self, stat: Callable[[str], os.stat_result] = os.stat,
+                 clock_ns: Callable[[], int] = time.time_ns) -> None:
+        self._parsed: dict[Path, _Parsed] = {}
+        self._stat, self._clock_ns = stat, clock_ns  # seams: a test hands a stat whose key a change keeps
 
     def read(self, path: Path) -> DropIn:
         try:
-            st = path.stat()  # before the read: a change after it moves the key, so the next read sees it
+            now = self._clock_ns()  # before the stat: a change after the stat is stamped no earlier than a tick before
+            st = self._stat(str(path))  # before the read: a change after it moves the key, so the next read sees it
             key = file_key(st)
             hit = self._parsed.get(path)
-            if hit is not None and hit[0] == key:
-                return hit[1]
-            text = path.read_text(encoding="utf-8")
+            if hit is not None and hit.key == key and hit.settled:
+                return hit.drop_in
+            data = path.read_bytes()
         except OSError as exc:
             self._parsed.pop(path, None)
             raise DropInError(path, "", f"cannot read: {exc.strerror}") from None
-        except UnicodeDecodeError:
-            self._parsed.pop(path, None)
-            raise DropInError(path, "", "not UTF-8 text") from None
+        settled = max(st.st_mtime_ns, st.st_ctime_ns) <= now - RACY_NS
+        if hit is not None and hit.key == key and hit.data == data:  # racy, and the same bytes: no parse
+            if settled:
+                self._parsed[path] = _Parsed(key, hit.drop_in, data, True)
+            return hit.drop_in
         self._parsed.pop(path, None)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise DropInError(path, "", "not UTF-8 text") from None
         drop_in = parse_drop_in(text, path, st.st_uid)
-        self._parsed[path] = (key, drop_in)
+        self._parsed[path] = _Parsed(key, drop_in, data, settled)
         return drop_in
 
     def keep_only(self, paths: list[Path]) -> None:
@@ -110,11 +132,13 @@ PARSED = DropInCache()  # the process's one cache: the supervisor's reloads and 
 def read_drop_ins(jobs_dir: Path, cache: DropInCache = PARSED) -> list[DropIn]:
     """Every job file in `jobs_dir`, by file name; none when the directory does not exist yet."""
     try:
-        paths = sorted(p for p in jobs_dir.iterdir() if p.suffix == ".toml" and not p.name.startswith("."))
+        with os.scandir(jobs_dir) as entries:  # names, not Paths, sorted: 1,000 Path comparisons were a cost
+            names = sorted(e.name for e in entries if e.name.endswith(".toml") and not e.name.startswith("."))
     except FileNotFoundError:
         return []
     except OSError as exc:
         raise DropInError(jobs_dir, "", f"cannot read the jobs_dir: {exc.strerror}") from None
+    paths = [jobs_dir / name for name in names]
     out = [cache.read(path) for path in paths]
     cache.keep_only(paths)
     return out
@@ -126,18 +150,29 @@ def with_paths_under(job: dict[str, Any], base: Path) -> dict[str, Any]:
     out = dict(job)
     for key in ("log_root", "isaaclab_dir"):
         v = out.get(key)
-        if isinstance(v, str) and not Path(v).is_absolute():
+        if isinstance(v, str) and not os.path.isabs(v):  # (Path(v).is_absolute(), without a Path per file)
             out[key] = str((base / v).resolve())
     return out
 
 
-def owned(drop_in: DropIn, admin_group: str | None) -> dict[str, Any]:
+# uid -> who they are, or why they are no one: one reload's lookups (a reload reads every file, and 1,000 files of
+# one owner were 1,000 getpwuid + getgrouplist). Made afresh by each reload: a user or group changed since is seen.
+UserLookups = dict[int, User | UnknownUser]
+
+
+def owned(drop_in: DropIn, admin_group: str | None, users: UserLookups | None = None) -> dict[str, Any]:
     """The job with its owner: the file's owner, or the `owner =` an admin's file names. Another user's file that
     names someone else is refused (a job cannot be slipped in under another user's name)."""
-    try:
-        who = user_by_uid(drop_in.uid)
-    except UnknownUser as exc:
-        raise DropInError(drop_in.path, "", f"owned by {exc}; chown it to the job's user") from None
+    who = (users if users is not None else {}).get(drop_in.uid)
+    if who is None:
+        try:
+            who = user_by_uid(drop_in.uid)
+        except UnknownUser as exc:
+            who = exc
+        if users is not None:
+            users[drop_in.uid] = who
+    if isinstance(who, UnknownUser):
+        raise DropInError(drop_in.path, "", f"owned by {who}; chown it to the job's user")
     named = drop_in.job.get("owner")
     if named is not None and named != who.name and not is_admin(who, admin_group):
         raise DropInError(drop_in.path, "jobs[0].owner", f"only an admin may give a job another owner, and this file "

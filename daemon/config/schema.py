@@ -25,7 +25,7 @@ else:  # pragma: no cover
 from . import errors as type_errors
 from .backup import BackupConfig
 from ..gpu.assign import device_outside_gpus, gpu_conflicts
-from .jobs_dir import DropInError, open_to_others, owned, read_drop_ins, with_paths_under
+from .jobs_dir import DropIn, DropInError, UserLookups, open_to_others, owned, read_drop_ins, with_paths_under
 from .locate import DEFAULT_SOCKET, EMBEDDED_DEFAULT_NAME
 from .access import NAME_RE, AccessConfig
 from .queue import QueueConfig
@@ -584,7 +584,9 @@ def _resolve_paths(cfg: Config, base: Path) -> Config:
                                             "jobs_dir": rel(cfg.supervisor.jobs_dir) if cfg.supervisor.jobs_dir
                                             else None})
     gpu = cfg.gpu.model_copy(update={"script": rel(cfg.gpu.script)}) if cfg.gpu.script else cfg.gpu
-    jobs = [j.model_copy(update={"log_root": rel(j.log_root)}) for j in cfg.jobs]
+    # a job whose log_root is absolute already (every job file's: jobs_dir.with_paths_under) is kept as it is, not
+    # copied: 1,000 copies a reload, and a copy is another object than the one _checked_drop_in hands back
+    jobs = [j if j.log_root.is_absolute() else j.model_copy(update={"log_root": rel(j.log_root)}) for j in cfg.jobs]
     ray = cfg.ray.model_copy(update={"health_file": rel(cfg.ray.health_file)}) if cfg.ray else None
     return cfg.model_copy(update={"supervisor": sup, "gpu": gpu, "jobs": jobs, "ray": ray})
 
@@ -614,12 +616,15 @@ def _with_drop_ins(raw: dict[str, Any], source: str, base_dir: Path) -> dict[str
     owners = {j.get("name"): source for j in raw.get("jobs", []) if isinstance(j, dict)}
     jobs = list(raw.get("jobs", [])) if isinstance(raw.get("jobs"), list) else []
     admin_group = raw["supervisor"].get("admin_group")
+    users: UserLookups = {}  # each owner looked up once a reload, not once a file
+    ray_key = json.dumps(raw.get("ray"), sort_keys=True, default=str)
     for d in drop_ins:
         try:
-            job = with_paths_under(owned(d, admin_group if isinstance(admin_group, str) else None), d.path.parent)
+            job = with_paths_under(owned(d, admin_group if isinstance(admin_group, str) else None, users),
+                                   d.path.parent)
         except DropInError as exc:
             raise ConfigError(str(exc.path), [ConfigIssue(exc.key, exc.message)]) from None
-        checked = _checked_drop_in(job, str(d.path), raw.get("ray"))
+        checked = _checked_drop_in(d, job, ray_key, raw.get("ray"))
         if d.name in owners:
             raise ConfigError(str(d.path), [ConfigIssue("jobs[0].name", f'"{d.name}" is already a job of '
                                                         f'{owners[d.name]}; give this job another name')])
@@ -628,22 +633,32 @@ def _with_drop_ins(raw: dict[str, Any], source: str, base_dir: Path) -> dict[str
     return {**raw, "jobs": jobs}
 
 
-# A job file's validated job while its table (as owned and with its paths resolved) and the [ray] it was checked
-# against are unchanged (issue 39: with 1,000 submitted jobs each reload validated every one twice). JobConfig is
-# frozen, so one instance can be in the old config and the new.
-_CHECKED: dict[str, tuple[str, JobConfig]] = {}
+@dataclass(frozen=True)
+class _Checked:
+    drop_in: DropIn  # the file's parse (jobs_dir.DropInCache hands back this same object while the file is unchanged)
+    derived: tuple[Any, ...]  # what the job took from outside its file: its owner, its paths resolved
+    ray: str  # the [ray] it was checked against, as JSON
+    job: JobConfig
 
 
-def _checked_drop_in(job: dict[str, Any], source: str, ray: Any) -> JobConfig:
-    key = json.dumps([job, ray], sort_keys=True, default=str)
+# A job file's validated job while its file, its owner, its resolved paths and the [ray] it was checked against are
+# unchanged (issue 39: with 1,000 submitted jobs each reload validated every one twice, then compared each as JSON).
+# The file's table is the same object or the file is read again; what the job adds to it is compared as values.
+# JobConfig is frozen, so one instance can be in the old config and the new.
+_CHECKED: dict[str, _Checked] = {}
+
+
+def _checked_drop_in(d: DropIn, job: dict[str, Any], ray_key: str, ray: Any) -> JobConfig:
+    source = str(d.path)
+    derived = (job.get("owner"), job.get("log_root"), job.get("isaaclab_dir"))
     hit = _CHECKED.get(source)
-    if hit is not None and hit[0] == key:
-        return hit[1]
+    if hit is not None and hit.drop_in is d and hit.derived == derived and hit.ray == ray_key:
+        return hit.job
     _CHECKED.pop(source, None)
     checked = check_job_table(job, source, ray)  # a refusal is never kept: a broken file is checked every time
     if len(_CHECKED) > 100_000:  # files come and go (cancelled, renamed): bound it
         _CHECKED.clear()
-    _CHECKED[source] = (key, checked)
+    _CHECKED[source] = _Checked(d, derived, ray_key, checked)
     return checked
 
 
