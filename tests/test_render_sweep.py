@@ -243,8 +243,10 @@ def test_submit_sends_the_file_and_prints_the_answer(tmp_path, capsys):
 
 def test_best_prints_the_job_file_as_it_is(capsys):
     toml = '[[jobs]]\nname = "cartpole-lr-best"\ntask = "Isaac-Cartpole-Direct-v0"\n'
-    code, sent, seen = run_cli(["--socket", "/s", "sweep", "best", "cartpole-lr"], {"sweep-best": toml})
-    assert capsys.readouterr().out == toml and sent == [{"cmd": "sweep-best", "sweep": "cartpole-lr"}]
+    code, sent, seen = run_cli(["--socket", "/s", "sweep", "best", "cartpole-lr"],
+                               {"sweep-best": toml, "sweep-status": example_status().to_json()})
+    assert capsys.readouterr().out == toml  # an ASHA sweep's: as the supervisor wrote it
+    assert sent == [{"cmd": "sweep-status", "sweep": "cartpole-lr"}, {"cmd": "sweep-best", "sweep": "cartpole-lr"}]
     assert seen == [(None, "/s")]
 
 
@@ -296,3 +298,85 @@ def test_a_population_shows_each_members_exploits_and_its_lineage():
             "0.000594") in text
     again = SweepStatus.from_json(sw.to_json())
     assert again.trials[1].lineage == lineage and again.interval == 20
+
+
+# ---- `isaacd sweep best` of a population (issue 40) ------------------------------------------------------------
+LR = "agent.algorithm.learning_rate"
+POPULATION = ('[sweep]\nname = "pop"\ntrials = 3\nseed = 1\n[sweep.scheduler]\nkind = "pbt"\ninterval = 20\n'
+              '[sweep.space]\n"agent.algorithm.learning_rate" = { loguniform = [1e-5, 1e-3] }\n'
+              '[job]\nworkflow = "rsl_rl"\ntask = "Isaac-Cartpole-Direct-v0"\nmax_iterations = 100\n'
+              'gpu_memory = "6 GB"\nextra_args = ["agent.algorithm.schedule=fixed"]\n')
+
+
+def exploit(time: float, at: int, source: int, from_iteration: int, old: float, new: float,
+            copied: bool = True) -> dict:
+    return {"time": time, "at": at, "from": source, "from_job": f"pop-t00{source}", "from_iteration": from_iteration,
+            "old": {LR: old}, "new": {LR: new}, "copied": copied}
+
+
+def population_status() -> SweepStatus:
+    """Member 3 copied member 1 at iteration 20 (t=100), member 2 copied member 3 at 40 (t=200), member 1 copied
+    member 2 at 60 (t=300, after member 2's copy: not in member 2's past). Member 2, at iteration 55, is the best."""
+    t1 = TrialStatus(1, "pop-t001", {LR: 0.000864}, "running", 62, 300.0, exploits=1,
+                     lineage=(exploit(300.0, 60, 2, 59, 0.0005, 0.000864),))
+    t2 = TrialStatus(2, "pop-t002", {LR: 0.00072}, "running", 55, 420.0, exploits=1,
+                     lineage=(exploit(200.0, 40, 3, 39, 0.0001, 0.00072),))
+    t3 = TrialStatus(3, "pop-t003", {LR: 0.0006}, "running", 58, 380.0, exploits=1,
+                     lineage=(exploit(100.0, 20, 1, 19, 0.001, 0.0006),))
+    return SweepStatus(name="pop", state="running", trials_total=3, concurrency=3, scheduler="pbt",
+                       max_iterations=100, interval=20, quantile=0.25, best=2, best_objective=420.0,
+                       trials=(t2, t3, t1))
+
+
+def test_a_members_schedule_follows_its_weights_back_through_each_copy_to_a_first_sample():
+    from isaacd.cli.render_sweep import schedule
+
+    sw = population_status()
+    assert schedule(sw, 2) == [(0, 19, "pop-t001", {LR: 0.0005}), (19, 39, "pop-t003", {LR: 0.0006}),
+                               (39, None, "pop-t002", {LR: 0.00072})]
+    # member 1's weights went round: its own first sample's, member 3's, member 2's, then its own again
+    assert schedule(sw, 1) == [(0, 19, "pop-t001", {LR: 0.0005}), (19, 39, "pop-t003", {LR: 0.0006}),
+                               (39, 59, "pop-t002", {LR: 0.00072}), (59, None, "pop-t001", {LR: 0.000864})]
+    # a copy that could not be made: the member kept its own weights and changed its values where it was judged
+    failed = SweepStatus(name="pop", scheduler="pbt", trials=(TrialStatus(
+        1, "pop-t001", {LR: 0.0002}, lineage=(exploit(50.0, 20, 2, 19, 0.0001, 0.0002, copied=False),)),))
+    assert schedule(failed, 1) == [(0, 20, "pop-t001", {LR: 0.0001}), (20, None, "pop-t001", {LR: 0.0002})]
+    # never exploited: its first sample all along
+    assert schedule(sw, 9) == [] and schedule(SweepStatus(name="x", trials=(TrialStatus(1, "x-t1", {LR: 1e-4}),)),
+                                                       1) == [(0, None, "x-t1", {LR: 1e-4})]
+
+
+def test_best_of_a_population_is_its_job_file_with_its_schedule_and_newest_checkpoint(capsys):
+    import sys
+
+    from isaacd.status.types import CheckpointStatus, JobStatus
+    from isaacd.sweeps.spec import parse_sweep
+    from isaacd.sweeps.trial_file import best_job_file
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    spec = parse_sweep(POPULATION, "/home/ana/pop.toml", Path("/home/ana"))
+    made = best_job_file(POPULATION, Path("/home/ana"), spec, 2, {LR: 0.00072})  # what the supervisor answers
+    path = "/logs/rsl_rl/pop-t002/2026-12-06_11-04-30_pbt-from-pop-t003-at-39/model_55.pt"
+    status = Status(jobs=(JobStatus("pop-t002", checkpoint=CheckpointStatus(55, path)), JobStatus("pop-t001")))
+    answers = {"sweep-status": population_status().to_json(), "sweep-best": made, "status": status.to_json()}
+    run_cli(["sweep", "best", "pop"], answers)
+    out = capsys.readouterr().out
+    assert tomllib.loads(out) == tomllib.loads(made)  # the same job: its values now, to submit
+    assert out.startswith(made.partition("[[jobs]]")[0])  # the supervisor's header first
+    comments = [line.removeprefix("# ") for line in out.splitlines() if line.startswith("#")]
+    at = comments.index(next(c for c in comments if c.startswith("population-based training: pop-t002's weights")))
+    assert [c.split() for c in comments[at + 2:at + 6]] == [
+        ["ITERATIONS", "MEMBER", "learning_rate"], ["0-18", "pop-t001", "0.0005"], ["19-38", "pop-t003", "0.0006"],
+        ["39-55", "(now)", "pop-t002", "0.00072"]]
+    assert comments[at + 6:at + 8] == [
+        "pop-t002's own exploits:",
+        "  at iteration 40: copied pop-t003 (its checkpoint at iteration 39); learning_rate 0.0001 -> 0.00072"]
+    assert f'checkpoint = "{path}"' in comments and any("(iteration 55)" in c for c in comments)
+    # no checkpoint yet: said so, nothing made up
+    answers["status"] = Status(jobs=(JobStatus("pop-t002"),)).to_json()
+    run_cli(["sweep", "best", "pop"], answers)
+    out = capsys.readouterr().out
+    assert "# pop-t002 has no complete checkpoint yet" in out and "checkpoint =" not in out

@@ -5,6 +5,7 @@ so the table and `isaacd sweep best` never disagree about which trial is best.""
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -145,15 +146,19 @@ def format_sweep(sw: SweepStatus, now: float | None = None) -> str:
 
 def lineage_lines(sw: SweepStatus, names: Mapping[str, str]) -> list[str]:
     """A population's exploits, each member's in order: its schedule of hyperparameters."""
-    out: list[str] = []
-    for t in sorted(sw.trials, key=lambda t: t.number):
-        for e in t.lineage:
-            changed = ", ".join(f"{names.get(k, k)} {value_text(e.get('old', {}).get(k))} -> {value_text(v)}"
-                                for k, v in (e.get("new") or {}).items())
-            how = (f"copied {e.get('from_job')} (its checkpoint at iteration {e.get('from_iteration')})"
-                   if e.get("copied") else f"no copy of {e.get('from_job')} could be made: kept its own weights")
-            out.append(f"  {t.job} at iteration {e.get('at')}: {how}; {changed}")
+    out = [f"  {t.job} {exploit_text(e, names)}" for t in sorted(sw.trials, key=lambda t: t.number)
+           for e in t.lineage]
     return (["", "exploits (each member's lineage, oldest first):"] + out) if out else []
+
+
+def exploit_text(e: Mapping[str, Any], names: Mapping[str, str]) -> str:
+    """One exploit of a member's lineage: `at iteration 40: copied pop-t001 (its checkpoint at iteration 39);
+    learning_rate 1.86e-05 -> 0.000594`."""
+    changed = ", ".join(f"{names.get(k, k)} {value_text((e.get('old') or {}).get(k))} -> {value_text(v)}"
+                        for k, v in (e.get("new") or {}).items())
+    how = (f"copied {e.get('from_job')} (its checkpoint at iteration {e.get('from_iteration')})"
+           if e.get("copied") else f"no copy of {e.get('from_job')} could be made: kept its own weights")
+    return f"at iteration {e.get('at')}: {how}; {changed}"
 
 
 def format_sweeps(sweeps: Sequence[SweepStatus]) -> str:
@@ -171,3 +176,77 @@ def format_sweeps(sweeps: Sequence[SweepStatus]) -> str:
                      f"{objective_text(sw.best_objective)} {sw.objective_tag}" if best else "-",
                      gpu_time(sw.gpu_seconds)])
     return "\n".join(aligned([header, *rows]))
+
+
+# ---- `isaacd sweep best` of a population (issue 40) -------------------------------------------------------------
+Segment = tuple[int, "int | None", str, dict[str, Any]]  # iterations [start, end) (None: on to now), member, values
+
+
+def schedule(sw: SweepStatus, number: int) -> list[Segment]:
+    """The hyperparameter schedule member `number`'s weights trained on, oldest first: each exploit carried out
+    (its lineage) cut its timeline at the source's checkpoint iteration, before which the weights were the source's,
+    trained with the source's values of that time (the source's own exploits before then, and so on back to a
+    member's first sample). Ray Tune's PBT keeps the same record per trial (the config schedule its
+    `PopulationBasedTrainingReplay` replays). A copy that could not be made cut nothing: the member went on from its
+    own weights with new values, at the iteration it was judged at."""
+    trials = {t.number: t for t in sw.trials}
+    cur = trials.get(number)
+    until: int | None = None
+    before = math.inf
+    out: list[Segment] = []
+    while cur is not None:
+        done = [e for e in cur.lineage if float(e.get("time", 0.0)) < before]
+        if not done:
+            first = dict(cur.lineage[0].get("old") or {}) if cur.lineage else dict(cur.values)
+            out.append((0, until, cur.job, first))
+            break
+        e = done[-1]
+        copied = bool(e.get("copied"))
+        start = int(e.get("from_iteration") if copied else e.get("at") or 0)
+        out.append((start, until, cur.job, dict(e.get("new") or {})))
+        until, before = start, float(e.get("time", 0.0))  # times fall at each step back: it ends
+        if copied:
+            cur = trials.get(int(e.get("from") or 0))
+    return out[::-1]
+
+
+def exact_text(v: Any) -> str:
+    """A value as the trainer got it on its command line (sweeps/sampler.as_override): a float's shortest
+    round-trip text, a bool true/false."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)
+    return "-" if v is None else str(v)
+
+
+def population_best(job_file: str, sw: SweepStatus, number: int, checkpoint: Any = None) -> str:
+    """`isaacd sweep best` of a population: the best member's job file (its values now, as the supervisor wrote it)
+    with, as TOML comments above its table, the schedule its weights trained on, its own exploits, and its newest
+    complete checkpoint (`checkpoint`: status.types.CheckpointStatus, or None), the weights to start from."""
+    t = sw.trial(number)
+    if t is None:
+        return job_file
+    keys = list(dict.fromkeys(k for m in sw.trials for k in m.values))
+    names = short_names(keys)
+    rows = [["ITERATIONS", "MEMBER", *(names[k] for k in keys)]]
+    for start, end, job, values in schedule(sw, number):
+        last = end - 1 if end is not None else t.iteration
+        span = f"{start}-{last}" if last is not None and last >= start else f"{start}-"
+        rows.append([span + (" (now)" if end is None else ""), job, *(exact_text(values.get(k)) for k in keys)])
+    lines = ["", f"population-based training: {t.job}'s weights trained on this schedule of hyperparameters, oldest "
+                 "first", "(at an exploit a member copies another's checkpoint and goes on from it with perturbed "
+                 "values):"]
+    lines += ["  " + row for row in aligned(rows)]
+    lines.append(f"{t.job}'s own exploits:" + ("" if t.lineage else " none"))
+    lines += [f"  {exploit_text(e, names)}" for e in t.lineage]
+    if checkpoint is None:
+        lines.append(f"{t.job} has no complete checkpoint yet")
+    else:
+        lines += [f"{t.job}'s newest complete checkpoint (iteration {checkpoint.iteration}), its weights to start "
+                  "from (Isaac Lab: --checkpoint <path>;",
+                  "rsl_rl: runner.load(<path>)); the job below trains from scratch with its values now:",
+                  f"checkpoint = {json.dumps(str(checkpoint.path))}"]
+    head, sep, table = job_file.partition("[[jobs]]")
+    comments = "".join(f"# {line}".rstrip() + "\n" for line in lines)
+    return head + comments + sep + table if sep else job_file

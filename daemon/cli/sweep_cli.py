@@ -116,9 +116,28 @@ def cmd_cancel(ask: Ask, args: argparse.Namespace) -> int:
 
 
 def cmd_best(ask: Ask, args: argparse.Namespace) -> int:
-    text = str(ask({"cmd": "sweep-best", "sweep": args.sweep}))
+    text = best_file(ask, args.sweep)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")  # the file as it is: `> best.toml`
     return 0
+
+
+def best_file(ask: Ask, sweep: str) -> str:
+    """The best trial's job file as the supervisor writes it; a population's (issue 40) with its best member's
+    schedule of hyperparameters and newest complete checkpoint as comments (render_sweep.population_best). The
+    best is asked again should it change between the sweep's status and its file (a tick apart)."""
+    for _ in range(3):
+        sw = SweepStatus.from_json(ask({"cmd": "sweep-status", "sweep": sweep}))
+        text = str(ask({"cmd": "sweep-best", "sweep": sweep}))
+        if sw.scheduler != "pbt":
+            return text
+        best = sw.trial(sw.best) if sw.best is not None else None
+        if best is not None and f"({best.job})" in text.partition("\n")[0]:
+            from ..status.types import Status
+            from .render_sweep import population_best
+
+            job = Status.from_json(ask({"cmd": "status"})).job(best.job)
+            return population_best(text, sw, best.number, job.checkpoint if job is not None else None)
+    return text
 
 
 def cmd_sweeps(ask: Ask, args: argparse.Namespace) -> int:
