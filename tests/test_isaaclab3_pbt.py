@@ -19,12 +19,13 @@ its own order, so nothing depends on the speed of three Isaac Lab processes on t
 
 What proves what (read from the installed wheels, the code of record):
   * the rate in effect: rsl_rl 5.5.1 logs `Loss/learning_rate` each iteration (`runners/on_policy_runner.py`
-    `learn()` hands `self.alg.learning_rate` to `utils/logger.py`, which writes it at step `it`); `algorithms/ppo.py` `load()` sets `self.learning_rate = self.optimizer.param_groups[0]["lr"]`, the
-    copy's rate (the top's); Isaac Lab 3.0's `isaaclab_rl/entrypoints/backends/train_rsl_rl.py` builds the runner
-    and calls `runner.load(resume_path)` (the spare's go does the same through the shim) before `learn()`. So the
-    first value logged in the run dir that resumed from the copy is the top's rate unless isaacd set the new one
-    again after that load (launch/exploit.py, the shim's `_set_algorithm`): it must be the new one, at the copy's
-    iteration, and at every iteration after.
+    `learn()` hands `self.alg.learning_rate` to `utils/logger.py`, which writes it at step `it`);
+    `algorithms/ppo.py` `load()` sets `self.learning_rate = self.optimizer.param_groups[0]["lr"]`, the copy's rate
+    (the top's); Isaac Lab 3.0's `isaaclab_rl/entrypoints/backends/train_rsl_rl.py` builds the runner and calls
+    `runner.load(resume_path)` (the spare's go does the same through the shim) before `learn()`. So the first value
+    logged in the run dir that resumed from the copy is the top's rate unless isaacd set the new one again after
+    that load (launch/exploit.py, the shim's `_set_algorithm`): it must be the new one, at the copy's iteration, and
+    at every iteration after.
   * no iteration lost: rsl_rl's `on_policy_runner.py` `learn()` goes on at the loaded checkpoint's iteration
     (`current_learning_iteration`), writing TensorBoard step `it` for each; the copy's run dir has every step from
     the copy's iteration to MAX - 1, the top member's one run dir every step 0..MAX - 1.
@@ -212,8 +213,16 @@ def test_real_isaaclab_population_one_exploit_through_the_booted_spare_with_the_
     assert [(e["requested"], e["iteration"]) for e in events(sp, top, "exited")] == [(False, MAX - 1)]
     assert [d.name for d in run_dirs(sp, top)] == [run_dirs(sp, top)[0].name]
     assert steps(run_dirs(sp, top)[0]) == list(range(MAX))
-    assert all(v == pytest.approx(LRS[1], rel=1e-6) for v in logged(run_dirs(sp, top)[0], "Loss/learning_rate").values())
+    top_rates = logged(run_dirs(sp, top)[0], "Loss/learning_rate")
+    assert all(v == pytest.approx(LRS[1], rel=1e-6) for v in top_rates.values()), top_rates
     assert {member(status, j)["state"] for j in (bottom, top)} == {"completed"}
     for job in (bottom, top):
         assert_clean_log(tmp_path, job)
+    # `isaacd sweep best`: the top member's job file, its schedule (never exploited: its own rate all along) and its
+    # newest complete checkpoint, the file its trainer saved last
+    best = sp.cli("sweep", "best", "pp").stdout
+    assert 'name = "pp-best"' in best and f"agent.algorithm.learning_rate={LRS[1]!r}" in best
+    assert any(line.split()[1:] == [f"0-{MAX - 1}", "(now)", top, repr(LRS[1])] for line in best.splitlines()), best
+    last = run_dirs(sp, top)[0] / f"model_{MAX - 1}.pt"
+    assert f'# checkpoint = "{last}"' in best.splitlines() and last.is_file(), best
     print(f"population of 2 on the real Isaac Lab: {seconds:.1f} s from the supervisor's start to the sweep done")

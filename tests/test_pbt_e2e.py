@@ -170,3 +170,30 @@ def test_the_bottom_member_copies_the_top_one_through_a_trainer_and_supervisor_k
     assert next(t for t in status["trials"] if t["job"] == top)["state"] == "completed"
     text = sp.cli("sweep", "status", "pop").stdout
     assert f"{bottom} at iteration {lineage[0]['at']}: copied {top}" in text
+    # `isaacd sweep best`: the best member's job file with the schedule its weights trained on, from iteration 0 to
+    # now, through its last exploit's source, and its newest complete checkpoint
+    best = next(t for t in status["trials"] if t["number"] == status["best"])
+    said = sp.cli("sweep", "best", "pop").stdout
+    assert 'name = "pop-best"' in said and f"agent.algorithm.learning_rate={best['values'][LR]!r}" in said
+    rows = schedule_rows(said)
+    assert rows[0][0].startswith("0-") and rows[-1][1:] == ["(now)", best["job"], repr(best["values"][LR])], rows
+    assert all(int(b[0].split("-")[0]) == int(a[0].split("-")[1]) + 1 for a, b in zip(rows, rows[1:])), rows
+    if best["lineage"]:
+        assert rows[-2][-2] == best["lineage"][-1]["from_job"], rows
+    newest = Path(sp.job(best["job"])["checkpoint"]["path"])
+    assert f'# checkpoint = "{newest}"' in said.splitlines() and newest.is_file(), said
+
+
+LR = "agent.algorithm.learning_rate"
+
+
+def schedule_rows(best_file: str) -> list[list[str]]:
+    """The schedule table's rows in `isaacd sweep best`'s comments: [iterations, ("(now)",) member, value]."""
+    lines = best_file.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.split()[1:3] == ["ITERATIONS", "MEMBER"])
+    rows = []
+    for line in lines[at + 1:]:
+        if not line.startswith("#   "):
+            break
+        rows.append(line.split()[1:])
+    return rows

@@ -198,12 +198,14 @@ def schedule(sw: SweepStatus, number: int) -> list[Segment]:
         done = [e for e in cur.lineage if float(e.get("time", 0.0)) < before]
         if not done:
             first = dict(cur.lineage[0].get("old") or {}) if cur.lineage else dict(cur.values)
-            out.append((0, until, cur.job, first))
+            if until is None or until > 0:
+                out.append((0, until, cur.job, first))
             break
         e = done[-1]
         copied = bool(e.get("copied"))
         start = int(e.get("from_iteration") if copied else e.get("at") or 0)
-        out.append((start, until, cur.job, dict(e.get("new") or {})))
+        if until is None or until > start:  # (a copy of a checkpoint at the iteration it was judged at: none)
+            out.append((start, until, cur.job, dict(e.get("new") or {})))
         until, before = start, float(e.get("time", 0.0))  # times fall at each step back: it ends
         if copied:
             cur = trials.get(int(e.get("from") or 0))
