@@ -41,17 +41,19 @@ from .gpu.snapshot import GpuSnapshot
 from .jobs import machine
 from .jobs.effects import Effect, Event, Forget, HoldSpare, Kill, Launch, Persist, Signal
 from .jobs.messages import Awaited, LaunchRefused, LaunchWaited, Message, Settle, Tick
-from .jobs.model import JobState, LaunchIntent
+from .jobs.model import JobModel, JobState, LaunchIntent
 from .jobs.policy import num_envs_in_use
 from .daemon_log import log
 from .observations.checkpoints import timeline
 from .runtimes.base import Handle, LaunchSpec, Runtime
 from .access.owner import OwnerProblem
 from .attempt.spare import SpareKeeper
+from .attempt.spare_mode import spare_setting
 from .attempt.spare_effects import SpareEffect, StartSpare
 from .status.signals import JobSignals, job_signals
 from .status.types import JobStatus
 from .attempt.job_status import job_status
+from .caches.sizes import SIZES
 from .history.store import StateStore
 from .workflows import WorkflowError
 from .workflows.launcher import Program
@@ -107,6 +109,8 @@ class JobRunner:
                                         on_checkpoint_saved=self._checkpoint_saved)
         self.planner = LaunchPlanner(self.setting, runtime.name, state_dir, self.clock, self.event,
                                      self._spare_token, self._backup_keeper, gpu_check)
+        self._row: tuple[tuple[object, ...], float, JobStatus] | None = None  # the last row made and its key
+        self._signals: tuple[tuple[object, ...], JobSignals] | None = None  # likewise the last signals
         self.starter = AttemptStarter(self.setting, runtime, self.record, self.observer, self.spares,
                                       spawn=self._spawn, apply_spare=lambda effects: apply_spare(self.spares, effects))
 
@@ -271,8 +275,13 @@ class JobRunner:
         self.setting.resolve_answered()  # made while its launcher's probe ran: resolved once it answered
         for obs in self.observer.observe(now):
             self.handle_message(obs)
-        self.handle_message(Tick())
-        apply_spare(self.spares, self.spares.tick(self.state, self.program(), now))
+        if tick_moves(self.record.model, self.setting.written.placed_by_isaacd):
+            self.handle_message(Tick())
+        else:  # what the Tick would have done besides deciding nothing (issue 39: 1,000 queued jobs each tick)
+            self.setting.place(self.record.model.placement)
+        # the keeper reads the program only for a job not at rest whose spare is on: not made for the others
+        program = None if self.state.at_rest or spare_setting(self.setting.cfg.spare) == "off" else self.program()
+        apply_spare(self.spares, self.spares.tick(self.state, program, now))
         self.starter.persist_spare_token()
         if self.record.dirty:
             self.record.persist()
@@ -348,8 +357,78 @@ class JobRunner:
 
     # ---- read side -------------------------------------------------------------------------
     def signals(self) -> JobSignals:
-        return job_signals(self)
+        """What the tick hooks read of the job (status/signals.py): the last tick's value again while nothing it is
+        made of changed (`signals_key`)."""
+        key = signals_key(self)
+        last = self._signals
+        if key is not None and last is not None and last[0] == key:
+            return last[1]
+        sig = job_signals(self)
+        self._signals = None if key is None else (key, sig)
+        return sig
 
     def snapshot(self) -> JobStatus:
-        """The job as `isaacd status` and /metrics show it: a fresh value each tick (attempt/job_status.py)."""
-        return job_status(self)
+        """The job as `isaacd status` and /metrics show it (attempt/job_status.py): the last publish's row again while
+        nothing it is made of changed (`still_key`), else a fresh one (issue 39: 1,000 queued jobs at every tick)."""
+        key = still_key(self)
+        last = self._row
+        if key is not None and last is not None and last[0] == key and abs(last[1] - key_wall_minus_mono(self)) < WM_SLACK:
+            return last[2]
+        row = job_status(self)
+        self._row = None if key is None else (key, key_wall_minus_mono(self), row)
+        return row
+
+
+# a row's wall-clock times (a backoff's end, a placement) are its monotonic ones plus wall - monotonic: a row is reused
+# while that is the same to within this (NTP slews the wall clock by < 1 ms a second; a step makes the row anew)
+WM_SLACK = 0.01
+
+
+def key_wall_minus_mono(r: JobRunner) -> float:
+    return r.clock.wall() - r.clock.monotonic()
+
+
+# The states whose Tick decides nothing (jobs/machine.py `_tick`: no launch due, no stop's deadline to watch), a
+# queued job's only while the host's queue places it; tests/test_runner_at_rest.py holds the machine to it
+TICK_IDLE = frozenset({JobState.STOPPED, JobState.COMPLETED, JobState.FAILED, JobState.STARTING, JobState.RUNNING})
+
+
+def tick_moves(m: JobModel, placed_by_isaacd: bool) -> bool:
+    """Whether the machine's Tick can decide anything for this model (False: it returns the model, no effect)."""
+    return not (m.state in TICK_IDLE or m.state == JobState.QUEUED and placed_by_isaacd)
+
+
+def still(r: JobRunner) -> bool:
+    """No trainer, spare, launch or backup of the job moves: what it shows changes only through the runner's code."""
+    live = r.observer.live
+    return live.handle is None and live.tail is None and live.shim is None and not live.new_points \
+        and r.backup is None and r.launch_waits is None and r.record.model.state != JobState.STARTING \
+        and r.spares.spare is None
+
+
+def signals_key(r: JobRunner) -> tuple[object, ...] | None:
+    """Everything a still job's signals are made of (status/signals.py `job_signals`); None: made anew."""
+    if not still(r):
+        return None
+    obs, a = r.observer, r.record.history.current
+    return (r.record.model, r.setting.cfg, r.setting.written, tuple(obs.live.pids), obs.live.started_mono,
+            obs.last_progress_mono, obs.checkpoint, a, None if a is None else (a.number, a.run_dir, a.resume_from))
+
+
+def still_key(r: JobRunner) -> tuple[object, ...] | None:
+    """Everything a job's status row is made of while no trainer, spare, launch or backup of it moves (a queued or
+    resting job): the same key, the same row. None while one of them moves (a live trainer's row reads its runtime
+    and clocks each time), or while the compile caches' sizes are due to be measured (the row's `size()` asks for
+    it). Values compare by identity first: the model, config and history's attempt are replaced or changed only
+    by the runner's own code, and a row made before such a change has another key."""
+    if not still(r) or SIZES.due():
+        return None
+    obs, m, rec = r.observer, r.record.model, r.record
+    live = obs.live
+    h, setting = rec.history, r.setting
+    a = h.current
+    return (m, setting.cfg, setting.written, setting.resolved, r.state_since, rec.persist_error, r.spares.off_reason,
+            obs.iteration, tuple(obs.scalars.items()), obs.last_progress_wall, obs.checkpoint, tuple(live.pids),
+            live.boot_line, h.last_iteration, h.last_mean_reward, h.last_fps, len(h.attempts), a,
+            None if a is None else (a.number, a.started_at, a.run_dir, a.resume_from, a.last_iteration),
+            SIZES.version)

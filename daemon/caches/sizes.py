@@ -28,11 +28,21 @@ class SizeSampler:
         self._asked: set[Path] = set()
         self._last: float | None = None
         self._busy = False
+        self.version = 0  # one more each time a walk found another size: a status row made before it is stale
+        self._unmeasured = False  # a path asked for has no size yet: walked a second after the last walk
+
+    def due(self) -> bool:
+        """A walk is due: the next `size()` starts one (a status row reused instead of made asks for none)."""
+        if self._busy:
+            return False
+        since = None if self._last is None else self.clock() - self._last
+        return since is None or since >= self.every or self._unmeasured and since >= 1.0
 
     def size(self, path: Path) -> int | None:
         """The last measured size of `path`; starts a walk in the background when one is due."""
         with self._lock:
             self._asked.add(path)
+            self._unmeasured = self._unmeasured or path not in self._sizes
             now = self.clock()
             due = not self._busy and (self._last is None or now - self._last >= self.every
                                       or path not in self._sizes and now - self._last >= 1.0)
@@ -50,7 +60,10 @@ class SizeSampler:
                 sizes[p] = self.walk(p)
         finally:
             with self._lock:
+                if any(self._sizes.get(p) != n for p, n in sizes.items()):
+                    self.version += 1
                 self._sizes.update(sizes)
+                self._unmeasured = any(p not in self._sizes for p in self._asked)
                 self._busy = False
 
 

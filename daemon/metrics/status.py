@@ -20,7 +20,7 @@ def gpu_status(snap: GpuSnapshot, jobs: Iterable[JobStatus] = (), *, proc_root: 
     asked_bytes (the GPU memory it gave them), from the jobs' rows, whatever NVML sees."""
     jobs = list(jobs)
     owner = attribute_pids({p.pid for p in snap.processes}, jobs, proc_root) if jobs else {}
-    claims = {str(j.name): set(assigned_keys(j.gpus, snap)) for j in jobs}
+    claims = _claims(jobs, snap)
     placed = placements(jobs)
     devices = []
     for key, info in snap.gpus.items():
@@ -50,6 +50,21 @@ def gpu_status(snap: GpuSnapshot, jobs: Iterable[JobStatus] = (), *, proc_root: 
             health=health))
     return GpusStatus(up=snap.up, reason=snap.reason, source=snap.source, driver_version=snap.driver.driver_version,
                       xid_watch=snap.xid_watch, devices=tuple(devices))
+
+
+def _claims(jobs: list[JobStatus], snap: GpuSnapshot) -> dict[str, set[str]]:
+    """Job name -> the GPU keys its gpus/device claim, for the jobs that claim one: worked out once per distinct claim
+    (issue 39: 1,000 queued jobs, most claiming nothing until the queue places them)."""
+    memo: dict[object, set[str]] = {}
+    out = {}
+    for j in jobs:
+        claim = j.gpus if isinstance(j.gpus, str) else tuple(j.gpus)
+        keys = memo.get(claim)
+        if keys is None:
+            keys = memo[claim] = set(assigned_keys(j.gpus, snap))
+        if keys:
+            out[str(j.name)] = keys
+    return out
 
 
 def placements(jobs: Iterable[JobStatus]) -> dict[str, list[tuple[str, int | None]]]:

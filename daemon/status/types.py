@@ -15,6 +15,7 @@ Stdlib only: `isaacd status` imports this and must start fast.
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -484,6 +485,23 @@ class Status:
     def job(self, name: str) -> JobStatus | None:
         return next((j for j in self.jobs if j.name == name), None)
 
+    def to_json_text(self) -> str:
+        """`json.dumps(self.to_json(), default=str)`, each job's row serialised once per row made (issue 39: a
+        status request at 1,000 jobs serialised every row; the rows reused at rest are the same objects)."""
+        global _ROW_TEXTS
+        seen, texts = _ROW_TEXTS, {}
+        for j in self.jobs:
+            hit = seen.get(id(j))
+            texts[id(j)] = hit if hit is not None and hit[0] is j else (j, json.dumps(j.to_json(), default=str))
+        _ROW_TEXTS = texts  # the rows of this status only: another thread's swap costs it a serialisation, no more
+        out = ['{"jobs": [', ", ".join(texts[id(j)][1] for j in self.jobs), "]"]
+        if self.gpus is not None:
+            out += [', "gpus": ', json.dumps(self.gpus.to_json(), default=str)]
+        if self.sweeps:
+            out += [', "sweeps": ', json.dumps([s.to_json() for s in self.sweeps], default=str)]
+        out += [', "supervisor": ', json.dumps(self.supervisor.to_json(), default=str), "}"]
+        return "".join(out)
+
     def to_json(self) -> JSON:
         out: JSON = {"jobs": [j.to_json() for j in self.jobs]}
         if self.gpus is not None:
@@ -502,6 +520,10 @@ class Status:
                    supervisor=SupervisorInfo.from_json(sup) if sup is not None else SupervisorInfo(),
                    gpus=GpusStatus.from_json(gpus) if isinstance(gpus, Mapping) else None,
                    sweeps=tuple(SweepStatus.from_json(s) for s in _tuple(raw.get("sweeps")) if isinstance(s, Mapping)))
+
+
+# id(row) -> (the row, its JSON text), for the rows of the last status serialised (Status.to_json_text)
+_ROW_TEXTS: dict[int, tuple[JobStatus, str]] = {}
 
 
 def _to_json(v: Any) -> Any:

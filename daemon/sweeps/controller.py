@@ -51,6 +51,8 @@ class _Live:
     missing_said: set[int] = field(default_factory=set)
     commands: list[tuple[str, Command]] = field(default_factory=list)  # asked off the tick (a cancel): sent by it
     last_tick: float | None = None
+    shown: tuple[tuple[Any, ...], SweepStatus] | None = None  # its last status and what it was made of
+
 
 
 def scheduler_of(spec: SweepSpec) -> Asha:
@@ -169,8 +171,21 @@ class SweepController:
         return out
 
     def _publish(self) -> None:
-        """The sweeps as status shows them (under self._lock): one reference swap, read without a lock."""
-        self._snapshot = tuple(self._status(live) for live in self._live.values())
+        """The sweeps as status shows them (under self._lock): one reference swap, read without a lock. A sweep's
+        status is made again only when something it shows changed (issue 39: 100 queued trials at every tick)."""
+        shown = tuple(self._shown(live) for live in self._live.values())
+        if len(shown) != len(self._snapshot) or any(a is not b for a, b in zip(shown, self._snapshot)):
+            self._snapshot = shown
+
+    def _shown(self, live: _Live) -> SweepStatus:
+        rec = live.rec
+        key = (rec.state, rec.reason, rec.best, rec.best_value, rec.owner, rec.source, rec.submitted_at,
+               tuple((t.number, t.job, tuple(t.values.items()), live.states.get(t.number), live.iterations.get(t.number),
+                      t.objective, t.passed, tuple(t.rung_values), round(t.gpu_seconds, 3), t.exploits,
+                      tuple(t.lineage), t.exploit is not None) for t in rec.trials))
+        if live.shown is None or live.shown[0] != key:
+            live.shown = (key, self._status(live))
+        return live.shown[1]
 
     def _tick_one(self, live: _Live, now: float, by_name: dict[str, JobSignals]) -> list[tuple[str, Command]]:
         rec, spec, asha = live.rec, live.spec, live.asha

@@ -68,6 +68,13 @@ class WatchdogEngine:
         # same at every tick, so its idle copies are made once, not at each of 1,000 jobs' publish (issue 39)
         self._idle_shown: dict[tuple[str, str], tuple[WatchdogStatus, str, WatchdogStatus]] = {}
         self._rows: dict[str, tuple[JobStatus, dict[str, WatchdogStatus], JobStatus]] = {}  # row in, statuses, out
+        # issue 39, at rest: a job whose watchdogs all wait for a trainer it does not have is stepped once, then left
+        # alone while it stays so (`_asleep`: its watchdog set and attempt when it fell asleep); `_moved`: the jobs
+        # whose watchdogs were stepped since their row was last made (the others' statuses cannot have changed)
+        self._asleep: dict[str, tuple[dict[str, Watchdog], int]] = {}
+        self._moved: set[str] = set()
+        self._sleepy: dict[int, tuple[dict[str, Watchdog], bool]] = {}
+        self._gpus: dict[str, tuple[object, tuple[tuple[int, str], ...], set[int]]] = {}  # job -> cfg, GPUs, indices
 
     # extension protocol
     def start(self, supervisor: object) -> None:
@@ -78,13 +85,13 @@ class WatchdogEngine:
 
     def _watchdogs(self, sig: JobSignals) -> dict[str, Watchdog]:
         cur = self.sets.get(sig.name)
-        if cur is None or cur[0] != sig.cfg.watchdogs:
+        if cur is None or cur[0] is not sig.cfg.watchdogs and cur[0] != sig.cfg.watchdogs:
             cur = (sig.cfg.watchdogs, make_watchdogs(sig.cfg.watchdogs))
             self.sets[sig.name] = cur
         return cur[1]
 
-    def view(self, sig: JobSignals, now: float, feed: FeedTick) -> JobView:
-        gpus = job_gpu_indices(sig.cfg, feed.readings, feed.processes, sig.pids)
+    def view(self, sig: JobSignals, now: float, feed: FeedTick, known: tuple[tuple[int, str], ...] = ()) -> JobView:
+        gpus = self._gpu_indices(sig, feed, known or tuple((r.index, r.uuid) for r in feed.readings))
         return JobView(
             name=sig.name, now=now, alive=sig.alive and not sig.waiting,  # waiting for room is no hang
             attempt_started_at=sig.attempt_started_at,
@@ -101,10 +108,18 @@ class WatchdogEngine:
         """`now` is monotonic, `jobs` every job's signals this tick. Returns the commands for the supervisor to
         hand to each job's state machine."""
         feed = self.feed.poll()
+        known = tuple((r.index, r.uuid) for r in feed.readings)
         commands: list[tuple[str, Command]] = []
         for sig in jobs:
-            view = self.view(sig, now, feed)
-            for wd in self._watchdogs(sig).values():
+            watchdogs = self._watchdogs(sig)
+            if not sig.alive and self._asleep.get(sig.name) == (watchdogs, sig.attempt):
+                continue  # stepped again, each would say what it said (needs_alive, no trainer): nothing to do
+            self._moved.add(sig.name)
+            self._asleep.pop(sig.name, None)
+            if not sig.alive and self._sleeps(watchdogs):
+                self._asleep[sig.name] = (watchdogs, sig.attempt)  # from the next tick on, after this step
+            view = self.view(sig, now, feed, known)
+            for wd in watchdogs.values():
                 trip = wd.step(view)
                 if trip is not None:
                     commands.append((sig.name, self.command_for(wd, trip, view)))
@@ -116,6 +131,32 @@ class WatchdogEngine:
             if thermal is not None:
                 commands.append((sig.name, thermal))
         return commands
+
+    def _sleeps(self, watchdogs: dict[str, Watchdog]) -> bool:
+        """Every enabled watchdog of the set watches a trainer only (not the xid watchdog, which watches the GPUs, nor
+        an enabled gpu_temperature, whose resume reads them): a job without a trainer moves none of them."""
+        hit = self._sleepy.get(id(watchdogs))
+        if hit is None or hit[0] is not watchdogs:
+            if len(self._sleepy) > 100_000:  # sets replaced by reloads: bound it
+                self._sleepy.clear()
+            hit = (watchdogs, all(not wd.cfg.enabled or wd.needs_alive and not isinstance(wd, GpuTemperatureWatchdog)
+                                  for wd in watchdogs.values()))
+            self._sleepy[id(watchdogs)] = hit
+        return hit[1]
+
+    def _gpu_indices(self, sig: JobSignals, feed: FeedTick, known: tuple[tuple[int, str], ...]) -> set[int]:
+        """The GPUs the job's watchdogs watch (gpu/assign.py `job_gpu_indices`); without processes they follow from
+        its config and the GPUs' indices and UUIDs alone: worked out once while those stay the same."""
+        if sig.pids:
+            return job_gpu_indices(sig.cfg, feed.readings, feed.processes, sig.pids)
+        hit = self._gpus.get(sig.name)
+        if hit is not None and hit[0] is sig.cfg and hit[1] == known:
+            return hit[2]
+        if len(self._gpus) > 100_000:  # jobs come and go: bound it
+            self._gpus.clear()
+        out = job_gpu_indices(sig.cfg, feed.readings, feed.processes, ())
+        self._gpus[sig.name] = (sig.cfg, known, out)
+        return out
 
     # ---- actions ---------------------------------------------------------------------------
     def command_for(self, wd: Watchdog, trip: Trip, view: JobView) -> WatchdogTrip:
@@ -141,10 +182,14 @@ class WatchdogEngine:
         cur = self.sets.get(row.name)
         if cur is None:
             return row
+        seen = self._rows.get(row.name)
+        if row.name not in self._moved and seen is not None and seen[0] is row:
+            return seen[2]  # the same row, and no watchdog of the job stepped since it was made: the last answer
+        self._moved.discard(row.name)
         watching = row.state in WATCHING
         shown = {n: wd.status() if watching or not _watches_trainer(wd, row) else
                  self._idle(row.name, n, wd.status(), row.state) for n, wd in cur[1].items()}
-        seen = self._rows.get(row.name)  # the same row and statuses as the last publish: the last answer, no copy
+        # the same row and statuses as the last publish: the last answer, no copy
         if seen is not None and seen[1] == shown and (seen[0] is row or seen[0] == row):
             return seen[2]
         if len(self._rows) > 100_000:  # jobs come and go: bound it
