@@ -347,6 +347,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--keep", action="store_true", help="keep each arm's directory")
     ap.add_argument("--repo", default=None)
+    ap.add_argument("--out-stem", default="issue39-asha-vs-none", help="bench/results/<stem>.{txt,json}")
     ap.add_argument("--from-json", type=Path, nargs="+", default=None,
                     help="print the report of saved runs again (several: one table), run nothing")
     a = ap.parse_args()
@@ -372,9 +373,9 @@ def main() -> None:
         print(text, flush=True)
         res = HERE / "results"
         res.mkdir(exist_ok=True)
-        (res / "issue39-asha-vs-none.txt").write_text(text + "\n")
+        (res / f"{a.out_stem}.txt").write_text(text + "\n")
         raw = {"args": vars(a), "command": cmd, "date": started, "checkout": checkout, "rows": rows, "arms": arms}
-        (res / "issue39-asha-vs-none.json").write_text(json.dumps(raw, default=str))
+        (res / f"{a.out_stem}.json").write_text(json.dumps(raw, default=str))
 
 
 if __name__ == "__main__":
