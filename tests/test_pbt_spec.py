@@ -69,7 +69,6 @@ def test_the_interval_defaults_to_a_tenth_of_max_iterations():
      '"agent.algorithm.gamma" is not searched'),
     ({"sched": SCHED + "rungs = [10, 30]\n"}, "sweep.scheduler.rungs", "is ASHA's"),
     ({"sched": '[sweep.scheduler]\nkind = "asha"\ninterval = 50\n'}, "sweep.scheduler.interval", "is PBT's"),
-    ({"job": JOB.replace('"rsl_rl"', '"rl_games"')}, "job.workflow", 'search it with kind = "asha"'),
 ])
 def test_a_wrong_population_setting_is_one_line_naming_the_key_and_the_fix(part, key, words):
     assert words in one_line(key, **part)
@@ -83,6 +82,26 @@ def test_a_key_an_exploit_cannot_change_in_the_running_trainer_is_refused(key):
     where = f'sweep.space."{name}"' if "." in name else f"sweep.space.{name}"
     said = one_line(where, space=SPACE + key + "\n")
     assert "not changed by an exploit in place" in said and "agent.algorithm.*" in said
+
+
+@pytest.mark.parametrize(("library", "lr", "other", "words"), [
+    ("rl_games", "agent.params.config.learning_rate", "agent.params.config.entropy_coef",
+     "would train its first minibatch at the copy's learning rate"),
+    ("skrl", "agent.agent.learning_rate", "agent.agent.entropy_loss_scale", "keeps the copy's learning rate"),
+])
+def test_a_population_of_another_library_is_refused_naming_the_key_its_resume_would_not_change(library, lr, other,
+                                                                                               words):
+    space = f'[sweep.space]\n"{lr}" = {{ loguniform = [1e-4, 1e-2] }}\n"{other}" = {{ uniform = [0.0, 0.02] }}\n'
+    said = one_line(f'sweep.space."{lr}"', space=space, job=JOB.replace('"rsl_rl"', f'"{library}"'))
+    assert said.startswith(f"{lr} cannot be perturbed in {library} members: ") and words in said
+    assert said.endswith('PBT runs rsl_rl members (workflow = "rsl_rl" or "builtin"): search it with kind = "asha"')
+    # its learning rate searched, not perturbed: the perturbed key is named, and why any key is refused
+    sched = SCHED + f'perturb = ["{other}"]\n'
+    said = one_line(f'sweep.space."{other}"', space=space, sched=sched, job=JOB.replace('"rsl_rl"', f'"{library}"'))
+    assert "an exploit copies only rsl_rl's checkpoints" in said
+    # the same keys with kind = "asha": a sweep of that library as any other
+    assert parse(space=space, sched=SCHED.replace('"pbt"', '"asha"').replace("interval = 50\n", ""),
+                 job=JOB.replace('"rsl_rl"', f'"{library}"')).scheduler.pbt is None
 
 
 def test_kind_none_keeps_the_pbt_keys_so_one_file_flips_between_them():

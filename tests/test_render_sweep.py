@@ -267,6 +267,13 @@ def test_status_and_sweeps_render_the_supervisors_answer(capsys):
 def test_the_docs_show_the_table_as_the_renderer_prints_it():
     """docs/sweeps.md pastes this sweep's `isaacd sweep status` and `isaacd sweeps`: a change of the renderer
     re-pastes them."""
+    blocks = doc_blocks()
+    assert format_sweep(example_status(), NOW) + "\n" in blocks
+    assert format_sweeps([example_status()]) + "\n" in blocks
+
+
+def doc_blocks() -> list[str]:
+    """docs/sweeps.md's fenced blocks, each as its text."""
     blocks: list[str] = []
     block: str | None = None  # the fenced block being read, None outside one
     for line in (EXAMPLE.parents[1] / "docs" / "sweeps.md").read_text().splitlines(keepends=True):
@@ -277,8 +284,7 @@ def test_the_docs_show_the_table_as_the_renderer_prints_it():
             block = None
         elif block is not None:
             block += line
-    assert format_sweep(example_status(), NOW) + "\n" in blocks
-    assert format_sweeps([example_status()]) + "\n" in blocks
+    return blocks
 
 
 def test_a_population_shows_each_members_exploits_and_its_lineage():
@@ -380,3 +386,33 @@ def test_best_of_a_population_is_its_job_file_with_its_schedule_and_newest_check
     run_cli(["sweep", "best", "pop"], answers)
     out = capsys.readouterr().out
     assert "# pop-t002 has no complete checkpoint yet" in out and "checkpoint =" not in out
+
+
+def test_the_docs_show_a_populations_best_as_the_renderer_prints_it():
+    """docs/sweeps.md's `isaacd sweep best pop` of its worked PBT example: member 6 copied member 3 at 50 (t=100),
+    member 2 copied member 3 at 100 (t=200), member 6 copied member 2 at 150 (t=300)."""
+    import re
+
+    from isaacd.cli.render_sweep import population_best
+    from isaacd.status.types import CheckpointStatus
+    from isaacd.sweeps.spec import parse_sweep
+    from isaacd.sweeps.trial_file import best_job_file
+
+    doc = (EXAMPLE.parents[1] / "docs" / "sweeps.md").read_text()
+    text = re.search(r"## Population-based training.*?```toml\n(.*?)```", doc, re.S).group(1)
+    spec = parse_sweep(text, "/home/alice/pop.toml", Path("/home/alice"))
+    ent = "agent.algorithm.entropy_coef"
+
+    def ex(time: float, at: int, source: int, old: tuple[float, float], new: tuple[float, float]) -> dict:
+        return {"time": time, "at": at, "from": source, "from_job": f"pop-t00{source}", "from_iteration": at - 1,
+                "old": {LR: old[0], ent: old[1]}, "new": {LR: new[0], ent: new[1]}, "copied": True}
+    t6 = TrialStatus(6, "pop-t006", {LR: 0.000712, ent: 0.00415}, "running", 212, 471.8, exploits=2,
+                     lineage=(ex(100, 50, 3, (1.857e-05, 0.0112), (0.000396, 0.00519)),
+                              ex(300, 150, 2, (0.000396, 0.00519), (0.000712, 0.00415))))
+    t2 = TrialStatus(2, "pop-t002", {LR: 0.000594, ent: 0.00346}, "running", 210, 460.0, exploits=1,
+                     lineage=(ex(200, 100, 3, (0.0001, 0.0151), (0.000594, 0.00346)),))
+    t3 = TrialStatus(3, "pop-t003", {LR: 0.000495, ent: 0.00432}, "running", 208, 455.0)
+    sw = SweepStatus(name="pop", scheduler="pbt", trials_total=8, best=6, trials=(t6, t2, t3))
+    made = best_job_file(text, Path("/home/alice"), spec, 6, dict(t6.values))
+    path = "/home/alice/logs/rsl_rl/pop-t006/2026-12-06_14-02-11_pbt-from-pop-t002-at-149/model_210.pt"
+    assert population_best(made, sw, 6, CheckpointStatus(210, path)) in doc_blocks()

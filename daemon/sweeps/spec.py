@@ -548,6 +548,21 @@ def _job_values(key: str, dist: Distribution, raw_job: dict[str, Any], written: 
 # num_envs, seed), the network (agent.policy.*: the copied weights' shapes) or the runner (agent.<key>).
 IN_PLACE_PREFIX = "agent.algorithm."
 PBT_WORKFLOWS = ("builtin", "rsl_rl")
+# Why the other libraries' members cannot exploit yet, by what each does with a learning rate changed on resume from
+# another member's checkpoint (read in the installed wheels, rl-games 1.6.5 and skrl 2.1.1); and for every key: an
+# exploit copies rsl_rl's checkpoints (model_<N>.pt) and sets rsl_rl's algorithm again after the load, nothing else.
+PBT_REFUSED = {
+    "rl_games": ("agent.params.config.learning_rate",
+                 "an exploit copies only rsl_rl checkpoints (model_<N>.pt, not rl_games' nn/*.pth), and a run resumed "
+                 "from a copy would train its first minibatch at the copy's learning rate, restored with its "
+                 "optimizer state, the configured one (last_lr, not saved) only from the second "
+                 "(rl_games/common/a2c_common.py set_full_state_weights, algos_torch/a2c_continuous.py "
+                 "train_actor_critic)"),
+    "skrl": ("agent.agent.learning_rate",
+             "a run resumed from a copy keeps the copy's learning rate (skrl/agents/torch/base.py Agent.load restores "
+             "the optimizer's state; the configured rate only builds the optimizer, agents/torch/ppo/ppo.py; "
+             "KLAdaptiveLR steps from the restored rate), and an exploit copies only rsl_rl checkpoints"),
+}
 
 
 def pbt_settings(cfg: SchedulerConfig, space: SearchSpace, max_iterations: int) -> PbtSettings | None:
@@ -589,10 +604,8 @@ def _pbt_issues(spec_file: SweepFile, space: SearchSpace) -> list[ConfigIssue]:
                                                               f"would be judged; write interval = "
                                                               f"{max(1, job.max_iterations // 10)}"))
     if job.workflow not in PBT_WORKFLOWS:
-        issues.append(ConfigIssue("job.workflow", f'PBT runs rsl_rl members (workflow = "rsl_rl" or "builtin"): '
-                                                  f"{job.workflow}'s resume restores its own hyperparameters from the "
-                                                  "checkpoint, and isaacd does not set them again after it yet; search "
-                                                  'it with kind = "asha"'))
+        issues.append(_library_refused(job.workflow, cfg, space))
+        return issues  # (the in-place rules below are rsl_rl's)
     for key in space:
         if not key.lstrip("+").startswith(IN_PLACE_PREFIX):
             issues.append(ConfigIssue(_space_key(key), f"{key} is not changed by an exploit in place: a member goes "
@@ -609,3 +622,18 @@ def _pbt_issues(spec_file: SweepFile, space: SearchSpace) -> list[ConfigIssue]:
                                                              "resample_probability = 0 never changes a value: "
                                                              "factors = [0.8, 1.2]"))
     return issues
+
+
+def _library_refused(workflow: str, cfg: SchedulerConfig, space: SearchSpace) -> ConfigIssue:
+    """One line naming a perturbed key (the library's learning rate when perturbed) and why a member of `workflow`
+    would not train with its perturbed value."""
+    lr_key, why_lr = PBT_REFUSED.get(workflow, ("", ""))
+    perturbed = [k for k in space if cfg.perturb is None or k in cfg.perturb] or list(space)
+    if not perturbed:
+        return ConfigIssue("job.workflow", f'PBT runs rsl_rl members (workflow = "rsl_rl" or "builtin"), not '
+                                           f"{workflow}'s")
+    key = lr_key if lr_key in perturbed else perturbed[0]
+    why = why_lr if key == lr_key else ("an exploit copies only rsl_rl's checkpoints and sets only rsl_rl's "
+                                        "agent.algorithm.* again after the copy's load")
+    return ConfigIssue(_space_key(key), f"{key} cannot be perturbed in {workflow} members: {why}; PBT runs rsl_rl "
+                                        'members (workflow = "rsl_rl" or "builtin"): search it with kind = "asha"')
