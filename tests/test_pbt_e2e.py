@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -25,6 +26,7 @@ from helpers import wait_for
 from test_queue_e2e import QUIET, host
 from test_trainer import scalars
 
+from isaacd.control import request
 from isaacd.sweeps.sampler import sample
 from isaacd.sweeps.space import LogUniform
 
@@ -97,6 +99,17 @@ def test_the_bottom_member_copies_the_top_one_through_a_trainer_and_supervisor_k
     assert ("sweep.trials: a population of 20 trains all at once; this host holds 16 members of \"60GiB\" each "
             "(empty): "
             "set trials = 16 or fewer") in refused.stderr + refused.stdout
+    # an environment key asked to change in place (an exploit goes on in the member's running trainer): one line
+    # naming the key, from the client and from the supervisor itself (a request that skips the client's check)
+    in_env = path.read_text().replace('name = "pop"', 'name = "env"').replace(
+        "[sweep.space]\n", '[sweep.space]\n"env.episode_length_s" = { choice = [5.0, 10.0] }\n')
+    (tmp_path / "env.sweep.toml").write_text(in_env)
+    refused = sp.cli("sweep", "submit", str(tmp_path / "env.sweep.toml"), check=False)
+    line = 'sweep.space."env.episode_length_s": env.episode_length_s is not changed by an exploit in place'
+    assert refused.returncode == 2 and line in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+    with pytest.raises(RuntimeError, match=re.escape(line)):
+        request(sp.socket, {"cmd": "sweep-submit", "text": in_env, "source": str(tmp_path / "env.sweep.toml")})
+    assert sp.status()["jobs"] == [] and json.loads(sp.cli("sweeps", "--json").stdout) == []  # nothing started
     said = sp.cli("sweep", "submit", str(path)).stdout
     assert "sweep pop: 4 trials submitted (pop-t001 .. pop-t004)" in said and "scheduler pbt" in said
     try:
