@@ -342,8 +342,8 @@ class Supervisor(EndedJobs, SweepCommands, ReloadRequests):
                 self.store.append_event(r.setting.cfg.name, "config_rejected", error=str(exc))
             return {"ok": False, "error": str(exc)}
         refresh_installed_isaaclab((j.launcher, j.owner) for j in new.jobs if j.launcher)  # re-read off the tick
-        with self.lock:
-            changes = self._apply_config(new)
+        with self.store.synced_together([j.name for j in new.jobs if j.name not in self.runners]), self.lock:
+            changes = self._apply_config(new)  # new jobs' first saves synced in one wait for the disk (store.py)
         self._wake.set()  # tick now, not at the next interval: a job just added is placed, and `submit` answers, sooner
         self.config_reloads += 1
         self.last_config_error = None
@@ -372,7 +372,7 @@ class Supervisor(EndedJobs, SweepCommands, ReloadRequests):
                 runner.handle_message(Readded())
                 runner.event("config_changed", detail="back in the config after a reload had removed it")
                 added.append(job_cfg.name)
-            elif runner.setting.written != job_cfg:  # as written: cfg names the GPUs the queue gave it
+            elif runner.setting.written is not job_cfg and runner.setting.written != job_cfg:  # as written
                 # Takes effect at the job's next launch; a running trainer is never killed by a reload.
                 job_keys[job_cfg.name] = tuple(changed_keys(runner.setting.written, job_cfg))
                 runner.reconfigure(job_cfg, lambda: self.runtime(job_cfg.runtime))

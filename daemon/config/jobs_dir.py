@@ -10,10 +10,12 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from ..os_seam.durable import fsync_all
 from .users import UnknownUser, User, is_admin, user_by_uid
 
 if sys.version_info >= (3, 11):
@@ -203,16 +205,33 @@ def write_atomically(path: Path, text: str, owner: tuple[int, int] | None = None
     """The whole file or none: written beside it under a hidden name (never read), synced, renamed into place.
     `owner` (uid, gid): the file is theirs before it has its name, so it is never read as anyone else's job (issue
     32: a job file's owner is the job's). Mode 0600: its environment may hold secrets."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # root's alone: see open_to_others
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with open(fd, "w", encoding="utf-8") as f:
-        if owner is not None:
-            os.fchown(f.fileno(), *owner)
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_all_atomically([(path, text)], owner)
+
+
+def write_all_atomically(files: Sequence[tuple[Path, str]], owner: tuple[int, int] | None = None) -> None:
+    """Each file as write_atomically writes one, their syncs waited for together (a sweep's 100 trial files: one wait
+    for the disk, not 100; os_seam/durable.py), every one synced before any is renamed into place. On an error none
+    is left: the hidden files are removed, and so are those already in place."""
+    tmps: list[Path] = []
+    placed: list[Path] = []
+    try:
+        for path, text in files:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # root's alone: see open_to_others
+            tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            tmps.append(tmp)
+            with open(fd, "w", encoding="utf-8") as f:
+                if owner is not None:
+                    os.fchown(f.fileno(), *owner)
+                f.write(text)
+        fsync_all(tmps)
+        for (path, _), tmp in zip(files, tmps):
+            os.replace(tmp, path)
+            placed.append(path)
+    except BaseException:
+        for leftover in tmps + placed:
+            leftover.unlink(missing_ok=True)
+        raise
 
 
 def set_aside(path: Path) -> Path:

@@ -13,18 +13,22 @@ so a torn last line can never swallow the next event.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import stat
+import threading
 import time
 import types
 import typing
+from collections.abc import Collection, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..daemon_log import log
+from ..os_seam.durable import fsync_all, fsync_path
 
 MAX_ATTEMPTS_KEPT = 500
 
@@ -38,19 +42,19 @@ class HistoryCorrupt(ValueError):
         super().__init__(f"{path}: {problem}{where}")
 
 
-def atomic_write_json(path: Path, data: Any) -> None:
+def atomic_write_json(path: Path, data: Any, sync: bool = True) -> None:
+    """`sync=False`: not waited for here; the caller syncs the file and its directory later
+    (StateStore.synced_together)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(data, fh, indent=1, sort_keys=True)
         fh.flush()
-        os.fsync(fh.fileno())
+        if sync:
+            os.fsync(fh.fileno())
     os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    if sync:
+        fsync_path(path.parent)
 
 
 @dataclass
@@ -174,6 +178,15 @@ def job_log_path(state_dir: Path, job: str) -> Path:
     return Path(state_dir) / "logs" / f"{job}.log"
 
 
+@dataclass
+class _Together:
+    """One StateStore.synced_together: its jobs, the files written without a sync, the documents it made."""
+
+    jobs: set[str]
+    files: list[Path] = field(default_factory=list)
+    new: set[Path] = field(default_factory=set)
+
+
 class StateStore:
     def __init__(self, state_dir: Path):
         self.dir = Path(state_dir)
@@ -182,6 +195,37 @@ class StateStore:
         # root's alone, but traversal kept once granted: a job that runs as its owner reaches its own files under
         # the state dir (os_seam/owner_dirs.open_state_dir makes it 0711; jobs/ stays 0700)
         os.chmod(self.dir, 0o700 | (stat.S_IMODE(os.stat(self.dir).st_mode) & 0o011))
+        self._together = threading.local()  # this thread's open synced_together, if any
+
+    @contextlib.contextmanager
+    def synced_together(self, jobs: Collection[str]) -> Iterator[None]:
+        """Within it, this thread's writes for `jobs` do not wait for the disk one by one: their journal appends, and
+        the first document of one that never launched; at its end they are all synced at once (os_seam/durable.py:
+        100 new sweep trials were ~400 fsyncs in a row, 10 ms each on a busy disk). Durable before it returns, as
+        before. Only what an OS crash before its end cannot make worse than "just added": a document saved while it
+        is new and nothing was started under it (no attempt, no spare: a trainer's token is saved before its spawn,
+        always synced at once), and journal lines (a torn last line is skipped when read). A document that existed is
+        synced at once, as is every write of another thread."""
+        outer = getattr(self._together, "batch", None)
+        if outer is not None:  # nested: the outer one syncs them
+            outer.jobs |= set(jobs)
+            yield
+            return
+        batch = _Together(set(jobs))
+        self._together.batch = batch
+        try:
+            yield
+        finally:
+            self._together.batch = None
+            try:
+                fsync_all(batch.files, [self.jobs_dir] if batch.files else [], missing_ok=True)
+            except OSError as exc:
+                log.error("state_sync_failed", files=len(batch.files), error=str(exc),
+                          detail="job documents or journal lines written but not known to be on disk")
+
+    def _deferred(self, job: str) -> "_Together | None":
+        batch: _Together | None = getattr(self._together, "batch", None)
+        return batch if batch is not None and job in batch.jobs else None
 
     def _doc(self, job: str) -> Path:
         return self.jobs_dir / f"{job}.json"
@@ -228,7 +272,15 @@ class StateStore:
 
     def save(self, history: JobHistory) -> None:
         history.attempts = history.attempts[-MAX_ATTEMPTS_KEPT:]
-        atomic_write_json(self._doc(history.name), history.to_json())
+        path = self._doc(history.name)
+        batch = self._deferred(history.name)
+        # only a document nothing was ever started under (no attempt, no spare: their tokens find a trainer)
+        later = (batch is not None and not history.attempts and history.spare_token is None
+                 and (path in batch.new or not path.exists()))
+        atomic_write_json(path, history.to_json(), sync=not later)
+        if later and batch is not None:
+            batch.new.add(path)
+            batch.files.append(path)
 
     def append_event(self, job: str, event: str, **fields: Any) -> dict[str, Any]:
         record = {"time": time.time(), "job": job, "event": event, **fields}
@@ -241,7 +293,11 @@ class StateStore:
             if size and os.pread(fd, 1, size - 1) != b"\n":
                 line = b"\n" + line
             os.write(fd, line)
-            os.fsync(fd)
+            batch = self._deferred(job)
+            if batch is None:
+                os.fsync(fd)
+            else:
+                batch.files.append(self._journal(job))
         finally:
             os.close(fd)
         return record

@@ -16,6 +16,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Collection
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -33,6 +34,8 @@ ONE_AT_A_TIME = threading.Lock()  # two submits of one name must not both find t
 
 class Journal(Protocol):
     def append_event(self, job: str, event: str, **fields: Any) -> dict[str, Any]: ...
+
+    def synced_together(self, jobs: Collection[str]) -> AbstractContextManager[None]: ...  # (history/store.py)
 
 
 class Submittable(Protocol):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..access.limits import effective_limits, refusals
 from ..access.policy import Caller
-from ..config.jobs_dir import job_file, write_atomically
+from ..config.jobs_dir import job_file, write_all_atomically
 from ..config.access import Limits
 from ..config.schema import ConfigError, ConfigIssue, JobConfig
 from ..config.sizes import size_bytes, written
@@ -47,24 +47,22 @@ def submit_sweep(sup: Submittable, sweeps: SweepController, text: str, source: s
                           trials=[TrialRecord(n, trial_name(spec.name, n, spec.trials), values[n - 1])
                                   for n in range(1, spec.trials + 1)])
         sweeps.submitted(rec)  # saved first: a supervisor killed now finds the sweep and the files it names
-        written: list[Path] = []
+        files = [(job_file(jobs_dir, table["name"]), toml_job_file(table)) for table in tables]
         try:
-            for table in tables:
-                path = job_file(jobs_dir, table["name"])
-                write_atomically(path, toml_job_file(table), owner)
-                written.append(path)
+            write_all_atomically(files, owner)  # every one synced, in one wait for the disk, before any is read
             result = sup.reload()  # once for every trial
-        except OSError as exc:
+        except OSError as exc:  # (none of the files is left)
             result = {"ok": False, "error": f"cannot write a trial's job file into {jobs_dir}: {exc.strerror}"}
         if not result.get("ok"):
-            for path in written:
+            for path, _ in files:
                 path.unlink(missing_ok=True)
             sweeps.forget(spec.name)
             raise ValueError(f"not submitted (nothing changed): {result.get('error')}")
     if caller is not None:
-        for job in jobs:
-            sup.store.append_event(job.name, "operator_command", command="sweep submit", sweep=spec.name,
-                                   user=caller.name, uid=caller.uid)
+        with sup.store.synced_together([job.name for job in jobs]):  # 100 journals, one wait for the disk
+            for job in jobs:
+                sup.store.append_event(job.name, "operator_command", command="sweep submit", sweep=spec.name,
+                                       user=caller.name, uid=caller.uid)
     return (f"sweep {spec.name}: {spec.trials} trials submitted ({jobs[0].name} .. {jobs[-1].name}), at most "
             f"{spec.concurrency} at once, scheduler {spec.scheduler.kind}; `isaacd sweep status {spec.name}`")
 
