@@ -46,6 +46,7 @@ from test_isaaclab3_real import _real_isaaclab, assert_clean_log  # noqa: F401 (
 from test_isaaclab3_sweep import logged
 from test_queue_e2e import QUIET, host
 
+from isaacd.control import request
 from isaacd.sweeps.sampler import sample
 from isaacd.sweeps.space import LogUniform
 
@@ -96,7 +97,9 @@ OMP_NUM_THREADS = "1"
 
 
 def sweep(sp) -> dict:  # noqa: ANN001
-    return json.loads(sp.cli("sweep", "status", "pp", "--json").stdout)
+    """The sweep's status as the control socket answers it (what `isaacd sweep status --json` prints; a poll
+    through the socket, not a client process per look: three Isaac Lab processes share the two cores)."""
+    return request(sp.socket, {"cmd": "sweep-status", "sweep": "pp"}, timeout=5)
 
 
 def member(status: dict, job: str) -> dict:
@@ -143,9 +146,11 @@ def test_real_isaaclab_population_one_exploit_through_the_booted_spare_with_the_
     top_spare = wait_for(lambda: (s := sp.job(top)["spare"] or {}).get("pid") not in (None, held[top])
                          and s["pid"], BOOT, interval=0.05, what="the top member's spare started")
     hold(top_spare)
+    phases = {"members training": time.monotonic() - t0}
     ready = wait_for(lambda: (s := sp.job(bottom)["spare"] or {}).get("state") == "ready" and s, 2 * BOOT,
                      interval=0.1, what="the bottom member's booted spare ready")
     assert ready["mode"] == "booted" and ready["pid"] != held[bottom], ready
+    phases["bottom's spare ready"] = time.monotonic() - t0
     # 3. the top trains until the sweep ranks it with a complete checkpoint at TOP_AT, then is held
     release(held[top])
 
@@ -160,13 +165,15 @@ def test_real_isaaclab_population_one_exploit_through_the_booted_spare_with_the_
     release(held[bottom])
     decided = wait_for(lambda: events(sp, bottom, "member_exploit"), 2 * BOOT, interval=0.1,
                        what="the bottom member's exploit decided")
+    phases["exploit decided"] = time.monotonic() - t0
     done = wait_for(lambda: events(sp, bottom, "member_exploited"), 2 * BOOT, interval=0.1,
                     what="the bottom member's exploit carried out")
+    phases["exploit carried out"] = time.monotonic() - t0
     # 5. the top released: both train to MAX
     release(held[top])
-    status = wait_for(lambda: (s := sweep(sp))["state"] == "done" and s, 2 * BOOT, interval=0.5,
-                      what="the population done")
+    wait_for(lambda: sweep(sp)["state"] == "done", 2 * BOOT, interval=0.2, what="the population done")
     seconds = time.monotonic() - t0
+    status = json.loads(sp.cli("sweep", "status", "pp", "--json").stdout)
 
     ex = decided[0]
     assert len(decided) == len(done) == 1, (decided, done)
@@ -225,4 +232,5 @@ def test_real_isaaclab_population_one_exploit_through_the_booted_spare_with_the_
     assert any(line.split()[1:] == [f"0-{MAX - 1}", "(now)", top, repr(LRS[1])] for line in best.splitlines()), best
     last = run_dirs(sp, top)[0] / f"model_{MAX - 1}.pt"
     assert f'# checkpoint = "{last}"' in best.splitlines() and last.is_file(), best
-    print(f"population of 2 on the real Isaac Lab: {seconds:.1f} s from the supervisor's start to the sweep done")
+    print(f"population of 2 on the real Isaac Lab: {seconds:.1f} s from the supervisor's start to the sweep done; "
+          + ", ".join(f"{k} at {v:.1f} s" for k, v in phases.items()) + f"; load average {os.getloadavg()}")
