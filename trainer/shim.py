@@ -11,8 +11,9 @@ runs the script exactly like ``<python> SCRIPT.py args`` / ``<python> -m MODULE 
 ``__main__``; its exit status and ``SystemExit`` are its own), plus what follows. The names it shares with the
 daemon (events, environment variables, snapshot files, the spare's go line) are defined once, in
 ``shim_protocol.py``. The shim is this file and its parts, one job each: ``shim_emit.py`` (writes the side
-channel), ``shim_rsl_rl.py`` (what it reads off an rsl_rl runner), ``shim_snapshots.py``, ``shim_hooks.py`` (save
-on stop, the runner and gymnasium hooks, running the target) and ``shim_spare.py`` (the warm spare). They must sit
+channel), ``shim_rsl_rl.py`` (what it reads off an rsl_rl runner), ``shim_snapshots.py``, ``shim_exit.py`` (the quick
+exit after a stop's save), ``shim_hooks.py`` (save on stop, the runner and gymnasium hooks, running the target) and
+``shim_spare.py`` (the warm spare). They must sit
 beside this file (as they do in the package; containers get them all mounted, ``SHIM_FILES``): the shim loads them
 from there by path, so no isaacd needs to be installed in the trainer's Python.
 
@@ -35,8 +36,12 @@ from there by path, so no isaacd needs to be installed in the trainer's Python.
 * Save on stop (unless ``ISAACD_SHIM_SAVE_ON_STOP=0``): the first SIGINT/SIGTERM only sets a flag. At the next
   iteration boundary (iteration N updated, logged and periodically saved; nothing of N+1 run yet, not even an
   observation-normaliser update) ``model_<N>.pt`` is saved through the runner's own ``save`` into its run dir
-  (unless rsl_rl just saved exactly that), ``stopped`` is reported and ``learn()`` returns normally, so the
-  script's own cleanup runs and the process exits 0. A second signal exits at once with status 128+signum,
+  (unless rsl_rl just saved exactly that) and ``stopped`` is reported (``exit_now``). Then, where the code after
+  ``learn()`` was checked to only release memory (Isaac Lab 3.0.0's rsl_rl entry point and the built-in trainer,
+  torch's TensorBoard writer, no video or dataset recording, no Kit, no torch.distributed: ``shim_exit.py``), the
+  writer is closed, the ``atexit`` handlers run and the process exits 0 at once (``ISAACD_SHIM_FAST_EXIT=0``: never);
+  otherwise ``stopped``'s ``cleanup`` says why, ``learn()`` returns normally, the script's own cleanup runs and
+  the process exits 0. A second signal exits at once with status 128+signum,
   except the same signal again within 1 s: a wrapper such as ``uv run`` forwards the signal its process group
   already delivered, and that is still the first request. When this process is not its process group's leader (a
   wrapper started it), ``learn()`` returns only once that forwarded copy has come or the 1 s has passed: the
@@ -170,6 +175,7 @@ P = _load_beside("shim_protocol")
 events = _load_beside("shim_emit")
 _load_beside("shim_rsl_rl")
 snapshots = _load_beside("shim_snapshots")
+_load_beside("shim_exit")
 hooks = _load_beside("shim_hooks")
 spare = _load_beside("shim_spare")
 

@@ -13,10 +13,11 @@ import sys
 import time
 
 if __package__:  # isaacd_trainer.shim_hooks
-    from . import shim_protocol as P, shim_emit as E, shim_rsl_rl as R, shim_snapshots as S
+    from . import shim_protocol as P, shim_emit as E, shim_rsl_rl as R, shim_snapshots as S, shim_exit as X
 else:  # run by path: shim.py loaded these from beside it first (isaacd need not be installed)
-    P, E, R, S = (sys.modules["isaacd_shim_protocol"], sys.modules["isaacd_shim_emit"],
-                  sys.modules["isaacd_shim_rsl_rl"], sys.modules["isaacd_shim_snapshots"])
+    P, E, R, S, X = (sys.modules["isaacd_shim_protocol"], sys.modules["isaacd_shim_emit"],
+                     sys.modules["isaacd_shim_rsl_rl"], sys.modules["isaacd_shim_snapshots"],
+                     sys.modules["isaacd_shim_exit"])
 
 ShimEvent = P.ShimEvent
 emit = E.emit
@@ -188,6 +189,7 @@ def _wrap_learn(orig):
     def learn(self, *args, **kwargs):
         if self.__dict__.get("_isaacd_in_learn"):
             return orig(self, *args, **kwargs)
+        called_by = X.caller(sys._getframe(1))  # whose code runs after learn(): may a saved stop exit at once?
         park, BeforeLearn.park = BeforeLearn.park, None
         if park is not None:  # a booted spare: upstream hands over to the runner here; wait for the go
             args, kwargs = park(self, args, kwargs)
@@ -199,8 +201,9 @@ def _wrap_learn(orig):
              num_learning_iterations=_num_iterations(args, kwargs), runner_class=type(self).__name__,
              rsl_rl_version=_rsl_rl_version())
         if stop_enabled and _agree_to_stop():
-            emit(ShimEvent.STOPPED, iteration=None, checkpoint=None)
-            _await_forwarded_copy()
+            why = X.refusal(self, called_by)
+            emit(ShimEvent.STOPPED, iteration=None, checkpoint=None, **_exit_fields(why))
+            _end_stop(self, why)
             return None
 
         alg = self.alg
@@ -238,8 +241,9 @@ def _wrap_learn(orig):
                 _restore(saved)
                 saved = []
                 self.__dict__["_isaacd_in_learn"] = False
-                _stop_now(self, st)
-                _await_forwarded_copy()
+                why = X.refusal(self, called_by)
+                _stop_now(self, st, why)
+                _end_stop(self, why)
                 return None
         finally:
             _restore(saved)
@@ -254,7 +258,23 @@ def _wrap_learn(orig):
     return learn
 
 
-def _stop_now(runner, st: _LearnState) -> None:
+def _exit_fields(why: str | None) -> dict:
+    """``stopped``'s ``exit_now`` (the process ends right after it) and, if not, ``cleanup`` (why the script's own
+    cleanup runs first: shim_exit.refusal)."""
+    return {"exit_now": True} if why is None else {"exit_now": False, "cleanup": why}
+
+
+def _end_stop(runner, why: str | None) -> None:
+    """After a stop's save: exit now where nothing after learn() needs to run (shim_exit.py); else learn() returns
+    once a wrapper's forwarded copy of the signal can no longer land in the script's cleanup."""
+    if why is None:
+        X.exit_now(runner)  # returns only if the writer could not be closed
+    else:
+        print(f"[isaacd-shim] the train script's own cleanup runs: {why}", file=sys.stderr, flush=True)
+    _await_forwarded_copy()
+
+
+def _stop_now(runner, st: _LearnState, why: str | None = None) -> None:
     """At the boundary after iteration N: save model_N.pt through runner.save (unless just saved), report."""
     n = st.last_completed
     ckpt = None
@@ -277,7 +297,7 @@ def _stop_now(runner, st: _LearnState) -> None:
             pass
     name = signal.Signals(_Stop.signum).name if _Stop.signum else "stop"
     print(f"[isaacd-shim] stopped after iteration {n} ({name}); checkpoint: {ckpt}", file=sys.stderr, flush=True)
-    emit(ShimEvent.STOPPED, iteration=n, checkpoint=ckpt)
+    emit(ShimEvent.STOPPED, iteration=n, checkpoint=ckpt, **_exit_fields(why))
 
 
 def _wrap_save(orig):

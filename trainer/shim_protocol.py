@@ -33,7 +33,7 @@ class ShimEvent(str, enum.Enum):
     FIRST_ITERATION = "first_iteration"  # iteration
     CHECKPOINT_SAVED = "checkpoint_saved"  # path, iteration
     STOP_REQUESTED = "stop_requested"  # signal
-    STOPPED = "stopped"  # iteration, checkpoint[, before_first_iteration]
+    STOPPED = "stopped"  # iteration, checkpoint[, before_first_iteration][, exit_now[, cleanup]]
     LEARN_FINISHED = "learn_finished"  # iteration
     SNAPSHOT_SAVED = "snapshot_saved"  # path, iteration, copy_seconds, write_seconds, write_cpu_seconds, bytes
     SNAPSHOT_SKIPPED = "snapshot_skipped"  # iteration, reason, skipped
@@ -111,7 +111,7 @@ PROTOCOL_FILE = "shim_protocol.py"  # this file: the shim loads it from its own 
 SHIM_IN_CONTAINER = "/opt/isaacd/isaacd_shim.py"
 PROTOCOL_IN_CONTAINER = "/opt/isaacd/" + PROTOCOL_FILE  # beside the shim, under the same name as here
 # the shim's own parts, which it loads by path from beside itself as it loads this file (shim.py: _load_beside)
-SHIM_PART_FILES = ("shim_emit.py", "shim_rsl_rl.py", "shim_snapshots.py", "shim_hooks.py",
+SHIM_PART_FILES = ("shim_emit.py", "shim_rsl_rl.py", "shim_snapshots.py", "shim_exit.py", "shim_hooks.py",
                    "shim_spare.py")
 # (file in the isaacd_trainer package, path in a container): every file the shim needs to run by path
 SHIM_FILES = ((SHIM_FILE, SHIM_IN_CONTAINER), (PROTOCOL_FILE, PROTOCOL_IN_CONTAINER)) + tuple(
