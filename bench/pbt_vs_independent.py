@@ -141,7 +141,7 @@ def outcome(res: dict[str, Any]) -> dict[str, Any]:
             "iterations": sum(len(r) for r in p.get("objective") or []), "runs": len(p.get("objective") or []),
             "points": [[round(w - t0, 3), v, s] for w, v, s in pts]}
     finals = [m["final_tb"] for m in members.values() if m["final_tb"] is not None]
-    return {"best_trial": st.get("best"), "best_objective": st.get("best_objective"),
+    return {"t_submit": t0, "best_trial": st.get("best"), "best_objective": st.get("best_objective"),
             "best_tb": max(finals) if finals else None, "members": members,
             "exploits": sum(len(m["exploits"]) for m in members.values()),
             "wall_s": round((res.get("t_end") or t0) - t0, 1) if t0 else None,
@@ -162,7 +162,12 @@ def to_target(o: dict[str, Any], target: float, smooth: int) -> dict[str, Any] |
                 break
     if hit is None:
         return None
+    m = o["members"][hit[1]]
+    # the member that reached it: at which of its iterations, and whether an exploit (a copy) had come before
+    step = next((s for w, _, s in reversed(m["points"]) if w <= hit[0]), None)
+    copies = sum(1 for e in m["lineage"] if e.get("time", 0) - o.get("t_submit", 0) <= hit[0])
     return {"wall_s": round(hit[0], 1), "gpu_s": round(interp(o["timeline"], hit[0]), 1), "by": hit[1],
+            "step": step, "copies_before": copies,
             "member_iterations": sum(1 for m in o["members"].values() for w, _, _ in m["points"] if w <= hit[0])}
 
 
@@ -253,9 +258,21 @@ def report(pairs: list[tuple[dict[str, Any], dict[str, Any]]], cmd: str) -> tupl
                 cells = []
                 for who in ("pbt", "independent"):
                     x = t[who]
+                    copies = f", after {x['copies_before']} copies" if x and x["copies_before"] else ""
                     cells.append(f"{who} " + (f"{x['wall_s']} s / {x['gpu_s']} GPU-s / {x['member_iterations']} "
-                                              f"member-iterations (t{x['by'][-3:]})" if x else "never"))
+                                              f"member-iterations (t{x['by'][-3:]} at its iteration {x['step']}"
+                                              f"{copies})" if x else "never"))
                 L.append(f"  to {t['target']:.2f} ({a['target']:.0%} of {t['of']}'s final best): " + "; ".join(cells))
+            for name, r in (("pbt", pbt), ("independent", ind)):
+                objs = [m["objective"] for m in r["outcome"]["members"].values()
+                        if isinstance(m["objective"], (int, float))]
+                if objs and row["targets"]:
+                    tgt = row["targets"][0]["target"]
+                    row[name]["at_target"] = sum(1 for x in objs if x >= tgt)
+                    row[name]["population_median"] = statistics.median(objs)
+                    L.append(f"  {name}: the population at its end: mean objective {statistics.mean(objs):.1f}, "
+                             f"median {statistics.median(objs):.1f}, {row[name]['at_target']} of {len(objs)} members "
+                             f"at or above {tgt:.2f}")
         L.append("")
     if rows:
         def med(xs: list[float]) -> str:
@@ -271,7 +288,12 @@ def report(pairs: list[tuple[dict[str, Any], dict[str, Any]]], cmd: str) -> tupl
         L += [f"over {len(rows)} seed(s): best member's objective, PBT - independent: {med(diff)}",
               f"  PBT / independent, wall seconds to 90 % of the independent final best: {med(ratio)}"
               + (f"; PBT never reached it in {never}" if never else ""),
-              f"  PBT / independent, member-iterations to it: {med(iters)}"]
+              f"  PBT / independent, member-iterations to it: {med(iters)}",
+              "  members at or above it at the end, PBT vs independent: " + ", ".join(
+                  f"{r['pbt'].get('at_target')} vs {r['independent'].get('at_target')}" for r in rows),
+              "  the population's median objective at the end, PBT vs independent: " + ", ".join(
+                  f"{fmt(r['pbt'].get('population_median'))} vs {fmt(r['independent'].get('population_median'))}"
+                  for r in rows)]
     return "\n".join(L), rows
 
 
