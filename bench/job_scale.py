@@ -170,10 +170,11 @@ def one_size(co: Checkout, n: int, a: argparse.Namespace, pythonpath: str | None
             sm.notes["sweep"] = str(exc)
         out["total"] = len(ask(sock, {"cmd": "status"}, timeout=60)["jobs"])
         time.sleep(a.warmup)
-        c0, w0 = cpu_ticks(sup.pid), time.monotonic()
+        c0, m0, w0 = cpu_ticks(sup.pid), cpu_ticks(sup.pid, sup.pid), time.monotonic()
         time.sleep(a.rest)
-        c1, w1 = cpu_ticks(sup.pid), time.monotonic()
+        c1, m1, w1 = cpu_ticks(sup.pid), cpu_ticks(sup.pid, sup.pid), time.monotonic()
         out["rest_cpu"] = (c1 - c0) / CLK_TCK / (w1 - w0)
+        out["rest_main"] = (m1 - m0) / CLK_TCK / (w1 - w0)  # the main thread alone: the ticks
         for r in range(a.repeats):
             t = time.monotonic()
             ask(sock, {"cmd": "status"}, timeout=60)
@@ -234,9 +235,10 @@ def main() -> int:
     fl = floor(co, max(args.repeats, 5))
     print("floor (no supervisor), median / max ms: " + ", ".join(f"{k} {ms(v)}" for k, v in fl.items()))
     print(f"median / max, ms ({args.repeats} samples each; nF: n failed); sweep submit: one command, its "
-          f"{args.trials} trials; rest CPU = supervisor utime+stime over {args.rest:g} s, % of one core", flush=True)
+          f"{args.trials} trials; rest CPU = supervisor utime+stime over {args.rest:g} s, % of one core (main: its main thread alone, the ticks)",
+          flush=True)
     cols = ("sweep submit", "submit", "status", "sweep status", "sweeps", "socket")
-    head = f"{'N':>5} {'jobs':>5}  " + "  ".join(f"{c:>14}" for c in cols) + f"  {'rest CPU':>8}"
+    head = f"{'N':>5} {'jobs':>5}  " + "  ".join(f"{c:>14}" for c in cols) + f"  {'rest CPU':>8}  {'main':>6}"
     lines = []
     arms: list[tuple[str, str | None]] = [("", None)]
     if args.against:  # the baseline first, then this checkout, at each N: both under the same load
@@ -246,7 +248,8 @@ def main() -> int:
         r = one_size(co, n, args, pp)
         sm = r["samples"]
         lines.append((f"{arm:<6} " if args.against else "") + f"{r['n']:>5} {r['total']:>5}  "
-                     + "  ".join(f"{sm.cell(c):>14}" for c in cols) + f"  {r['rest_cpu'] * 100:>7.1f}%")
+                     + "  ".join(f"{sm.cell(c):>14}" for c in cols) + f"  {r['rest_cpu'] * 100:>7.1f}%"
+                     + f"  {r['rest_main'] * 100:>5.1f}%")
         print(f"  N={n} {arm}: up and settled in {r['up']:.1f} s; states at the end {r['states']}", flush=True)
         print(head + "\n" + lines[-1], flush=True)
         for k, e in sm.errors.items():

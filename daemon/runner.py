@@ -111,6 +111,11 @@ class JobRunner:
                                      self._spare_token, self._backup_keeper, gpu_check)
         self._row: tuple[tuple[object, ...], float, JobStatus] | None = None  # the last row made and its key
         self._signals: tuple[tuple[object, ...], JobSignals] | None = None  # likewise the last signals
+        # issue 39, at rest: one more at each act of the runner (a message, a reload, a tick that stepped anything); a
+        # row or signals made at the same count are still right. A settled job: its model and config at its last tick
+        self.touched = 0
+        self._row_at = self._signals_at = -1
+        self._settled: tuple[JobModel, JobConfig, object] | None = None
         self.starter = AttemptStarter(self.setting, runtime, self.record, self.observer, self.spares,
                                       spawn=self._spawn, apply_spare=lambda effects: apply_spare(self.spares, effects))
 
@@ -133,6 +138,7 @@ class JobRunner:
         the JobSetting, so the next launch, the spare and the status all read the config in force. `runtime` (the
         one the new config names) is taken only while no trainer runs: a running trainer is watched to its end by
         the runtime that started it, and a reload never kills it."""
+        self.touched += 1
         self.setting.reconfigure(cfg)
         if runtime is not None and self.handle is None:
             self.runtime = runtime()
@@ -176,6 +182,7 @@ class JobRunner:
 
     # ---- messages in, effects out ----------------------------------------------------------
     def handle_message(self, msg: Message) -> str | None:
+        self.touched += 1
         cfg, record = self.setting.cfg, self.record
         ctx = machine.Context(cfg.name, self.clock.monotonic(), cfg.restart, cfg.stop_timeout,
                               cfg.num_envs, cfg.oom, backup=cfg.backup is not None,
@@ -260,18 +267,44 @@ class JobRunner:
 
     def kill_spare(self, reason: str) -> None:
         """The job's spare goes (a supervisor shutdown, a runtime change), through the interpreter."""
+        self.touched += 1
         apply_spare(self.spares, self.spares.dismiss(reason))
 
     # ---- recovery after a supervisor (re)start, and each tick -----------------------------
     def recover(self) -> None:
         """Say what this supervisor start found (attempt/recovery.py) to the machine, which decides what to do; a
         spare the previous supervisor left (one that never took over) is killed first: a new one follows."""
+        self.touched += 1
         apply_spare(self.spares, self.spares.dismiss_leftover(leftover_spare(self.record)))
         for msg in recovery_messages(self.setting, self.runtime, self.record, self.observer, self.spares):
             self.handle_message(msg)
 
     def tick(self, now: float) -> None:
-        """One step: what happened (observations), then time passing (Tick). `now` is monotonic."""
+        """One step: what happened (observations), then time passing (Tick). `now` is monotonic. A settled job (the
+        last tick found it still, with the same model and config, and nothing of it moves) has nothing to step but
+        its checkpoint scan (issue 39: 1,000 queued jobs at every tick)."""
+        settled = self._settled
+        if settled is not None and settled[0] is self.record.model and settled[1] is self.setting.cfg \
+                and settled[2] is self.setting.resolved and self._quiet():
+            if now - self.observer.checkpoint_scanned_at >= CHECKPOINT_SCAN_INTERVAL:
+                before = self.observer.checkpoint
+                self.observer.scan_checkpoint(now)
+                if self.observer.checkpoint != before:
+                    self.touched += 1
+            return
+        self._full_tick(now)
+        self.touched += 1
+        m = self.record.model
+        self._settled = (m, self.setting.cfg, self.setting.resolved) \
+            if self._quiet() and not tick_moves(m, self.setting.written.placed_by_isaacd) else None
+
+    def _quiet(self) -> bool:
+        """Nothing of the job moves on its own: no trainer, spare, launch, backup, retried save, runtime resources
+        to release or launcher probe to wait for (`still`, and what the tick would ask of those)."""
+        return still(self) and self.spares.idle and not self.record.dirty and not self.observer.ended \
+            and not self.setting.probe_pending and self.setting.cfg.backup is None
+
+    def _full_tick(self, now: float) -> None:
         self.setting.resolve_answered()  # made while its launcher's probe ran: resolved once it answered
         for obs in self.observer.observe(now):
             self.handle_message(obs)
@@ -324,6 +357,7 @@ class JobRunner:
 
     def backup_takeover(self) -> str:
         """`isaacd backup takeover JOB`: this supervisor takes the prefix's lease whoever holds it (an event)."""
+        self.touched += 1
         keeper = self._backup_keeper()
         if keeper is None:
             raise ValueError(f"{self.setting.cfg.name} has no [jobs.backup] target: nothing to take over")
@@ -359,8 +393,11 @@ class JobRunner:
     def signals(self) -> JobSignals:
         """What the tick hooks read of the job (status/signals.py): the last tick's value again while nothing it is
         made of changed (`signals_key`)."""
-        key = signals_key(self)
         last = self._signals
+        if last is not None and self._signals_at == self.touched:
+            return last[1]  # nothing acted since it was made (a still job's: see signals_key)
+        key = signals_key(self)
+        self._signals_at = self.touched
         if key is not None and last is not None and last[0] == key:
             return last[1]
         sig = job_signals(self)
@@ -370,12 +407,17 @@ class JobRunner:
     def snapshot(self) -> JobStatus:
         """The job as `isaacd status` and /metrics show it (attempt/job_status.py): the last publish's row again while
         nothing it is made of changed (`still_key`), else a fresh one (issue 39: 1,000 queued jobs at every tick)."""
-        key = still_key(self)
         last = self._row
-        if key is not None and last is not None and last[0] == key and abs(last[1] - key_wall_minus_mono(self)) < WM_SLACK:
+        wm = key_wall_minus_mono(self)
+        if last is not None and self._row_at == self.touched and abs(last[1] - wm) < WM_SLACK \
+                and last[0][-1] == SIZES.version and not SIZES.due():
+            return last[2]  # nothing acted since it was made (a still job's: see still_key)
+        key = still_key(self)
+        self._row_at = self.touched
+        if key is not None and last is not None and last[0] == key and abs(last[1] - wm) < WM_SLACK:
             return last[2]
         row = job_status(self)
-        self._row = None if key is None else (key, key_wall_minus_mono(self), row)
+        self._row = None if key is None else (key, wm, row)
         return row
 
 

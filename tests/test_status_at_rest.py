@@ -56,10 +56,25 @@ def test_a_still_jobs_row_and_signals_are_the_last_ones_until_something_changes(
     assert r.snapshot().state == "stopped"
     r.reconfigure(parse_config(JOB.replace("max_iterations = 100", "max_iterations = 7"), "t.toml", tmp_path).jobs[0])
     assert r.snapshot().max_iterations == 7 and r.signals().cfg.max_iterations == 7
-    r.record.history.last_iteration = 41  # the history changed in place: no longer the row's
-    assert r.snapshot().iteration == 41
-    r.record.persist_error = "disk full"
-    assert r.snapshot().persist_error == "disk full"
+    assert r.snapshot() is r.snapshot()
+    r.handle_message(Start(Origin.OPERATOR, "operator start"))
+    clock.advance(0.2)
+    r.tick(clock.monotonic())  # a settled job wakes at a message: its next tick launches the trainer
+    row = r.snapshot()
+    assert row.state == "starting" and row.pid is not None and r.signals().alive
+
+
+def test_a_settled_jobs_tick_leaves_the_machine_alone_and_its_row_follows_the_next_message(stopped, monkeypatch):
+    r, clock = stopped
+    decided: list[object] = []
+    real = machine.decide
+    monkeypatch.setattr(machine, "decide", lambda m, msg, ctx: decided.append(msg) or real(m, msg, ctx))
+    for _ in range(3):
+        clock.advance(0.2)
+        r.tick(clock.monotonic())
+    assert decided == []  # settled: no Tick asked of the machine
+    r.handle_message(Start(Origin.OPERATOR, "operator start"))
+    assert r.snapshot().state == "pending"
 
 
 def test_a_row_is_made_again_when_the_wall_clock_steps(stopped):
