@@ -65,9 +65,11 @@ def run(order: list[int], C: dict, a: argparse.Namespace, kind: str, target: flo
     hit = None
     dt = a.dt
     next_fifo = 0
+    dirty = True  # asked again only after something it reads changed (a value recorded, a slot freed, an end)
     while True:
         # decisions
-        if kind == "asha":
+        if kind == "asha" and dirty:
+            dirty = False
             views = [TrialView(x.number, x.state, int(x.iters) - 1 if x.iters >= 1 else 0, tuple(x.values), x.passed,
                                None) for x in ts]
             ds = decide(asha, views)
@@ -86,6 +88,8 @@ def run(order: list[int], C: dict, a: argparse.Namespace, kind: str, target: flo
                     done = True
             if done and not any(x.phase for x in ts):
                 break
+        elif kind == "asha":
+            pass
         else:
             running = sum(x.state is TrialState.RUNNING for x in ts)
             while running < a.concurrency and next_fifo < len(ts):
@@ -113,14 +117,15 @@ def run(order: list[int], C: dict, a: argparse.Namespace, kind: str, target: flo
             elif x.phase == "exit":
                 x.left -= dt
                 if x.left <= 0:
-                    x.phase = ""
+                    x.phase, dirty = "", True
             elif x.phase == "train":
                 x.iters = min(a.max_iterations, x.iters + rate * dt)
                 marks = ms if kind == "asha" else [a.max_iterations]  # the values recorded (none: its end only)
                 while len(x.values) < len(marks) and x.iters >= marks[len(x.values)]:
                     x.values.append(value_at(C[x.cfg], marks[len(x.values)] - 1))
+                    dirty = True
                 if x.iters >= a.max_iterations:
-                    x.state, x.phase, x.left = TrialState.COMPLETED, "exit", a.exit
+                    x.state, x.phase, x.left, dirty = TrialState.COMPLETED, "exit", a.exit, True
         t += dt
         if hit is None:
             live = [value_at(C[x.cfg], x.iters - 1) for x in ts if x.iters >= 1]
