@@ -10,7 +10,9 @@ is SIGKILLed and so is the supervisor: the next supervisor finds the exploit whe
 it out once (one copy, one lineage entry). The trainer's own log proves the new rate in effect at the first
 iteration after the exploit (rsl_rl's PPO.load would have taken the copy's rate; the shim sets the new one again
 after that load), its TensorBoard steps go on from the copy's iteration to the end with none missing, and the top
-member never stopped."""
+member never stopped. At the end `isaacd sweep best` gives the best member's job file with the schedule its weights
+trained on and its newest complete checkpoint. Before it all, what a submit refuses in one line, nothing started: a
+population larger than the host holds, and an `env.*` key asked to change in place."""
 
 from __future__ import annotations
 
