@@ -105,8 +105,10 @@ class Samples:
     """Each command's times; a command that fails (the client's 10 s timeout, a refusal) is a figure too: counted,
     its time kept apart, its first error printed."""
 
-    def __init__(self, env: dict[str, str] | None = None) -> None:
+    def __init__(self, env: dict[str, str] | None = None, pid: int | None = None) -> None:
         self.env = env  # the clients' environment (PYTHONPATH of the arm measured)
+        self.pid = pid  # the supervisor's: its CPU during each command (what a shared machine's load changes least)
+        self.cpu: dict[str, list[float]] = {}
         self.ok: dict[str, list[float]] = {}
         self.failed: dict[str, list[float]] = {}
         self.errors: dict[str, str] = {}
@@ -114,6 +116,7 @@ class Samples:
 
     def run(self, name: str, cmd: list[str]) -> str | None:
         t0 = time.monotonic()
+        c0 = cpu_ticks(self.pid) if self.pid else 0
         try:
             dt, out = timed(cmd, self.env)
         except RuntimeError as exc:
@@ -121,6 +124,8 @@ class Samples:
             self.errors.setdefault(name, str(exc).splitlines()[-1][:300])
             return None
         self.ok.setdefault(name, []).append(dt)
+        if self.pid:  # (its ticks too: the tick's share is the same in both arms)
+            self.cpu.setdefault(name, []).append((cpu_ticks(self.pid) - c0) / CLK_TCK)
         return out
 
     def cell(self, name: str) -> str:
@@ -161,7 +166,7 @@ def one_size(co: Checkout, n: int, a: argparse.Namespace, pythonpath: str | None
         out["up"] = time.monotonic() - t0
         sfile = d / "sweep.toml"
         sfile.write_text(sweep_text("scale", a.trials, logs))
-        sm = Samples(env)
+        sm = Samples(env, sup.pid)
         sm.run("sweep submit", cli + ["sweep", "submit", str(sfile)])
         try:
             wait_until(lambda: len(ask(sock, {"cmd": "status"}, timeout=60)["jobs"]) == n + a.trials, 300,
@@ -252,6 +257,8 @@ def main() -> int:
                      + f"  {r['rest_main'] * 100:>5.1f}%")
         print(f"  N={n} {arm}: up and settled in {r['up']:.1f} s; states at the end {r['states']}", flush=True)
         print(head + "\n" + lines[-1], flush=True)
+        print("    supervisor CPU during each command, median ms: " + ", ".join(
+            f"{k} {statistics.median(v) * 1000:.0f}" for k, v in sm.cpu.items()), flush=True)
         for k, e in sm.errors.items():
             print(f"    {k} failed {len(sm.failed[k])}x ({', '.join(f'{x:.1f}' for x in sm.failed[k])} s), first: {e}")
         for k, e in sm.notes.items():
