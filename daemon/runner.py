@@ -286,7 +286,8 @@ class JobRunner:
         settled = self._settled
         if settled is not None and settled[0] is self.record.model and settled[1] is self.setting.cfg \
                 and settled[2] is self.setting.resolved and self._quiet():
-            if now - self.observer.checkpoint_scanned_at >= CHECKPOINT_SCAN_INTERVAL:
+            # a job that never ran has no run dir to look in (its timeline is its attempts': empty, no checkpoint)
+            if self.record.history.attempts and now - self.observer.checkpoint_scanned_at >= CHECKPOINT_SCAN_INTERVAL:
                 before = self.observer.checkpoint
                 self.observer.scan_checkpoint(now)
                 if self.observer.checkpoint != before:

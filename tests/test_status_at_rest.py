@@ -14,6 +14,8 @@ from helpers import NoGpus, wait_for, write_config
 from job_fakes import FakeClock, FakeRuntime
 
 from isaacd.caches.sizes import SizeSampler
+from isaacd.gpu import GpuSampler, ManualClock, ScriptedSource
+from isaacd.metrics.status import gpu_status
 from isaacd.config.schema import load_config, parse_config
 from isaacd.jobs import machine
 from isaacd.jobs.messages import Start, Stop, Tick
@@ -148,3 +150,17 @@ def test_the_status_text_is_the_json_of_the_status_and_follows_a_changed_row():
     st2 = replace(st, jobs=(a, replace(b, state="pending")))
     assert json.loads(st2.to_json_text())["jobs"][1]["state"] == "pending"
     assert Status().to_json_text() == json.dumps(Status().to_json(), default=str)
+
+
+def test_the_gpu_table_follows_a_job_the_queue_placed_while_the_other_rows_stay():
+    """metrics/status.py keeps whose each GPU is while the rows are the same objects: a changed row is seen at once."""
+    clock = ManualClock(1_700_000_000.0)
+    sampler = GpuSampler(ScriptedSource({"gpus": 2, "defaults": {"memory_used_bytes": 0}}, clock=clock), clock=clock)
+    sampler.poll_fast()
+    snap = sampler.snapshot()
+    waiting = [JobStatus(name=f"q{i}", state="queued") for i in range(3)]
+    before = gpu_status(snap, waiting)
+    assert [d.placed for d in before.devices] == [(), ()] and gpu_status(snap, waiting).devices == before.devices
+    placed = JobStatus.from_json({"name": "q1", "state": "starting", "queue": {"placement": [1], "memory_bytes": 2**30}})
+    after = gpu_status(snap, [waiting[0], placed, waiting[2]])
+    assert [d.placed for d in after.devices] == [(), ("q1",)]

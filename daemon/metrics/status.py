@@ -19,9 +19,7 @@ def gpu_status(snap: GpuSnapshot, jobs: Iterable[JobStatus] = (), *, proc_root: 
     class) and health ("ok", "lost", or "unhealthy: <reason>"); placed (jobs the host's queue placed on it) and
     asked_bytes (the GPU memory it gave them), from the jobs' rows, whatever NVML sees."""
     jobs = list(jobs)
-    owner = attribute_pids({p.pid for p in snap.processes}, jobs, proc_root) if jobs else {}
-    claims = _claims(jobs, snap)
-    placed = placements(jobs)
+    owner, claims, placed = _attributed(jobs, snap, proc_root)
     devices = []
     for key, info in snap.gpus.items():
         s = snap.samples.get(key)
@@ -50,6 +48,25 @@ def gpu_status(snap: GpuSnapshot, jobs: Iterable[JobStatus] = (), *, proc_root: 
             health=health))
     return GpusStatus(up=snap.up, reason=snap.reason, source=snap.source, driver_version=snap.driver.driver_version,
                       xid_watch=snap.xid_watch, devices=tuple(devices))
+
+
+Attributed = tuple[dict[int, str], dict[str, set[str]], dict[str, list[tuple[str, int | None]]]]
+# the last answer of `_attributed` and what it was worked out from (the same row objects, GPUs and processes)
+_LAST: list[tuple[list[JobStatus], object, frozenset[int], str, Attributed]] = []
+
+
+def _attributed(jobs: list[JobStatus], snap: GpuSnapshot, proc_root: str) -> Attributed:
+    """Whose each GPU process is, the GPUs each job claims and those the queue placed it on: the last publish's
+    answer again while the rows are the same objects (issue 39: 1,000 unchanged rows at rest), the GPUs and their
+    processes the same, and no row has a cgroup (a container's processes are found by reading /proc each time)."""
+    pids = frozenset(p.pid for p in snap.processes)
+    last = _LAST[0] if _LAST else None
+    if last is not None and last[2] == pids and last[3] == proc_root and last[1] == snap.gpus \
+            and len(last[0]) == len(jobs) and all(a is b for a, b in zip(last[0], jobs)):
+        return last[4]
+    out = (attribute_pids(pids, jobs, proc_root) if jobs else {}, _claims(jobs, snap), placements(jobs))
+    _LAST[:] = [(jobs, dict(snap.gpus), pids, proc_root, out)] if not any(j.cgroup for j in jobs) else []
+    return out
 
 
 def _claims(jobs: list[JobStatus], snap: GpuSnapshot) -> dict[str, set[str]]:
