@@ -8,6 +8,8 @@
 #   1..N-1. carry=[".dwK"]  command: PARTS=5 bash bench/isaaclab3_pbt_gpu.sh stash
 #   N.      carry=[".dwN"]  command: PARTS=5 bash bench/isaaclab3_pbt_gpu.sh outcome  # install, warm-up, both arms
 #   N+1.                    command: PARTS=5 bash bench/isaaclab3_pbt_gpu.sh cost
+#        (2026-12-06 on an H100: outcome 357 s with the install and warm-up, 222 s without; cost 166 s with
+#        COST_ARGS="--rounds 1 --num-envs 256 --interval 300 --exploits 2 --round-limit 170")
 # On a warm machine that installed already (/tmp/il3h200/installed, ~/.cache/warp: another bench's calls) the stash
 # calls are skipped. A call after the first that reports warm: false ran on a new machine: start again from 1.
 # PBT_ARGS: more bench/pbt_vs_independent.py flags (e.g. "--seeds 8 --max-iterations 120"); COST_ARGS likewise for
@@ -50,9 +52,10 @@ case "$MODE" in
     BUDGET=60 OUT=$OUT/h200 bash "$REPO/bench/isaaclab3_h200.sh" stash ;;
   outcome)
     ready || exit 1
-    per=$(( ($(left) - 60) / 2 ))  # each arm's deadline: past it the sweep is cancelled and reported so far
+    n=$(echo ${ARMS:-pbt independent} | wc -w)
+    per=$(( ($(left) - 60) / n ))  # each arm's deadline: past it the sweep is cancelled and reported so far
     log "bench/pbt_vs_independent.py, both arms, deadline $per s each; ${PBT_ARGS:-}"
-    $PY "$REPO/bench/pbt_vs_independent.py" --python "$PY" --device cuda --arms pbt independent \
+    $PY "$REPO/bench/pbt_vs_independent.py" --python "$PY" --device cuda --arms ${ARMS:-pbt independent} \
       --deadline "$per" --workdir "$W" --out "$OUT/issue40-pbt-gpu.json" ${PBT_ARGS:-} 2>&1 \
       | tee "$OUT/issue40-pbt-gpu.txt"
     rc=${PIPESTATUS[0]}
@@ -61,11 +64,16 @@ case "$MODE" in
     ;;
   cost)
     ready || exit 1
+    # tests/helpers.py's SupervisorProc starts <python's bin>/isaacd, which the device's image has not (isaacd lives
+    # in /tmp/site): a two-line wrapper there
+    B=$(dirname "$PY")
+    [ -e "$B/isaacd" ] || { printf '#!/bin/sh\nexec %s -m isaacd "$@"\n' "$PY" > "$B/isaacd" && chmod +x "$B/isaacd"; }
     log "bench/pbt_exploit_cost.py on the GPU; ${COST_ARGS:-}"
-    $PY "$REPO/bench/pbt_exploit_cost.py" --python "$PY" --device cuda --gpu-source nvml \
+    script=${COST_SCRIPT:-$REPO/bench/pbt_exploit_cost.py}  # another copy of it: COST_SCRIPT (results beside it)
+    $PY "$script" --python "$PY" --device cuda --gpu-source nvml \
       --out issue40-exploit-cost-gpu ${COST_ARGS:-} 2>&1 | tee "$OUT/issue40-exploit-cost-gpu.log"
     rc=${PIPESTATUS[0]}
-    cp "$REPO"/bench/results/issue40-exploit-cost-gpu.* "$OUT"/ 2>/dev/null
+    cp "$(dirname "$script")"/results/issue40-exploit-cost-gpu.* "$OUT"/ 2>/dev/null
     ;;
   *) echo "usage: $0 stash|outcome|cost"; exit 2 ;;
 esac

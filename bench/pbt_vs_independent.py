@@ -139,7 +139,7 @@ def outcome(res: dict[str, Any]) -> dict[str, Any]:
             "initial": first, "final_values": t["values"], "lineage": lineage, "exploits": exploit_rows,
             "final_tb": (sum(v for _, v, _ in pts[-a["smooth"]:]) / len(pts[-a["smooth"]:])) if pts else None,
             "iterations": sum(len(r) for r in p.get("objective") or []), "runs": len(p.get("objective") or []),
-            "points": [[round(w - t0, 3), v, s] for w, v, s in pts]}
+            "points": [[round(w - t0, 3), round(v, 4), s] for w, v, s in pts]}
     finals = [m["final_tb"] for m in members.values() if m["final_tb"] is not None]
     return {"t_submit": t0, "best_trial": st.get("best"), "best_objective": st.get("best_objective"),
             "best_tb": max(finals) if finals else None, "members": members,
@@ -303,7 +303,9 @@ def save(text: str, arms: list[dict[str, Any]], rows: list[dict[str, Any]], tag:
         f.write(text + "\n\n")
     jp = RESULTS / f"issue40-pbt-vs-independent-{tag}.json"
     raw = json.loads(jp.read_text()) if jp.exists() else {"runs": []}
-    slim = [{k: v for k, v in r.items() if k not in ("per_trial", "config")} for r in arms]
+    # each arm's settings, sweep file and outcome (every member's objective points: a report can be made again
+    # from them); the raw per-trial records and status polls stay in the arms' own JSON (--out)
+    slim = [{k: r.get(k) for k in ("args", "environment", "sweep_file", "outcome", "errors", "ok")} for r in arms]
     raw["runs"].append({"command": cmd, "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "rows": rows, "arms": slim})
     jp.write_text(json.dumps(raw, default=str) + "\n")
 
