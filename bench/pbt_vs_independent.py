@@ -213,7 +213,9 @@ def arm_lines(name: str, r: dict[str, Any]) -> list[str]:
     o = r.get("outcome") or {}
     L = [f"  {name}: {o.get('state')} in {fmt(o.get('wall_s'))} s, GPU-s {fmt(o.get('gpu_seconds'))}, best "
          f"member t{o.get('best_trial')}: {fmt(o.get('best_objective'), '.2f')} (sweep's), "
-         f"{fmt(o.get('best_tb'), '.2f')} (TensorBoard, last {r['args']['smooth']}); exploits {o.get('exploits', 0)}"]
+         f"{fmt(o.get('best_tb'), '.2f')} (TensorBoard, last {r['args']['smooth']}); exploits {o.get('exploits', 0)}; "
+         f"{sum(m['iterations'] for m in (o.get('members') or {}).values())} member-iterations logged in all (a copy "
+         "goes on at its source's iteration: an exploited member may skip or redo some)"]
     for job, m in sorted((o.get("members") or {}).items(), key=lambda x: -(x[1]["objective"] or -1e9)):
         ex = m["exploits"]
         cost = [x["to_first_iteration_s"] for x in ex if x["to_first_iteration_s"] is not None]
