@@ -316,7 +316,8 @@ def rerender(co: Checkout, paths: list[Path]) -> None:
     a = argparse.Namespace(**raws[0]["args"])
     a.seeds = [s for r in raws for s in r["args"]["seeds"] if any(arm["seed"] == s for arm in r["arms"])]
     for r in raws[1:]:
-        other = {k: v for k, v in r["args"].items() if k not in ("seeds", "budget_min", "from_json", "keep")}
+        other = {k: v for k, v in r["args"].items()
+                 if k not in ("seeds", "budget_min", "from_json", "keep", "out_stem")}
         if any(getattr(a, k, None) != v for k, v in other.items()):
             sys.exit(f"{paths[0]} and another run differ in their settings: {other}")
     arms = [arm for r in raws for arm in r["arms"]]

@@ -39,6 +39,18 @@ def curves(res: dict) -> dict[int, tuple[list[int], list[float]]]:
     return {n: (sorted(d), [d[k] for k in sorted(d)]) for n, d in out.items()}
 
 
+def curves_cpu(arm: dict, smooth: int) -> dict[int, tuple[list[int], list[float]]]:
+    """The same from one arm of bench/sweep_asha_vs_none.py's JSON: each trial's TensorBoard points, smoothed over the
+    last `smooth` logged values as the sweep smooths them."""
+    out = {}
+    for n, pts in arm["series"].items():
+        vals = [v for _, v, _ in sorted(pts)]
+        its = [int(s) for s, _, _ in sorted(pts)]
+        sm = [sum(vals[max(0, i + 1 - smooth):i + 1]) / min(i + 1, smooth) for i in range(len(vals))]
+        out[int(n)] = (its, sm)
+    return out
+
+
 def value_at(curve: tuple[list[int], list[float]], it: float) -> float | None:
     i = bisect.bisect_right(curve[0], it) - 1
     return curve[1][i] if i >= 0 else None
@@ -142,7 +154,9 @@ def run(order: list[int], C: dict, a: argparse.Namespace, kind: str, target: flo
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("none_json")
+    ap.add_argument("none_json", help="bench/sweep_gpu.py's none arm, or with --cpu-seed bench/sweep_asha_vs_none.py's")
+    ap.add_argument("--cpu-seed", type=int, default=None, help="the none arm of this sweep seed in a CPU bench JSON")
+    ap.add_argument("--smooth", type=int, default=10, help="the CPU bench's smoothing (its --smooth)")
     ap.add_argument("--asha-json")
     ap.add_argument("--orders", type=int, default=500)
     ap.add_argument("--seed", type=int, default=1, help="the orders' random seed")
@@ -160,7 +174,14 @@ def main() -> None:
     a = ap.parse_args()
     a.rungs = [int(x) for x in a.rungs.split(",") if x]
     N = json.loads(Path(a.none_json).read_text())
-    C = curves(N)
+    if a.cpu_seed is not None:
+        arms = [x for r in N.get("runs", [N]) for x in r["arms"]]  # --from-json's file of several runs, or one
+        arm = next(x for x in arms if x["kind"] == "none" and x["seed"] == a.cpu_seed)
+        C = curves_cpu(arm, a.smooth)
+        a.asha_json = None
+        N = {"timeline": []}
+    else:
+        C = curves(N)
     finals = {n: value_at(c, a.max_iterations - 1) for n, c in C.items()}
     target = a.target * max(v for v in finals.values() if v is not None)
     print(f"curves of {len(C)} trials from {a.none_json}; target {a.target:g} x {max(finals.values()):.3f} = "
@@ -175,7 +196,7 @@ def main() -> None:
               f" s wall, whole sweep {r['gpu_s']:.1f} GPU-s / {r['wall']:.1f} s, {r['iterations']:.0f} iterations, "
               f"final best {r['final_best']:.3f} (trial {r['best_cfg']})")
     for path, kind in ((a.none_json, "none"), (a.asha_json, "asha")):
-        if path:
+        if path and a.cpu_seed is None:
             R = json.loads(Path(path).read_text())
             g = R["figures"]["gpu_seconds"]
             hit = next(((row["gpu_seconds"], row["t"]) for row in R["timeline"]
