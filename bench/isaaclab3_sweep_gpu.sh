@@ -9,18 +9,22 @@
 #     pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
 #     typing_extensions==4.16.0 structlog==26.1.0 prometheus_client==0.26.0 nvidia-ml-py==13.615.71
 #   device-wheels.sh bench/isaaclab3-h200-wheels.txt .il3whl   # the workplace's shared tools; -> .dw1 .. .dw4
-# then five `run` calls back to back on one warm machine (each timeout_s = 600; /tmp there keeps the parts):
-#   1-3. carry=[".dwN"]  command: bash bench/isaaclab3_sweep_gpu.sh stash
-#   4.   carry=[".dw4"]  command: bash bench/isaaclab3_sweep_gpu.sh asha    # install, Warp warm-up, the ASHA arm
-#   5.                   command: bash bench/isaaclab3_sweep_gpu.sh none    # every trial to the end, the ratios
+# A run call carries at most 64 MiB with the tracked tree (6.7 MB on 2026-12-06): 4 parts of 58 MB no longer fit, so
+# the tar was split in 5 (split -d -a 2 -n 5 .dw/wheels.tar part -> part00..part04 into .dw1..dw5) and every call
+# sets PARTS=5. Then `run` calls back to back on one warm machine (each timeout_s = 600; /tmp there keeps the parts):
+#   1-4. carry=[".dwN"]  command: PARTS=5 bash bench/isaaclab3_sweep_gpu.sh stash
+#   5.   carry=[".dw5"]  command: PARTS=5 bash bench/isaaclab3_sweep_gpu.sh asha    # install, warm-up, the ASHA arm
+#   6.                   command: PARTS=5 bash bench/isaaclab3_sweep_gpu.sh none    # every trial to the end, ratios
 # A call after the first that reports warm: false ran on a new machine (empty /tmp): start again from call 1.
 # Each call writes $OUT/sweep-gpu.log (timestamped); the arms $OUT/issue39-gpu-sweep-<kind>.{json,txt} and
 # -state.tar.gz (the supervisor's journals, sweep record, shim events and logs; no checkpoints, no TensorBoard).
 # Sweep settings (bench/sweep_gpu.py's flags) through SWEEP_ARGS, e.g. SWEEP_ARGS="--max-iterations 200"; BUDGET (575 s)
 # is what the call may take. On a warm, installed machine one call can run both arms of a repeat:
 #   SWEEP_ARGS="--seed 8"; BUDGET=280 bash bench/isaaclab3_sweep_gpu.sh asha; BUDGET=285 bash ... none
-# (2026-12-06 on an H100: 8 trials ~85 s ASHA, ~120 s none; 16 trials ~150 s / ~250 s; install + warm-up ~125 s.)
-# Results: bench/results/issue39-gpu-sweep.{txt,json}.
+# (2026-12-06 on an H100: 8 trials ~85 s ASHA, ~120 s none; 16 trials ~150 s / ~250 s; install + warm-up ~125-140 s;
+# 27 trials, 108 iterations, SWEEP_ARGS="--trials 27 --concurrency 8 --eta 3 --max-iterations 108 --rungs 12,36
+# --seed 1": ~130 s ASHA, ~275 s none.)
+# Results: bench/results/issue39-gpu-sweep.{txt,json}, issue39-gpu-sweep-27t.txt (-asha.json, -none.json).
 set -uo pipefail
 MODE=${1:-asha}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
