@@ -14,6 +14,12 @@ from helpers import NoGpus, wait_for, write_config
 from job_fakes import FakeClock, FakeRuntime
 
 from isaacd.caches.sizes import SizeSampler
+from isaacd.config.queue import QueueConfig
+from isaacd.scheduling.hook import HostQueue
+from isaacd.scheduling.owners import Owners
+from test_queue_config import snapshot
+from test_queue_pass_reuse import entry as queue_entry, sig as queue_sig
+from test_quota_hook import Lookups
 from isaacd.gpu import GpuSampler, ManualClock, ScriptedSource
 from isaacd.metrics.status import gpu_status
 from isaacd.config.schema import load_config, parse_config
@@ -24,7 +30,7 @@ from isaacd.history.store import StateStore
 from isaacd.runner import TICK_IDLE, JobRunner, tick_moves
 from isaacd.status.signals import JobSignals
 from isaacd.status.sweeps import SweepStatus
-from isaacd.status.types import GpusStatus, JobStatus, Status, SupervisorInfo, WatchdogState
+from isaacd.status.types import GpusStatus, JobStatus, QueueStatus, Status, SupervisorInfo, WatchdogState
 from isaacd.watchdogs.engine import WatchdogEngine
 
 JOB = '[[jobs]]\nname = "cp"\ncommand = ["sleep", "600"]\nmax_iterations = 100\nstop_timeout = 10.0\n'
@@ -164,3 +170,17 @@ def test_the_gpu_table_follows_a_job_the_queue_placed_while_the_other_rows_stay(
     placed = JobStatus.from_json({"name": "q1", "state": "starting", "queue": {"placement": [1], "memory_bytes": 2**30}})
     after = gpu_status(snap, [waiting[0], placed, waiting[2]])
     assert [d.placed for d in after.devices] == [(), ("q1",)]
+
+
+def test_a_queued_jobs_row_is_kept_across_a_new_queue_pass_only_while_its_place_and_reason_are_the_same():
+    q = HostQueue(QueueConfig(min_run_seconds=60), lambda: snapshot({0: 40}), owners=Owners(Lookups(), me="root"))
+    first, second = queue_entry("first", order=1.0), queue_entry("second", order=2.0)  # first is placed, second waits
+    q.tick(100.0, [queue_sig(first), queue_sig(second)])
+    row = JobStatus(name="second", state="queued", queue=QueueStatus(request="100 GiB on 1 GPU"))
+    shown = q.job_status(row)
+    assert shown.queue.position == 1
+    q.tick(100.2, [queue_sig(first), queue_sig(second), queue_sig(queue_entry("third", order=3.0))])  # a new pass
+    assert q.job_status(row) is shown  # its place and reason the same: the row kept (and its serialised text)
+    urgent = queue_entry("urgent", priority=5, order=4.0)
+    q.tick(100.4, [queue_sig(first), queue_sig(second), queue_sig(urgent)])  # one goes ahead of it: seen at once
+    assert q.job_status(row).queue.position == 2 and q.job_status(row).state_reason.startswith("queued #2")

@@ -95,8 +95,9 @@ class HostQueue:
                      preempted={p.victim: p.by for p in decided.preemptions},
                      waiting=[w.job for w in decided.waiting])
         self.waiting = {w.job: w for w in decided.waiting}
-        if decided is not last_pass_answer:
-            self._shown = {}  # a new pass: rows are remade (a job gone from the queue leaves no entry behind)
+        if decided is not last_pass_answer:  # a new pass: a job gone from the queue leaves no entry behind; the others
+            # keep theirs while their place and reason are the same (issue 39: one submit remade 1,000 rows)
+            self._shown = {k: v for k, v in self._shown.items() if k in self.waiting}
         out: list[tuple[str, Command]] = [(p.job, Placed(p.gpus, p.reason, p.backfill)) for p in decided.placements]
         out += [(p.victim, Preempt(p.by, p.reason)) for p in decided.preemptions]
         out += [(d.job, DropSpare(d.by, d.reason, now + SPARE_HOLD_SECONDS)) for d in decided.spare_drops]
@@ -131,7 +132,7 @@ class HostQueue:
         if row.state != JobState.QUEUED.value:
             return row
         seen = self._shown.get(row.name)  # the same row and place as the last publish: the same answer, no copies
-        if seen is not None and seen[1] is w and (seen[0] is row or seen[0] == row):
+        if seen is not None and (seen[1] is w or seen[1] == w) and (seen[0] is row or seen[0] == row):
             return seen[2]
         shown = replace(row, queue=replace(row.queue, position=w.position, reason=w.reason),
                         state_reason=f"queued #{w.position}: {w.reason}")
