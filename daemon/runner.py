@@ -115,7 +115,7 @@ class JobRunner:
         # row or signals made at the same count are still right. A settled job: its model and config at its last tick
         self.touched = 0
         self._row_at = self._signals_at = -1
-        self._settled: tuple[JobModel, JobConfig, object] | None = None
+        self._settled: tuple[JobModel, JobConfig, object, int] | None = None
         self.starter = AttemptStarter(self.setting, runtime, self.record, self.observer, self.spares,
                                       spawn=self._spawn, apply_spare=lambda effects: apply_spare(self.spares, effects))
 
@@ -284,19 +284,21 @@ class JobRunner:
         last tick found it still, with the same model and config, and nothing of it moves) has nothing to step but
         its checkpoint scan (issue 39: 1,000 queued jobs at every tick)."""
         settled = self._settled
-        if settled is not None and settled[0] is self.record.model and settled[1] is self.setting.cfg \
-                and settled[2] is self.setting.resolved and self._quiet():
+        # settled at this count: the runner has not acted since (all that could move it acts through the runner)
+        if settled is not None and settled[3] == self.touched and settled[0] is self.record.model \
+                and settled[1] is self.setting.cfg and settled[2] is self.setting.resolved:
             # a job that never ran has no run dir to look in (its timeline is its attempts': empty, no checkpoint)
             if self.record.history.attempts and now - self.observer.checkpoint_scanned_at >= CHECKPOINT_SCAN_INTERVAL:
                 before = self.observer.checkpoint
                 self.observer.scan_checkpoint(now)
                 if self.observer.checkpoint != before:
                     self.touched += 1
+                    self._settled = (*settled[:3], self.touched)
             return
         self._full_tick(now)
         self.touched += 1
         m = self.record.model
-        self._settled = (m, self.setting.cfg, self.setting.resolved) \
+        self._settled = (m, self.setting.cfg, self.setting.resolved, self.touched) \
             if self._quiet() and not tick_moves(m, self.setting.written.placed_by_isaacd) else None
 
     def _quiet(self) -> bool:

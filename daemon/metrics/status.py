@@ -60,6 +60,9 @@ def _attributed(jobs: list[JobStatus], snap: GpuSnapshot, proc_root: str) -> Att
     answer again while the rows are the same objects (issue 39: 1,000 unchanged rows at rest), the GPUs and their
     processes the same, and no row has a cgroup (a container's processes are found by reading /proc each time)."""
     pids = frozenset(p.pid for p in snap.processes)
+    global _COUNTS
+    seen, _COUNTS = _COUNTS, {}  # this publish's rows only
+    jobs = [j for j in jobs if _counts(j, seen)]  # a row with none of those facts adds nothing to any of the three
     last = _LAST[0] if _LAST else None
     if last is not None and last[2] == pids and last[3] == proc_root and last[1] == snap.gpus \
             and len(last[0]) == len(jobs) and all(a is b for a, b in zip(last[0], jobs)):
@@ -67,6 +70,22 @@ def _attributed(jobs: list[JobStatus], snap: GpuSnapshot, proc_root: str) -> Att
     out = (attribute_pids(pids, jobs, proc_root) if jobs else {}, _claims(jobs, snap), placements(jobs))
     _LAST[:] = [(jobs, dict(snap.gpus), pids, proc_root, out)] if not any(j.cgroup for j in jobs) else []
     return out
+
+
+# id(row) -> (the row, whether it has a process, cgroup, GPU claim or placement): asked once per row made
+_COUNTS: dict[int, tuple[JobStatus, bool]] = {}
+
+
+def _counts(j: JobStatus, seen: dict[int, tuple[JobStatus, bool]]) -> bool:
+    """The row has something the GPU table reads (pids, a pid, a spare's pid, a cgroup, a GPU claim, a placement):
+    a queued job's row has none (issue 39: 1,000 of them looked at for nothing at every publish)."""
+    hit = seen.get(id(j))
+    if hit is None or hit[0] is not j:
+        spare = j.spare
+        hit = (j, bool(j.pids or j.pid is not None or (spare is not None and spare.pid is not None) or j.cgroup
+                       or j.gpus or (j.queue is not None and j.queue.placement)))
+    _COUNTS[id(j)] = hit
+    return hit[1]
 
 
 def _claims(jobs: list[JobStatus], snap: GpuSnapshot) -> dict[str, set[str]]:

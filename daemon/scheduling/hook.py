@@ -125,14 +125,17 @@ class HostQueue:
     def job_status(self, row: JobStatus) -> JobStatus:
         """A waiting job's place in the queue and why it waits, added to its row at publish."""
         w = self.waiting.get(row.name)
+        seen = self._shown.get(row.name)  # the same row and place as the last publish: the same answer, no copies
+        if seen is not None and seen[0] is row and seen[1] is w:
+            return seen[2]  # (a row kept here is a queued one's)
         if row.queue is None or w is None:
             return row
         if row.state == JobState.BACKING_OFF.value:  # its place while it backs off; its reason stays the machine's
             return replace(row, queue=replace(row.queue, position=w.position, reason=w.reason))
         if row.state != JobState.QUEUED.value:
             return row
-        seen = self._shown.get(row.name)  # the same row and place as the last publish: the same answer, no copies
         if seen is not None and (seen[1] is w or seen[1] == w) and (seen[0] is row or seen[0] == row):
+            self._shown[row.name] = (row, w, seen[2])  # this pass's place: the check above is by identity again
             return seen[2]
         shown = replace(row, queue=replace(row.queue, position=w.position, reason=w.reason),
                         state_reason=f"queued #{w.position}: {w.reason}")

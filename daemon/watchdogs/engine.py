@@ -179,12 +179,12 @@ class WatchdogEngine:
         """The job's row with the part this engine owns, its watchdogs' states by name, once it has watchdogs. While
         no trainer runs (queued, backing off, at rest...) a watchdog that watches a trainer watches nothing: it reads
         `idle`, not `ok` (issue 37); the xid watchdog watches the GPUs, and a heat park's watchdog its resume."""
+        seen = self._rows.get(row.name)
+        if seen is not None and seen[0] is row and row.name not in self._moved:
+            return seen[2]  # the same row, and no watchdog of the job stepped since it was made: the last answer
         cur = self.sets.get(row.name)
         if cur is None:
             return row
-        seen = self._rows.get(row.name)
-        if row.name not in self._moved and seen is not None and seen[0] is row:
-            return seen[2]  # the same row, and no watchdog of the job stepped since it was made: the last answer
         self._moved.discard(row.name)
         watching = row.state in WATCHING
         shown = {n: wd.status() if watching or not _watches_trainer(wd, row) else
