@@ -196,7 +196,9 @@ class SweepController:
         resend: list[tuple[str, Command]] = []
         for t in rec.trials:
             sig = by_name.get(t.job)
-            series = live.series.setdefault(t.number, Series())
+            series = live.series.get(t.number)
+            if series is None:  # (not setdefault: a Series made for nothing per trial per tick)
+                series = live.series[t.number] = Series()
             if sig is not None:
                 series.add(sig.new_points, spec.objective.tag)
                 if sig.iteration is not None:

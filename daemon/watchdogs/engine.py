@@ -71,7 +71,7 @@ class WatchdogEngine:
         # issue 39, at rest: a job whose watchdogs all wait for a trainer it does not have is stepped once, then left
         # alone while it stays so (`_asleep`: its watchdog set and attempt when it fell asleep); `_moved`: the jobs
         # whose watchdogs were stepped since their row was last made (the others' statuses cannot have changed)
-        self._asleep: dict[str, tuple[dict[str, Watchdog], int]] = {}
+        self._asleep: dict[str, tuple[dict[str, Watchdog], int, JobSignals]] = {}
         self._moved: set[str] = set()
         self._sleepy: dict[int, tuple[dict[str, Watchdog], bool]] = {}
         self._gpus: dict[str, tuple[object, tuple[tuple[int, str], ...], set[int]]] = {}  # job -> cfg, GPUs, indices
@@ -111,13 +111,17 @@ class WatchdogEngine:
         known = tuple((r.index, r.uuid) for r in feed.readings)
         commands: list[tuple[str, Command]] = []
         for sig in jobs:
+            asleep = self._asleep.get(sig.name)
+            if asleep is not None and asleep[2] is sig:
+                continue  # the very signals it fell asleep with (the runner's, reused): its config and attempt too
             watchdogs = self._watchdogs(sig)
-            if not sig.alive and self._asleep.get(sig.name) == (watchdogs, sig.attempt):
+            if not sig.alive and asleep is not None and asleep[0] is watchdogs and asleep[1] == sig.attempt:
+                self._asleep[sig.name] = (watchdogs, sig.attempt, sig)
                 continue  # stepped again, each would say what it said (needs_alive, no trainer): nothing to do
             self._moved.add(sig.name)
             self._asleep.pop(sig.name, None)
             if not sig.alive and self._sleeps(watchdogs):
-                self._asleep[sig.name] = (watchdogs, sig.attempt)  # from the next tick on, after this step
+                self._asleep[sig.name] = (watchdogs, sig.attempt, sig)  # from the next tick on, after this step
             view = self.view(sig, now, feed, known)
             for wd in watchdogs.values():
                 trip = wd.step(view)
