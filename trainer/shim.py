@@ -44,9 +44,10 @@ from there by path, so no isaacd needs to be installed in the trainer's Python.
   the process exits 0. A second signal exits at once with status 128+signum,
   except the same signal again within 1 s: a wrapper such as ``uv run`` forwards the signal its process group
   already delivered, and that is still the first request. When this process is not its process group's leader (a
-  wrapper started it), ``learn()`` returns only once that forwarded copy has come or the 1 s has passed: the
-  script's cleanup may set SIGINT to SIG_DFL (Isaac Lab 3.0's ``close_env``), where a copy still on its way would
-  kill the process. With torch.distributed initialised
+  wrapper started it) and the script's cleanup runs, ``learn()`` returns only once that forwarded copy has come or
+  5 s have passed: the script's cleanup may set SIGINT to SIG_DFL (Isaac Lab 3.0's ``close_env``), where a copy
+  still on its way would kill the process. The quick exit needs no such wait: until ``os._exit`` the shim's handler
+  absorbs the copy, and a copy that comes later finds no process. With torch.distributed initialised
   the ranks agree on the stop (all_reduce MAX of the flag at every boundary). The handler is installed again
   when ``learn()`` starts, since Isaac Sim may replace handlers while it boots.
 * The TensorBoard writer is flushed at every iteration boundary (rsl_rl's writer flushes only every 10 s).

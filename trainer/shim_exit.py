@@ -9,8 +9,9 @@ heap) and 0.2-0.3 s in the interpreter's teardown (``gc.freeze`` already set; be
 machine. None of it writes anything a resume or a person needs; this module says when that holds.
 
 What is kept: the checkpoint and the ``stopped`` event (written before), the TensorBoard writer flushed and closed
-(rsl_rl's own ``SummaryWriter`` buffers up to 10 s, torch's default 120 s), ``stdout``/``stderr`` flushed, and the
-process's ``atexit`` handlers run as an orderly exit runs them (``logging.shutdown`` among them). What is skipped:
+(rsl_rl's own ``SummaryWriter`` buffers up to 10 s, torch's default 120 s), ``stdout``/``stderr`` flushed (Python's
+and C's stdio), and the process's ``atexit`` handlers run as an orderly exit runs them (``logging.shutdown``
+among them). What is skipped:
 the script's code after ``learn()`` (Isaac Lab 3.0: a ``Training time`` line, ``close_env``, the launchers'
 ``close``), module teardown and the interpreter's final collections.
 
@@ -164,4 +165,16 @@ def exit_now(runner) -> None:
                     stream.flush()
             except Exception:
                 pass
+        _flush_c_stdio()
         os._exit(0)
+
+
+def _flush_c_stdio() -> None:
+    """What native code (Warp, Newton, torch) printed through C's stdio and still buffers: exit(3) would flush it,
+    _exit(2) does not."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except Exception:
+        pass
