@@ -143,6 +143,10 @@ def test_an_env_that_writes_on_close_or_a_waiting_thread_keeps_the_scripts_clean
         t.join()
     monkeypatch.setitem(sys.modules, "omni.kit.app", object())
     assert X.refusal(runner, BUILTIN_30) == "omni.kit.app is loaded (its shutdown was not checked)"
+    monkeypatch.setattr(X, "_env_refusal", lambda r: 1 / 0)  # a check that breaks never breaks the stop
+    assert X.refusal(runner, ("isaacd_trainer.isaaclab30", "run")).startswith("omni.kit.app")
+    monkeypatch.delitem(sys.modules, "omni.kit.app")
+    assert X.refusal(runner, BUILTIN_30) == "the quick exit's check failed (ZeroDivisionError: division by zero)"
 
 
 def test_isaac_labs_envs_close_only_where_it_writes_nothing():

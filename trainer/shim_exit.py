@@ -117,7 +117,15 @@ def _env_refusal(runner) -> str | None:
 
 
 def refusal(runner, called_by: tuple[str, str]) -> str | None:
-    """Why a stop that has saved must run the script's own cleanup, or None: it may exit now."""
+    """Why a stop that has saved must run the script's own cleanup, or None: it may exit now. Never raises: a check
+    that fails keeps the normal path (the stop itself must go on)."""
+    try:
+        return _refusal(runner, called_by)
+    except Exception as e:
+        return f"the quick exit's check failed ({type(e).__name__}: {e})"
+
+
+def _refusal(runner, called_by: tuple[str, str]) -> str | None:
     if os.environ.get(FAST_EXIT_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
         return f"{FAST_EXIT_ENV}=0"
     if called_by not in _CALLERS:
