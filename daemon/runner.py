@@ -47,7 +47,7 @@ from .daemon_log import log
 from .observations.checkpoints import timeline
 from .runtimes.base import Handle, LaunchSpec, Runtime
 from .access.owner import OwnerProblem
-from .attempt.spare import SpareKeeper
+from .attempt.spare import SpareKeeper, keeper_idle
 from .attempt.spare_mode import spare_setting
 from .attempt.spare_effects import SpareEffect, StartSpare
 from .status.signals import JobSignals, job_signals
@@ -304,7 +304,7 @@ class JobRunner:
     def _quiet(self) -> bool:
         """Nothing of the job moves on its own: no trainer, spare, launch, backup, retried save, runtime resources
         to release or launcher probe to wait for (`still`, and what the tick would ask of those)."""
-        return still(self) and self.spares.idle and not self.record.dirty and not self.observer.ended \
+        return still(self) and keeper_idle(self.spares) and not self.record.dirty and not self.observer.ended \
             and not self.setting.probe_pending and self.setting.cfg.backup is None
 
     def _full_tick(self, now: float) -> None:

