@@ -132,17 +132,18 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _status_text(client: Client, args: argparse.Namespace) -> str:
+    from .json_out import one_element_per_line
     from .render import format_status
 
     raw = client({"cmd": "status"})
     if args.json and not args.job:  # as it came, not read into a Status first (1,000 jobs: issue 39's scale goal)
-        return json.dumps(raw, indent=2, default=str)
+        return one_element_per_line(raw)
     st = Status.from_json(raw)
     if args.job:
         st = replace(st, jobs=(_job_or_fail(st, args.job),))
         raw["jobs"] = [j for j in raw["jobs"] if j.get("name") == args.job]
     if args.json:  # the supervisor's JSON as it came: scripts may read fields this client does not know
-        return json.dumps(raw, indent=2, default=str)
+        return one_element_per_line(raw)
     # The restart and resume stories come from the event journal: only for jobs that restarted.
     events = {j.name: client({"cmd": "events", "job": j.name, "limit": 50}) for j in st.jobs if j.restarts}
     return format_status(st, events=events)
