@@ -59,12 +59,17 @@ def host_config(d: Path, tick: float) -> Path:
     return cfg
 
 
-def job_text(name: str, logs: Path) -> str:
+def quiet(table: str, watchdogs: str) -> str:
+    """`off`: every watchdog disabled; `default`: no [watchdogs] table at all, what a user gets by default."""
+    return QUIET.format(table=table) if watchdogs == "off" else ""
+
+
+def job_text(name: str, logs: Path, watchdogs: str = "off") -> str:
     return (f'[[jobs]]\nname = "{name}"\ncommand = ["sh", "-c", "exec sleep 100000", "sleep"]\ngpu_memory = "80GiB"\ndevice = "cpu"\n'
-            f'log_root = "{logs}"\nstop_timeout = 5.0\nspare = false\n' + QUIET.format(table="jobs"))
+            f'log_root = "{logs}"\nstop_timeout = 5.0\nspare = false\n' + quiet("jobs", watchdogs))
 
 
-def sweep_text(name: str, trials: int, logs: Path) -> str:
+def sweep_text(name: str, trials: int, logs: Path, watchdogs: str = "off") -> str:
     return f"""
 [sweep]
 name = "{name}"
@@ -89,7 +94,7 @@ save_interval = 5
 stop_timeout = 10.0
 spare = false
 log_root = "{logs}"
-""" + QUIET.format(table="job")
+""" + quiet("job", watchdogs)
 
 
 def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
@@ -141,7 +146,7 @@ def one_size(co: Checkout, n: int, a: argparse.Namespace, pythonpath: str | None
     jobs_d = d / "jobs.d"
     jobs_d.mkdir(mode=0o700)
     for i in range(n):
-        (jobs_d / f"j{i:04d}.toml").write_text(job_text(f"j{i:04d}", logs))
+        (jobs_d / f"j{i:04d}.toml").write_text(job_text(f"j{i:04d}", logs, a.watchdogs))
     sock = d / "isaacd.sock"
     cli = [str(co.isaacd), "--config", str(cfg)]
     t0 = time.monotonic()
@@ -165,7 +170,7 @@ def one_size(co: Checkout, n: int, a: argparse.Namespace, pythonpath: str | None
         wait_until(settled, 120 + n / 2, f"{RUNNING} of {n} jobs running, the rest queued", interval=0.5)
         out["up"] = time.monotonic() - t0
         sfile = d / "sweep.toml"
-        sfile.write_text(sweep_text("scale", a.trials, logs))
+        sfile.write_text(sweep_text("scale", a.trials, logs, a.watchdogs))
         sm = Samples(env, sup.pid)
         sm.run("sweep submit", cli + ["sweep", "submit", str(sfile)])
         try:
@@ -188,7 +193,7 @@ def one_size(co: Checkout, n: int, a: argparse.Namespace, pythonpath: str | None
             sm.run("sweep status", cli + ["sweep", "status", "scale", "--json"])
             sm.run("sweeps", cli + ["sweeps"])
             f = d / f"extra{r}.toml"
-            f.write_text(job_text(f"extra{r}", logs))
+            f.write_text(job_text(f"extra{r}", logs, a.watchdogs))
             said = sm.run("submit", cli + ["submit", str(f)])
             if said is not None and "queued" not in said:  # e.g. "added; the queue has not taken it up yet"
                 sm.notes.setdefault("submit", said.strip().split(": ", 1)[-1][:200])
@@ -225,6 +230,9 @@ def main() -> int:
     ap.add_argument("--tick", type=float, default=0.2, help="[supervisor] tick_interval (0.2 is the default)")
     ap.add_argument("--against", metavar="DIR", help="also measure a baseline at each N, just before this checkout: "
                     "DIR holds an `isaacd` link to the baseline's daemon/ (run through this venv, PYTHONPATH=DIR)")
+    ap.add_argument("--watchdogs", choices=("off", "default"), default="off",
+                    help="off: every watchdog disabled in each job (the figures before 2026-12-06 12:30); default: "
+                    "no [watchdogs] table, the default config a user gets (the xid and gpu_temperature watchdogs on)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dirs (configs, supervisor logs)")
     args = ap.parse_args()
 
@@ -236,7 +244,7 @@ def main() -> int:
           "can be run through the same venv with PYTHONPATH=DIR holding an `isaacd` link to its daemon/)")
     print(f"scripted 8-GPU host ({RUNNING} free), `sleep` jobs asking 80 GiB ({RUNNING} run, the rest queue), plus a "
           f"{args.trials}-trial sweep; tick_interval {args.tick:g} s, {args.repeats} samples per command, "
-          f"{args.rest:g} s at rest; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start", flush=True)
+          f"{args.rest:g} s at rest; watchdogs {args.watchdogs}; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start", flush=True)
     fl = floor(co, max(args.repeats, 5))
     print("floor (no supervisor), median / max ms: " + ", ".join(f"{k} {ms(v)}" for k, v in fl.items()))
     print(f"median / max, ms ({args.repeats} samples each; nF: n failed); sweep submit: one command, its "

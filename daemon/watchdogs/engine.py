@@ -71,7 +71,9 @@ class WatchdogEngine:
         # issue 39, at rest: a job whose watchdogs all wait for a trainer it does not have is stepped once, then left
         # alone while it stays so (`_asleep`: its watchdog set and attempt when it fell asleep); `_moved`: the jobs
         # whose watchdogs were stepped since their row was last made (the others' statuses cannot have changed)
-        self._asleep: dict[str, tuple[dict[str, Watchdog], int, JobSignals]] = {}
+        # (a fourth item, the job's config, when it sleeps because it has no GPU to watch: see `_gpuless`)
+        self._asleep: dict[str, tuple[dict[str, Watchdog], int, JobSignals, object]] = {}
+        self._known: tuple[tuple[int, str], ...] | None = None  # the GPUs (index, UUID) at the last tick
         self._moved: set[str] = set()
         self._sleepy: dict[int, tuple[dict[str, Watchdog], bool]] = {}
         self._gpus: dict[str, tuple[object, tuple[tuple[int, str], ...], set[int]]] = {}  # job -> cfg, GPUs, indices
@@ -109,19 +111,24 @@ class WatchdogEngine:
         hand to each job's state machine."""
         feed = self.feed.poll()
         known = tuple((r.index, r.uuid) for r in feed.readings)
+        if known != self._known:  # GPUs came or went: which GPUs each job watches is worked out again
+            self._known = known
+            self._asleep.clear()
         commands: list[tuple[str, Command]] = []
         for sig in jobs:
             asleep = self._asleep.get(sig.name)
             if asleep is not None and asleep[2] is sig:
                 continue  # the very signals it fell asleep with (the runner's, reused): its config and attempt too
             watchdogs = self._watchdogs(sig)
-            if not sig.alive and asleep is not None and asleep[0] is watchdogs and asleep[1] == sig.attempt:
-                self._asleep[sig.name] = (watchdogs, sig.attempt, sig)
+            if not sig.alive and asleep is not None and asleep[3] is None and asleep[0] is watchdogs \
+                    and asleep[1] == sig.attempt:
+                self._asleep[sig.name] = (watchdogs, sig.attempt, sig, None)
                 continue  # stepped again, each would say what it said (needs_alive, no trainer): nothing to do
+            # (one asleep for want of a GPU is stepped once more on new signals: they may bring a process or a claim)
             self._moved.add(sig.name)
             self._asleep.pop(sig.name, None)
             if not sig.alive and self._sleeps(watchdogs):
-                self._asleep[sig.name] = (watchdogs, sig.attempt, sig)  # from the next tick on, after this step
+                self._asleep[sig.name] = (watchdogs, sig.attempt, sig, None)  # from the next tick on, after this step
             view = self.view(sig, now, feed, known)
             for wd in watchdogs.values():
                 trip = wd.step(view)
@@ -134,7 +141,21 @@ class WatchdogEngine:
                 if isinstance(heat, GpuTemperatureWatchdog) else None
             if thermal is not None:
                 commands.append((sig.name, thermal))
+            if not sig.alive and sig.name not in self._asleep and self._gpuless(sig, feed, known, watchdogs):
+                self._asleep[sig.name] = (watchdogs, sig.attempt, sig, sig.cfg)
         return commands
+
+    def _gpuless(self, sig: JobSignals, feed: FeedTick, known: tuple[tuple[int, str], ...],
+                 watchdogs: dict[str, Watchdog]) -> bool:
+        """Issue 39, at rest with the default config: a job with no trainer, no process and no GPU (its claim places
+        none: queued, stopped, done) gives the xid watchdog nothing to watch (an XID belongs to a GPU) and a heat
+        park's resume no GPU to read, so stepped again with the same config, attempt and GPUs it says what it said
+        after this step. Only once that is plain: each enabled watchdog watches a trainer, or is the xid watchdog
+        and reads `ok` (past any warm-up and cooldown, which only move on with time)."""
+        if sig.pids or self._gpu_indices(sig, feed, known):
+            return False
+        return all(not wd.cfg.enabled or wd.needs_alive or isinstance(wd, XidWatchdog) and wd.state == WatchdogState.OK
+                   for wd in watchdogs.values())
 
     def _sleeps(self, watchdogs: dict[str, Watchdog]) -> bool:
         """Every enabled watchdog of the set watches a trainer only (not the xid watchdog, which watches the GPUs, nor
