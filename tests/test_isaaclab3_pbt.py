@@ -12,8 +12,9 @@ its own order, so nothing depends on the speed of three Isaac Lab processes on t
   2. the top member's spare is held at its start (it is not this test; its boot would only take CPU), the bottom's
      boots (`spare = "booted"`: the train script run up to rsl_rl's `learn()`) until it is ready;
   3. the top member trains until it is ranked with a complete checkpoint at iteration TOP_AT, and is held again;
-  4. the bottom member trains to its judgement: rank 2 of 2, it copies the top's checkpoint; its trainer saves at its
-     next iteration boundary and its booted spare goes on from the copy with the new rate;
+  4. the bottom member trains to its judgement (held there until its stop is sent): rank 2 of 2, it copies the
+     top's checkpoint; its trainer saves at its next iteration boundary and its booted spare goes on from the copy
+     with the new rate;
   5. once it has, the top is released; both train to MAX, which lies INTERVAL past the copy's iteration at most, so
      the bottom is not judged again (one exploit, one spare boot).
 
@@ -53,7 +54,7 @@ from isaacd.sweeps.space import LogUniform
 pytestmark = [pytest.mark.slow, pytest.mark.isaaclab3]
 
 INTERVAL = 4  # iterations between a member's judgements
-TOP_AT = 3  # the top member is held once ranked at this iteration or later, with a complete checkpoint
+TOP_AT = 4  # the top member is held once ranked at this iteration or later, with a complete checkpoint
 MAX = TOP_AT - 1 + INTERVAL  # the copy lies at TOP_AT - 1 or later: the bottom is never judged again after it
 LRS = [v["lr"] for v in sample({"lr": LogUniform(1e-5, 1e-3)}, 2, 1)]  # the sweep's own sampler, its seed
 
@@ -122,6 +123,22 @@ def release(pid: int) -> None:
     os.kill(pid, signal.SIGCONT)
 
 
+def saved_at(shim_events: Path) -> int:
+    """The newest iteration the trainer's shim says it saved a checkpoint at (-1: none yet)."""
+    try:
+        lines = shim_events.read_text().splitlines()
+    except FileNotFoundError:
+        return -1
+    saved = [-1]
+    for line in lines:
+        if '"checkpoint_saved"' in line:
+            try:
+                saved.append(json.loads(line).get("iteration", -1))
+            except json.JSONDecodeError:  # the line being written as we read
+                pass
+    return max(saved)
+
+
 def test_real_isaaclab_population_one_exploit_through_the_booted_spare_with_the_new_rate_in_effect(
         tmp_path, supervisor_factory):
     bottom, top = "pp-t001", "pp-t002"
@@ -164,11 +181,19 @@ def test_real_isaaclab_population_one_exploit_through_the_booted_spare_with_the_
     wait_for(top_ranked, BOOT, interval=0.05, what="the top member ranked with a checkpoint")
     hold(held[top])
     assert sp.job(top)["state"] == "running", sp.job(top)  # (MAX lies INTERVAL - 1 past TOP_AT: not finished)
-    # 4. the bottom trains to its judgement and exploits through its booted spare
+    # 4. the bottom trains to its judgement and is held there (its shim's own checkpoint_saved line, read every 5 ms:
+    # a quiet machine trains an iteration in ~0.1 s, and a stop that came after its last one would find the script
+    # in Isaac Lab's close_env, not an exploit); released once the exploit's stop was sent, which it then takes at
+    # its next boundary, before MAX; it goes on through its booted spare
+    shim_events = tmp_path / "state" / "shim" / bottom / "attempt-1.jsonl"
     release(held[bottom])
+    wait_for(lambda: saved_at(shim_events) >= INTERVAL, 2 * BOOT, interval=0.005, what="the bottom member judged")
+    hold(held[bottom])
     decided = wait_for(lambda: events(sp, bottom, "member_exploit"), 2 * BOOT, interval=0.1,
                        what="the bottom member's exploit decided")
     phases["exploit decided"] = time.monotonic() - t0
+    wait_for(lambda: events(sp, bottom, "stopping"), 2 * BOOT, interval=0.05, what="the bottom member's stop sent")
+    release(held[bottom])
     done = wait_for(lambda: events(sp, bottom, "member_exploited"), 2 * BOOT, interval=0.1,
                     what="the bottom member's exploit carried out")
     phases["exploit carried out"] = time.monotonic() - t0
