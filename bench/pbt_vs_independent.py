@@ -384,23 +384,8 @@ def main(argv: list[str] | None = None) -> int:
             for arm in (a.arms if i % 2 == 0 else a.arms[::-1]):
                 b = PbtBench(arm_args(a, arm, seed))
                 b.begin()
-
-                def body(b: PbtBench = b) -> None:
-                    try:
-                        b.run_sweep()
-                    except Exception as exc:  # noqa: BLE001 - report what was measured
-                        b.res["errors"].append(f"sweep: {type(exc).__name__}: {exc}")
-                        b.log(f"sweep FAILED: {exc}")
-                    finally:
-                        b.save()
-                    try:
-                        b.collect()
-                        b.figures()
-                    except Exception as exc:  # noqa: BLE001
-                        import traceback
-                        b.res["errors"].append(f"figures: {type(exc).__name__}: {traceback.format_exc()[-800:]}")
-                        b.log(f"figures FAILED: {exc}")
-                b.run(body, lambda r: "\n".join(arm_lines(r["args"]["arm"], r) + [f"errors: {r['errors']}"]))
+                b.run(lambda b=b: b.measure(sweep_errors=(Exception,)),  # any failure: report what was measured
+                      lambda r: "\n".join(arm_lines(r["args"]["arm"], r) + [f"errors: {r['errors']}"]))
                 arms.append(b.res)
     by_seed: dict[int, dict[str, Any]] = {}
     for r in arms:

@@ -214,6 +214,25 @@ class SweepBench(Bench):
                  f"{self.res['final_status']['best']} objective {self.res['final_status']['best_objective']}")
 
     # ---- the figures -----------------------------------------------------------------------------
+    def measure(self, sweep_errors: tuple[type[BaseException], ...] = (Deadline, RuntimeError, OSError,
+                                                                      KeyError)) -> None:
+        """The sweep, then its figures; a failure of either is recorded in the results (what was measured is kept and
+        saved), not raised: the body `Bench.run` runs for this bench and for bench/pbt_vs_independent.py's."""
+        try:
+            self.run_sweep()
+        except sweep_errors as exc:
+            self.res["errors"].append(f"sweep: {type(exc).__name__}: {exc}")
+            self.log(f"sweep FAILED: {exc}")
+        finally:
+            self.save()
+        try:
+            self.collect()
+            self.figures()
+        except Exception as exc:  # noqa: BLE001 - report, keep what was measured
+            import traceback
+            self.res["errors"].append(f"figures: {type(exc).__name__}: {exc}: {traceback.format_exc()[-800:]}")
+            self.log(f"figures FAILED: {exc}")
+
     def collect(self) -> None:
         """Every trial's events, shim events and TensorBoard, then the figures (run after the sweep, before the
         supervisor goes: events come over its socket)."""
@@ -619,23 +638,7 @@ def main(argv: list[str] | None = None) -> int:
 
     b = SweepBench(a)
     b.begin()
-
-    def body() -> None:
-        try:
-            b.run_sweep()
-        except (Deadline, RuntimeError, OSError, KeyError) as exc:
-            b.res["errors"].append(f"sweep: {type(exc).__name__}: {exc}")
-            b.log(f"sweep FAILED: {exc}")
-        finally:
-            b.save()
-        try:
-            b.collect()
-            b.figures()
-        except Exception as exc:  # noqa: BLE001 - report, keep what was measured
-            import traceback
-            b.res["errors"].append(f"figures: {type(exc).__name__}: {exc}: {traceback.format_exc()[-800:]}")
-            b.log(f"figures FAILED: {exc}")
-    return b.run(body, table)
+    return b.run(b.measure, table)
 
 
 if __name__ == "__main__":
