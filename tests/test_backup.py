@@ -289,3 +289,26 @@ def test_rl_games_and_skrl_layouts_keep_their_paths_and_the_jobs_count(tmp_path)
         assert got is not None and got.checkpoint.iteration == want
         assert got.checkpoint.path == tmp_path / "new-disk" / library / run.name / rel
     assert not notes.take()
+
+
+def test_the_best_evaluated_checkpoint_is_uploaded_and_kept_past_keep_until_another_is_best(tmp_path):
+    """Issue 41: the best checkpoint is never pruned from the bucket, whatever `keep` says; once another is best,
+    the old one is pruned as `keep` says."""
+    run = tmp_path / "run"
+    for i in (0, 2, 4):
+        fake_checkpoint(run / f"model_{i}.pt", i)
+    up, _, prefix = make(tmp_path, keep=1)
+    up.set_pinned(frozenset({0}))  # model_0 scored best
+    up.set_runs([Run(run)])
+    up.one_pass()
+    assert sorted(e["file"] for e in manifest_of(prefix)["checkpoints"]) == ["model_0.pt", "model_4.pt"]
+    assert (prefix / run.name / "model_0.pt").read_bytes() == (run / "model_0.pt").read_bytes()
+    fake_checkpoint(run / "model_6.pt", 6)
+    up.one_pass()
+    assert sorted(e["file"] for e in manifest_of(prefix)["checkpoints"]) == ["model_0.pt", "model_6.pt"]
+    assert (prefix / run.name / "model_0.pt").exists(), "the best was pruned"
+    up.set_pinned(frozenset({6}))  # model_6 is the new best: model_0 goes at the next upload
+    fake_checkpoint(run / "model_8.pt", 8)
+    up.one_pass()
+    assert sorted(e["file"] for e in manifest_of(prefix)["checkpoints"]) == ["model_6.pt", "model_8.pt"]
+    assert not (prefix / run.name / "model_0.pt").exists()

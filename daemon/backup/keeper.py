@@ -98,6 +98,10 @@ class JobBackup:
     def kick(self) -> None:
         self.uploader.kick()
 
+    def pin(self, iterations: frozenset[int]) -> None:
+        """Keep these iterations' checkpoints in the bucket whatever `keep` says (the best evaluated one)."""
+        self.uploader.set_pinned(iterations)
+
     def close(self, drain_seconds: float = 0.0) -> None:
         self.uploader.stop(drain_seconds)
         if self.lease is not None:

@@ -12,6 +12,8 @@ written for another task or experiment.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -89,13 +91,16 @@ class Manifest:
         self.entries = [e for e in self.entries if e not in gone] + [entry]
         return gone
 
-    def prune(self, keep: int) -> list[Entry]:
-        """Keep the newest `keep` (0 = all); returns the entries dropped."""
+    def prune(self, keep: int, pinned: Collection[int] = ()) -> list[Entry]:
+        """Keep the newest `keep` (0 = all) and the trainer checkpoints at the `pinned` iterations (the job's best
+        evaluated checkpoint, issue 41); returns the entries dropped."""
         if keep <= 0 or len(self.entries) <= keep:
             return []
         ordered = self.newest_first()
-        self.entries = ordered[:keep]
-        return ordered[keep:]
+        kept = ordered[:keep] + [e for e in ordered[keep:] if e.iteration in pinned and not e.snapshot]
+        gone = [e for e in ordered if e not in kept]
+        self.entries = [e for e in ordered if e in kept]
+        return gone
 
 
 def _entry_fields(raw: Any) -> dict[str, Any]:

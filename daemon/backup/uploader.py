@@ -118,6 +118,8 @@ class Uploader:
         self.log = log.bind(job=store.job, backup=store.url)
         self.manifest: Manifest | None = None
         self._runs: list[Run] = []
+        # iterations kept in the bucket whatever `keep` says: the job's best evaluated checkpoint (issue 41)
+        self._pinned: frozenset[int] = frozenset()
         self._lock = threading.Lock()
         self._pass_lock = threading.Lock()
         self._wake = threading.Event()
@@ -143,6 +145,15 @@ class Uploader:
             if runs == self._runs:
                 return
             self._runs = list(runs)
+        self._wake.set()
+
+    def set_pinned(self, iterations: frozenset[int]) -> None:
+        """Checkpoints at these iterations are uploaded even when older than the newest `keep`, and never pruned
+        (the job's best evaluated checkpoint); the previous pin is pruned as `keep` says at the next upload."""
+        with self._lock:
+            if iterations == self._pinned:
+                return
+            self._pinned = frozenset(iterations)
         self._wake.set()
 
     def kick(self) -> None:
@@ -276,7 +287,9 @@ class Uploader:
             for e in self._mine.values():  # ours, dropped by someone else's rewrite: put back
                 if fresh.get(e.key) is None:
                     fresh.entries.append(e)
-            gone = fresh.add(entry) + fresh.prune(self.cfg.keep)
+            with self._lock:
+                pinned = self._pinned
+            gone = fresh.add(entry) + fresh.prune(self.cfg.keep, pinned)
             fresh.fingerprint = self.fingerprint or fresh.fingerprint
             try:
                 self.store.write_if(MANIFEST_KEY, fresh.to_bytes(), None if got is None else got[1])
@@ -298,6 +311,7 @@ class Uploader:
     def _candidates(self, manifest: Manifest) -> list[tuple[Checkpoint, Run]]:
         with self._lock:
             runs = self._runs[:MAX_RUNS]
+            pinned = self._pinned
         found: list[tuple[Checkpoint, Run]] = []
         for run in runs:
             for c in list_checkpoints(run.path, self.layout, run.offset):
@@ -316,7 +330,8 @@ class Uploader:
         if self.cfg.keep:
             iters = sorted({e.iteration for e in manifest.entries} | {c.iteration for c, _ in trainer}, reverse=True)
             floor = iters[min(self.cfg.keep, len(iters)) - 1] if iters else -1
-            trainer = [(c, r) for c, r in trainer if c.iteration >= floor]
+            trainer = [(c, r) for c, r in trainer
+                       if c.iteration >= floor or (c.iteration in pinned and not is_snapshot(c.path))]
         self._update_lag(manifest)
         return sorted(trainer, key=lambda x: (x[0].iteration, is_snapshot(x[0].path)))
 
