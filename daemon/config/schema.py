@@ -24,6 +24,7 @@ else:  # pragma: no cover
 
 from . import errors as type_errors
 from .backup import BackupConfig
+from .eval import EvalConfig, refusal as eval_refusal
 from ..gpu.assign import device_outside_gpus, gpu_conflicts
 from .jobs_dir import DropIn, DropInError, UserLookups, open_to_others, owned, read_drop_ins, with_paths_under
 from .locate import DEFAULT_SOCKET, EMBEDDED_DEFAULT_NAME
@@ -333,6 +334,7 @@ class JobConfig(_Model):
     container: ContainerConfig = ContainerConfig()
     ray: RayJobConfig = RayJobConfig()  # runtime = "ray": resources and node choice
     backup: BackupConfig | None = None  # [jobs.backup]: complete checkpoints copied to object storage (issue 22)
+    eval: EvalConfig | None = None  # [jobs.eval]: checkpoints evaluated beside training (issue 41)
     watchdogs: WatchdogsConfig = WatchdogsConfig()
 
     @field_validator("name")
@@ -501,6 +503,12 @@ class JobConfig(_Model):
         if self.oom.step_down is not None and any(a.split("=", 1)[0] == "--num_envs" for a in self.extra_args):
             raise ValueError("extra_args sets --num_envs, which would override the count [jobs.oom] step_down "
                              "launches with; set the job's num_envs key instead")
+        return self
+
+    @model_validator(mode="after")
+    def _eval_fits(self) -> "JobConfig":
+        if (why := eval_refusal(self)) is not None:
+            raise ValueError(why)
         return self
 
     @model_validator(mode="after")
