@@ -259,3 +259,18 @@ def test_submit_says_what_the_first_pass_made_of_the_job():
         == "queued #2: needs 12 GiB on 1 GPU"
     assert _said(row("queued", request="12 GiB on 1 GPU")) is None  # no pass yet: wait for one
     assert _said(row("stopped", why="autostart = false")) == "stopped (autostart = false)"  # no queue: its state
+
+
+def test_the_queue_settings_in_force_are_the_reloaded_ones():
+    """Issue 42: `[queue]` applied on reload, not only at a restart: once started, the hook reads the config in
+    force (a reload replaces it), so a new hot_celsius takes the hot GPU back at the next pass."""
+    from types import SimpleNamespace
+
+    q = HostQueue(QueueConfig(hot_celsius=85), lambda: snapshot({0: 90}))
+    assert q.tick(10.0, [waiting_signals()]) == []  # GPU 0 is too hot under the config it was built with
+    running = SimpleNamespace(config=parse_config('[queue]\nhot_celsius = 95\n[[jobs]]\nname = "cp"\n', "t", Path(".")))
+    q.start(running)
+    (placed,) = q.tick(11.0, [waiting_signals()])
+    assert placed[0] == "w" and placed[1].gpus == (0,)
+    running.config = parse_config('[queue]\nhot_celsius = 80\n[[jobs]]\nname = "cp"\n', "t", Path("."))  # reloaded again
+    assert q.gpus(q.gpu_snapshot())[0].unusable == "hot (90 °C, [queue] hot_celsius = 80)"

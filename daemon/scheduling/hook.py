@@ -46,7 +46,7 @@ class HostQueue:
 
     def __init__(self, cfg: QueueConfig, gpu_snapshot: Callable[[], GpuSnapshot] | None,
                  access: AccessConfig = AccessConfig(), admin_group: str | None = None, owners: Owners | None = None):
-        self.cfg = cfg
+        self._cfg = cfg  # until started: the config it was built with; then the [queue] in force (a reload changes it)
         self.gpu_snapshot = gpu_snapshot
         self.waiting: dict[str, Waiting] = {}  # the last pass's answer for each waiting job
         self.access, self.admin_group = access, admin_group  # until started: the config it was built with
@@ -55,6 +55,10 @@ class HostQueue:
         # the last pass: its inputs, until when they give the same answer (scheduler.stable_until), the answer
         self._last_pass: tuple[tuple[object, ...], float, Schedule] | None = None
         self._shown: dict[str, tuple[JobStatus, Waiting, JobStatus]] = {}  # a queued job's row in, its place, out
+
+    @property
+    def cfg(self) -> QueueConfig:
+        return self._running.config.queue if self._running is not None else self._cfg
 
     def start(self, running: InForce) -> None:
         self._running = running
