@@ -12,6 +12,7 @@ from typing import Any
 
 from .columns import aligned
 from .render_backup import backup_note
+from .render_eval import eval_note
 from .render_queue import queue_note
 from .durations import age
 from ..status.types import WatchdogState
@@ -124,6 +125,9 @@ def format_status(status: Status | Mapping[str, Any], now: float | None = None,
         backup = backup_note(j, now)
         if backup:
             notes.append(backup)
+        evals = eval_note(j, now)  # [jobs.eval] (issue 41): the newest and the best score
+        if evals:
+            notes.append(evals)
         caches = compile_cache_note(j)
         if caches:
             notes.append(caches)
