@@ -316,3 +316,22 @@ def test_a_file_that_is_no_toml_names_the_file() -> None:
     with pytest.raises(ConfigError) as info:
         parse_sweep("[sweep\n", SOURCE, Path("/"))
     assert str(info.value).startswith(f"{SOURCE}: not valid TOML: ")
+
+
+def test_objective_eval_ranks_by_the_evaluations_and_needs_job_eval_and_kind_none() -> None:
+    """Issue 41: `objective = "eval"` ranks the trials by their best evaluated checkpoint; it needs a [job.eval] and
+    (for now) every trial to the end: ASHA/PBT judge at an iteration, before that checkpoint's evaluation lands."""
+    from isaacd.sweeps.observe import Series
+    from isaacd.observations.tensorboard import ScalarPoint
+
+    lines = refusal(sweep=SWEEP + 'objective = "eval"\n')
+    assert any(line.startswith(f"{SOURCE}: job.eval: ") and "[job.eval]" in line for line in lines), lines
+    assert any(line.startswith(f"{SOURCE}: sweep.scheduler.kind: ") and 'kind = "none"' in line for line in lines)
+    spec = parse(sweep=SWEEP + 'objective = "eval"\n[sweep.scheduler]\nkind = "none"\n',
+                 job=JOB + '[job.eval]\nepisodes = 10\n')
+    assert spec.objective.tag == "Eval/return_mean" and spec.objective.mode == "max"
+    s = Series()
+    s.add([ScalarPoint(10, "Eval/return_mean", 5.0, 0.0), ScalarPoint(20, "Eval/return_mean", 9.0, 0.0),
+           ScalarPoint(30, "Eval/return_mean", 7.0, 0.0)], spec.objective.tag)
+    assert s.score(spec.objective.tag, "max", spec.objective.smooth) == 9.0  # its best checkpoint counts
+    assert s.score("Train/mean_reward", "max", 2) == 8.0  # a training tag: the mean of the newest 2, as before

@@ -219,7 +219,7 @@ class SweepController:
                              detail="started by hand while paused: it goes on as if promoted")
                 changed = True
             live.states[t.number] = state
-            now_value = series.value(spec.objective.smooth)
+            now_value = series.score(spec.objective.tag, spec.objective.mode, spec.objective.smooth)
             if now_value is not None:
                 t.objective = now_value
             iteration = live.iterations.get(t.number)
@@ -274,7 +274,7 @@ class SweepController:
         done = asha.max_iterations if state == TrialState.COMPLETED else None if iteration is None else iteration + 1
         changed = False
         while reached(t, done, asha.milestones) is not None:
-            value = live.series[number].value(spec.objective.smooth)
+            value = live.series[number].score(spec.objective.tag, spec.objective.mode, spec.objective.smooth)
             if value is None and t.objective is not None:
                 value = t.objective  # read before a restart (its run is over: no new points come)
             if value is None:

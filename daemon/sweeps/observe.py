@@ -11,6 +11,7 @@ from ..jobs.model import JobState
 from ..observations.tensorboard import ScalarPoint
 from .asha import TrialState, smoothed
 from .record import TrialRecord
+from .spec import EVAL_TAG
 
 SERIES_KEPT = 512  # a trial's newest objective points kept in memory (the smoothing reads the last `smooth`)
 
@@ -48,6 +49,18 @@ class Series:
                     while self.points and self.points[-1][0] >= p.step:
                         self.points.pop()
                 self.points.append((p.step, p.value))
+
+    def best(self, mode: str) -> float | None:
+        """The best value so far (`objective = "eval"`: a trial counts by its best evaluated checkpoint, the one
+        `isaacd best` names, not by its newest)."""
+        values = [v for _, v in self.points]
+        if not values:
+            return None
+        return max(values) if mode == "max" else min(values)
+
+    def score(self, tag: str, mode: str, n: int) -> float | None:
+        """The trial's objective now: the best evaluation for the eval tag, else the mean of the newest `n`."""
+        return self.best(mode) if tag == EVAL_TAG else self.value(n)
 
     def value(self, n: int) -> float | None:
         """The mean of the newest `n` values: read the tick a trial reaches a rung, so its last `n` iterations

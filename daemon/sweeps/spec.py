@@ -36,6 +36,9 @@ from .sampler import as_override, grid_points, trial_name
 from .space import Choice, Distribution, Grid, IntRange, LogUniform, SearchSpace, Uniform, Value
 
 DEFAULT_TAG = "Train/mean_reward"
+# `objective = "eval"` (issue 41): the trials ranked by their checkpoints' evaluations ([job.eval]), whose scores the
+# eval keeper hands the sweep as this tag at each evaluated checkpoint's iteration
+EVAL_TAG = "Eval/return_mean"
 
 # the distributions as the file writes them, for the "known ones" of a refusal
 DISTRIBUTIONS = {"choice": "choice = [1024, 2048]", "uniform": "uniform = [0.0, 0.02]",
@@ -306,6 +309,8 @@ def _prepared(raw: dict[str, Any], base_dir: Path) -> tuple[dict[str, Any], list
         issues.append(ConfigIssue("job.name", "the trials are named <sweep>-t001, <sweep>-t002, ... after "
                                               "[sweep] name; remove name from [job]"))
     sweep = raw.get("sweep") if isinstance(raw.get("sweep"), dict) else {}
+    if sweep.get("objective") == "eval":  # the short form: the evaluations' mean return, the best one counts
+        raw = {**raw, "sweep": {**sweep, "objective": {"tag": EVAL_TAG, "mode": "max", "smooth": 1}}}
     name = sweep.get("name")
     placeholder = name if isinstance(name, str) and JOB_NAME_RE.fullmatch(name) else "sweep"
     return {**raw, "job": {**with_paths_under(job, base_dir), "name": placeholder}}, issues
@@ -434,6 +439,17 @@ def _with_job(spec_file: SweepFile) -> list[ConfigIssue]:
     if not job.placed_by_isaacd:
         issues.append(ConfigIssue("job", "trials go through the host's queue: give the base job gpu_memory = "
                                          '"6 GB" (trials packed by memory) or gpus = 1 (a count, not a list)'))
+    if s.objective.tag == EVAL_TAG:
+        if getattr(job, "eval", None) is None:
+            issues.append(ConfigIssue("job.eval", 'objective = "eval" ranks the trials by their checkpoints\' '
+                                                  "evaluations: give the base job a [job.eval] section (e.g. every = 1,"
+                                                  " episodes = 100), or rank by a training tag"))
+        if s.scheduler.kind != "none":
+            issues.append(ConfigIssue("sweep.scheduler.kind",
+                                      'objective = "eval" works with kind = "none" (every trial to the end, ranked by '
+                                      f"its best evaluation): {s.scheduler.kind.upper()} judges a trial at an iteration, "
+                                      "and an evaluation lands a minute or more after its checkpoint; waiting for it "
+                                      'is not built. Write kind = "none", or rank by a training tag'))
     widest = trial_name(s.name, s.trials, s.trials)
     if len(widest) > 63:
         issues.append(ConfigIssue("sweep.name", f'"{s.name}" makes trial names such as {widest} ({len(widest)} '
