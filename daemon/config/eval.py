@@ -37,7 +37,7 @@ class EvalConfig(BaseModel):
     # on the job's own GPU, where NVML shows this much free; it yields to any job the queue places
     gpu_memory: Size | None = None
     # "cpu": on the CPU; "cuda": on the GPU (with gpu_memory). None: the CPU for a CPU job, the GPU with gpu_memory
-    device: Literal["cpu", "cuda"] | None = None
+    device: str | None = None
     video: bool = False  # an MP4 (and a small GIF) of the evaluated checkpoint, where Isaac Lab can render
     video_length: Annotated[int, Field(ge=1)] = 200  # steps
     deadline_seconds: Seconds = 600.0  # an evaluation running longer is killed and retried
@@ -48,6 +48,15 @@ class EvalConfig(BaseModel):
     def _gpu_memory(cls, v: str | None) -> str | None:
         if v is not None and size_bytes(v) <= 0:
             raise ValueError('must be more than 0, e.g. gpu_memory = "4GiB"')
+        return v
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str | None) -> str | None:
+        if v is not None and v not in ("cpu", "cuda"):
+            hint = (": an evaluation runs on the job's own GPU (isaacd picks it), so write \"cuda\" with gpu_memory"
+                    if v.startswith("cuda:") else "")
+            raise ValueError(f'device = "{v}" is not a place to evaluate; write "cpu" or "cuda"{hint}')
         return v
 
     @field_validator("deadline_seconds")

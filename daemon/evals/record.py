@@ -237,8 +237,8 @@ class EvalStore:
                 where = f"set aside as {aside.name}"
             except OSError as move:
                 where = f"left in place (cannot move it: {move.strerror})"
-            return Loaded(EvalRecord(job), f"the evaluations record {path} is unusable ({' '.join(why.split())[:200]}); "
-                                           f"{where}; evaluations start afresh")
+            return Loaded(EvalRecord(job), f"the evaluations record {path} is unusable "
+                                           f"({' '.join(why.split())[:200]}); {where}; evaluations start afresh")
 
     def remove(self, job: str) -> None:
         """A removed job's record goes with it (its results stay beside its checkpoints)."""
