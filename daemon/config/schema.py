@@ -28,6 +28,7 @@ from .eval import EvalConfig, refusal as eval_refusal
 from ..gpu.assign import device_outside_gpus, gpu_conflicts
 from .jobs_dir import DropIn, DropInError, UserLookups, open_to_others, owned, read_drop_ins, with_paths_under
 from .locate import DEFAULT_SOCKET, EMBEDDED_DEFAULT_NAME
+from .notify import NotifyConfig
 from .access import NAME_RE, AccessConfig
 from .queue import QueueConfig
 from .sizes import Size, size_bytes
@@ -526,6 +527,7 @@ class Config(_Model):
     ray: RayConfig | None = None
     queue: QueueConfig = QueueConfig()  # [queue]: placement and preemption of jobs that ask for GPUs (issue 31)
     access: AccessConfig = AccessConfig()  # [access]: what users who are no admins may ask for, and hold (issue 32)
+    notify: NotifyConfig | None = None  # [notify]: a chat webhook told of each job's new best checkpoint (issue 41)
     jobs: list[JobConfig] = []
 
     @model_validator(mode="after")
