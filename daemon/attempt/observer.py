@@ -13,7 +13,7 @@ from typing import Callable
 from ..runtimes import trainer_command
 from .config_fault import named_in_config
 from ..gpu.oom_memory import OomNote
-from ..jobs.messages import CudaOom, Exited, Message, Progressed, TrainerConfigError
+from ..jobs.messages import CudaOom, Exited, Message, Progressed, StopSaved, TrainerConfigError
 from ..jobs.model import JobState
 from .exit_tail import ExitWithOutput, exit_with_log_tail, last_output_line
 from ..observations.checkpoints import Checkpoint, sweep_snapshot_temps
@@ -79,6 +79,7 @@ class AttemptObserver:
         self.checkpoint: Checkpoint | None = None  # newest on the timeline, as of `checkpoint_scanned_at`
         self.checkpoint_scanned_at = float("-inf")
         self.launch = LaunchWatch(setting, record)  # the starting attempt's waits and their deadlines
+        self.stop_saved: StopSaved | None = None  # a stop's save the shim reported, for the machine while it lives
 
     # ---- the attempt's start and end ------------------------------------------------------
     def started(self, handle: Handle, shim_events: Path | None, run_dirs_before: set[str],
@@ -87,6 +88,7 @@ class AttemptObserver:
         deadlines)."""
         self.live = LiveAttempt(handle=handle, shim=ShimEvents(shim_events) if shim_events else None,
                                 started_mono=self.clock.monotonic(), run_dirs_at_launch=run_dirs_before)
+        self.stop_saved = None
         self.launch.begin(self.live.started_mono or 0.0, spare, measure_startup=True)
 
     def adopt(self, attempt: Attempt, handle: Handle, spare: tuple[ShimEvents, str, float] | None = None) -> None:
@@ -103,6 +105,7 @@ class AttemptObserver:
 
     def forget(self) -> None:
         self.live = LiveAttempt()
+        self.stop_saved = None
 
     def scan_checkpoint(self, now: float) -> None:
         self.checkpoint_scanned_at = now
@@ -148,6 +151,9 @@ class AttemptObserver:
             if overdue is not None:
                 out.append(overdue)
         if status is None:
+            if self.stop_saved is not None:  # saved and still alive: its cleanup runs (issue 42: the machine decides)
+                out.append(self.stop_saved)
+                self.stop_saved = None
             if now - live.pids_scanned_at >= PIDS_SCAN_INTERVAL:  # a /proc walk: not every tick
                 live.pids_scanned_at = now
                 live.pids = self.runtime.pids(live.handle)
@@ -284,8 +290,11 @@ class AttemptObserver:
             record.history.trainer_rsl_rl_version = shim.report.rsl_rl_version
         for stopped in news.stopped:
             if stopped.checkpoint:
+                saved_at = str(trainer_command.host_path(cfg, stopped.checkpoint))
                 record.event("trainer_saved_on_stop", attempt=attempt.number, iteration=stopped.iteration,
-                             checkpoint=str(trainer_command.host_path(cfg, stopped.checkpoint)))
+                             checkpoint=saved_at)
+                if not stopped.exit_now:  # held for the next look at the trainer: said only while it lives
+                    self.stop_saved = StopSaved(stopped.iteration, saved_at, stopped.cleanup)
             else:  # nothing saved: say why, not a save of nothing
                 record.event("trainer_stopped", attempt=attempt.number, iteration=stopped.iteration,
                              detail=unsaved_stop(stopped.iteration))

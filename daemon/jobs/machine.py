@@ -16,7 +16,8 @@ from . import policy as P
 from .effects import Effect, Event, Forget, HoldSpare, Kill, Launch, Persist, Signal
 from .messages import (Adopted, Awaited, CudaOom, DropSpare, Exited, Found, LaunchOverdue, LaunchRefused,
                        LaunchUnfinished, LaunchWaited, Message, Placed, Preempt, Progressed, Readded, ReasonClass,
-                       Reset, Restart, ResumeFrom, Settle, Start, Stop, Tick, WatchdogAction, WatchdogTrip)
+                       Reset, Restart, ResumeFrom, Settle, Start, Stop, StopSaved, Tick, WatchdogAction,
+                       WatchdogTrip)
 from .model import FromJob, JobModel, JobState, LaunchIntent, OomPhase, Origin, StopIntent, Then, bump, check_transition
 from .messages import TrainerConfigError
 
@@ -81,6 +82,8 @@ def decide(m: JobModel, msg: Message, ctx: Context) -> Decision:
         new, reply = _exited(m, msg, ctx, out), None
     elif isinstance(msg, LaunchWaited):
         new, reply = _launch_waited(m, msg, ctx, out), None
+    elif isinstance(msg, StopSaved):
+        new, reply = _stop_saved(m, msg, out), None
     elif isinstance(msg, Start):
         new, reply = _start(m, msg, ctx, out)
     elif isinstance(msg, Stop):
@@ -448,6 +451,34 @@ def _preempt(m: JobModel, msg: Preempt, ctx: Context, out: _Out) -> tuple[JobMod
     out.add(Event("stop_changed", {"reason": msg.reason, "then": Then.QUEUE.value, "final": False}))
     out.add(Persist())
     return m.with_(stop=replace(restarting, then=Then.QUEUE, reason=msg.reason, origin=Origin.SCHEDULER)), "preempting"
+
+
+def hands_over(stop: StopIntent) -> bool:
+    """A stop isaacd makes to give the job's GPUs to another job: a preemption (back to the queue), or a sweep's own
+    stop of its trial (a pause at a rung, with a save; the sweep's end or cancel; a promotion asked meanwhile starts it
+    again from that save). Never an operator's stop, a shutdown's or a watchdog's: the train script's own cleanup after
+    its save (a logger's finish, files it closes) may matter to whoever runs it."""
+    return stop.then == Then.QUEUE or (stop.origin == Origin.SWEEP and stop.then in (Then.STOP, Then.START))
+
+
+HANDOVER_DETAIL = ("its checkpoint is saved: the train script's own cleanup is skipped (SIGKILL) and its GPUs are "
+                   "given back now")
+
+
+def _stop_saved(m: JobModel, msg: StopSaved, out: _Out) -> JobModel:
+    """Issue 42: a stop that hands the GPUs over is done once the shim confirms its save (the trainer's state is on
+    disk); what the script still runs after learn() (Isaac Lab's teardown, a W&B finish: seconds) only keeps the job
+    waiting for them (`isaacd queue`: a preempting job's GPUs are not free until its trainer is gone). The trainer's
+    tree is killed now, saved first; its exit then ends the stop as it would have (requeued, stopped): no crash, no
+    restart counted, whatever the exit says. A trainer that exits by itself after its save sends no StopSaved."""
+    stop = m.stop
+    if m.state != S.STOPPING or stop is None or stop.killed or not hands_over(stop):
+        return m
+    out.add(Event("stop_saved_kill", {"iteration": msg.iteration, "checkpoint": msg.checkpoint,
+                                      "cleanup": msg.cleanup, "detail": HANDOVER_DETAIL}))
+    new = m.with_(stop=replace(stop, killed=True))
+    out.add(Persist(), Kill())
+    return new
 
 
 def _requeue(m: JobModel, reason: str, ctx: Context, out: _Out) -> JobModel:

@@ -248,7 +248,18 @@ class LaunchWaited:
     on: Awaited = Awaited.CHECKPOINT
 
 
-Observation = Tick | Progressed | LaunchRefused | Exited | LaunchOverdue | LaunchWaited
+@dataclass(frozen=True)
+class StopSaved:
+    """The trainer saved at the stop it was asked for (its shim's `stopped` event names the checkpoint, on disk) and is
+    still alive: the train script's own cleanup runs now, since the shim's quick exit refused (`cleanup` says why:
+    trainer/shim_exit.py). A trainer that exits at once after its save (the quick exit) sends none: nothing to end."""
+
+    iteration: int | None
+    checkpoint: str
+    cleanup: str | None = None
+
+
+Observation = Tick | Progressed | LaunchRefused | Exited | LaunchOverdue | LaunchWaited | StopSaved
 
 
 # ---- what a supervisor start finds (attempt/recovery.py) -------------------------------------

@@ -55,6 +55,8 @@ class TrainerStopped:
 
     iteration: int | None
     checkpoint: str | None
+    exit_now: bool = False  # the process ends right after the event (the shim's quick exit, or a stop while booting)
+    cleanup: str | None = None  # else why the train script's own cleanup runs first (trainer/shim_exit.py's refusal)
 
 
 @dataclass
@@ -124,7 +126,11 @@ class ShimEvents:
         elif kind == ShimEvent.STOPPED:
             r.stopped_checkpoint = ev.get("checkpoint")
             saved = ev.get("checkpoint")
-            news.stopped.append(TrainerStopped(ev.get("iteration"), str(saved) if saved else None))
+            cleanup = ev.get("cleanup")
+            # a stop while booting exits at once too (before_first_iteration); a shim before session 17 says neither
+            news.stopped.append(TrainerStopped(ev.get("iteration"), str(saved) if saved else None,
+                                               exit_now=bool(ev.get("exit_now") or ev.get("before_first_iteration")),
+                                               cleanup=str(cleanup) if cleanup else None))
         elif kind == ShimEvent.LEARN_FINISHED:
             r.finished = True
         elif kind == ShimEvent.FIRST_ITERATION:
