@@ -59,6 +59,13 @@ class QueueEntry:
     not_before: float | None = None
     queued_at: float | None = None  # while it waits: when it last entered the queue (a requeue starts anew)
     preemptions: int = 0
+    # run-time estimates (issue 42, scheduling/estimates.py; the queue's hook adds them each pass): a placed job's
+    # expected end (monotonic) from its own recent iteration times, a waiting job's expected run (start-up
+    # included) from earlier runs of its task, library and num_envs on this host; None: not known
+    ends_at: float | None = None
+    run_seconds: float | None = None
+    overran: bool = False  # it started ahead of a blocked job and ran past its reservation: its estimate is not
+    # trusted for that again until one has held
 
     @property
     def order(self) -> float:

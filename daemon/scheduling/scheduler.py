@@ -13,8 +13,14 @@ The rules, each a scenario in tests/test_scheduler.py:
     so big holes stay for big jobs. A GPU's room: its total less what the jobs placed on it asked for (their spares'
     memory counted as theirs) and less what others use beyond that (NVML's used memory less the asks).
   * Never on a cordoned GPU (an XID, a watchdog) or a hot one; jobs already there stay.
-  * A job that does not fit blocks the queue behind it: a later job may start ahead of it (backfill) only if it is
-    preemptible, and it gives its GPUs back as soon as the blocked job could run (no minimum run time for it).
+  * A job that does not fit blocks the queue behind it, and gets a reservation (issue 42, EASY backfill): the time
+    enough room frees by the placed jobs' run-time estimates (`QueueEntry.ends_at`, scheduling/estimates.py), and
+    the GPUs it will take then. A later job that fits now may start ahead of it (backfill) when it runs beside that
+    reservation (the room left with the blocked job placed on its reserved GPUs at that time), or its own estimate
+    (`run_seconds`) ends before it, whether it is preemptible or not; a preemptible job may also start ahead with no
+    estimate, and gives its GPUs back as soon as the blocked job could run (no minimum run time for it). A job whose
+    estimate proved wrong (`overran`) is not started ahead on an estimate again. A job not preemptible, without an
+    estimate that ends in time, waits.
   * A blocked job that would fit without the spares on the GPUs it needs drops those spares first.
   * Else it preempts the fewest jobs it outranks (lower priority, or a backfill behind it), lowest priority and most
     recently started first, among the preemptible ones past their minimum run time; each saves at its next iteration
@@ -31,7 +37,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..jobs.queue_entry import GiB, QueueEntry, Request
 from .quota import Ledger, Quotas
@@ -69,6 +75,9 @@ class Placement:
     gpus: tuple[int, ...]
     backfill: bool  # placed ahead of a blocked job
     reason: str
+    # started ahead of a reservation on its estimate: still running at this time (monotonic), its estimate proved
+    # wrong (a preemptible one is preempted then, if the blocked job needs its room; one not preemptible overran)
+    deadline: float | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +101,19 @@ class Waiting:
     job: str
     position: int
     reason: str
+    starts_at: float | None = None  # the blocked job's reservation (monotonic): when it starts by the estimates
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """The blocked job's place in the future (issue 42): at `at` (monotonic) by the placed jobs' estimates, on
+    `gpus`; `room`: what is left then with it placed (None: its room is already held for it now, on top of victims
+    or spares that are going, and what is free now is all outside it)."""
+
+    job: str
+    at: float
+    gpus: tuple[int, ...]
+    room: "_Room | None" = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -100,6 +122,10 @@ class Schedule:
     preemptions: tuple[Preemption, ...] = ()
     spare_drops: tuple[SpareDrop, ...] = ()
     waiting: tuple[Waiting, ...] = ()
+    reservation: Reservation | None = None
+    # until when (monotonic) the same inputs give this answer, as far as the estimates go: the next placed job's
+    # expected end (past it, it is overdue and counted as ending now) or the reservation (stable_until adds the rest)
+    valid_until: float = math.inf
 
 
 # ---- room on the GPUs ----------------------------------------------------------------------------------------------
@@ -206,6 +232,8 @@ def schedule(jobs: Sequence[QueueEntry], gpus: Sequence[Gpu], now: float, limits
     # below look at these few, not at every job (1,000 queued jobs made each pass O(N^2): issue 39's scale goal).
     # Same order as `jobs`, so every tie is broken as before.
     placed = [j for j in jobs if j.placement]
+    holders = list(placed)  # and the jobs placed in this pass, as holders with their estimates (reservations)
+    reserved: Reservation | None = None  # the blocked job's reservation, once it has one
     in_line, behind = ledger.in_line(queue_order(j for j in jobs if j.waiting or j.not_before is not None))
     for job in in_line:
         if job.not_before is not None:  # its backoff: at its place, not yet to be placed
@@ -218,40 +246,49 @@ def schedule(jobs: Sequence[QueueEntry], gpus: Sequence[Gpu], now: float, limits
         if (over := ledger.refusal(job, None)) is not None:  # past a quota wherever it went: it blocks nobody
             waiting.append(Waiting(job.name, len(waiting) + 1, over))
             continue
-        if blocked is not None and not job.preemptible:
+        where = room.best_fit(job.request)
+        if blocked is not None and not job.preemptible and where is None:
             waiting.append(Waiting(job.name, len(waiting) + 1, f"behind {blocked.name}, which waits for GPUs; "
                                                                "not preemptible, so it may not start ahead of it"))
             continue
-        where = room.best_fit(job.request)
         if where is not None and (over := ledger.refusal(job, where)) is not None:
             waiting.append(Waiting(job.name, len(waiting) + 1, over))
             continue
+        ahead: tuple[str, float | None] | None = None
+        if where is not None and blocked is not None:
+            ahead = _ahead(job, where, blocked, reserved, now)
+            if ahead is None:
+                waiting.append(Waiting(job.name, len(waiting) + 1, _not_ahead(job, blocked, reserved)))
+                continue
         if where is None and job.name in behind:  # past its `queued` quota: it waits, and moves nobody
             waiting.append(Waiting(job.name, len(waiting) + 1,
                                    f"{behind[job.name]}; {_short(job, room, placed, now, limits)}"))
             continue
         if where is not None:
-            backfill = blocked is not None
-            why = (f"ahead of {blocked.name} (blocked), preemptible: gives the GPUs back when it could run"
-                   if blocked is not None else "fits")
-            placements.append(Placement(job.name, where, backfill, why))
+            why, deadline = ahead if ahead is not None else ("fits", None)
+            placements.append(Placement(job.name, where, blocked is not None, why, deadline))
             room.take(job, where)
             ledger.take(job, where)
+            holders.append(replace(job, placement=where, waiting=False, placed_at=now,
+                                   ends_at=None if job.run_seconds is None else now + job.run_seconds))
             continue
         # it does not fit now: room the stopping victims will leave, then spares, then preemption
         stopping = [j for j in placed if j.name in victims_taken]
+        held_now: tuple[int, ...] | None = None  # its room held for it now, on top of what is going
         if stopping and (after := room.without(stopping).best_fit(job.request)) is not None:
             names = ", ".join(sorted(j.name for j in stopping))
             reason = f"needs {job.request.describe()}; waiting for {names} to save and stop"
             # reserved on top of the victims, who still hold it while they save: nobody behind takes that room
             # (a backfill would be preempted again at once), nor is it counted free before they are gone
             room.take(job, after)
+            held_now = after
         elif (spared := _spares_in_the_way(job, room, placed)) is not None:
             drops += [SpareDrop(s.name, job.name, f"its warm spare's GPU memory is needed by {job.name} "
                                                    f"({job.request.describe()})") for s in spared]
             reason = f"needs {job.request.describe()}; dropping the warm spares of {', '.join(s.name for s in spared)}"
             # reserved on top of the spares (they hold their memory until killed): nobody behind takes that room
-            room.take(job, room.without((), spared).best_fit(job.request) or ())
+            held_now = room.without((), spared).best_fit(job.request) or ()
+            room.take(job, held_now)
         elif (chosen := _victims(job, placed, room, now, limits, victims_taken)) is not None and \
                 (over := ledger.refusal(job, room.without(chosen).best_fit(job.request))) is not None:
             waiting.append(Waiting(job.name, len(waiting) + 1, over))  # no preemption to get past its quota
@@ -263,13 +300,94 @@ def schedule(jobs: Sequence[QueueEntry], gpus: Sequence[Gpu], now: float, limits
             reason = f"needs {job.request.describe()}; preempting {', '.join(v.name for v in chosen)}"
             # reserved on top of the victims (they hold their memory until they saved): the rest of what they
             # will free is not handed to anyone else in this pass either
-            room.take(job, room.without(chosen).best_fit(job.request) or ())
+            held_now = room.without(chosen).best_fit(job.request) or ()
+            room.take(job, held_now)
         else:
             reason = _short(job, room, placed, now, limits)
+        starts_at = None
         if blocked is None:
             blocked = job
-        waiting.append(Waiting(job.name, len(waiting) + 1, reason))
-    return Schedule(tuple(placements), tuple(preemptions), tuple(drops), tuple(waiting))
+            if held_now is not None:
+                reserved = Reservation(job.name, now, held_now)
+            elif (reserved := _reserve(job, room, holders, now)) is not None:
+                starts_at = reserved.at
+                reason += f"; reserved: {_describe(reserved, holders, now)}"
+        waiting.append(Waiting(job.name, len(waiting) + 1, reason, starts_at))
+    return Schedule(tuple(placements), tuple(preemptions), tuple(drops), tuple(waiting), reserved,
+                    _valid_until(placed, reserved, now))
+
+
+# ---- reservations (issue 42) ---------------------------------------------------------------------------------------
+def _end(j: QueueEntry, now: float) -> float | None:
+    """When a placed job gives its room back by its estimate: a stopping one now; one past its estimate (overdue)
+    now too, as the soonest it may; None: not known."""
+    if j.preempting:
+        return now
+    return None if j.ends_at is None else max(j.ends_at, now)
+
+
+def _reserve(job: QueueEntry, room: _Room, holders: Sequence[QueueEntry], now: float) -> Reservation | None:
+    """The blocked job's reservation: the earliest time enough room frees, releasing the placed jobs in the order
+    their estimates end, and the GPUs it takes then; None when it needs the room of a job with no estimate."""
+    ending = sorted(((e, j.name, j) for j in holders if (e := _end(j, now)) is not None), key=lambda t: t[:2])
+    released: list[QueueEntry] = []
+    for at, _, j in ending:
+        released.append(j)
+        future = room.without(released)
+        if (gpus := future.best_fit(job.request)) is not None:
+            future.take(job, gpus)
+            return Reservation(job.name, at, gpus, future)
+    return None
+
+
+def _describe(r: Reservation, holders: Sequence[QueueEntry], now: float) -> str:
+    """The reservation in words without a clock (a reason is compared pass to pass): whose estimated ends free it."""
+    gone = sorted(j.name for j in holders if (e := _end(j, now)) is not None and e <= r.at and set(j.placement) &
+                  set(r.gpus))
+    where = ", ".join(str(i) for i in r.gpus)
+    return f"GPU {where} once {', '.join(gone[:3]) or 'the jobs there'}{' ...' if len(gone) > 3 else ''} end " \
+           f"(by their estimates); only jobs that end before then or run beside it start ahead of it"
+
+
+def _ahead(job: QueueEntry, where: tuple[int, ...], blocked: QueueEntry, r: Reservation | None,
+           now: float) -> tuple[str, float | None] | None:
+    """May `job`, which fits now on `where`, start ahead of the blocked job? (why, its deadline), or None."""
+    if r is not None and (r.room is None or all(r.room.fits_on(i, job.request) for i in where)):
+        if r.room is not None:
+            r.room.take(job, where)  # it may run past the reservation: the room it keeps is not the blocked job's
+        return f"ahead of {blocked.name} (blocked): beside the room reserved for it", None
+    if r is not None and job.run_seconds is not None and not job.overran and now + job.run_seconds <= r.at:
+        return (f"ahead of {blocked.name} (blocked): its estimate ({_dur(job.run_seconds)}) ends before "
+                f"{blocked.name}'s reservation"), r.at
+    if job.preemptible:
+        return f"ahead of {blocked.name} (blocked), preemptible: gives the GPUs back when it could run", None
+    return None
+
+
+def _not_ahead(job: QueueEntry, blocked: QueueEntry, r: Reservation | None) -> str:
+    head = f"behind {blocked.name}, which waits for GPUs; not preemptible, so it may not start ahead of it but " \
+           f"beside its reservation or on an estimate that ends before it: "
+    if r is None:
+        return head + f"no estimate says when {blocked.name} can start"
+    if job.overran:
+        return head + "its estimate did not hold when it last started ahead (it ran past a reservation)"
+    if job.run_seconds is None:
+        return head + "no estimate of its run time (no earlier run of its task, library and num_envs here)"
+    return head + f"its estimate ({_dur(job.run_seconds)}) ends after {blocked.name}'s reservation"
+
+
+def _valid_until(placed: Sequence[QueueEntry], r: Reservation | None, now: float) -> float:
+    """The answer's deadlines from the estimates: a placed job's expected end (past it, it counts as ending now)
+    and the reservation's time."""
+    times = [j.ends_at for j in placed if j.ends_at is not None and j.ends_at > now]
+    if r is not None and r.at > now:
+        times.append(r.at)
+    return min(times, default=math.inf)
+
+
+def _dur(seconds: float) -> str:
+    m = round(seconds / 60)
+    return f"about {m // 60}h{m % 60:02d}m" if m >= 60 else f"about {max(m, 1)} min"
 
 
 def stable_until(jobs: Sequence[QueueEntry], now: float, limits: Limits = Limits()) -> float:
