@@ -42,7 +42,7 @@ import time
 from datetime import datetime
 from typing import Sequence
 
-from isaacd_trainer import upstream
+from isaacd_trainer import eval_core, upstream
 from isaacd_trainer.extras import add_isaacd_args
 from isaacd_trainer.tasks import TASKS
 
@@ -131,6 +131,10 @@ def run(argv: list[str]) -> None:
         )
         if args_cli.seed is not None:
             args_cli.seed = agent_cfg["seed"]
+        if eval_core.requested():  # issue 41: isaacd evaluates a checkpoint with the job's own command line
+            from isaacd_trainer.evaluate import run_builtin
+
+            return run_builtin(args_cli.task, env_cfg, agent_cfg)
         upstream.validate_distributed_device(args_cli)  # after the launch in 3.0.0: still before any run dir
         # apply_env_overrides / _resolve_distributed_device (isaaclab 3.0.0)
         sim_device = runtime.distributed_sim_device() if args_cli.distributed else runtime.default_device(
@@ -207,6 +211,10 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{selected.rl_library}", file=sys.stderr)
         return 2
     original_argv = sys.argv
+    if eval_core.requested() and selected.rl_library != "rsl_rl":
+        from isaacd_trainer.evaluate import refuse_library
+
+        refuse_library(selected.rl_library)
     try:
         if selected.rl_library == "skrl":
             from isaacd_trainer.skrl_train import run_v3

@@ -217,8 +217,13 @@ def main() -> None:
         sys.exit(0 if argv[:1] in (["-h"], ["--help"]) else 2)
     # keep this module importable under its own name while the target runs as __main__
     sys.modules.setdefault("isaacd_shim", sys.modules[__name__])
+    if os.environ.get("ISAACD_EVAL", "").strip() == "1":
+        # issue 41: evaluate a checkpoint (shim_eval.py): play instead of train, no save-on-stop (nothing to save)
+        _load_beside("eval_core")
+        argv = _load_beside("shim_eval").prepare(argv)
+    else:
+        install_signal_handlers()
     install_import_hook()
-    install_signal_handlers()
     run_target(argv)
 
 

@@ -112,7 +112,7 @@ SHIM_IN_CONTAINER = "/opt/isaacd/isaacd_shim.py"
 PROTOCOL_IN_CONTAINER = "/opt/isaacd/" + PROTOCOL_FILE  # beside the shim, under the same name as here
 # the shim's own parts, which it loads by path from beside itself as it loads this file (shim.py: _load_beside)
 SHIM_PART_FILES = ("shim_emit.py", "shim_rsl_rl.py", "shim_snapshots.py", "shim_exit.py", "shim_hooks.py",
-                   "shim_spare.py")
+                   "shim_spare.py", "eval_core.py", "shim_eval.py")  # the last two: eval mode only (issue 41)
 # (file in the isaacd_trainer package, path in a container): every file the shim needs to run by path
 SHIM_FILES = ((SHIM_FILE, SHIM_IN_CONTAINER), (PROTOCOL_FILE, PROTOCOL_IN_CONTAINER)) + tuple(
     (name, "/opt/isaacd/" + name) for name in SHIM_PART_FILES)

@@ -25,7 +25,7 @@ import sys
 from datetime import datetime
 from typing import Sequence
 
-from isaacd_trainer import upstream
+from isaacd_trainer import eval_core, upstream
 from isaacd_trainer.extras import add_isaacd_args
 from isaacd_trainer.tasks import TASKS
 
@@ -71,6 +71,10 @@ def main(flavour: str = "2.1", argv: Sequence[str] | None = None, prog: str | No
     @upstream.hydra_task_config(args_cli.task, runtime.load_cfgs)
     def train(env_cfg: dict, agent_cfg: dict) -> None:
         agent_cfg = upstream.update_rsl_rl_cfg_v2x(agent_cfg, args_cli, apply_experiment_name=(flavour != "2.0"))
+        if eval_core.requested():  # issue 41: isaacd evaluates a checkpoint with the job's own command line
+            from isaacd_trainer.evaluate import run_builtin
+
+            return run_builtin(args_cli.task, env_cfg, agent_cfg)
         num_envs = args_cli.num_envs
         agent_cfg["max_iterations"] = (
             args_cli.max_iterations if args_cli.max_iterations is not None else agent_cfg["max_iterations"]

@@ -1,0 +1,346 @@
+"""The launcher shim's evaluation mode (issue 41; /work/notes/eval-design.md section B). Stdlib only, loaded with the
+shim (shim.py) when ``ISAACD_EVAL=1``.
+
+The daemon starts the job's own command line (its fresh-start form) through the shim with the ``ISAACD_EVAL_*``
+variables (:mod:`eval_core`). The shim then, instead of training:
+
+* rewrites the command line (:func:`plan`): Isaac Lab 3.0's ``-m isaaclab train`` -> ``-m isaaclab play``, a
+  checkout's ``scripts/reinforcement_learning/train.py`` -> its ``play.py``, a 2.x ``.../rsl_rl/train.py`` -> the
+  sibling ``play.py`` (+ ``--headless``); the flags isaacd owns for training and the train-only flags that play's
+  parser does not take are dropped; ``--checkpoint CK --num_envs N --seed S --device D`` and ``agent.device=D`` are
+  added (the policy's device: ``--device`` moves only the simulation). The built-in trainer
+  (``-m isaacd_trainer...``) runs unchanged: its entry points read ``ISAACD_EVAL`` themselves (``evaluate.py``).
+  skrl / rl_games: the error JSON, "not built yet".
+* hooks (the same ``sys.meta_path`` import hook as the training hooks, so nothing is imported early):
+  ``RslRlVecEnvWrapper.step`` counts each step's rewards and dones (:class:`eval_core.EpisodeCounter`) and, once the
+  count is complete, writes the ``Eval/*`` scalars and the result JSON and raises ``KeyboardInterrupt``, which
+  3.0's ``common.run_playback`` suppresses (isaaclab 3.0.0 wheel ``isaaclab_rl/entrypoints/common.py`` line 1167),
+  so ``play_rsl_rl.run`` leaves its ``ExitStack`` through ``close_env`` and exits 0 (2.x ``play.py`` has no such
+  suppression: there the process ends with ``os._exit(0)`` after the result is written). The runner's ``load``: an
+  exception (a torn file, another task's network, another library's checkpoint) is the error JSON and exit
+  ``EXIT_EVAL_ERROR``. ``export_policy_to_jit`` / ``export_policy_to_onnx`` (3.0.0 ``play_rsl_rl.py`` lines
+  146-148) and 2.x's ``export_policy_as_jit`` / ``export_policy_as_onnx`` do nothing: upstream play writes
+  ``<run dir>/exported/policy.pt|onnx`` beside the checkpoint each time, which for an evaluation of every checkpoint
+  means rewriting files in the live run dir that a training neither made nor needs (a backup would copy each
+  version), and the ONNX export needs the ``onnx`` package, so a host without it would fail every evaluation for a
+  reason that has nothing to do with the checkpoint. ``common.video_playback_steps`` returns None: with ``--video``
+  upstream ends playback after one clip, here the episode count ends it.
+* Deterministic actions: the play path's own ``runner.get_inference_policy`` (the policy's mean), seeded by
+  ``--seed``.
+* Video (``ISAACD_EVAL_VIDEO`` > 0): upstream's ``--video --video_length L`` where Isaac Lab can render (a CUDA
+  device and the ``isaaclab_visualizers`` package); the clip goes to ``ISAACD_EVAL_VIDEO_DIR``. Elsewhere no video
+  is asked for, ``video_reason`` says why, and the scores are still written.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import os
+import sys
+import time
+
+if __package__:  # isaacd_trainer.shim_eval
+    from . import eval_core as C, shim_hooks as H
+else:  # run by path: shim.py loaded these from beside it first
+    C, H = sys.modules["isaacd_eval_core"], sys.modules["isaacd_shim_hooks"]
+
+_STARTED = time.time()
+_PATCHED = "_isaacd_eval_patched"
+
+# flags isaacd sets itself in eval mode, or that only training takes: (name, takes a value)
+_DROP = {
+    # isaacd's, replaced by the evaluation's
+    "--checkpoint": True, "--num_envs": True, "--seed": True, "--device": True, "--video": False,
+    "--video_length": True, "--video_interval": True,
+    # training's: 3.0.0 common.add_common_train_args / train_rsl_rl._parse_args (play's parser has none of them;
+    # a leftover flag would reach Hydra and end the run)
+    "--max_iterations": True, "--distributed": False, "--run_timestamp": True, "--export_io_descriptors": False,
+    "--resume_optimizer_state": False, "--no-resume_optimizer_state": False, "--ray-proc-id": True, "-rid": True,
+    "--capture_env_sensors": True, "--capture_env_sensors_length": True, "--capture_env_sensors_interval": True,
+    "--capture_env_sensors_format": True,
+    # 2.x resume flags (``--resume`` may be followed by True/False in <= 2.0)
+    "--load_run": True, "--resume": False,
+}
+_LIBRARIES_2X = ("rsl_rl", "skrl", "rl_games", "sb3")
+BUILTIN_PREFIX = "isaacd_trainer"
+
+
+class Plan:
+    """What the evaluation runs: ``argv`` (for run_target), ``kind`` ("isaaclab3" | "isaaclab2" | "builtin"),
+    ``library``, ``task``, ``video_reason``; or ``error`` (one line)."""
+
+    def __init__(self, argv=None, kind=None, library=None, task=None, video_reason=None, error=None):
+        self.argv, self.kind, self.library, self.task = argv, kind, library, task
+        self.video_reason, self.error = video_reason, error
+
+
+def _flag_value(argv: list[str], name: str) -> str | None:
+    for i, a in enumerate(argv):
+        if a == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def strip_flags(args: list[str]) -> list[str]:
+    """``args`` without the flags in _DROP (``--flag value`` and ``--flag=value``) and without ``agent.device=``
+    (set again for the evaluation's device)."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        name = a.split("=", 1)[0] if a.startswith("-") else None
+        if name in _DROP:
+            takes = _DROP[name]
+            if "=" in a:
+                i += 1
+            elif takes:
+                i += 2
+            elif name == "--resume" and i + 1 < len(args) and args[i + 1] in ("True", "False", "true", "false"):
+                i += 2
+            else:
+                i += 1
+            continue
+        if a.startswith("agent.device="):
+            i += 1
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
+def _video(settings, kind: str) -> tuple[list[str], str | None]:
+    """(flags to add, why no video) for ISAACD_EVAL_VIDEO."""
+    if not settings.video:
+        return [], None
+    if kind == "builtin":
+        return [], "no renderer: the built-in trainer's environments draw nothing"
+    if not settings.device.startswith("cuda"):
+        return [], (f"no renderer: the evaluation runs on {settings.device}; Isaac Lab renders video on a GPU "
+                    "(Kit/RTX or the Newton renderer)")
+    if kind == "isaaclab3" and importlib.util.find_spec("isaaclab_visualizers") is None:
+        return [], "no renderer: the isaaclab_visualizers package is not installed"
+    return ["--video", "--video_length", str(settings.video)], None
+
+
+def plan(argv: list[str], settings) -> Plan:
+    """The evaluation's command line from the job's training one (pure but for a look at the files beside a train
+    script and at what the trainer's Python has installed, for video)."""
+    library = _flag_value(argv, "--rl_library")
+    task = _flag_value(argv, "--task")
+    if argv[:1] == ["-m"] and len(argv) >= 2 and argv[1].split(".")[0] == BUILTIN_PREFIX:
+        library = library or "rsl_rl"
+        if library != "rsl_rl":
+            return Plan(error=C.NOT_BUILT.format(library=library))
+        return Plan(argv=list(argv), kind="builtin", library=library, task=task,
+                    video_reason=_video(settings, "builtin")[1])
+    if argv[:3] == ["-m", "isaaclab", "train"]:
+        kind, head, rest = "isaaclab3", ["-m", "isaaclab", "play"], argv[3:]
+    elif argv and not argv[0].startswith("-") and os.path.basename(argv[0]) == "train.py":
+        script = argv[0]
+        folder = os.path.dirname(script)
+        play = os.path.join(folder, "play.py")
+        unified = os.path.basename(folder) == "reinforcement_learning"
+        if not unified:
+            library = os.path.basename(folder) if os.path.basename(folder) in _LIBRARIES_2X else library
+        if library and library != "rsl_rl":
+            return Plan(error=C.NOT_BUILT.format(library=library))
+        if not os.path.isfile(play):
+            return Plan(error=f"cannot evaluate: no play.py beside {script} (Isaac Lab's play script is the "
+                              "evaluation)")
+        kind, head, rest = ("isaaclab3" if unified else "isaaclab2"), [play], argv[1:]
+    else:
+        shown = " ".join(argv[:3])
+        return Plan(error=f"cannot evaluate: `{shown}` is no Isaac Lab train entry point isaacd knows (`-m isaaclab "
+                          "train`, scripts/reinforcement_learning/train.py, a 2.x rsl_rl/train.py or the built-in "
+                          "trainer)")
+    library = library or "rsl_rl"
+    if library != "rsl_rl":
+        return Plan(error=C.NOT_BUILT.format(library=library))
+    video_flags, reason = _video(settings, kind)
+    ours = ["--checkpoint", settings.checkpoint, "--num_envs", str(settings.num_envs), "--seed", str(settings.seed),
+            "--device", settings.device] + video_flags
+    if kind == "isaaclab2" and "--headless" not in rest:
+        ours.append("--headless")
+    kept = strip_flags(rest)
+    # --rl_library first, as `isaaclab play --rl_library rsl_rl` is written; Hydra overrides stay last
+    lib_flag: list[str] = []
+    if "--rl_library" in kept:
+        i = kept.index("--rl_library")
+        lib_flag, kept = kept[i:i + 2], kept[:i] + kept[i + 2:]
+    # kept in its order: parse_known_args takes flags among Hydra's overrides, the leftovers stay in order
+    new = head + lib_flag + ours + kept + [f"agent.device={settings.device}"]
+    return Plan(argv=new, kind=kind, library=library, task=task, video_reason=reason)
+
+
+
+# ----------------------------------------------------------------------------------------------- the run
+class _Eval:
+    settings = None
+    plan: Plan | None = None
+    counter = None
+    finished = False
+
+
+def _on_step(out) -> None:
+    """After each ``RslRlVecEnvWrapper.step``: count; at the count, the result, then the end of the play loop."""
+    if _Eval.finished:
+        return
+    _obs, rewards, dones, extras = out
+    _Eval.counter.observe(rewards.tolist(), dones.reshape(-1).tolist(), C.success_of(extras))
+    if not _Eval.counter.done:
+        return
+    _Eval.finished = True
+    s, p = _Eval.settings, _Eval.plan
+    C.finish(s, _Eval.counter.summary(), task=p.task, library=p.library, started=_STARTED,
+             video_reason=p.video_reason)
+    if s.video and p.video_reason is None:
+        atexit.register(_attach_video)
+    if p.kind == "isaaclab2":  # 2.x play.py loops while the app runs and lets KeyboardInterrupt out: end here
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(0)
+    raise KeyboardInterrupt  # 3.0 run_playback suppresses it; close_env follows
+
+
+def _attach_video() -> None:
+    """At exit (the env closed: its recorder wrote the clip): the newest MP4 of this evaluation into the JSON."""
+    s = _Eval.settings
+    found = []
+    for root in {d for d in (s.video_dir, os.path.join(os.path.dirname(s.checkpoint), "videos", "play")) if d}:
+        for folder, _dirs, files in os.walk(root):
+            for name in files:
+                path = os.path.join(folder, name)
+                if name.endswith(".mp4") and os.path.getmtime(path) >= _STARTED:
+                    found.append((os.path.getmtime(path), path))
+    try:
+        import json
+
+        with open(s.result, encoding="utf-8") as f:
+            doc = json.load(f)
+        if found:
+            doc["video"] = max(found)[1]
+        else:
+            doc["video_reason"] = "no video: the recorder wrote no MP4"
+        C.write_json_atomic(s.result, doc)
+    except (OSError, ValueError) as e:
+        print(f"[isaacd-eval] could not add the video to {s.result}: {e}", file=sys.stderr, flush=True)
+
+
+def _patch_wrapper_module(module) -> None:
+    cls = getattr(module, "RslRlVecEnvWrapper", None)
+    if not isinstance(cls, type) or cls.__dict__.get(_PATCHED):
+        return
+    orig = cls.step
+
+    def step(self, actions):
+        out = orig(self, actions)
+        _on_step(out)
+        return out
+
+    step.__wrapped__ = orig
+    cls.step = step
+    setattr(cls, _PATCHED, True)
+
+
+def _patch_runner_class(cls) -> None:
+    if cls.__dict__.get(_PATCHED):
+        return
+    orig_load = cls.__dict__.get("load")
+    if orig_load is not None:
+        def load(self, path, *args, **kwargs):
+            try:
+                return orig_load(self, path, *args, **kwargs)
+            except Exception as e:
+                C.fail(f"checkpoint {os.path.abspath(path)} does not load: {type(e).__name__}: {e}")
+
+        load.__wrapped__ = orig_load
+        cls.load = load
+    for name in ("export_policy_to_jit", "export_policy_to_onnx"):
+        if name in cls.__dict__:
+            setattr(cls, name, _no_export)
+    setattr(cls, _PATCHED, True)
+
+
+def _no_export(*args, **kwargs) -> None:
+    """Upstream play's policy export, skipped in an evaluation (module docstring)."""
+
+
+def _patch_runners_module(module) -> None:
+    for name in H._TARGETS:
+        cls = getattr(module, name, None)
+        if isinstance(cls, type):
+            _patch_runner_class(cls)
+
+
+def _patch_exporter_module(module) -> None:  # 2.x play.py: isaaclab_rl.rsl_rl.export_policy_as_jit/onnx
+    for name in ("export_policy_as_jit", "export_policy_as_onnx"):
+        if hasattr(module, name):
+            setattr(module, name, _no_export)
+
+
+def _patch_common_module(module) -> None:
+    """3.0 ``isaaclab_rl.entrypoints.common``: no step budget from ``--video`` (the count ends playback), and the
+    play clip written to ISAACD_EVAL_VIDEO_DIR."""
+    if hasattr(module, "video_playback_steps"):
+        module.video_playback_steps = lambda *a, **k: None
+    orig = getattr(module, "apply_video_recording", None)
+    video_dir = _Eval.settings.video_dir if _Eval.settings else None
+    if orig is None or not video_dir:
+        return
+
+    def apply_video_recording(env_cfg, log_dir, args_cli, *args, **kwargs):
+        for cfg in getattr(env_cfg, "video_recorders", None) or []:
+            if getattr(cfg, "output_dir", None) is None:
+                cfg.output_dir = video_dir
+        orig(env_cfg, log_dir, args_cli, *args, **kwargs)
+        for cfg in getattr(env_cfg, "video_recorders", None) or []:
+            if getattr(cfg, "output_dir", None) == os.path.join(log_dir, "videos", "play"):
+                cfg.output_dir = video_dir
+
+    module.apply_video_recording = apply_video_recording
+
+
+def _chain(name: str, patch) -> None:
+    """Add ``patch`` to the import hook's patchers of module ``name`` (after the training hooks' own)."""
+    before = H._PATCHERS.get(name)
+
+    def both(module):
+        if before is not None:
+            before(module)
+        patch(module)
+
+    H._PATCHERS[name] = both
+    mod = sys.modules.get(name)
+    if mod is not None:
+        patch(mod)
+
+
+def prepare(argv: list[str]) -> list[str]:
+    """Eval mode's start: the settings and the plan (or the error JSON and exit), the hooks; returns the argv to
+    run."""
+    try:
+        settings = C.EvalSettings.from_env()
+    except C.EvalSettingsError as e:
+        C.fail(str(e))
+    p = plan(argv, settings)
+    if p.error:
+        C.fail(p.error)
+    _Eval.settings, _Eval.plan = settings, p
+    if p.kind != "builtin":  # the built-in trainer evaluates itself (evaluate.py); Isaac Lab's play is hooked
+        _Eval.counter = C.EpisodeCounter(settings.num_envs, settings.episodes)
+        _chain("isaaclab_rl.rsl_rl.vecenv_wrapper", _patch_wrapper_module)
+        _chain("rsl_rl.runners", _patch_runners_module)
+        _chain("isaaclab_rl.rsl_rl.exporter", _patch_exporter_module)
+        _chain("isaaclab_rl.entrypoints.common", _patch_common_module)
+    print(f"[isaacd-eval] evaluating {settings.checkpoint} (iteration {settings.iteration}): {settings.episodes} "
+          f"episodes on {settings.num_envs} envs, seed {settings.seed}, {settings.device}"
+          + (f"; {p.video_reason}" if p.video_reason else ""), file=sys.stderr, flush=True)
+    if p.kind != "builtin":
+        print(f"[isaacd-eval] command line: {' '.join(p.argv)}", file=sys.stderr, flush=True)
+    return p.argv
