@@ -29,6 +29,7 @@ from .access.policy import ADMIN_ONLY, Caller, caller_for, job_refusal, admin_re
 from .access.redact import credentials, redact, secret_values
 from .config.users import supervisor_user
 from .daemon_log import log
+from .evals.record import EVALS_DIR, EvalRecord
 from .history.ended import EndedJob, ended_events, ended_log, ended_log_source
 from .history.log_source import read_log_source
 from .status.sweeps import SweepStatus
@@ -262,6 +263,8 @@ def dispatch(sup: Controlled, req: Any, caller: Caller, rules: Rules = Rules()) 
         return redact(sup.events(job, limit), _hidden(sup, caller, rules))
     if cmd == "history":
         return _history(sup, req, caller, rules)
+    if cmd == "evals":
+        return _evals(sup, req, caller, rules)
     if cmd in ("stop", "start", "restart", "reset", "backup-takeover", "cancel"):
         job = _job_field(req)
         if job not in sup.job_names():
@@ -306,7 +309,7 @@ def dispatch(sup: Controlled, req: Any, caller: Caller, rules: Rules = Rules()) 
         return {"pid": os.getpid()}
     raise RequestError(f"unknown command {json.dumps(cmd)}; commands: status, events, history, stop, start, restart, "
                        "reset, backup-takeover, reload, submit, cancel, logs, log-source, ping, nodes, cordon, uncordon, "
-                       "sweep-submit, sweeps, sweep-status, sweep-cancel, sweep-best")
+                       "sweep-submit, sweeps, sweep-status, sweep-cancel, sweep-best, evals")
 
 
 def _sweep_request(sup: Controlled, cmd: str, req: dict[str, Any], caller: Caller, rules: Rules) -> Any:
@@ -337,6 +340,38 @@ def _sweep_request(sup: Controlled, cmd: str, req: dict[str, Any], caller: Calle
         return sup.sweep_cancel(name)
     raise RequestError(f"unknown command {json.dumps(cmd)}; sweep commands: sweep-submit, sweeps, sweep-status, "
                        "sweep-cancel, sweep-best")
+
+
+def _evals(sup: Controlled, req: dict[str, Any], caller: Caller, rules: Rules) -> dict[str, Any]:
+    """`isaacd evals JOB` and `isaacd best JOB` (issue 41): the job's eval record (`state_dir/evals/<job>.json`,
+    evals/record.py), which a user who may read the job's events may read; the client cannot read the state dir
+    (root's, 0700), so its content comes over the socket. Read, never written: the keeper owns the file (a record it
+    could not use it sets aside itself)."""
+    job = _job_field(req)
+    if job not in sup.job_names():
+        raise _no_such_job(sup, job)
+    _refuse(read_refusal(caller, job, _owner(sup, job), rules.supervisor_user, _scope(sup), rules.admin_group), caller,
+            "evals", job)
+    cfg = _job_cfg(sup, job)
+    every = getattr(cfg, "eval", None)
+    path = Path(sup.config.supervisor.state_dir) / EVALS_DIR / f"{job}.json"
+    try:
+        rec = EvalRecord.from_json(json.loads(path.read_bytes()))
+    except FileNotFoundError:
+        if every is None:
+            raise RequestError(f"{job} has no [jobs.eval] section: its checkpoints are not evaluated (docs/evals.md "
+                               "shows how to add one)") from None
+        rec = EvalRecord(job)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else str(exc)
+        raise RequestError(f"{job}'s evaluations record {path} cannot be read ({why}); the supervisor sets an "
+                           "unusable one aside at its next evaluation") from None
+    last = rec.last_failure
+    answer = {"job": job, "every": None if every is None else str(every.every),
+              "results": [r.to_json() for r in rec.ordered()], "best": rec.best,
+              "given_up": [{"iteration": i, **f.to_json()} for i, f in sorted(rec.given_up.items())],
+              "failed": rec.failure_count(), "last_error": last.reason if last is not None else None}
+    return redact(answer, _hidden(sup, caller, rules))  # a failure's reason may quote a job's output
 
 
 def _ended_asked(sup: Controlled, job: str, req: dict[str, Any]) -> EndedJob | None:

@@ -3,7 +3,7 @@ to whose job. Pure: the control server (control.py) reads the peer's uid (SO_PEE
 
 - root, the supervisor's own user and members of `[supervisor] admin_group` (admins): everything;
 - everyone else who can connect (members of `socket_group`): submit (the job is theirs); stop, start, restart,
-  reset, cancel, backup-takeover and logs of their own jobs; status, queue and events of every job with
+  reset, cancel, backup-takeover and logs of their own jobs; status, queue, events and evals of every job with
   `[access] status = "all"`, of their own only with "own"; reload, cordon and uncordon are for admins.
 
 A refusal is one line that says whose job it is and who may act on it. stdlib only: clients import control.py."""
@@ -25,7 +25,7 @@ JOB_ACTIONS: dict[str, tuple[str, str]] = {  # command -> (past participle, "may
     "backup-takeover": ("taken over", "take its backup over"),
     "logs": ("shown", "read its logs"),
 }
-READS = frozenset({"status", "events", "nodes", "ping"})  # what reading the published state needs
+READS = frozenset({"status", "events", "evals", "nodes", "ping"})  # what reading the published state needs
 ADMIN_ONLY: dict[str, tuple[str, str]] = {
     "reload": ("reloaded", "reload the config"),
     "cordon": ("cordoned", "cordon a node"),

@@ -25,6 +25,7 @@ from ..config.locate import (EMBEDDED_DEFAULT_NAME, Ambiguous, Found, config_pat
                              not_running_hint)
 from ..status.types import JobStatus, Status
 from ..wording import no_such_job
+from .eval_cli import COMMANDS as EVAL_COMMANDS, eval_arguments
 from .sweep_cli import COMMANDS as SWEEP_COMMANDS, sweep_arguments
 
 
@@ -410,6 +411,7 @@ _COMMANDS: list[tuple[str, str, str]] = [
      "submission), each with what it asks for, how long it has waited and why it waits; then the placed ones with "
      "their GPUs."),
     *SWEEP_COMMANDS,
+    *EVAL_COMMANDS,
     ("history", "jobs that ended: cancelled, or removed from the config",
      "Every ended job (or those named JOB), newest first: its owner, when it was submitted and when it ended, how "
      "(cancelled by whom, or removed from the config), its last state and reason, and where its history, logs and "
@@ -473,6 +475,8 @@ def _add_arguments(name: str, s: argparse.ArgumentParser) -> Callable[[argparse.
         return _queue_command(name, s)
     if name in ("sweep", "sweeps"):
         return sweep_arguments(name, s, Client, CliError)
+    if name in ("evals", "best"):
+        return eval_arguments(name, s, Client, CliError)
     if name == "backup":
         s.add_argument("action", choices=["takeover"], help="takeover: take the job's bucket prefix over now")
         s.add_argument("job", help=_JOB_HELP)
