@@ -1,0 +1,162 @@
+"""Checkpoint evaluation, trainer side (issue 41; /work/notes/eval-design.md B), the fast parts: the episode counter,
+the result writer, the variables, and the shim's rewrite of a training command line into Isaac Lab's play. No torch,
+no process: the end-to-end runs are tests/test_trainer_eval_builtin.py (built-in trainer) and
+tests/test_isaaclab3_eval.py (the real Isaac Lab 3.0)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from isaacd_trainer import eval_core as C
+from isaacd_trainer import shim_eval as E
+
+
+def settings(tmp_path, **over) -> C.EvalSettings:
+    env = {"ISAACD_EVAL": "1", "ISAACD_EVAL_CHECKPOINT": str(tmp_path / "model_40.pt"), "ISAACD_EVAL_ITERATION": "40",
+           "ISAACD_EVAL_EPISODES": "10", "ISAACD_EVAL_NUM_ENVS": "4", "ISAACD_EVAL_SEED": "7",
+           "ISAACD_EVAL_DEVICE": "cpu", "ISAACD_EVAL_RESULT": str(tmp_path / "model_40.pt.eval.json"),
+           "ISAACD_EVAL_TB_DIR": str(tmp_path / "eval"), "ISAACD_EVAL_VIDEO": "0"}
+    env.update(over)
+    return C.EvalSettings.from_env(env)
+
+
+# ----------------------------------------------------------------------------------------------- counting
+def test_each_env_counts_its_own_first_episodes_so_short_ones_are_not_favoured():
+    c = C.EpisodeCounter(num_envs=2, episodes=4)
+    assert c.quota == [2, 2]
+    # env 0 fails every step (length 1, return 0); env 1 balances: 3 steps of reward 1 per episode
+    for step in range(1, 7):
+        c.observe([0.0, 1.0], [1, 1 if step % 3 == 0 else 0])
+        assert c.done == (step == 6)
+    # env 0 finished 6 short episodes, only its first 2 count; env 1's 2 long ones count as much
+    assert c.returns == [[0.0, 0.0], [3.0, 3.0]] and c.lengths == [[1, 1], [3, 3]]
+    s = c.summary()
+    assert s["episodes"] == 4 and s["return_mean"] == 1.5 and s["return_std"] == 1.5
+    assert s["length_mean"] == 2.0 and s["success_rate"] is None
+
+
+def test_the_remainder_goes_to_the_first_envs_and_exactly_episodes_are_counted():
+    assert C.quotas(10, 4) == [3, 3, 2, 2] and C.quotas(3, 5) == [1, 1, 1, 0, 0]
+    c = C.EpisodeCounter(num_envs=5, episodes=3)
+    c.observe([1.0] * 5, [0, 0, 0, 1, 1])  # envs 3 and 4 have no share: their episodes never count
+    assert c.counted == 0 and not c.done
+    c.observe([1.0] * 5, [1, 1, 1, 1, 1])
+    assert c.done and c.summary()["episodes"] == 3 and c.summary()["length_mean"] == 2.0
+
+
+def test_success_rate_from_the_step_log_or_per_env():
+    c = C.EpisodeCounter(num_envs=2, episodes=2)
+    c.observe([1.0, 1.0], [1, 0], success=1.0)  # Isaac Lab's Metrics/success_rate of the episodes ending now
+    c.observe([1.0, 1.0], [0, 1], success=0.0)
+    assert c.summary()["success_rate"] == 0.5
+    d = C.EpisodeCounter(num_envs=2, episodes=2)
+    d.observe([1.0, 1.0], [1, 1], success=[1.0, 0.0])
+    assert d.summary()["success_rate"] == 0.5
+    assert C.success_of({"log": {"Metrics/success_rate": 0.25}}) == 0.25
+    assert C.success_of({"log": {"Episode_Reward/alive": 1.0}}) is None and C.success_of({}) is None
+
+
+def test_counter_refuses_a_step_of_the_wrong_width():
+    with pytest.raises(ValueError):
+        C.EpisodeCounter(2, 2).observe([1.0], [1])
+
+
+# ----------------------------------------------------------------------------------------------- results
+def test_result_json_is_written_whole_with_every_field_of_the_contract(tmp_path):
+    s = settings(tmp_path)
+    c = C.EpisodeCounter(4, 10)
+    while not c.done:
+        c.observe([1.0] * 4, [1] * 4)
+    doc = C.result_document(s, c.summary(), task="Isaac-Cartpole-Direct", library="rsl_rl", started=0.0,
+                            video_reason="no renderer: x")
+    C.write_json_atomic(s.result, doc)
+    C.write_json_atomic(s.result, doc)  # over an existing one
+    got = json.loads(open(s.result).read())
+    assert set(got) == {"version", "checkpoint", "iteration", "task", "library", "episodes", "num_envs", "seed",
+                        "deterministic", "return_mean", "return_std", "length_mean", "length_std", "success_rate",
+                        "duration_seconds", "device", "video", "gif", "video_reason"}
+    assert got["version"] == 1 and got["iteration"] == 40 and got["episodes"] == 10 and got["seed"] == 7
+    assert got["checkpoint"] == str(tmp_path / "model_40.pt") and got["deterministic"] is True
+    assert os.listdir(tmp_path) == ["model_40.pt.eval.json"]  # no temp file left behind
+
+
+def test_fail_writes_the_error_json_and_exits_nonzero(tmp_path, monkeypatch):
+    s = settings(tmp_path)
+    monkeypatch.setenv("ISAACD_EVAL_CHECKPOINT", s.checkpoint)
+    monkeypatch.setenv("ISAACD_EVAL_ITERATION", "40")
+    monkeypatch.setenv("ISAACD_EVAL_RESULT", s.result)
+    with pytest.raises(SystemExit) as exc:
+        C.fail("checkpoint does not load:\n  torn")
+    assert exc.value.code == C.EXIT_EVAL_ERROR != 0
+    assert json.loads(open(s.result).read()) == {"version": 1, "checkpoint": s.checkpoint, "iteration": 40,
+                                                 "error": "checkpoint does not load: torn"}
+
+
+def test_settings_say_what_is_missing_or_wrong(tmp_path):
+    with pytest.raises(C.EvalSettingsError, match="ISAACD_EVAL_EPISODES"):
+        settings(tmp_path, ISAACD_EVAL_EPISODES="")
+    with pytest.raises(C.EvalSettingsError, match="no integer"):
+        settings(tmp_path, ISAACD_EVAL_SEED="x")
+    s = settings(tmp_path, ISAACD_EVAL_NUM_ENVS="")
+    assert s.num_envs == s.episodes == 10  # the design's default: num_envs = episodes
+
+
+# ----------------------------------------------------------------------------------------------- the shim's rewrite
+TRAIN = ["-m", "isaaclab", "train", "--rl_library", "rsl_rl", "--task", "Isaac-Cartpole-Direct", "--num_envs", "16",
+         "--seed", "42", "--max_iterations", "30", "--device", "cpu", "--experiment_name", "cartpole", "--run_name",
+         "cp", "agent.save_interval=5", "agent.device=cpu", "--checkpoint", "/runs/a/model_9.pt", "env.x=1"]
+
+
+def test_isaaclab3_train_becomes_play_on_the_checkpoint(tmp_path):
+    s = settings(tmp_path, ISAACD_EVAL_DEVICE="cuda:0")
+    p = E.plan(TRAIN, s)
+    assert p.error is None and p.kind == "isaaclab3" and p.task == "Isaac-Cartpole-Direct"
+    assert p.argv == ["-m", "isaaclab", "play", "--rl_library", "rsl_rl", "--checkpoint", s.checkpoint,
+                      "--num_envs", "4", "--seed", "7", "--device", "cuda:0", "--task", "Isaac-Cartpole-Direct",
+                      "--experiment_name", "cartpole", "--run_name", "cp", "agent.save_interval=5", "env.x=1",
+                      "agent.device=cuda:0"]
+
+
+def test_train_only_flags_are_dropped_in_both_spellings():
+    assert E.strip_flags(["--max_iterations=5", "--distributed", "--run_timestamp", "t", "--video",
+                          "--video_length", "9", "--resume", "True", "--load_run", "r", "--no-resume_optimizer_state",
+                          "--capture_env_sensors", "2", "--task", "T", "agent.device=cuda:1", "x=1"]) == [
+        "--task", "T", "x=1"]
+    assert E.strip_flags(["--resume", "--task", "T"]) == ["--task", "T"]  # 2.1's store_true --resume
+
+
+def test_scripts_become_their_sibling_play_py(tmp_path):
+    s = settings(tmp_path)
+    unified = tmp_path / "lab" / "scripts" / "reinforcement_learning"
+    v2 = tmp_path / "lab2" / "scripts" / "reinforcement_learning" / "rsl_rl"
+    for d in (unified, v2):
+        d.mkdir(parents=True)
+        (d / "train.py").write_text("")
+    p = E.plan([str(unified / "train.py"), "--rl_library", "rsl_rl", "--task", "T"], s)
+    assert "no play.py beside" in p.error  # a checkout without play.py: the reason, not a training run
+    (unified / "play.py").write_text("")
+    (v2 / "play.py").write_text("")
+    p = E.plan([str(unified / "train.py"), "--rl_library", "rsl_rl", "--task", "T", "--max_iterations", "3"], s)
+    assert p.kind == "isaaclab3" and p.argv[:3] == [str(unified / "play.py"), "--rl_library", "rsl_rl"]
+    assert "--max_iterations" not in p.argv
+    p = E.plan([str(v2 / "train.py"), "--task", "T", "--resume", "--load_run", "r", "--headless"], s)
+    assert p.kind == "isaaclab2" and p.argv[0] == str(v2 / "play.py") and p.argv.count("--headless") == 1
+    assert "--resume" not in p.argv and "--load_run" not in p.argv
+
+
+def test_the_builtin_trainer_runs_as_is_and_other_libraries_are_refused(tmp_path):
+    s = settings(tmp_path, ISAACD_EVAL_VIDEO="100")
+    builtin = ["-m", "isaacd_trainer.isaaclab30", "--rl_library", "rsl_rl", "--task", "Isaacd-Cartpole-v0"]
+    p = E.plan(builtin, s)
+    assert p.kind == "builtin" and p.argv == builtin and p.video_reason.startswith("no renderer")
+    for argv in (TRAIN[:3] + ["--rl_library", "skrl"], ["-m", "isaacd_trainer.isaaclab30", "--rl_library", "rl_games"]):
+        assert E.plan(argv, s).error.startswith("evaluation of ") and "is not built yet" in E.plan(argv, s).error
+    assert "no Isaac Lab train entry point" in E.plan(["my_train.py", "--task", "T"], s).error
+
+
+def test_no_video_on_the_cpu_and_the_reason_says_so(tmp_path):
+    p = E.plan(TRAIN, settings(tmp_path, ISAACD_EVAL_VIDEO="200"))
+    assert "--video" not in p.argv and p.video_reason.startswith("no renderer: the evaluation runs on cpu")
