@@ -46,7 +46,8 @@ def full_setup():
     sampler = scripted_sampler(script)
     sampler.mark_unhealthy(1, "hw thermal slowdown for 60 s")
     status = fake_status([fake_job("anymal", pids=[os.getpid()], gpus=[0, "GPU-00000001-0000-4000-8000-5c0000000000"]),
-                          fake_job("idle", pids=[], state="backing-off", gpus=[]), queued_job("waiter")],
+                          fake_job("idle", pids=[], state="backing-off", gpus=[]), queued_job("waiter"),
+                          placed_job("placed")],
                          sweeps=[fake_sweep()])
     return sampler, status
 
@@ -55,7 +56,16 @@ def queued_job(name: str) -> dict:
     """A job waiting in the host's queue for 12 GiB on one GPU (issue 31: the queue's series)."""
     job = fake_job(name, pids=[], state="queued", gpus=[])
     job["queue"] = {"request": "12 GiB on 1 GPU", "memory_bytes": 12 * 2**30, "priority": 5,
-                    "submitted_at": time.time() - 60, "position": 1, "reason": "needs 12 GiB on 1 GPU; 0 free"}
+                    "submitted_at": time.time() - 60, "position": 1, "reason": "needs 12 GiB on 1 GPU; 0 free",
+                    "run_seconds": 1800.0, "estimate_error": 1.25}  # issue 42: its estimate, its last run's error
+    return job
+
+
+def placed_job(name: str) -> dict:
+    """A job the queue placed on GPU 0 that ends in 10 minutes by its estimate (issue 42)."""
+    job = fake_job(name, pids=[], state="running", gpus=[0])
+    job["queue"] = {"request": "12 GiB on 1 GPU", "memory_bytes": 12 * 2**30, "priority": 5, "placement": [0],
+                    "ends_at": time.time() + 600}
     return job
 
 

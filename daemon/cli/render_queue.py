@@ -17,6 +17,34 @@ def _gpus(j: JobStatus) -> str:
     return ",".join(str(i) for i in q.placement)
 
 
+def _backfill(preemptible: object) -> str:
+    return ("backfill: gives its GPUs back when the blocked job could run" if preemptible is not False else
+            "backfill: beside the blocked job's reservation, or on an estimate that ends before it")
+
+
+def about(seconds: float) -> str:
+    """A duration as a person says it of an estimate: "about 42 min", "about 3h10m"."""
+    m = max(round(seconds / 60), 1)
+    return f"about {m} min" if m < 60 else f"about {m // 60}h{m % 60:02d}m"
+
+
+def estimate_note(j: JobStatus, now: float) -> str:
+    """Its run-time estimate in words (issue 42): when a placed job ends, how long a waiting one runs and when its
+    reservation starts it; "" when none is known."""
+    q = j.queue
+    if q is None:
+        return ""
+    if j.state != "queued" and q.placement and isinstance(q.ends_at, (int, float)):
+        left = q.ends_at - now
+        return f"ends in {about(left)}" if left > 0 else "past its estimated end"
+    out = []
+    if j.state == "queued" and isinstance(q.starts_at, (int, float)):
+        out.append(f"reserved: starts in {about(max(q.starts_at - now, 0))}")
+    if j.state == "queued" and isinstance(q.run_seconds, (int, float)):
+        out.append(f"runs {about(q.run_seconds)} by earlier runs")
+    return "; ".join(out)
+
+
 def queue_note(j: JobStatus, now: float) -> str | None:
     """`isaacd status`'s line for a job the queue places: its place and why it waits, or its GPUs and memory."""
     q = j.queue
@@ -27,12 +55,15 @@ def queue_note(j: JobStatus, now: float) -> str | None:
         since = q.queued_since or q.submitted_at
         waited = f", waiting {age(since, now)}" if since else ""
         place = f"#{q.position} " if q.position else ""
-        return f"  {j.name} queue: {place}asks {q.request} ({prio}{waited}): {q.reason or 'waiting for GPUs'}"
+        est = estimate_note(j, now)
+        return (f"  {j.name} queue: {place}asks {q.request} ({prio}{waited}): {q.reason or 'waiting for GPUs'}"
+                + (f" ({est})" if est else ""))
     if q.placement:
         mem = "whole" if q.memory_bytes is None else f"{round(q.memory_bytes / GiB, 1):g} GiB asked on each"
-        extra = "; started ahead of a blocked job (backfill): gives them back when it could run" if q.backfill else ""
+        extra = f"; started ahead of a blocked job ({_backfill(q.preemptible)})" if q.backfill else ""
         pre = f"; preempted {q.preemptions}x so far" if q.preemptions else ""
-        return f"  {j.name} queue: GPU {_gpus(j)} ({mem}; {prio}){extra}{pre}"
+        est = estimate_note(j, now)
+        return f"  {j.name} queue: GPU {_gpus(j)} ({mem}; {prio}){extra}{pre}" + (f"; {est}" if est else "")
     return None
 
 
@@ -52,7 +83,9 @@ def format_queue(st: Status, now: float) -> str:
         assert q is not None
         waited = age(q.queued_since or q.submitted_at, now) if j.state == "queued" else "-"
         why = (q.reason or "waiting for GPUs") if j.state == "queued" else (
-            "backfill: gives its GPUs back when the blocked job could run" if q.backfill else "")
+            _backfill(q.preemptible) if q.backfill else "")
+        est = estimate_note(j, now)
+        why = f"{why}; {est}" if why and est else (why or est)
         rows.append([str(q.position) if j.state == "queued" and q.position else "-", j.name, j.state,
                      f"{q.priority}{'' if q.preemptible else '!'}", q.request, _gpus(j), waited, why])
     lines = aligned([header, *rows])

@@ -132,6 +132,18 @@ METRICS: tuple[MetricDef, ...] = (
     _g("isaacd_user_gpu_memory_allocated_bytes", ("user",),
        "GPU memory held by the user's jobs the queue placed: gpu_memory on each GPU, a whole GPU its total."),
     _g("isaacd_user_queued_jobs", ("user",), "The user's jobs waiting in the host's queue (state queued)."),
+    # ---- run-time estimates (issue 42; scheduling/estimates.py, metrics/queue_collector.py)
+    _g("isaacd_job_estimated_remaining_seconds", ("job",),
+       "Seconds until a placed job ends by isaacd's estimate: its iterations left x the median of its recent "
+       "iteration times (before that, the last run of its task, library and num_envs here); negative once past it. "
+       "Absent when not known."),
+    _g("isaacd_job_estimated_run_seconds", ("job",),
+       "A queued job's estimated run once started (start-up included), from the last completed run of its task, "
+       "library and num_envs on this host. Absent when there is none."),
+    _g("isaacd_job_estimate_error_ratio", ("job",),
+       "The job's last completed run: how long it took over how long isaacd's first estimate said (1 = right, 2 = "
+       "twice as long; the history's estimate where there was one, else its first rate estimate). Each completion "
+       "is an estimate_error event too (`isaacd events JOB`)."),
     # ---- sweeps (issue 39; metrics/sweep_collector.py): one series set per sweep the supervisor knows
     _g("isaacd_sweep_trials", ("sweep", "state"),
        f"The sweep's trials by state, every state from 0 ({_values(TrialState)}); paused = paused by ASHA at a "

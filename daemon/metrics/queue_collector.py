@@ -40,6 +40,12 @@ def collect_queue(f: Families, jobs: Sequence[JobStatus], snap: GpuSnapshot | No
             since = _queued_since(job, q)
             if since is not None:
                 f.add("isaacd_queue_wait_seconds", [job.name, prio], max(0.0, now - since))
+            if (run := num(q.run_seconds)) is not None:
+                f.add("isaacd_job_estimated_run_seconds", [job.name], run)
+        elif q.placement and (ends := num(q.ends_at)) is not None:
+            f.add("isaacd_job_estimated_remaining_seconds", [job.name], ends - now)
+        if (err := num(q.estimate_error)) is not None:
+            f.add("isaacd_job_estimate_error_ratio", [job.name], err)
     for prio, n in sorted(waiting.items(), key=lambda kv: (kv[0] == UNKNOWN, 0 if kv[0] == UNKNOWN else int(kv[0]))):
         f.add("isaacd_queue_jobs", [prio], n)
     _per_user(f, placed, _totals(snap) if snap is not None and snap.up else {}, me or supervisor_user())

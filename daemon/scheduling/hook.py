@@ -8,12 +8,20 @@ Each job the queue places comes with its queue entry (`JobSignals.queue`, jobs/q
 scheduler's input as it is: the hook adds only the owner's quota groups of this pass. At publish it adds each waiting
 job's place and reason to its status row (`job_status`), from the last pass.
 
+Run-time estimates (issue 42, estimates.py): each tick the hook hands the jobs' signals (their new TensorBoard
+points) to `Estimates`, adds each entry's estimate (`ends_at`, `run_seconds`, `overran`), and keeps the history of
+completed runs in state_dir/estimates.json (estimate_store.py). It writes an `estimate_error` event when a job
+completes (how long each of its first estimates said against how long it took) and an `estimate_overran` event when
+a job that started ahead of a reservation on its estimate still runs at that reservation. A reservation's time and
+a placed job's expected end are deadlines of the reused pass, like a minimum run time (`Schedule.valid_until`).
+
 Quotas (issue 32) come from the `[access]` in force (a reload changes them): it is an extension too, handed the
 running supervisor's view at start, and reads `running.config` each tick (owners.py: each owner's limits and groups).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Protocol
@@ -29,6 +37,8 @@ from ..jobs.model import JobState
 from ..jobs.queue_entry import QueueEntry
 from ..status.signals import JobSignals
 from ..status.types import JobStatus
+from .estimate_store import EstimateStore
+from .estimates import HELD, Ended, Estimates, Past, error_ratio
 from .owners import Owners
 from .scheduler import Gpu, Limits, PinnedJob, Schedule, Waiting, schedule, stable_until
 
@@ -55,6 +65,11 @@ class HostQueue:
         # the last pass: its inputs, until when they give the same answer (scheduler.stable_until), the answer
         self._last_pass: tuple[tuple[object, ...], float, Schedule] | None = None
         self._shown: dict[str, tuple[JobStatus, Waiting, JobStatus]] = {}  # a queued job's row in, its place, out
+        self.estimates = Estimates()
+        self.store = EstimateStore(None)  # in memory until started: then state_dir/estimates.json
+        self._event: Callable[..., object] | None = None  # StateStore.append_event, once started
+        self.deadlines: dict[str, float] = {}  # a job started ahead on its estimate -> its reservation's time
+        self._decorated: dict[str, tuple[JobStatus, tuple[object, ...], JobStatus]] = {}  # a row's estimate, cached
 
     @property
     def cfg(self) -> QueueConfig:
@@ -62,12 +77,20 @@ class HostQueue:
 
     def start(self, running: InForce) -> None:
         self._running = running
+        state_dir = running.config.supervisor.state_dir
+        self.store = EstimateStore(state_dir)
+        from ..history.store import StateStore  # here: the pure parts of this module import nothing of the disk
+        self._event = StateStore(state_dir).append_event
 
     def stop(self) -> None:
         self._running = None
 
     def tick(self, now: float, signals: Sequence[JobSignals]) -> list[tuple[str, Command]]:
-        placed = [s.queue for s in signals if s.queue is not None]
+        for done in self.estimates.observe(now, time.time() - time.monotonic(), signals, self.store.runs):
+            self._ended(done)
+        if len(self._decorated) > len(self.estimates.jobs):  # a job gone: its row's estimate goes too
+            self._decorated = {k: v for k, v in self._decorated.items() if k in self.estimates.jobs}
+        placed = [self._estimated(s.queue, now) for s in signals if s.queue is not None]
         if not placed:
             self.waiting = {}
             return []
@@ -93,7 +116,7 @@ class HostQueue:
             decided = last[2]  # the same inputs, no deadline passed: the same answer (schedule is pure)
         else:
             decided = schedule(jobs, gpus, now, limits, pinned, quotas)
-            self._last_pass = (inputs, stable_until(jobs, now, limits), decided)
+            self._last_pass = (inputs, min(stable_until(jobs, now, limits), decided.valid_until), decided)
         if decided.placements or decided.preemptions:
             log.info("queue_pass", placed={p.job: list(p.gpus) for p in decided.placements},
                      preempted={p.victim: p.by for p in decided.preemptions},
@@ -102,9 +125,81 @@ class HostQueue:
         if decided is not last_pass_answer:  # a new pass: a job gone from the queue leaves no entry behind; the others
             # keep theirs while their place and reason are the same (issue 39: one submit remade 1,000 rows)
             self._shown = {k: v for k, v in self._shown.items() if k in self.waiting}
+        for p in decided.placements:
+            if p.deadline is not None:
+                self.deadlines[p.job] = p.deadline
         out: list[tuple[str, Command]] = [(p.job, Placed(p.gpus, p.reason, p.backfill)) for p in decided.placements]
         out += [(p.victim, Preempt(p.by, p.reason)) for p in decided.preemptions]
         out += [(d.job, DropSpare(d.by, d.reason, now + SPARE_HOLD_SECONDS)) for d in decided.spare_drops]
+        return out
+
+    # ---- estimates (issue 42) ----------------------------------------------------------------------------------
+    def _estimated(self, e: QueueEntry, now: float) -> QueueEntry:
+        """The entry with its estimate; a job past the reservation it started ahead of on its estimate overran."""
+        deadline = self.deadlines.get(e.name)
+        if deadline is not None and (not e.placement or e.waiting):
+            del self.deadlines[e.name]  # it ended (or was stopped) in time
+        elif deadline is not None and now > deadline:
+            del self.deadlines[e.name]
+            log.warning("estimate_overran", job=e.name, preemptible=e.preemptible)
+            self._emit(e.name, "estimate_overran", preemptible=e.preemptible, seconds_past=round(now - deadline, 1),
+                       detail="still running at the reservation it started ahead of on its estimate" +
+                       ("" if e.preemptible else ": not started ahead on an estimate again until one holds"))
+            if not e.preemptible:
+                self.store.overran[e.name] = time.time()
+                self.store.save()
+        ends, run, overran = self.estimates.ends_at(e.name), self.estimates.run_seconds(e.name), \
+            e.name in self.store.overran
+        if (ends, run, overran) == (e.ends_at, e.run_seconds, e.overran):
+            return e
+        return replace(e, ends_at=ends, run_seconds=run, overran=overran)
+
+    def _ended(self, done: Ended) -> None:
+        """A job completed: its run into the history; how its estimates fared, as an event each."""
+        if done.seconds_per_iteration is not None and done.startup_seconds is not None:
+            self.store.runs[done.key] = Past(done.seconds_per_iteration, done.startup_seconds)
+        ratios = {}
+        for source, said, took in done.errors:
+            ratios[source] = ratio = error_ratio(said, took)
+            log.info("estimate_error", job=done.job, source=source, said_seconds=round(said, 1),
+                     took_seconds=round(took, 1), ratio=round(ratio, 3))
+            self._emit(done.job, "estimate_error", source=source, said_seconds=round(said, 1),
+                       took_seconds=round(took, 1), ratio=round(ratio, 3))
+        if ratios:
+            self.store.errors[done.job] = ratios
+        if "history" in ratios and ratios["history"] <= HELD:
+            self.store.overran.pop(done.job, None)  # an estimate that held: it may start ahead on one again
+        self.store.save()
+
+    def _emit(self, job: str, event: str, **fields: object) -> None:
+        if self._event is None:
+            return
+        try:
+            self._event(job, event, **fields)
+        except OSError as e:
+            log.warning("event_not_written", job=job, event=event, error=str(e))
+
+    def _estimate_of(self, row: JobStatus) -> JobStatus:
+        """The row with its estimate, on the wall clock (the same object while it is the same: rows are compared by
+        identity downstream)."""
+        q = row.queue
+        if q is None:
+            return row
+        wall = time.time() - time.monotonic()
+        ends = self.estimates.ends_at(row.name)
+        w = self.waiting.get(row.name)
+        errors = self.store.errors.get(row.name, {})
+        extra = (None if ends is None else round(ends + wall), self.estimates.run_seconds(row.name),
+                 None if w is None or w.starts_at is None else round(w.starts_at + wall),
+                 errors.get("history", errors.get("rate")))
+        if extra == (q.ends_at, q.run_seconds, q.starts_at, q.estimate_error):
+            return row
+        seen = self._decorated.get(row.name)
+        if seen is not None and seen[0] is row and seen[1] == extra:
+            return seen[2]
+        out = replace(row, queue=replace(q, ends_at=extra[0], run_seconds=extra[1], starts_at=extra[2],
+                                         estimate_error=extra[3]))
+        self._decorated[row.name] = (row, extra, out)
         return out
 
     def gpus(self, snap: GpuSnapshot | None) -> list[Gpu]:
@@ -127,7 +222,8 @@ class HostQueue:
         return out
 
     def job_status(self, row: JobStatus) -> JobStatus:
-        """A waiting job's place in the queue and why it waits, added to its row at publish."""
+        """A waiting job's place in the queue and why it waits, added to its row at publish; any queue row's estimate."""
+        row = self._estimate_of(row)
         w = self.waiting.get(row.name)
         seen = self._shown.get(row.name)  # the same row and place as the last publish: the same answer, no copies
         if seen is not None and seen[0] is row and seen[1] is w:

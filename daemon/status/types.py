@@ -259,6 +259,13 @@ class QueueStatus:
     preemptions: int = 0
     position: int | None = None  # in the queue, 1 = next; None: not waiting
     reason: str | None = None  # why it waits
+    # run-time estimates (issue 42, scheduling/estimates.py), added by the queue's hook at publish: when a placed
+    # job ends (wall clock), how long a waiting one runs once started (seconds), when the blocked job's reservation
+    # starts it (wall clock), its last completed run's estimate error (took / said); None: not known
+    ends_at: float | None = None
+    run_seconds: float | None = None
+    starts_at: float | None = None
+    estimate_error: float | None = None
 
     @classmethod
     def of(cls, entry: QueueEntry, wall_minus_mono: float) -> "QueueStatus":
