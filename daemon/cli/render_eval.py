@@ -71,11 +71,12 @@ def eval_lines(name: str, ev: EvalsStatus, now: float) -> str:
         head += "; " + ", ".join(now_doing)
     lines = [head]
     if ev.given_up:
-        why = f": {ev.last_error}" if ev.last_error else ""
+        why = f"; last failure: {ev.last_error}" if ev.last_error else ""
         lines.append(f"    eval gave up on iteration{'' if len(ev.given_up) == 1 else 's'} "
                      f"{_iterations(ev.given_up)}{why} (`isaacd events {name}`)")
-    elif ev.failed and ev.last_error:
-        lines.append(f"    eval {_plural(ev.failed, 'failed attempt')} so far (retried); last: {ev.last_error}")
+    elif ev.last_error:  # the keeper's newest problem: a failed attempt (retried) or why it cannot evaluate
+        lead = f"eval {_plural(ev.failed, 'failed attempt')} in all; last: " if ev.failed else "eval: "
+        lines.append(f"    {lead}{ev.last_error}")
     if ev.video_unavailable:
         lines.append(f"    eval video unavailable: {ev.video_unavailable} (scores only)")
     return "\n".join(lines)

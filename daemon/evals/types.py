@@ -72,6 +72,7 @@ class EvalsStatus:
     running_since: float | None = None  # wall
     waiting: int = 0  # checkpoints chosen but not yet evaluated
     failed: int = 0  # failed attempts in total
+    done: int = 0  # finished evaluations in total (results recorded): /metrics' isaacd_job_evals_total{outcome="done"}
     given_up: tuple[int, ...] = ()  # iterations given up
     last_error: str | None = None  # the newest failure's reason
     video_unavailable: str | None = None  # said once: why no video on this host
