@@ -12,6 +12,24 @@ supervisor's hook does the same, one pass a tick). Two policies run on the same 
           blocked one, preemption with a save (Limits(min_run_seconds=300)).
   fifo    the baseline: every job priority 0 and preemptible = false, ordered by submission alone, so nothing
           starts ahead of a blocked job and nothing is preempted (strict head-of-line FIFO).
+  isaacd-noest  isaacd with no run-time estimate known (issue 42's "isaacd without estimates"): as issue 31's queue,
+          but for a job not preemptible starting beside the room held for a blocked job's saving victims.
+
+isaacd's run-time estimates (issue 42, scheduling/estimates.py), as the simulation gives them to `schedule()` in
+each entry (`ends_at`, `run_seconds`, `overran`); the fifo and isaacd-noest arms get none:
+  * a running job, once RATE_AFTER iterations of its attempt are done (the estimator leaves out the first SKIP
+    and needs MIN_INTERVALS intervals): its iterations left x its iteration time x a factor drawn per attempt,
+    uniform 1 +- RATE_NOISE (the median of 20 intervals of a real trainer is not exact: an assumption). The
+    simulated trainers run at a constant speed, so this estimate is near-exact here; a real one drifts as neighbours
+    come and go (issue 31's H200 run: 0.55-0.75 x a job's rate alone when three share a GPU), which `estimate_error`
+    events measure on a real host.
+  * before that, and for a job waiting: the last completed run of the same kind (task, library, num_envs) in this
+    simulation: its measured start-up and iteration time x the iterations left. Only the four Isaac Lab tasks recur
+    (cartpole, cartpole-camera, g1-rough, shadow-hand); the others are each a new experiment, with no history. The
+    history starts empty (a fresh host), and start-ups vary 20-60 s from job to job: the history's error.
+  * a job that started ahead of a reservation on its estimate and still runs at it overran: a preemptible one is
+    preempted if the blocked job needs its room (the scheduler's rule), one not preemptible is `overran` from then.
+The estimates' error: for each completed attempt, took / said of its first estimate of each source.
 
 What a preemption costs, as isaacd does it (trainer/shim.py's docstring, "Stop before the first iteration" and
 "Save on stop"): a victim that has completed an iteration in this process finishes the iteration in flight (kept:
@@ -82,6 +100,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from isaacd.scheduling.estimates import MIN_INTERVALS, SKIP
 from isaacd.scheduling.scheduler import GiB, Gpu, Limits, QueueEntry, Request, schedule
 
 GB = 10**9
@@ -98,6 +117,10 @@ PASSES_PER_INSTANT = 50  # schedule() again at the same instant until it is quie
 # schedule() calls in one simulation before it is called a livelock: 40 jobs take 130-200 (before f0a07d0 mended the
 # scheduler, seed 4's preemption storm took 125 000 and ended; a 2-GPU host's livelock never ended)
 MAX_PASSES = 200_000
+POLICIES = ("isaacd", "fifo", "isaacd-noest")
+RATE_AFTER = SKIP + MIN_INTERVALS + 1  # iterations of an attempt before its own rate is known (estimates.py)
+RATE_NOISE = 0.03  # the rate estimate's error, uniform +- this (an assumption)
+HISTORY_KINDS = ("cartpole", "cartpole-camera", "g1-rough", "shadow-hand")  # the tasks that recur
 
 
 @dataclass(frozen=True)
@@ -182,6 +205,11 @@ class _Live:
     wait_queued: float = 0.0
     preempted: int = 0
     completed_at: float | None = None
+    placed_at: float = 0.0
+    left_at_start: int = 0  # iterations left when this attempt started
+    rate_factor: float = 1.0  # this attempt's rate estimate / its true iteration time
+    said: dict[str, tuple[float, float]] = field(default_factory=dict)  # source -> (when, end): first of attempt
+    overran: bool = False
 
 
 @dataclass
@@ -200,6 +228,9 @@ class Result:
     overcommits: list[str] = field(default_factory=list)  # each time a GPU came to hold more than its memory
     incomplete: list[str] = field(default_factory=list)  # jobs that did not end with exactly their iterations
     livelock: str | None = None  # why the simulation was cut short: schedule() kept acting and nothing finished
+    estimate_errors: dict[str, list[float]] = field(default_factory=dict)  # source -> took / said per attempt
+    overruns: int = 0  # a job still running at the reservation it started ahead of on its estimate
+    ahead_on_estimate: int = 0  # starts ahead of a blocked job on an estimate that ended before its reservation
 
 
 class QueueSim:
@@ -208,8 +239,13 @@ class QueueSim:
     def __init__(self, trace: list[TraceJob], policy: str, limits: Limits = Limits(min_run_seconds=MIN_RUN_S),
                  nvml_used: bool = True, save_s: float = SAVE_S, gpus: int = GPUS,
                  max_passes: int = MAX_PASSES) -> None:
-        if policy not in ("isaacd", "fifo"):
-            raise ValueError(f"policy {policy!r}: isaacd or fifo")
+        if policy not in POLICIES:
+            raise ValueError(f"policy {policy!r}: one of {', '.join(POLICIES)}")
+        self.estimating = policy == "isaacd"
+        self.history: dict[str, tuple[float, float]] = {}  # kind -> (seconds per iteration, start-up) measured
+        self.estimate_errors: dict[str, list[float]] = {"history": [], "rate": []}
+        self.overruns = self.ahead_on_estimate = 0
+        self._ticks: set[float] = set()
         self.policy, self.limits, self.nvml_used, self.save_s, self.n_gpus = policy, limits, nvml_used, save_s, gpus
         self.jobs = {j.name: _Live(j) for j in trace}
         self.events: list[tuple[float, int, str, str, int]] = []
@@ -237,10 +273,28 @@ class QueueSim:
     # -- inputs of schedule() --
     def queued(self, live: _Live) -> QueueEntry:
         s = live.spec
-        isaacd = self.policy == "isaacd"
-        return QueueEntry(s.name, Request(s.ranks, s.memory_bytes), s.priority if isaacd else 0, s.submit_s,
-                          s.preemptible if isaacd else False, live.waiting, live.placement, live.running_since,
-                          live.backfilled, live.stopping)
+        isaacd = self.policy != "fifo"
+        e = QueueEntry(s.name, Request(s.ranks, s.memory_bytes), s.priority if isaacd else 0, s.submit_s,
+                       s.preemptible if isaacd else False, live.waiting, live.placement, live.running_since,
+                       live.backfilled, live.stopping)
+        if not self.estimating:
+            return e
+        left = s.iterations - live.saved
+        if live.placement:
+            return QueueEntry(**{**e.__dict__, "ends_at": self._ends_at(live), "overran": live.overran})
+        past = self.history.get(s.kind)
+        run = None if past is None else past[1] + left * past[0]
+        return QueueEntry(**{**e.__dict__, "run_seconds": run, "overran": live.overran})
+
+    def _ends_at(self, live: _Live) -> float | None:
+        """A placed job's expected end as isaacd's estimator would say it now."""
+        s = live.spec
+        if self.now >= live.boot_end + RATE_AFTER * s.iteration_s:
+            return live.boot_end + live.left_at_start * s.iteration_s * live.rate_factor
+        past = self.history.get(s.kind)
+        if past is None:
+            return None
+        return max(live.placed_at + past[1], self.now) + live.left_at_start * past[0]
 
     def gpus(self) -> list[Gpu]:
         used = [0] * self.n_gpus
@@ -272,7 +326,7 @@ class QueueSim:
             self.now = t
             while self.events and self.events[0][0] == t:
                 _, _, kind, name, attempt = heapq.heappop(self.events)
-                getattr(self, f"_on_{kind}")(self.jobs[name], attempt)
+                getattr(self, f"_on_{kind}")(self.jobs.get(name), attempt)
             self._schedule()
             self._check()
         return self._result()
@@ -288,8 +342,14 @@ class QueueSim:
             s = schedule(active, self.gpus(), self.now, self.limits)
             if s.spare_drops:
                 raise AssertionError(f"spare drops with no spares modelled: {s.spare_drops}")
+            if s.valid_until > self.now and math.isfinite(s.valid_until) and s.valid_until not in self._ticks:
+                self._ticks.add(s.valid_until)  # the answer may change then (a reservation, an expected end)
+                self._at(s.valid_until, "tick", "", 0)
             for p in s.placements:
                 self._place(self.jobs[p.job], p.gpus, p.backfill)
+                if p.deadline is not None:
+                    self.ahead_on_estimate += 1
+                    self._at(p.deadline + 1e-6, "deadline", p.job, self.jobs[p.job].attempt)
             for p in s.preemptions:
                 self._preempt(self.jobs[p.victim])
             if not s.placements and not s.preemptions:
@@ -319,12 +379,35 @@ class QueueSim:
     def _on_min_run(self, _live: _Live, _attempt: int) -> None:
         pass  # nothing changes but the clock: schedule() may now preempt it
 
+    def _on_tick(self, _live: _Live | None, _attempt: int) -> None:
+        pass  # a deadline of the last answer (Schedule.valid_until): schedule() again
+
+    def _on_rate(self, live: _Live, attempt: int) -> None:
+        """The attempt's own rate is known from now: its first rate estimate (for the error)."""
+        if attempt == live.attempt and live.placement and not live.stopping:
+            end = self._ends_at(live)
+            if end is not None:
+                live.said.setdefault("rate", (self.now, end))
+
+    def _on_deadline(self, live: _Live, attempt: int) -> None:
+        """The reservation it started ahead of on its estimate: still running, its estimate proved wrong."""
+        if attempt == live.attempt and live.placement and live.completed_at is None:
+            self.overruns += 1
+            if not live.spec.preemptible:
+                live.overran = True
+
     def _on_end(self, live: _Live, attempt: int) -> None:
         if attempt != live.attempt or live.placement == ():
             return  # an attempt a preemption ended first
         live.trained += live.spec.iterations - live.saved
         live.saved = live.spec.iterations
         live.placement, live.running_since, live.stopping, live.completed_at = (), None, False, self.now
+        if self.estimating:
+            for source, (made, end) in live.said.items():
+                if end > made:
+                    self.estimate_errors[source].append((self.now - made) / (end - made))
+            if live.spec.kind in HISTORY_KINDS:  # what its run measured, for the next of its kind
+                self.history[live.spec.kind] = (live.spec.iteration_s * live.rate_factor, live.spec.startup_s)
 
     def _on_stopped(self, live: _Live, attempt: int) -> None:
         if attempt != live.attempt or live.completed_at is not None:
@@ -343,6 +426,13 @@ class QueueSim:
         live.waiting, live.queued_since, live.placement = False, None, gpus
         live.running_since, live.backfilled, live.stopping = self.now, backfill, False
         live.boot_end = self.now + s.startup_s
+        live.placed_at, live.left_at_start, live.said = self.now, s.iterations - live.saved, {}
+        live.rate_factor = random.Random(f"{s.name}/{live.attempt}").uniform(1 - RATE_NOISE, 1 + RATE_NOISE)
+        if self.estimating:
+            if (end := self._ends_at(live)) is not None:
+                live.said["history"] = (self.now, end)
+            if RATE_AFTER < live.left_at_start:
+                self._at(live.boot_end + RATE_AFTER * s.iteration_s, "rate", s.name, live.attempt)
         self._at(live.boot_end + (s.iterations - live.saved) * s.iteration_s, "end", s.name, live.attempt)
         self._at(self.now + self.limits.min_run_seconds + 1e-6, "min_run", s.name, live.attempt)
 
@@ -388,7 +478,8 @@ class QueueSim:
         return Result(self.policy, self.alloc_integral / (capacity * makespan) if makespan else 0.0,
                       self.queued_alloc_integral / (capacity * self.queued_time) if self.queued_time else math.nan,
                       makespan, first, queued, self.preemptions, self.backfills_preempted, lost, self.wasted,
-                      self.overcommit_gpu_s, self.overcommits, incomplete, self.livelock)
+                      self.overcommit_gpu_s, self.overcommits, incomplete, self.livelock, self.estimate_errors,
+                      self.overruns, self.ahead_on_estimate)
 
 
 def simulate(trace: list[TraceJob], policy: str, nvml_used: bool = True, gpus: int = GPUS,
@@ -418,7 +509,8 @@ def figures(r: Result) -> dict[str, float]:
                              "preemptions": r.preemptions, "backfills_preempted": r.backfills_preempted,
                              "iterations_lost": r.iterations_lost, "wasted_gpu_s": r.wasted_gpu_s,
                              "overcommits": len(r.overcommits), "overcommit_gpu_s": r.overcommit_gpu_s,
-                             "incomplete": len(r.incomplete), "livelocked": float(r.livelock is not None)}
+                             "incomplete": len(r.incomplete), "livelocked": float(r.livelock is not None),
+                             "overruns": r.overruns, "ahead_on_estimate": r.ahead_on_estimate}
     for c in CLASSES:
         out[f"{c}_jobs"] = len(r.wait_first[c])
         for kind, waits in (("first", r.wait_first[c]), ("queued", r.wait_queued[c])):
@@ -464,18 +556,25 @@ def print_policy(title: str, fig: dict[str, float]) -> None:
 
 def run_seed(seed: int, n_jobs: int, nvml_used: bool) -> dict:
     trace = make_trace(seed, n_jobs)
-    res = {p: simulate(trace, p, nvml_used=nvml_used) for p in ("isaacd", "fifo")}
+    res = {p: simulate(trace, p, nvml_used=nvml_used) for p in POLICIES}
     figs = {p: figures(r) for p, r in res.items()}
-    i, f = figs["isaacd"], figs["fifo"]
+    i, f, n = figs["isaacd"], figs["fifo"], figs["isaacd-noest"]
     ratios = {"high_wait_queued": ratio(i["high_wait_queued_mean_s"], f["high_wait_queued_mean_s"]),
               "high_wait_first": ratio(i["high_wait_first_mean_s"], f["high_wait_first_mean_s"]),
-              "utilisation": ratio(i["utilisation"], f["utilisation"])}
+              "utilisation": ratio(i["utilisation"], f["utilisation"]),
+              "noest_high_wait_queued": ratio(n["high_wait_queued_mean_s"], f["high_wait_queued_mean_s"]),
+              "noest_utilisation": ratio(n["utilisation"], f["utilisation"])}
     print(f"seed {seed}: high wait mean isaacd {i['high_wait_queued_mean_s']:5.0f} s / fifo "
           f"{f['high_wait_queued_mean_s']:5.0f} s = {ratios['high_wait_queued']:.3f}; utilisation "
           f"{i['utilisation'] * 100:.1f} / {f['utilisation'] * 100:.1f} % = {ratios['utilisation']:.3f}; makespan "
           f"{hms(i['makespan_s'])} / {hms(f['makespan_s'])}; preemptions {i['preemptions']:.0f}; wasted "
           f"{i['wasted_gpu_s']:.0f} GPU-s; lost {i['iterations_lost']:.0f} / {f['iterations_lost']:.0f}; "
           f"GPU overcommitted {i['overcommits']:.0f} / {f['overcommits']:.0f} times")
+    print(f"        without estimates: high wait {n['high_wait_queued_mean_s']:5.0f} s = "
+          f"{ratios['noest_high_wait_queued']:.3f} x fifo; utilisation {n['utilisation'] * 100:.1f} % = "
+          f"{ratios['noest_utilisation']:.3f} x fifo; makespan {hms(n['makespan_s'])}; preemptions "
+          f"{n['preemptions']:.0f}; lost {n['iterations_lost']:.0f}; estimates: {i['ahead_on_estimate']:.0f} "
+          f"started ahead on one, {i['overruns']:.0f} ran past their reservation")
     for p, r in res.items():
         if r.livelock:
             print(f"    {p}: LIVELOCK: {r.livelock}")
@@ -483,7 +582,7 @@ def run_seed(seed: int, n_jobs: int, nvml_used: bool) -> dict:
             print(f"    {p}: overcommitted: {line}")
         for line in r.incomplete[:5]:
             print(f"    {p}: not completed: {line}")
-    return {"seed": seed, **figs, "ratios": ratios,
+    return {"seed": seed, **figs, "ratios": ratios, "estimate_errors": res["isaacd"].estimate_errors,
             "overcommit_examples": {p: r.overcommits[:5] for p, r in res.items()},
             "not_completed": {p: r.incomplete for p, r in res.items()},
             "livelock": {p: r.livelock for p, r in res.items()}}
@@ -503,25 +602,38 @@ def main(argv: list[str] | None = None) -> int:
           f"save and exit {SAVE_S:.0f} s, no spares, Gpu.used_bytes "
           f"{'None (asks only)' if args.asks_only else 'from the scripted NVML'}, seeds 1..{args.seeds}")
     per_seed = [run_seed(seed, args.jobs, not args.asks_only) for seed in range(1, args.seeds + 1)]
-    med = {p: {k: median_of([s[p] for s in per_seed], k) for k in per_seed[0][p]} for p in ("isaacd", "fifo")}
+    med = {p: {k: median_of([s[p] for s in per_seed], k) for k in per_seed[0][p]} for p in POLICIES}
     print(f"median over {args.seeds} seed(s), each figure on its own:")
-    print_policy("isaacd (priorities, backfill, preemption)", med["isaacd"])
+    print_policy("isaacd (priorities, backfill by reservation on run-time estimates, preemption)", med["isaacd"])
     print_policy("fifo (baseline: one priority, no backfill, no preemption)", med["fifo"])
+    print_policy("isaacd without estimates (issue 31's backfill: preemptible jobs only)", med["isaacd-noest"])
+    errors = {src: [e for s in per_seed for e in s["estimate_errors"][src]] for src in ("history", "rate")}
+    for src, xs in errors.items():
+        what = ("history (a job's first estimate at its start, from the last run of its kind)" if src == "history"
+                else "rate (its first estimate from its own iteration times)")
+        if xs:
+            print(f"estimate error, {what}: took / said median {statistics.median(xs):.3f}, p10 "
+                  f"{percentile(xs, 0.1):.3f}, p90 {percentile(xs, 0.9):.3f}, within 10 % "
+                  f"{sum(abs(x - 1) <= 0.1 for x in xs)} of {len(xs)} attempts")
+    print(f"started ahead of a blocked job on an estimate: {sum(s['isaacd']['ahead_on_estimate'] for s in per_seed):.0f}; "
+          f"of those still running at the reservation: {sum(s['isaacd']['overruns'] for s in per_seed):.0f}")
     # a ratio is taken on one trace (paired), then the median over the seeds: the medians above may come from
     # different seeds, and a ratio of those would compare two different traces
     ratios = {k: median_of([s["ratios"] for s in per_seed], k) for k in per_seed[0]["ratios"]}
     met_wait = sum(s["ratios"]["high_wait_queued"] <= 0.2 for s in per_seed)
     met_util = sum(s["ratios"]["utilisation"] >= 1.0 for s in per_seed)
-    lost = max(s[p]["iterations_lost"] for s in per_seed for p in ("isaacd", "fifo"))
-    over = sum(s[p]["overcommits"] for s in per_seed for p in ("isaacd", "fifo"))
-    incomplete = sum(s[p]["incomplete"] for s in per_seed for p in ("isaacd", "fifo"))
+    lost = max(s[p]["iterations_lost"] for s in per_seed for p in POLICIES)
+    over = sum(s[p]["overcommits"] for s in per_seed for p in POLICIES)
+    incomplete = sum(s[p]["incomplete"] for s in per_seed for p in POLICIES)
     print(f"high class mean wait isaacd / fifo (median of per-seed ratios): {ratios['high_wait_queued']:.3f} queued, "
           f"{ratios['high_wait_first']:.3f} first start  (goal <= 0.2; met in {met_wait} of {args.seeds} seeds)")
-    print(f"utilisation isaacd / fifo (median of per-seed ratios): {ratios['utilisation']:.3f}  (goal >= 1.0; met in "
-          f"{met_util} of {args.seeds} seeds)")
+    print(f"utilisation isaacd / fifo (median of per-seed ratios): {ratios['utilisation']:.3f}  (goal >= 1.0 in every "
+          f"seed; met in {met_util} of {args.seeds}: "
+          f"{', '.join(format(s['ratios']['utilisation'], '.3f') for s in per_seed)}); without estimates "
+          f"{ratios['noest_utilisation']:.3f} ({', '.join(format(s['ratios']['noest_utilisation'], '.3f') for s in per_seed)})")
     print(f"iterations lost, most in any seed and policy: {lost:.0f}  (goal 0)")
-    goals = {"high class wait <= 0.2 x FIFO": ratios["high_wait_queued"] <= 0.2,
-             "utilisation >= FIFO": ratios["utilisation"] >= 1.0, "0 iterations lost": lost == 0}
+    goals = {"high class wait <= 0.2 x FIFO (every seed)": met_wait == args.seeds,
+             "utilisation >= FIFO (every seed)": met_util == args.seeds, "0 iterations lost": lost == 0}
     for name, met in goals.items():
         print(f"{'GOAL MET' if met else 'GOAL MISSED'}: {name}")
     checks = {"no GPU ever held more than its memory": over == 0, "every job completed its iterations": incomplete == 0}
