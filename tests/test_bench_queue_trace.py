@@ -77,7 +77,8 @@ def test_the_command_prints_the_goals_and_writes_its_figures(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "GOAL MET: 0 iterations lost" in text and "high class mean wait isaacd / fifo" in text
     doc = json.loads(out.read_text())
-    assert set(doc["median"]) == {"isaacd", "fifo"} and doc["median"]["fifo"]["preemptions"] == 0
+    assert set(doc["median"]) == {"isaacd", "fifo", "isaacd-noest"} and doc["median"]["fifo"]["preemptions"] == 0
+    assert "estimate error, rate" in text  # issue 42: how far the estimates were from what the runs took
 
 
 def test_an_unwritable_json_path_is_one_line_naming_it(tmp_path, capsys):
