@@ -50,6 +50,8 @@ from .access.owner import OwnerProblem
 from .attempt.spare import SpareKeeper, keeper_idle
 from .attempt.spare_mode import spare_setting
 from .attempt.spare_effects import SpareEffect, StartSpare
+from .attempt.evals import EvalKeeper
+from .attempt.eval_effects import EvalEffect, StartEval
 from .status.signals import JobSignals, job_signals
 from .status.types import JobStatus
 from .attempt.job_status import job_status
@@ -81,6 +83,26 @@ def apply_spare(keeper: SpareKeeper, effects: list[SpareEffect]) -> None:
             keeper.killed(effect, error)
 
 
+def apply_evals(keeper: EvalKeeper, effects: list[EvalEffect]) -> None:
+    """The interpreter's part for the job's evaluations (attempt/evals.py, issue 41), as `apply_spare` is for its
+    spare: start one, kill one, with the job's runtime; the keeper then says how it went."""
+    for effect in effects:
+        if isinstance(effect, StartEval):
+            try:
+                handle = keeper.runtime.start(effect.spec)
+            except Exception as exc:  # noqa: BLE001 - an evaluation that cannot start is no reason to touch the job
+                keeper.start_failed(effect, exc)
+            else:
+                keeper.started(effect, handle)
+        else:
+            error: Exception | None = None
+            try:
+                keeper.runtime.kill(effect.handle)
+            except Exception as exc:  # noqa: BLE001 - the keeper logs it and drops the evaluation all the same
+                error = exc
+            keeper.killed(effect, error)
+
+
 class JobRunner:
     """One job's wiring (its parts, built here and sharing one JobSetting) and its effect interpreter. Each fact is
     read from the part that owns it: the config from `setting`, the model, history and last save error from
@@ -107,6 +129,8 @@ class JobRunner:
         self.launch_waits_on = Awaited.CHECKPOINT  # and for what
         self.observer = AttemptObserver(self.setting, runtime, self.clock, self.record, gpu_memory,
                                         on_checkpoint_saved=self._checkpoint_saved)
+        self.evals = EvalKeeper(self.setting, runtime, state_dir, self.record, self.observer, self.clock.wall,
+                                gpu_snapshot=gpu_snapshot, backup=lambda: self.backup)  # [jobs.eval], issue 41
         self.planner = LaunchPlanner(self.setting, runtime.name, state_dir, self.clock, self.event,
                                      self._spare_token, self._backup_keeper, gpu_check)
         self._row: tuple[tuple[object, ...], float, JobStatus] | None = None  # the last row made and its key
@@ -129,7 +153,7 @@ class JobRunner:
         and keeps its spare with the new one; a spare of the old runtime goes first."""
         if self.spares.runtime is not runtime:
             self.kill_spare("the job's runtime changed")
-        for part in (self.observer, self.starter, self.spares):
+        for part in (self.observer, self.starter, self.spares, self.evals):
             part.runtime = runtime
         self.planner.runtime_name = runtime.name
 
@@ -155,8 +179,9 @@ class JobRunner:
 
     @property
     def releasing(self) -> bool:
-        """A spare it killed is not reaped yet (attempt/spare_release.py): a removed job's runner waits for it."""
-        return bool(self.spares.releasing)
+        """A spare it killed is not reaped yet (attempt/spare_release.py), or an evaluation runs or is not reaped yet
+        (attempt/evals.py): a removed job's runner waits for it."""
+        return bool(self.spares.releasing) or self.evals.busy
 
     def event(self, event: str, **fields: Any) -> None:
         self.record.event(event, **fields)
@@ -219,6 +244,7 @@ class JobRunner:
                 self.observer.forget()
             elif isinstance(effect, HoldSpare):
                 self.spares.hold(effect.reason, effect.until)
+                self.evals.hold(effect.reason, effect.until)  # an evaluation's GPU memory counts with the spare's
                 self.kill_spare(effect.reason)
             elif isinstance(effect, Launch):
                 refused = self._launch(effect.intent)
@@ -266,9 +292,11 @@ class JobRunner:
         return self.spares.ready_token() if self.spares.enabled(program) else None
 
     def kill_spare(self, reason: str) -> None:
-        """The job's spare goes (a supervisor shutdown, a runtime change), through the interpreter."""
+        """The job's spare and evaluation go (a supervisor shutdown, a runtime change, the job removed), through the
+        interpreter; no evaluation starts again in this runner."""
         self.touched += 1
         apply_spare(self.spares, self.spares.dismiss(reason))
+        apply_evals(self.evals, self.evals.dismiss(reason))
 
     # ---- recovery after a supervisor (re)start, and each tick -----------------------------
     def recover(self) -> None:
@@ -276,6 +304,7 @@ class JobRunner:
         spare the previous supervisor left (one that never took over) is killed first: a new one follows."""
         self.touched += 1
         apply_spare(self.spares, self.spares.dismiss_leftover(leftover_spare(self.record)))
+        apply_evals(self.evals, self.evals.dismiss_leftover())  # evaluated again from scratch
         for msg in recovery_messages(self.setting, self.runtime, self.record, self.observer, self.spares):
             self.handle_message(msg)
 
@@ -304,8 +333,8 @@ class JobRunner:
     def _quiet(self) -> bool:
         """Nothing of the job moves on its own: no trainer, spare, launch, backup, retried save, runtime resources
         to release or launcher probe to wait for (`still`, and what the tick would ask of those)."""
-        return still(self) and keeper_idle(self.spares) and not self.record.dirty and not self.observer.ended \
-            and not self.setting.probe_pending and self.setting.cfg.backup is None
+        return still(self) and keeper_idle(self.spares) and self.evals.idle(self.state) and not self.record.dirty \
+            and not self.observer.ended and not self.setting.probe_pending and self.setting.cfg.backup is None
 
     def _full_tick(self, now: float) -> None:
         self.setting.resolve_answered()  # made while its launcher's probe ran: resolved once it answered
@@ -318,6 +347,7 @@ class JobRunner:
         # the keeper reads the program only for a job not at rest whose spare is on: not made for the others
         program = None if self.state.at_rest or spare_setting(self.setting.cfg.spare) == "off" else self.program()
         apply_spare(self.spares, self.spares.tick(self.state, program, now))
+        apply_evals(self.evals, self.evals.tick(self.state, now))
         self.starter.persist_spare_token()
         if self.record.dirty:
             self.record.persist()
@@ -448,7 +478,7 @@ def still(r: JobRunner) -> bool:
     live = r.observer.live
     return live.handle is None and live.tail is None and live.shim is None and not live.new_points \
         and r.backup is None and r.launch_waits is None and r.record.model.state != JobState.STARTING \
-        and r.spares.spare is None
+        and r.spares.spare is None and not r.evals.busy
 
 
 def signals_key(r: JobRunner) -> tuple[object, ...] | None:
@@ -476,4 +506,4 @@ def still_key(r: JobRunner) -> tuple[object, ...] | None:
             obs.iteration, tuple(obs.scalars.items()), obs.last_progress_wall, obs.checkpoint, tuple(live.pids),
             live.boot_line, h.last_iteration, h.last_mean_reward, h.last_fps, len(h.attempts), a,
             None if a is None else (a.number, a.started_at, a.run_dir, a.resume_from, a.last_iteration),
-            SIZES.version)
+            r.evals.changed, SIZES.version)

@@ -388,6 +388,7 @@ class Supervisor(EndedJobs, SweepCommands, ReloadRequests):
                 self._removed.add(name)
                 removed.append(name)
             else:
+                runner.kill_spare("removed from config")  # a completed job's evaluation (issue 41) goes too
                 if not runner.releasing:  # else the tick drops it once the spare it killed is reaped
                     self._drop(name)
                 removed.append(name)

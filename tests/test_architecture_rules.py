@@ -312,7 +312,7 @@ def test_a_launchs_preparation_runs_on_a_worker_never_on_the_tick() -> None:
     assert not found, "\n".join(found)
     callers = [p.name for p in (ROOT / "daemon").rglob("*.py") if "Preparation(" in p.read_text()
                and "launch" not in p.relative_to(ROOT).parts[1:2]]
-    assert sorted(callers) == ["planner.py", "spare.py"]  # both roles of the pipeline are checked
+    assert sorted(callers) == ["evals.py", "planner.py", "spare.py"]  # every role of the pipeline is checked
 
 
 def test_the_worker_check_catches_a_pipeline_run_on_the_tick() -> None:

@@ -41,7 +41,7 @@ WIRE_KEYS = [
     "num_envs", "num_envs_configured", "cuda_ooms", "last_restart_reason", "restarts_by_reason", "rollbacks",
     "run_dir", "attempt", "started_at", "backoff_until", "stopping_then", "parked_by", "persist_error", "spare",
     "log_path", "watchdogs", "watchdog_trips", "backup", "compile_caches", "launch_wait", "boot", "queue",
-    "owner",
+    "owner", "evals",
 ]
 
 

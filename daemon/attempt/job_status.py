@@ -24,6 +24,7 @@ from ..observations.tensorboard import finite_or_none
 from ..runtimes.view import RuntimeView
 from ..workflows import Resolved
 from ..status.source import RunnerParts, SettingView
+from ..evals.types import EvalsStatus
 from ..status.types import BootStatus, QueueStatus
 from ..status.types import (BackupStatus, CheckpointStatus, CompileCacheStatus, JobStatus, LaunchWaitStatus, SpareStatus,
                     WatchdogTripCount)
@@ -33,6 +34,12 @@ class SpareSource(Protocol):
     """The spare keeper (attempt/spare.py), as a job's status reads it."""
 
     def status(self) -> SpareStatus: ...
+
+
+class EvalSource(Protocol):
+    """The eval keeper (attempt/evals.py), as a job's status reads it."""
+
+    def status(self) -> EvalsStatus | None: ...
 
 
 class BackupSource(Protocol):
@@ -63,6 +70,9 @@ class RunnerView(RunnerParts, Protocol):
 
     @property
     def spares(self) -> SpareSource: ...
+
+    @property
+    def evals(self) -> EvalSource: ...
 
     @property
     def backup(self) -> BackupSource | None: ...
@@ -199,4 +209,5 @@ def job_status(r: RunnerView) -> JobStatus:
         compile_caches=compile_cache_status(cfg, r.state_dir),
         boot=boot_status(r, desc),
         queue=queue_status(r.setting.written, m, wall_minus_mono),
+        evals=r.evals.status(),
     )

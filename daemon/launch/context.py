@@ -2,7 +2,8 @@
 
 A cold start and a warm spare fill the same fields; what differs between them is data: the spare has no resume
 point and no W&B run, runs its own head command, and brings dirs of its own (its staging) and variables of its own
-(its FIFO, its preload list)."""
+(its FIFO, its preload list). An evaluation (issue 41) is the job's cold start without resume or W&B run, with its
+checkpoint and settings in `evaluation`."""
 
 from __future__ import annotations
 
@@ -19,6 +20,24 @@ from ..os_seam.oscalls import RunAs
 class Role(enum.StrEnum):
     ATTEMPT = "attempt"  # the job's trainer, attempt N (a cold start)
     SPARE = "spare"  # a warm spare waiting to take an attempt over (attempt/spare.py)
+    EVAL = "eval"  # an evaluation of one checkpoint beside training (attempt/evals.py, issue 41)
+
+
+@dataclass(frozen=True)
+class EvalLaunch:
+    """One evaluation of one checkpoint. `gpu`: the GPU it runs on (CUDA_VISIBLE_DEVICES' spelling: an index or a
+    UUID), None: on the CPU."""
+
+    checkpoint: str  # absolute path
+    iteration: int
+    episodes: int
+    num_envs: int
+    seed: int
+    gpu: str | None
+    result: str  # where the result JSON goes: <checkpoint>.eval.json
+    tb_dir: str  # <run dir>/eval: its own TensorBoard event file(s)
+    video: int  # 0, or the video's length in steps
+    video_dir: str  # <run dir>/eval/videos
 
 
 @dataclass(frozen=True)
@@ -51,3 +70,4 @@ class LaunchContext:
     container_argv: tuple[str, ...] = ()
     same_path_mounts: tuple[Path, ...] = ()
     node_env: dict[str, str] = field(default_factory=dict)  # a Ray node's backup settings (backup/remote.py)
+    evaluation: EvalLaunch | None = None  # an evaluation's checkpoint and settings (Role.EVAL: launch/evaluation.py)

@@ -18,6 +18,7 @@ from ..os_seam.owner_dirs import prepare_owned
 from ..runtimes.container_spec import hand_dirs_to_container_user
 from .context import LaunchContext
 from .contributions import Contribution, Env, EnvDefaults, Refusal, ScrubEnv
+from .evaluation import eval_environment
 from .exploit import exploit_values
 
 Step = Callable[[LaunchContext, OsCalls], Contribution]
@@ -114,4 +115,4 @@ def role_environment_defaults(ctx: LaunchContext, oscalls: OsCalls) -> Contribut
 
 STEPS: tuple[Step, ...] = (owner_may_run_here, owners_directories, compile_cache_dirs, container_users_directories,
                            side_channel, trainer_environment, owners_environment, node_backup_environment,
-                           exploit_values, role_environment, role_environment_defaults)
+                           exploit_values, eval_environment, role_environment, role_environment_defaults)

@@ -46,11 +46,18 @@ class SpareView(Protocol):
     def status(self) -> SpareStatus: ...
 
 
+class EvalView(Protocol):
+    def gpu_bytes(self) -> int: ...
+
+
 class SignalSource(RunnerParts, Protocol):
-    """What a job's signals are built from: the runner's parts (status/source.py) and its spare keeper."""
+    """What a job's signals are built from: the runner's parts (status/source.py), its spare and eval keepers."""
 
     @property
     def spares(self) -> SpareView: ...
+
+    @property
+    def evals(self) -> EvalView: ...
 
 
 def job_signals(r: SignalSource) -> JobSignals:
@@ -66,7 +73,8 @@ def job_signals(r: SignalSource) -> JobSignals:
         last_progress_time=obs.last_progress_mono, new_points=tuple(live.new_points), pids=tuple(live.pids),
         parked_by=m.parked_by, state=m.state,
         waiting=bool(live.handle is not None and r.runtime.describe(live.handle).waiting),
-        queue=queue_entry(r.setting.written, m, spare_bytes(r.setting.written, r.spares)),
+        queue=queue_entry(r.setting.written, m, spare_bytes(r.setting.written, r.spares) + eval_bytes(r.setting.written,
+                                                                                                    r.evals)),
         checkpoint_iteration=obs.checkpoint.iteration if obs.checkpoint is not None else None,
         checkpoint_dirs=checkpoint_dirs(attempt.run_dir if attempt else None, obs.checkpoint),
         resumed_from=(attempt.resume_from or {}).get("path") if attempt else None)
@@ -96,3 +104,11 @@ def spare_bytes(written: JobConfig, spares: SpareView) -> int:
     if not spare.live:
         return 0
     return spare.cuda_memory_bytes or (ask if spare.mode == "booted" else IMPORTS_SPARE_BYTES)
+
+
+def eval_bytes(written: JobConfig, evals: EvalView) -> int:
+    """The GPU memory a running evaluation holds on the job's GPU (attempt/evals.py, issue 41): counted with the
+    spare's, so the queue drops both (DropSpare) when a waiting job needs it; 0 for a job the queue does not place."""
+    if not written.placed_by_isaacd or not written.device.startswith("cuda"):
+        return 0
+    return evals.gpu_bytes()

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..backup.status import BackupLease, BackupStatus, BackupUpload
+from ..evals.types import EvalsStatus
 from .sweeps import SweepStatus
 
 if TYPE_CHECKING:  # read by attribute only: `isaacd status` loads nothing of the daemon's jobs/
@@ -340,6 +341,7 @@ class JobStatus:
     boot: BootStatus | None = None  # starting, before its first iteration: how long, how far, its last output
     queue: QueueStatus | None = None  # a job the host's queue places: its request, order, GPUs, place, why it waits
     owner: str | None = None  # whose job it is (issue 32): its config's `owner`; None: the supervisor's user's
+    evals: EvalsStatus | None = None  # its evaluations (issue 41: attempt/evals.py); None: no [jobs.eval]
 
     def to_json(self) -> JSON:
         return {f.name: _to_json(getattr(self, f.name)) for f in fields(self)}
@@ -358,7 +360,7 @@ _JOB_PARTS: Mapping[str, Callable[[Any], Any]] = {
     "spare": _nested(SpareStatus.from_json), "backup": _nested(_backup_from_json),
     "launch_wait": _nested(LaunchWaitStatus.from_json),
     "boot": _nested(BootStatus.from_json),
-    "queue": _nested(QueueStatus.from_json),
+    "queue": _nested(QueueStatus.from_json), "evals": _nested(EvalsStatus.from_json),
     "watchdogs": _watchdogs, "watchdog_trips": _trips, "compile_caches": _caches,
 }
 
