@@ -119,7 +119,7 @@ def test_status_and_queue_say_when_a_job_ends_and_how_long_a_waiting_one_runs():
     assert queue_note(running, now).endswith("; ends in about 42 min")
     waiting = row("queued", position=1, reason="needs 12 GiB on 1 GPU; 0 with room", starts_at=now + 600,
                   run_seconds=2 * 3600 + 600)
-    assert "(reserved: starts in about 10 min; runs about 2h10m by earlier runs)" in queue_note(waiting, now)
+    assert "(starts in about 10 min by the estimates; runs about 2h10m by earlier runs)" in queue_note(waiting, now)
     text = format_queue(Status(jobs=[running, waiting]), now)
     assert "ends in about 42 min" in text and "runs about 2h10m by earlier runs" in text
     assert estimate_note(row("running", placement=(1,)), now) == ""  # not known: nothing said

@@ -26,7 +26,7 @@ def test_the_blocked_job_is_reserved_the_gpu_whose_job_ends_first_by_its_estimat
         ("big", NOW + 600, (1,))
     w = s.waiting[0]
     assert w.job == "big" and w.starts_at == NOW + 600
-    assert "reserved: GPU 1 once short end (by their estimates)" in w.reason
+    assert "reserved: GPU 1 once short ends (by its estimate)" in w.reason
     assert s.valid_until == NOW + 600  # the pass's answer may change when short's estimate runs out
 
 

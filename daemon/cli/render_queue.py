@@ -39,7 +39,7 @@ def estimate_note(j: JobStatus, now: float) -> str:
         return f"ends in {about(left)}" if left > 0 else "past its estimated end"
     out = []
     if j.state == "queued" and isinstance(q.starts_at, (int, float)):
-        out.append(f"reserved: starts in {about(max(q.starts_at - now, 0))}")
+        out.append(f"starts in {about(max(q.starts_at - now, 0))} by the estimates")
     if j.state == "queued" and isinstance(q.run_seconds, (int, float)):
         out.append(f"runs {about(q.run_seconds)} by earlier runs")
     return "; ".join(out)

@@ -345,8 +345,9 @@ def _describe(r: Reservation, holders: Sequence[QueueEntry], now: float) -> str:
     gone = sorted(j.name for j in holders if (e := _end(j, now)) is not None and e <= r.at and set(j.placement) &
                   set(r.gpus))
     where = ", ".join(str(i) for i in r.gpus)
-    return f"GPU {where} once {', '.join(gone[:3]) or 'the jobs there'}{' ...' if len(gone) > 3 else ''} end " \
-           f"(by their estimates); only jobs that end before then or run beside it start ahead of it"
+    who = ", ".join(gone[:3]) + (" ..." if len(gone) > 3 else "")
+    ends = f"{who} ends (by its estimate)" if len(gone) == 1 else f"{who or 'the jobs there'} end (by their estimates)"
+    return f"GPU {where} once {ends}; only jobs that end before then, or fit beside it, start ahead"
 
 
 def _ahead(job: QueueEntry, where: tuple[int, ...], blocked: QueueEntry, r: Reservation | None,
