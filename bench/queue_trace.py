@@ -231,6 +231,7 @@ class Result:
     estimate_errors: dict[str, list[float]] = field(default_factory=dict)  # source -> took / said per attempt
     overruns: int = 0  # a job still running at the reservation it started ahead of on its estimate
     ahead_on_estimate: int = 0  # starts ahead of a blocked job on an estimate that ended before its reservation
+    strict_beside: int = 0  # starts ahead of a blocked job, not preemptible, beside its reservation
 
 
 class QueueSim:
@@ -244,7 +245,7 @@ class QueueSim:
         self.estimating = policy == "isaacd"
         self.history: dict[str, tuple[float, float]] = {}  # kind -> (seconds per iteration, start-up) measured
         self.estimate_errors: dict[str, list[float]] = {"history": [], "rate": []}
-        self.overruns = self.ahead_on_estimate = 0
+        self.overruns = self.ahead_on_estimate = self.strict_beside = 0
         self._ticks: set[float] = set()
         self.policy, self.limits, self.nvml_used, self.save_s, self.n_gpus = policy, limits, nvml_used, save_s, gpus
         self.jobs = {j.name: _Live(j) for j in trace}
@@ -347,6 +348,8 @@ class QueueSim:
                 self._at(s.valid_until, "tick", "", 0)
             for p in s.placements:
                 self._place(self.jobs[p.job], p.gpus, p.backfill)
+                if p.backfill and p.deadline is None and not self.queued(self.jobs[p.job]).preemptible:
+                    self.strict_beside += 1  # not preemptible, started ahead beside a reservation
                 if p.deadline is not None:
                     self.ahead_on_estimate += 1
                     self._at(p.deadline + 1e-6, "deadline", p.job, self.jobs[p.job].attempt)
@@ -479,7 +482,7 @@ class QueueSim:
                       self.queued_alloc_integral / (capacity * self.queued_time) if self.queued_time else math.nan,
                       makespan, first, queued, self.preemptions, self.backfills_preempted, lost, self.wasted,
                       self.overcommit_gpu_s, self.overcommits, incomplete, self.livelock, self.estimate_errors,
-                      self.overruns, self.ahead_on_estimate)
+                      self.overruns, self.ahead_on_estimate, self.strict_beside)
 
 
 def simulate(trace: list[TraceJob], policy: str, nvml_used: bool = True, gpus: int = GPUS,
@@ -510,7 +513,8 @@ def figures(r: Result) -> dict[str, float]:
                              "iterations_lost": r.iterations_lost, "wasted_gpu_s": r.wasted_gpu_s,
                              "overcommits": len(r.overcommits), "overcommit_gpu_s": r.overcommit_gpu_s,
                              "incomplete": len(r.incomplete), "livelocked": float(r.livelock is not None),
-                             "overruns": r.overruns, "ahead_on_estimate": r.ahead_on_estimate}
+                             "overruns": r.overruns, "ahead_on_estimate": r.ahead_on_estimate,
+                             "strict_beside": r.strict_beside}
     for c in CLASSES:
         out[f"{c}_jobs"] = len(r.wait_first[c])
         for kind, waits in (("first", r.wait_first[c]), ("queued", r.wait_queued[c])):
@@ -573,8 +577,10 @@ def run_seed(seed: int, n_jobs: int, nvml_used: bool) -> dict:
     print(f"        without estimates: high wait {n['high_wait_queued_mean_s']:5.0f} s = "
           f"{ratios['noest_high_wait_queued']:.3f} x fifo; utilisation {n['utilisation'] * 100:.1f} % = "
           f"{ratios['noest_utilisation']:.3f} x fifo; makespan {hms(n['makespan_s'])}; preemptions "
-          f"{n['preemptions']:.0f}; lost {n['iterations_lost']:.0f}; estimates: {i['ahead_on_estimate']:.0f} "
-          f"started ahead on one, {i['overruns']:.0f} ran past their reservation")
+          f"{n['preemptions']:.0f}; lost {n['iterations_lost']:.0f}; isaacd: {i['ahead_on_estimate']:.0f} "
+          f"started ahead on an estimate, {i['overruns']:.0f} of them ran past the reservation; not preemptible "
+          f"and started ahead beside a reservation {i['strict_beside']:.0f} (without estimates "
+          f"{n['strict_beside']:.0f})")
     for p, r in res.items():
         if r.livelock:
             print(f"    {p}: LIVELOCK: {r.livelock}")
