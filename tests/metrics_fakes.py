@@ -39,7 +39,20 @@ def fake_job(name: str, *, pids: list[int] | None = None, state: str = "running"
                    "uploads_total": 9, "restoring": None,
                    "lease": {"state": "held", "holder": None, "expires": now + 100.0, "conditional": True}},
         "compile_caches": [{"name": "warp", "path": f"/var/lib/isaacd/caches/{name}/warp", "size_bytes": 4096}],
+        "evals": fake_evals(name, now),
     }
+
+
+def fake_evals(name: str, now: float) -> dict[str, Any]:
+    """[jobs.eval] (issue 41): two checkpoints evaluated, the older the best; one attempt failed, one given up."""
+    def result(it: int, mean: float) -> dict[str, Any]:
+        return {"iteration": it, "checkpoint": f"/var/lib/isaacd/{name}/model_{it}.pt", "episodes": 100,
+                "return_mean": mean, "return_std": 12.3, "length_mean": 299.0, "length_std": 1.5,
+                "success_rate": 0.9, "seed": 42, "num_envs": 100, "device": "cpu", "duration_seconds": 31.2,
+                "finished_at": now - 100.0}
+    return {"every": "1", "last": result(100, 487.1), "best": result(50, 495.4), "running": None, "waiting": 0,
+            "done": 2, "failed": 1, "given_up": [75], "last_error": "exit 1", "video_unavailable": None,
+            "where": "cpu"}
 
 
 def fake_sweep(name: str = "lr") -> dict[str, Any]:

@@ -86,3 +86,17 @@ def test_the_evals_table_oldest_first_best_marked():
 def test_the_best_line():
     assert best_score_line("cartpole", result(350, 495.4, 4.0, success=1.0)) == \
         "cartpole: best model_350.pt (iteration 350): return 495 ± 4, success 100% over 100 episodes"
+
+
+def test_isaacd_status_shows_the_line_under_the_job_and_only_for_jobs_with_evals():
+    from isaacd.cli.render import format_status
+    from isaacd.status.types import Status
+
+    ev = EvalsStatus(every="1", last=result(400, 487.1), best=result(350, 495.4), where="cpu", running=450,
+                     running_since=NOW - 5)
+    raw = {"jobs": [{"name": "cartpole", "state": "running", "evals": ev.to_json()},
+                    {"name": "plain", "state": "running"}]}  # the wire JSON, as `isaacd status` reads it
+    text = format_status(Status.from_json(raw), now=NOW)
+    evals = [ln for ln in text.splitlines() if " eval" in ln]
+    assert evals == ["  cartpole eval: model_400.pt 487 ± 12 over 100 episodes; best model_350.pt 495; "
+                     "evaluating iteration 450 for 5s"]

@@ -454,9 +454,10 @@ def test_every_dashboard_expression_parses_and_returns_data(stack):
     assert len(queries) > 40
     problems = []
     for where, expr in queries:
-        # GPU panels: data checked on A; the Sweeps row's (issue 39): parsed here, no sweep runs on these two hosts
-        # (their series from a real sweep's status: tests/test_metrics_sweeps.py)
-        sweep = "isaacd_sweep_" in expr
+        # GPU panels: data checked on A; the Sweeps row's (issue 39) and the Evaluations row's (issue 41): parsed
+        # here, no sweep or evaluation runs on these two hosts (their series from a real status:
+        # tests/test_metrics_sweeps.py, tests/test_eval_metrics.py)
+        sweep = "isaacd_sweep_" in expr or "isaacd_job_eval" in expr
         for inst, expect_data in ((a, not sweep), (b, not needs_gpu(expr) and not sweep)):
             r = prom.query(_substitute(expr, inst))
             if r.get("status") != "success":

@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from .columns import aligned
 from .durations import age
 from ..evals.types import EvalResult, EvalsStatus
+from ..status.types import JobStatus
 
 
 def score(x: float | None, like: float | None = None) -> str:
@@ -42,10 +42,9 @@ def _iterations(its: Sequence[int]) -> str:
     return ", ".join(str(i) for i in its)
 
 
-def eval_note(job: Any, now: float) -> str | None:
+def eval_note(job: JobStatus, now: float) -> str | None:
     """`isaacd status`'s lines for a job with [jobs.eval] (None for one without: `JobStatus.evals` is None)."""
-    ev = getattr(job, "evals", None)  # a row from an isaacd older than issue 41 has no such field
-    return eval_lines(job.name, ev, now) if isinstance(ev, EvalsStatus) else None
+    return eval_lines(job.name, job.evals, now) if job.evals is not None else None
 
 
 def eval_lines(name: str, ev: EvalsStatus, now: float) -> str:

@@ -155,6 +155,20 @@ METRICS: tuple[MetricDef, ...] = (
     _c("isaacd_sweep_gpu_seconds_total", ("sweep",),
        "GPU time the sweep's trials have held so far: seconds of training x GPUs, a gpu_memory trial its share of "
        "one GPU; a paused trial adds nothing."),
+    # ---- checkpoint evaluations (issue 41; metrics/eval_collector.py): a job with [jobs.eval]
+    _g("isaacd_job_eval_return", ("job",),
+       "Mean episode return of the job's newest finished evaluation (its checkpoint played headless, deterministic "
+       "actions, the same seed for every checkpoint, over [jobs.eval] episodes); absent until one finishes."),
+    _g("isaacd_job_eval_best_return", ("job",),
+       "Mean episode return of the job's best evaluated checkpoint (`isaacd best JOB` names it; it is never "
+       "pruned)."),
+    _g("isaacd_job_eval_success_rate", ("job",),
+       "Success rate (0-1) of the job's newest evaluation, only where the task logs one (Metrics/success_rate)."),
+    _g("isaacd_job_eval_iteration", ("job",), "Iteration of the checkpoint the job's newest evaluation played."),
+    _c("isaacd_job_evals_total", ("job", "outcome"),
+       "The job's evaluations by outcome, each from 0: done (a score recorded), failed (an attempt that crashed, "
+       "passed its deadline or could not load its checkpoint; retried), given_up (a checkpoint given up after "
+       "its retries); kept across supervisor restarts."),
     # ---- GPU collector
     _g("isaacd_gpu_collector_up", (), "1 if the GPU source (NVML) is open and sampled; 0 with the reason in the log."),
     _g("isaacd_gpu_xid_watch_up", (), "1 if XID events are being watched (a thread blocked in nvmlEventSetWait_v2)."),

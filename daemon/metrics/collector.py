@@ -32,6 +32,7 @@ from ..status.sweeps import SweepStatus
 from .attribution import attribute_pids
 from .families import Families as _Families
 from .families import num as _num
+from .eval_collector import collect_evals
 from .queue_collector import collect_queue
 from .sweep_collector import collect_sweep, sweeps_of
 
@@ -119,6 +120,7 @@ class IsaacdCollector(Collector):
                 job = row if isinstance(row, JobStatus) else JobStatus.from_json(row)
                 jobs.append(job)  # its pids still count on the GPUs if one of its fields is odd
                 self._job(f, job, snap)
+                collect_evals(f, job.name, job.evals)  # eval_collector.py ([jobs.eval], issue 41)
             except Exception as e:  # noqa: BLE001 - one odd job must not cost the others
                 self._error("status", e, job=row.name if isinstance(row, JobStatus) else row.get("name"))
         self._gpu(f, snap, jobs)

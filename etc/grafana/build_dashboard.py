@@ -245,6 +245,32 @@ def build() -> dm.Dashboard:
              desc="GPU time each sweep's trials have held so far (a gpu_memory trial counts its share of a GPU); a "
                   "paused trial adds nothing, so ASHA's early pauses show as a flatter line."))
 
+    # ------------------------------------------------------------------ checkpoint evaluations (issue 41)
+    L.row("Evaluations")
+    L.add(ts("Evaluation return: newest and best", [
+        tgt(f"isaacd_job_eval_return{{{J}}}", "{{job}}"),
+        tgt(f"isaacd_job_eval_best_return{{{J}}}", "{{job}} best"),
+    ], unit="none", dashed="/best/", stepped=True,
+        desc="Mean episode return of each job's newest evaluated checkpoint (played headless, deterministic "
+             "actions, the same seed for every checkpoint: the scores compare) and, dashed, of its best, the one "
+             "`isaacd best JOB` names. Unlike the training reward it carries no exploration noise."), w=12)
+    L.add(ts("Evaluation success rate", [tgt(f"isaacd_job_eval_success_rate{{{J}}}", "{{job}}")],
+             unit="percentunit", minv=0, maxv=1, stepped=True,
+             desc="Success rate of the newest evaluation, for tasks that log one (Metrics/success_rate); none "
+                  "for the others."), w=12)
+    L.add(ts("Evaluation lag (iterations behind training)",
+             [tgt(f"isaacd_job_iteration{{{J}}} - on(instance, job) isaacd_job_eval_iteration{{{J}}}", "{{job}}")],
+             unit="none", minv=0,
+             desc="How far the newest evaluated checkpoint is behind the iteration training has reached: it grows "
+                  "between checkpoints and when evaluations fall behind (more than 3 waiting: the newest are "
+                  "evaluated, the older skipped)."), w=12)
+    L.add(ts("Evaluations by outcome (per hour)",
+             [tgt(f"sum by (instance, job, outcome) (increase(isaacd_job_evals_total{{{J}}}[1h]))",
+                  "{{job}} {{outcome}}")], unit="none", minv=0, stepped=True,
+             desc="done: a score recorded; failed: an attempt crashed, passed its deadline or could not load its "
+                  "checkpoint (retried); given_up: a checkpoint given up after its retries. Alert "
+                  "IsaacdJobEvalsFailing: 3 failures in an hour and none done."), w=12)
+
     # ------------------------------------------------------------------ GPUs
     L.row("GPUs")
     L.add(ts("Temperature", [
