@@ -12,6 +12,10 @@ supervisor's hook does the same, one pass a tick). Two policies run on the same 
           blocked one, preemption with a save (Limits(min_run_seconds=300)).
   fifo    the baseline: every job priority 0 and preemptible = false, ordered by submission alone, so nothing
           starts ahead of a blocked job and nothing is preempted (strict head-of-line FIFO).
+  isaacd-exact  (a bound, printed per seed) isaacd with every estimate exact, a waiting job's from its submission
+          (every job's length known, none wrong): what estimates could do under these rules.
+  isaacd-one-priority  (a diagnosis, printed per seed) isaacd, estimates and all, with every job at one priority:
+          what the priority classes cost the makespan.
   isaacd-noest  isaacd with no run-time estimate known (issue 42's "isaacd without estimates"): as issue 31's queue,
           but for a job not preemptible starting beside the room held for a blocked job's saving victims.
 
@@ -118,6 +122,8 @@ PASSES_PER_INSTANT = 50  # schedule() again at the same instant until it is quie
 # scheduler, seed 4's preemption storm took 125 000 and ended; a 2-GPU host's livelock never ended)
 MAX_PASSES = 200_000
 POLICIES = ("isaacd", "fifo", "isaacd-noest")
+EXACT = "isaacd-exact"  # isaacd with every estimate exact, every job's from its submission: what estimates could do
+ONE_PRIORITY = "isaacd-one-priority"  # isaacd's queue with every job at one priority: what the classes cost
 RATE_AFTER = SKIP + MIN_INTERVALS + 1  # iterations of an attempt before its own rate is known (estimates.py)
 RATE_NOISE = 0.03  # the rate estimate's error, uniform +- this (an assumption)
 HISTORY_KINDS = ("cartpole", "cartpole-camera", "g1-rough", "shadow-hand")  # the tasks that recur
@@ -240,9 +246,9 @@ class QueueSim:
     def __init__(self, trace: list[TraceJob], policy: str, limits: Limits = Limits(min_run_seconds=MIN_RUN_S),
                  nvml_used: bool = True, save_s: float = SAVE_S, gpus: int = GPUS,
                  max_passes: int = MAX_PASSES) -> None:
-        if policy not in POLICIES:
-            raise ValueError(f"policy {policy!r}: one of {', '.join(POLICIES)}")
-        self.estimating = policy == "isaacd"
+        if policy not in (*POLICIES, EXACT, ONE_PRIORITY):
+            raise ValueError(f"policy {policy!r}: one of {', '.join(POLICIES)}, {EXACT}, {ONE_PRIORITY}")
+        self.estimating, self.exact = policy in ("isaacd", EXACT, ONE_PRIORITY), policy == EXACT
         self.history: dict[str, tuple[float, float]] = {}  # kind -> (seconds per iteration, start-up) measured
         self.estimate_errors: dict[str, list[float]] = {"history": [], "rate": []}
         self.overruns = self.ahead_on_estimate = self.strict_beside = 0
@@ -275,7 +281,8 @@ class QueueSim:
     def queued(self, live: _Live) -> QueueEntry:
         s = live.spec
         isaacd = self.policy != "fifo"
-        e = QueueEntry(s.name, Request(s.ranks, s.memory_bytes), s.priority if isaacd else 0, s.submit_s,
+        e = QueueEntry(s.name, Request(s.ranks, s.memory_bytes), s.priority if isaacd and self.policy !=
+                       ONE_PRIORITY else 0, s.submit_s,
                        s.preemptible if isaacd else False, live.waiting, live.placement, live.running_since,
                        live.backfilled, live.stopping)
         if not self.estimating:
@@ -283,13 +290,15 @@ class QueueSim:
         left = s.iterations - live.saved
         if live.placement:
             return QueueEntry(**{**e.__dict__, "ends_at": self._ends_at(live), "overran": live.overran})
-        past = self.history.get(s.kind)
+        past = self.history.get(s.kind) if not self.exact else (s.iteration_s, s.startup_s)
         run = None if past is None else past[1] + left * past[0]
         return QueueEntry(**{**e.__dict__, "run_seconds": run, "overran": live.overran})
 
     def _ends_at(self, live: _Live) -> float | None:
         """A placed job's expected end as isaacd's estimator would say it now."""
         s = live.spec
+        if self.exact:
+            return live.boot_end + live.left_at_start * s.iteration_s
         if self.now >= live.boot_end + RATE_AFTER * s.iteration_s:
             return live.boot_end + live.left_at_start * s.iteration_s * live.rate_factor
         past = self.history.get(s.kind)
@@ -562,12 +571,16 @@ def run_seed(seed: int, n_jobs: int, nvml_used: bool) -> dict:
     trace = make_trace(seed, n_jobs)
     res = {p: simulate(trace, p, nvml_used=nvml_used) for p in POLICIES}
     figs = {p: figures(r) for p, r in res.items()}
+    exact = figures(simulate(trace, EXACT, nvml_used=nvml_used))
+    one = figures(simulate(trace, ONE_PRIORITY, nvml_used=nvml_used))
     i, f, n = figs["isaacd"], figs["fifo"], figs["isaacd-noest"]
     ratios = {"high_wait_queued": ratio(i["high_wait_queued_mean_s"], f["high_wait_queued_mean_s"]),
               "high_wait_first": ratio(i["high_wait_first_mean_s"], f["high_wait_first_mean_s"]),
               "utilisation": ratio(i["utilisation"], f["utilisation"]),
               "noest_high_wait_queued": ratio(n["high_wait_queued_mean_s"], f["high_wait_queued_mean_s"]),
-              "noest_utilisation": ratio(n["utilisation"], f["utilisation"])}
+              "noest_utilisation": ratio(n["utilisation"], f["utilisation"]),
+              "exact_utilisation": ratio(exact["utilisation"], f["utilisation"]),
+              "one_priority_utilisation": ratio(one["utilisation"], f["utilisation"])}
     print(f"seed {seed}: high wait mean isaacd {i['high_wait_queued_mean_s']:5.0f} s / fifo "
           f"{f['high_wait_queued_mean_s']:5.0f} s = {ratios['high_wait_queued']:.3f}; utilisation "
           f"{i['utilisation'] * 100:.1f} / {f['utilisation'] * 100:.1f} % = {ratios['utilisation']:.3f}; makespan "
@@ -581,6 +594,10 @@ def run_seed(seed: int, n_jobs: int, nvml_used: bool) -> dict:
           f"started ahead on an estimate, {i['overruns']:.0f} of them ran past the reservation; not preemptible "
           f"and started ahead beside a reservation {i['strict_beside']:.0f} (without estimates "
           f"{n['strict_beside']:.0f})")
+    print(f"        with every estimate exact from submission: utilisation "
+          f"{ratio(exact['utilisation'], f['utilisation']):.3f} x fifo, makespan {hms(exact['makespan_s'])}, "
+          f"{exact['ahead_on_estimate']:.0f} started ahead on an estimate; every job at one priority: utilisation "
+          f"{ratio(one['utilisation'], f['utilisation']):.3f} x fifo, makespan {hms(one['makespan_s'])}")
     for p, r in res.items():
         if r.livelock:
             print(f"    {p}: LIVELOCK: {r.livelock}")
@@ -636,7 +653,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"utilisation isaacd / fifo (median of per-seed ratios): {ratios['utilisation']:.3f}  (goal >= 1.0 in every "
           f"seed; met in {met_util} of {args.seeds}: "
           f"{', '.join(format(s['ratios']['utilisation'], '.3f') for s in per_seed)}); without estimates "
-          f"{ratios['noest_utilisation']:.3f} ({', '.join(format(s['ratios']['noest_utilisation'], '.3f') for s in per_seed)})")
+          f"{ratios['noest_utilisation']:.3f} ({', '.join(format(s['ratios']['noest_utilisation'], '.3f') for s in per_seed)}); "
+          f"every estimate exact {ratios['exact_utilisation']:.3f} "
+          f"({', '.join(format(s['ratios']['exact_utilisation'], '.3f') for s in per_seed)}); every job at one "
+          f"priority {ratios['one_priority_utilisation']:.3f} "
+          f"({', '.join(format(s['ratios']['one_priority_utilisation'], '.3f') for s in per_seed)})")
     print(f"iterations lost, most in any seed and policy: {lost:.0f}  (goal 0)")
     goals = {"high class wait <= 0.2 x FIFO (every seed)": met_wait == args.seeds,
              "utilisation >= FIFO (every seed)": met_util == args.seeds, "0 iterations lost": lost == 0}
