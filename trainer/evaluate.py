@@ -11,6 +11,7 @@ are seeded with ``ISAACD_EVAL_SEED``, so one checkpoint evaluated twice scores t
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -30,6 +31,8 @@ def run_builtin(task: str, env_cfg: dict, agent_cfg: dict) -> None:
         settings = eval_core.EvalSettings.from_env()
     except eval_core.EvalSettingsError as e:
         eval_core.fail(str(e))
+    if not os.path.isfile(settings.checkpoint):
+        eval_core.fail(f"checkpoint {settings.checkpoint} does not exist")
     from isaacd_trainer import runtime  # torch, rsl_rl
     import torch
 

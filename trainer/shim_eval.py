@@ -331,6 +331,8 @@ def prepare(argv: list[str]) -> list[str]:
     p = plan(argv, settings)
     if p.error:
         C.fail(p.error)
+    if not os.path.isfile(settings.checkpoint):  # upstream would raise FileNotFoundError after its whole boot
+        C.fail(f"checkpoint {settings.checkpoint} does not exist")
     _Eval.settings, _Eval.plan = settings, p
     if p.kind != "builtin":  # the built-in trainer evaluates itself (evaluate.py); Isaac Lab's play is hooked
         _Eval.counter = C.EpisodeCounter(settings.num_envs, settings.episodes)

@@ -1,0 +1,85 @@
+"""Checkpoint evaluation on the real Isaac Lab 3.0.0 on the CPU (issue 41; /work/notes/eval-design.md B): no stand-in.
+
+A cart-pole (16 envs) trains briefly through the launcher shim, as isaacd launches it (`<venv python> shim.py -m
+isaaclab train --rl_library rsl_rl ...`). Then its iteration-0 checkpoint and its last one are evaluated as the daemon
+starts an evaluation: the same command line with `ISAACD_EVAL=1` and the `ISAACD_EVAL_*` variables. The shim runs
+Isaac Lab's own `isaaclab play` on each (its inference policy: deterministic actions), counts the episodes at
+`RslRlVecEnvWrapper.step` and ends the play loop through upstream's own KeyboardInterrupt suppression: exit 0, the
+result JSON, `Eval/*` in the eval's own event file. The trained checkpoint scores higher than the untrained one.
+
+Cost: one boot and 20 iterations of training, then the two evaluations at once (each a boot and 16 episodes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from isaaclab3_helpers import ASSET_ROOT, PY, TASK
+from test_isaaclab3_real import _real_isaaclab  # noqa: F401 (the fixture: skip without the venv, fail in CI)
+
+from isaacd.observations.tensorboard import TensorBoardTail
+
+pytestmark = [pytest.mark.slow, pytest.mark.isaaclab3]
+
+SHIM = str(Path(__file__).resolve().parents[1] / "trainer" / "shim.py")
+ITERATIONS = 20
+# the command line isaacd builds for a pip-installed 3.0 rsl_rl job (daemon/workflows/rsl_rl.py), cold start
+TRAIN = ["-m", "isaaclab", "train", "--rl_library", "rsl_rl", "--task", TASK, "--num_envs", "16", "--seed", "42",
+         "--max_iterations", str(ITERATIONS), "--device", "cpu", "--experiment_name", "cartpole", "--run_name", "ev",
+         "agent.save_interval=100", "agent.device=cpu"]
+
+
+def env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    out = {k: v for k, v in os.environ.items() if not k.startswith("ISAACD_")}
+    # the hand-written cart-pole and the user's Warp kernel cache, as tests/test_isaaclab3_real.py's jobs
+    out.update(ISAACSIM_ASSET_ROOT=str(ASSET_ROOT), WARP_CACHE_PATH=str(Path.home() / ".cache" / "warp"),
+               PYTHONUNBUFFERED="1", ISAACD_SNAPSHOT_EVERY="0", **(extra or {}))
+    return out
+
+
+def test_two_checkpoints_of_a_trained_cartpole_the_later_scores_higher(tmp_path):
+    subprocess.run([str(PY), SHIM, *TRAIN], cwd=tmp_path, env=env(), check=True, stdout=open(tmp_path / "train.log",
+                   "w"), stderr=subprocess.STDOUT, timeout=600)
+    (run,) = (tmp_path / "logs" / "rsl_rl" / "cartpole").iterdir()
+    last = ITERATIONS - 1
+    assert (run / "model_0.pt").is_file() and (run / f"model_{last}.pt").is_file()
+
+    procs = {}
+    for it in (0, last):
+        ck = run / f"model_{it}.pt"
+        extra = {"ISAACD_EVAL": "1", "ISAACD_EVAL_CHECKPOINT": str(ck), "ISAACD_EVAL_ITERATION": str(it),
+                 "ISAACD_EVAL_EPISODES": "16", "ISAACD_EVAL_NUM_ENVS": "16", "ISAACD_EVAL_SEED": "7",
+                 "ISAACD_EVAL_DEVICE": "cpu", "ISAACD_EVAL_RESULT": f"{ck}.eval.json",
+                 "ISAACD_EVAL_TB_DIR": str(run / "eval"), "ISAACD_EVAL_VIDEO": "100",
+                 "ISAACD_EVAL_VIDEO_DIR": str(run / "eval" / "videos")}
+        procs[it] = subprocess.Popen([str(PY), SHIM, *TRAIN], cwd=tmp_path, env=env(extra),
+                                     stdout=open(tmp_path / f"eval{it}.log", "w"), stderr=subprocess.STDOUT)
+    codes = {it: p.wait(timeout=600) for it, p in procs.items()}
+    logs = {it: (tmp_path / f"eval{it}.log").read_text(errors="replace")[-3000:] for it in procs}
+    assert codes == {0: 0, last: 0}, logs
+    for it in procs:  # upstream's play ran, on the chosen checkpoint, and ended by its own Ctrl-C path
+        assert "Policy playback is running" in logs[it] and f"model_{it}.pt: return" in logs[it], logs[it]
+
+    first, trained = (json.loads((run / f"model_{it}.pt.eval.json").read_text()) for it in (0, last))
+    for doc, it in ((first, 0), (trained, last)):
+        assert doc["iteration"] == it and doc["episodes"] == 16 and doc["num_envs"] == 16 and doc["seed"] == 7
+        assert doc["task"] == TASK and doc["library"] == "rsl_rl" and doc["device"] == "cpu" and doc["deterministic"]
+        assert doc["length_mean"] > 0 and doc["return_std"] >= 0 and doc["video"] is None
+        # the 3.0 cart-pole logs Metrics/success_rate (survived to the time-out)
+        assert doc["success_rate"] is not None and 0.0 <= doc["success_rate"] <= 1.0
+        assert doc["video_reason"].startswith("no renderer")  # CPU: no video, the scores all the same
+    assert trained["return_mean"] > first["return_mean"] and trained["length_mean"] > first["length_mean"], (
+        first, trained)
+
+    scalars = {(p.step, p.tag): p.value for p in TensorBoardTail(run / "eval").poll()}
+    assert abs(scalars[(last, "Eval/return_mean")] - trained["return_mean"]) < 1e-3
+    assert (0, "Eval/return_mean") in scalars and (0, "Eval/success_rate") in scalars
+    assert not (run / "exported").exists()  # upstream play's JIT/ONNX export is skipped in an evaluation
+    print(f"real Isaac Lab 3.0, CPU: model_0 {first['return_mean']:.2f} (length {first['length_mean']:.0f}), "
+          f"model_{last} {trained['return_mean']:.2f} (length {trained['length_mean']:.0f}); eval "
+          f"{first['duration_seconds']:.0f} s / {trained['duration_seconds']:.0f} s")
