@@ -101,6 +101,7 @@ class _Job:
     end: float | None = None  # the published end (monotonic)
     run: float | None = None  # the published run time (a waiting job)
     source: str | None = None
+    seen: tuple[object, ...] | None = None  # a job at rest's last inputs: the same again, nothing to redo
 
 
 class Estimates:
@@ -108,6 +109,10 @@ class Estimates:
 
     def __init__(self) -> None:
         self.jobs: dict[str, _Job] = {}
+        self.history_version = 0  # the hook bumps it when it records a run: every waiting job's estimate is redone
+
+    def history_changed(self) -> None:
+        self.history_version += 1
 
     def observe(self, now: float, wall_minus_mono: float, signals: Iterable, history: dict[str, Past]) -> list[Ended]:
         ended: list[Ended] = []
@@ -118,8 +123,9 @@ class Estimates:
             seen.add(sig.name)
             if (e := self._one(now, wall_minus_mono, sig, history)) is not None:
                 ended.append(e)
-        for gone in set(self.jobs) - seen:
-            del self.jobs[gone]
+        if len(self.jobs) > len(seen):
+            for gone in set(self.jobs) - seen:
+                del self.jobs[gone]
         return ended
 
     def ends_at(self, job: str) -> float | None:
@@ -135,8 +141,18 @@ class Estimates:
         return j.source if j is not None else None
 
     def _one(self, now: float, wall_minus_mono: float, sig, history: dict[str, Past]) -> Ended | None:  # noqa: ANN001
-        j = self.jobs.setdefault(sig.name, _Job())
+        j = self.jobs.get(sig.name)
+        if j is None:
+            j = self.jobs[sig.name] = _Job()
         cfg = sig.cfg
+        if not sig.new_points and sig.state not in (JobState.STARTING, JobState.RUNNING, JobState.COMPLETED):
+            # a waiting (or resting) job: its estimate changes only with these (issue 39: 1,000 queued jobs a tick)
+            seen = (sig.state, sig.attempt, sig.checkpoint_iteration, cfg, self.history_version)
+            if j.seen == seen:
+                return None
+            j.seen = seen
+        else:
+            j.seen = None
         key = history_key(cfg.workflow, cfg.task, cfg.num_envs)
         if sig.state == JobState.COMPLETED:
             out = self._ended(j, sig.name, key, now) if j.active else None

@@ -70,6 +70,7 @@ class HostQueue:
         self._event: Callable[..., object] | None = None  # StateStore.append_event, once started
         self.deadlines: dict[str, float] = {}  # a job started ahead on its estimate -> its reservation's time
         self._decorated: dict[str, tuple[JobStatus, tuple[object, ...], JobStatus]] = {}  # a row's estimate, cached
+        self._with_estimate: dict[str, tuple[QueueEntry, tuple[object, ...], QueueEntry]] = {}  # an entry's, cached
 
     @property
     def cfg(self) -> QueueConfig:
@@ -90,6 +91,8 @@ class HostQueue:
             self._ended(done)
         if len(self._decorated) > len(self.estimates.jobs):  # a job gone: its row's estimate goes too
             self._decorated = {k: v for k, v in self._decorated.items() if k in self.estimates.jobs}
+        if len(self._with_estimate) > len(self.estimates.jobs):
+            self._with_estimate = {k: v for k, v in self._with_estimate.items() if k in self.estimates.jobs}
         placed = [self._estimated(s.queue, now) for s in signals if s.queue is not None]
         if not placed:
             self.waiting = {}
@@ -152,12 +155,18 @@ class HostQueue:
             e.name in self.store.overran
         if (ends, run, overran) == (e.ends_at, e.run_seconds, e.overran):
             return e
-        return replace(e, ends_at=ends, run_seconds=run, overran=overran)
+        made = self._with_estimate.get(e.name)  # the same entry and estimate as last tick: the same copy
+        if made is not None and made[0] is e and made[1] == (ends, run, overran):
+            return made[2]
+        out = replace(e, ends_at=ends, run_seconds=run, overran=overran)
+        self._with_estimate[e.name] = (e, (ends, run, overran), out)
+        return out
 
     def _ended(self, done: Ended) -> None:
         """A job completed: its run into the history; how its estimates fared, as an event each."""
         if done.seconds_per_iteration is not None and done.startup_seconds is not None:
             self.store.runs[done.key] = Past(done.seconds_per_iteration, done.startup_seconds)
+            self.estimates.history_changed()
         ratios = {}
         for source, said, took in done.errors:
             ratios[source] = ratio = error_ratio(said, took)
