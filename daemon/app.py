@@ -16,6 +16,7 @@ from .gpu.assign import missing_gpus
 from .gpu.oom_memory import MemoryHistory, OomNote, oom_note
 from .metrics import build_registry, gpu_status, serve
 from .status.types import GpusStatus, JobStatus
+from .evals.notify import BestAnnouncer
 from .scheduling.hook import HostQueue
 from .history.store import StateStore
 from .sweeps.controller import SweepController
@@ -117,11 +118,14 @@ def build_supervisor(cfg: Config, config_path: str | None) -> Supervisor:
     extensions: list[Extension] = [_SamplerExtension(sampler), watchdogs, queue]
     if cfg.metrics.enabled:
         extensions.append(_MetricsExtension(sampler))
+    # [notify] (issue 41): a job's new best evaluated checkpoint announced on the webhook in force
+    announcer = BestAnnouncer(StateStore(cfg.supervisor.state_dir).append_event)
+    extensions.append(announcer)
     extensions.append(_BackupDrain())  # last in, first stopped
     sup = Supervisor(cfg, config_path, gpu_check=lambda job: missing_gpus(job, sampler.snapshot()),
                      gpu_memory=gpu_memory, gpu_snapshot=sampler.snapshot,
                      hooks=Hooks(tick=[observe_memory, watchdogs.tick, sweeps.tick, queue.tick],
-                                 job_status=[watchdogs.job_status, queue.job_status],
+                                 job_status=[watchdogs.job_status, queue.job_status, announcer.job_status],
                                  status=[published.status]),
                      extensions=extensions, sweeps=sweeps)
     # a PBT exploit rewrites its member's job file: reloaded as a SIGHUP is, once the files are quiet

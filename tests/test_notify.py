@@ -17,8 +17,8 @@ from structlog.testing import capture_logs
 
 from isaacd.config.notify import NotifyConfig, redacted_url
 from isaacd.config.schema import ConfigError, parse_config as _parse
-from isaacd.evals.notify import Notifier
-from isaacd.evals.types import EvalResult
+from isaacd.evals.notify import BestAnnouncer, Notifier
+from isaacd.evals.types import EvalResult, EvalsStatus
 
 SECRET = "T0AAA/B0BBB/s3cr3tHookToken"
 
@@ -61,7 +61,7 @@ class Chat:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
 
     def close(self) -> None:
         self.go.set()
@@ -213,3 +213,41 @@ def test_the_config_section_and_its_refusals_never_quote_the_url():
         assert SECRET not in str(e.value) and "notify." in str(e.value)
     assert redacted_url(f"https://user:pw@hooks.slack.com:8443/services/{SECRET}?x=1") == \
         "https://hooks.slack.com:8443/…"
+
+
+class Row:
+    """A job's published status row, as the announcer reads it."""
+
+    def __init__(self, name: str, best: EvalResult | None) -> None:
+        self.name = name
+        self.evals = EvalsStatus(every="1", best=best, last=best, where="cpu")
+
+
+def test_the_supervisor_announces_a_best_that_changed_and_journals_failures_on_the_tick(chat: Chat):
+    from types import SimpleNamespace
+
+    journal: list[tuple[str, str, dict[str, Any]]] = []
+    a = BestAnnouncer(lambda job, event, **fields: journal.append((job, event, fields)), host="gpu-7")
+    running = SimpleNamespace(config=SimpleNamespace(notify=NotifyConfig(webhook=f"{chat.url}/hooks/{SECRET}")))
+    a.start(running)
+    try:
+        a.job_status(Row("cartpole", result(300, 450.0)))  # first sight after a start: its best is not new
+        a.job_status(Row("cartpole", result(300, 450.0)))
+        assert a.notifier.flush(10) and chat.posts == []
+        a.job_status(Row("cartpole", result(400, 487.1)))  # a new best
+        a.job_status(Row("cartpole", result(400, 487.1)))  # the same: said once
+        assert a.notifier.flush(10)
+        assert [p["body"]["text"].splitlines()[:2] for p in chat.posts] == [[
+            "isaacd on gpu-7: cartpole has a new best checkpoint, model_400.pt (iteration 400): return 487 ± 12 over "
+            "100 episodes", "previous best: model_300.pt 450"]]
+        chat.status = 500
+        a.job_status(Row("cartpole", result(500, 495.0)))
+        assert a.notifier.flush(10) and journal == []  # the failure waits for the tick: the journal's one writer
+        a.job_status(Row("cartpole", result(500, 495.0)))
+        assert journal == [("cartpole", "notify_failed",
+                            {"webhook": f"{chat.url}/…", "reason": "HTTP 500 Internal Server Error"})]
+        running.config = SimpleNamespace(notify=None)  # a reload removed [notify]: nothing more is sent
+        a.job_status(Row("cartpole", result(600, 499.0)))
+        assert a.notifier.flush(10) and len(chat.posts) == 2
+    finally:
+        a.stop()

@@ -4,8 +4,9 @@ config/notify.py).
 One JSON POST per new best: Slack's and Mattermost's `{"text": ...}`, or WeCom's `{"msgtype": "text", "text":
 {"content": ...}}` (`NotifyConfig.body_format`). It is sent from one background thread (`Notifier`), in order, each
 with a short timeout, so a slow or dead chat server never holds a tick back; a POST that fails is an event in the
-job's journal (`notify_failed`, through the `report` the caller hands over: a thread-safe `backup.notes.Notes.add`),
-never retried (the next best is announced anyway). The URL's secret (a hook's path, WeCom's `key=`) is never logged
+job's journal (`notify_failed`, through the `report` the caller hands over), never retried (the next best is
+announced anyway). `BestAnnouncer` is the supervisor's part: it sees each job's published row, announces a best that
+changed, and writes the failures into the journals on the tick (app.py wires it). The URL's secret (a hook's path, WeCom's `key=`) is never logged
 nor put in an event: only `redacted_url`'s scheme and host, and any text quoted from an error has the secret parts
 blanked out.
 """
@@ -18,14 +19,15 @@ import socket
 import threading
 import urllib.error
 import urllib.request
+from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import structlog
 
 from ..config.notify import NotifyConfig, redacted_url
-from .types import EvalResult
+from .types import EvalResult, EvalsStatus
 
 log = structlog.get_logger("isaacd.notify")
 
@@ -184,3 +186,65 @@ class Notifier:
                 break
         self._q.put(None)
         thread.join(wait)
+
+
+class _Row(Protocol):
+    """A job's published status row (status/types.JobStatus), as far as the announcer reads it."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def evals(self) -> EvalsStatus | None: ...
+
+
+class _Running(Protocol):
+    config: Any  # the config in force (config.schema.Config): its `notify`
+
+
+MAX_NOTES = 1000  # failures waiting for the tick; a journal that stopped draining must not grow this without bound
+
+
+class BestAnnouncer:
+    """The supervisor's part of `[notify]`: an extension (its `start` is handed the supervisor's `Running`, whose
+    config in force names the webhook; its `stop` ends the sending thread) and a job-status hook that sees each job's
+    row at every publish. A job whose best evaluation changes from the one it saw before is announced (the first
+    sight of a job after a start is not: its best was not new then). Failures come back from the sending thread and
+    are written into the job's journal on the tick (`journal(job, "notify_failed", **fields)`), the journal's one
+    writer."""
+
+    def __init__(self, journal: Callable[..., Any], host: str | None = None) -> None:
+        self._journal = journal
+        self._running: _Running | None = None
+        self.notifier = Notifier(self._config, host)
+        self._best: dict[str, EvalResult | None] = {}
+        self._failures: deque[tuple[str, str, dict[str, Any]]] = deque(maxlen=MAX_NOTES)  # (job, event, fields)
+
+    def _config(self) -> NotifyConfig | None:
+        return getattr(self._running.config, "notify", None) if self._running is not None else None
+
+    def start(self, running: _Running) -> None:
+        self._running = running
+
+    def stop(self) -> None:
+        self.notifier.close()
+
+    def job_status(self, row: _Row) -> _Row:
+        """The hook: `row` unchanged; an announcement queued when its best is new."""
+        while self._failures:  # deque's append and popleft are atomic: the sending thread appends
+            job, event, fields = self._failures.popleft()
+            try:
+                self._journal(job, event, **fields)
+            except Exception:  # noqa: BLE001 - a journal that cannot be written must not fail the publish
+                log.exception("notify_event_failed", job=job)
+        best = row.evals.best if row.evals is not None else None
+        seen, before = row.name in self._best, self._best.get(row.name)
+        self._best[row.name] = best
+        if seen and best is not None and (before is None or before.iteration != best.iteration):
+            self.notifier.announce_best(row.name, best, before, self._reporter(row.name))
+        return row
+
+    def _reporter(self, job: str) -> Report:
+        def report(event: str, **fields: Any) -> None:
+            self._failures.append((job, event, fields))
+        return report
