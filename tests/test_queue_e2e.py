@@ -160,6 +160,8 @@ def test_submit_queue_preempt_with_a_save_resume_elsewhere_and_drain_in_order(tm
     total = 60
     assert set().union(*map(set, logged)) == set(range(total)) and logged[1][0] == saved["iteration"]
     assert sp.job(victim)["queue"]["preemptions"] == 1 and sp.job(victim)["restarts"] == 0
+    # issue 42: its first estimate from its own iteration times after the resume, against what the run took
+    assert "rate" in [e["source"] for e in events(sp, victim, "estimate_error") if e["ratio"] > 0]
     placed = {n: events(sp, n, "placed")[-1]["time"] for n in (victim, "cartpole")}
     assert placed[victim] < placed["cartpole"]  # back in its old place, ahead of the later submission
 
