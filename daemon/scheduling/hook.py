@@ -93,6 +93,8 @@ class HostQueue:
             self._decorated = {k: v for k, v in self._decorated.items() if k in self.estimates.jobs}
         if len(self._with_estimate) > len(self.estimates.jobs):
             self._with_estimate = {k: v for k, v in self._with_estimate.items() if k in self.estimates.jobs}
+        if any(k not in self.estimates.jobs for k in self.deadlines):  # a job removed before its reservation
+            self.deadlines = {k: v for k, v in self.deadlines.items() if k in self.estimates.jobs}
         placed = [self._estimated(s.queue, now) for s in signals if s.queue is not None]
         if not placed:
             self.waiting = {}
