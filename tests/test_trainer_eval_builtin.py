@@ -55,12 +55,16 @@ def test_same_checkpoint_same_scores_and_a_torn_one_is_refused(tmp_path):
     # the daemon's launch: the same command line (the shim's eval mode; isaacd-train's own check without it)
     runs = {"shim-3.x": ([PY, SHIM, *V30, *ARGS], ckpt, 2, run / "a.eval.json"),
             "2.1": ([PY, *V21, *ARGS], ckpt, 2, run / "b.eval.json"),
-            "torn": ([PY, SHIM, *V30, *ARGS], torn, 5, run / "model_5.pt.eval.json")}
+            "torn": ([PY, SHIM, *V30, *ARGS], torn, 5, run / "model_5.pt.eval.json"),
+            # another library's job: refused before anything loads (built-in skrl, without the shim)
+            "skrl": ([PY, "-m", "isaacd_trainer.isaaclab30", "--rl_library", "skrl", "--task", TASK], ckpt, 2,
+                     run / "skrl.eval.json")}
     procs = {k: subprocess.Popen(cmd, cwd=tmp_path, env=eval_env(c, it, res), stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, text=True) for k, (cmd, c, it, res) in runs.items()}
     out = {k: p.communicate(timeout=300)[0] for k, p in procs.items()}
     codes = {k: p.returncode for k, p in procs.items()}
-    assert codes == {"shim-3.x": 0, "2.1": 0, "torn": eval_core.EXIT_EVAL_ERROR}, out
+    assert codes == {"shim-3.x": 0, "2.1": 0, "torn": eval_core.EXIT_EVAL_ERROR, "skrl": eval_core.EXIT_EVAL_ERROR}, out
+    assert "evaluation of skrl checkpoints is not built yet" in json.loads(runs["skrl"][3].read_text())["error"]
 
     a, b = (json.loads(runs[k][3].read_text()) for k in ("shim-3.x", "2.1"))
     assert {k: a[k] for k in SCORES} == {k: b[k] for k in SCORES}, (a, b)
@@ -82,4 +86,4 @@ def test_same_checkpoint_same_scores_and_a_torn_one_is_refused(tmp_path):
     # nothing else written: no new run dir, nothing exported beside the checkpoint
     assert [p.name for p in (tmp_path / "logs" / "rsl_rl" / "cartpole").iterdir()] == [run.name]
     assert sorted(p.name for p in run.iterdir()) == sorted(before + ["a.eval.json", "b.eval.json", "eval",
-                                                                     "model_5.pt.eval.json"])
+                                                                     "model_5.pt.eval.json", "skrl.eval.json"])

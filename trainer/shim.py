@@ -83,6 +83,10 @@ Per-iteration snapshots (rank 0 only; the run dir must exist and rsl_rl's log wr
 * At a stop (before ``stopped``) and at the end of ``learn()`` (before ``learn_finished``, also when it raises) the
   shim waits up to 10 s for a write in flight, so no temp file is left behind by an orderly exit.
 
+Evaluation (issue 41): with ``ISAACD_EVAL=1`` the shim evaluates the checkpoint ``ISAACD_EVAL_CHECKPOINT`` instead of
+training (``shim_eval.py``, ``eval_core.py``: Isaac Lab's ``train`` becomes its ``play``, episodes are counted, a
+result JSON is written); no save-on-stop handler is installed then.
+
 Warm spare: ``shim.py --isaacd-spare`` (no script) does the state-free start-up and waits for a go line.
 
 * Env at spawn: ``ISAACD_SPARE_CONTROL`` (required: a FIFO the daemon created; opened O_RDONLY|O_NONBLOCK at once,
@@ -217,13 +221,14 @@ def main() -> None:
         sys.exit(0 if argv[:1] in (["-h"], ["--help"]) else 2)
     # keep this module importable under its own name while the target runs as __main__
     sys.modules.setdefault("isaacd_shim", sys.modules[__name__])
-    if os.environ.get("ISAACD_EVAL", "").strip() == "1":
+    evaluating = os.environ.get("ISAACD_EVAL", "").strip() == "1"
+    if evaluating:
         # issue 41: evaluate a checkpoint (shim_eval.py): play instead of train, no save-on-stop (nothing to save)
         _load_beside("eval_core")
         argv = _load_beside("shim_eval").prepare(argv)
-    else:
-        install_signal_handlers()
     install_import_hook()
+    if not evaluating:
+        install_signal_handlers()
     run_target(argv)
 
 
