@@ -29,7 +29,7 @@ import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from ..config.eval import EvalConfig
 from ..daemon_log import log
@@ -270,6 +270,8 @@ class EvalKeeper:
         try:
             owner = self.setting.owner()
             program = resolved.program(in_container=False)
+            if not program.shim:  # the shim turns a train script into its play path: without it, it would train
+                return f"workflow = \"{cfg.workflow}\": its evaluation through isaacd's shim is not built yet"
             result_path(path).unlink(missing_ok=True)  # a stale result must not pass for this evaluation's
         except Exception as exc:  # noqa: BLE001 - an owner problem, a workflow error, a directory: said, retried
             return f"{type(exc).__name__}: {exc}"
@@ -426,12 +428,14 @@ class EvalKeeper:
             return None
         rec, run = self.record, self.running
         running = run.prepared.task.iteration if run is not None else None
-        last = rec.last_failure
-        return EvalsStatus(every=e.every_text, last=rec.last_result, best=rec.best_result, running=running,
+        last, newest = rec.last_failure, rec.last_result
+        # the newest failure matters while no result came after it; what stops every evaluation matters always
+        failure = last.reason if last is not None and (newest is None or last.at > newest.finished_at) else None
+        return EvalsStatus(every=e.every_text, last=newest, best=rec.best_result, running=running,
                            running_since=run.started_wall if run is not None else None,
                            waiting=waiting_count(e, self.checkpoints, self.rewards, rec, running),
                            failed=rec.failure_count(), given_up=tuple(sorted(rec.given_up)),
-                           last_error=self.problem or (last.reason if last is not None else None),
+                           done=len(rec.results), last_error=self.problem or failure,
                            video_unavailable=self.video_unavailable,
                            where=self._where(run.prepared.launch if run is not None else None))
 
