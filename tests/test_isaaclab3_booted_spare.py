@@ -25,8 +25,9 @@ import pytest
 
 from helpers import wait_for, write_config
 from isaaclab3_helpers import BOOT, PY, TASK, events, run_dirs, started, steps
-from test_isaaclab3_real import _real_isaaclab, assert_clean_log, il3_job  # noqa: F401 (the fixture)
+from test_isaaclab3_real import _real_isaaclab, assert_clean_log, hold_the_next_spare, il3_job  # noqa: F401
 
+from isaacd.config.schema import LaunchDeadlines
 from isaacd.observations.checkpoints import newest_complete
 
 pytestmark = [pytest.mark.slow, pytest.mark.isaaclab3]
@@ -83,8 +84,11 @@ def iteration_seconds(run_dir: Path, step: int) -> float:
 
 
 def test_kill9_with_a_booted_spare_resumes_exactly_as_a_cold_resume(tmp_path, supervisor_factory):
-    # a total the three takeovers never reach (each waits for a booted spare, 20-60 s of boot here): the story ends
-    # with `isaacd stop` after the third, and its save, instead of a race to completion
+    # a total the two takeovers never reach (each waits for a booted spare, 20-60 s of boot here): the story ends
+    # with `isaacd stop` after the second, and its save, instead of a race to completion. Two takeovers, not three
+    # (suite time, session 18): the second is a takeover of an attempt that was itself a spare, which is all a
+    # third one repeated; the medians of the takeover's time are bench/'s to print, not this test's
+    ack_bound = LaunchDeadlines().spare_ack_timeout
     total, save_interval = 400, 5
     sp = supervisor_factory(write_config(tmp_path, il3_job("bs", max_iterations=total, save_interval=save_interval,
                                                            spare="booted")))
@@ -110,10 +114,10 @@ def test_kill9_with_a_booted_spare_resumes_exactly_as_a_cold_resume(tmp_path, su
     assert not staged.exists()
     assert [d.name for d in exp.iterdir()] == [Path(j["run_dir"]).name]
 
-    # kill -9 the trainer three times, each time with a booted spare ready: training again, timed
-    took, handover = [], []
+    # kill -9 the trainer twice, each time with a booted spare ready: training again, timed
+    took, handover, acks = [], [], []
     resume_points = []
-    for n in (1, 2, 3):
+    for n in (1, 2):
         floor = resume_points[-1] + 2 if resume_points else 3
         j = wait_for(lambda: booted_ready(sp, "bs", floor, frozenset(used)), 2 * BOOT, interval=0.2,
                      what=f"attempt {n} at iteration {floor} with a booted spare ready")
@@ -135,6 +139,13 @@ def test_kill9_with_a_booted_spare_resumes_exactly_as_a_cold_resume(tmp_path, su
         assert s["warm_spare"] is True and s["pid"] == j["spare"]["pid"]
         assert s["resume_from"]["iteration"] == point == loaded["iteration"]
         assert first["iteration"] == point  # rsl_rl redoes the loaded iteration, as after a cold resume
+        # the spare acked the go within the default ack deadline (issue 28: the figure that default's margin rests
+        # on; test_isaaclab3_frozen_spare.py has the spare that does not)
+        ack = wait_for(lambda: [e for e in events(sp, "bs", "spare_took_over") if e["attempt"] == attempt], 30,
+                       what=f"attempt {attempt}'s spare_took_over")[-1]
+        assert ack["mode"] == "booted" and ack["pid"] == j["spare"]["pid"] and 0 < ack["ack_seconds"] < ack_bound
+        acks.append(ack["ack_seconds"])
+    hold_the_next_spare(sp, "bs", 3)  # the spare booting beside the last takeover: no kill follows, it only takes CPU
     # on a loaded 2-core machine one cart-pole iteration takes seconds: say what of the time is the iteration itself
     new_runs = run_dirs(sp, "bs")[1:]
     own = [iteration_seconds(d, p) for d, p in zip(new_runs, resume_points)]
@@ -142,26 +153,27 @@ def test_kill9_with_a_booted_spare_resumes_exactly_as_a_cold_resume(tmp_path, su
           f"{', '.join(f'{t:.2f}' for t in took)} s (median {statistics.median(took):.2f} s), of which that "
           f"iteration itself {', '.join(f'{t:.2f}' for t in own)} s; kill -9 -> runner handed over (run dir moved, "
           f"checkpoint loaded) {', '.join(f'{t:.2f}' for t in handover)} s "
-          f"(median {statistics.median(handover):.2f} s)")
+          f"(median {statistics.median(handover):.2f} s); ack of the go {', '.join(f'{a * 1000:.1f}' for a in acks)} "
+          f"ms (spare_ack_timeout {ack_bound:g} s), first-step bound {ack['first_step_bound_seconds']:.0f} s")
 
-    # past every step an earlier run logged (`redo_until`: the killed third run may have logged a few iterations past
+    # past every step an earlier run logged (`redo_until`: the last killed run may have logged a few iterations past
     # the resume point it left: fresh-clone CI of 2026-12-06 stopped at 158 after a kill at 159), so the runs' steps
     # end at the stop's save whatever the relative speed of the kill and the snapshots
     j = wait_for(lambda: (x := sp.job("bs"))["state"] == "running"
                  and (x["iteration"] or 0) >= max(resume_points[-1] + 2, (x.get("redo_until") or 0) + 1)
-                 and x, BOOT, what="the third takeover training past every earlier run's steps")
+                 and x, BOOT, what="the second takeover training past every earlier run's steps")
     sp.cli("stop", "bs")
     wait_for(lambda: sp.job("bs")["state"] == "stopped", 90, what="stopped")
     saved = events(sp, "bs", "trainer_saved_on_stop")[-1]
     runs = started(sp, "bs")
-    assert len(runs) == 4
+    assert len(runs) == 3
     # exactly a cold resume's: the absolute checkpoint, what is left of the total, the job's seed
     for r in runs[1:]:
         argv = r["argv"]
         assert argv[argv.index("--checkpoint") + 1] == r["resume_from"]["path"]
         assert argv[argv.index("--max_iterations") + 1] == str(total - r["resume_from"]["iteration"])
     dirs = run_dirs(sp, "bs")
-    assert len(dirs) == 4 and all(d.parent == exp and RUN_NAME_RE.match(d.name) for d in dirs), dirs
+    assert len(dirs) == 3 and all(d.parent == exp and RUN_NAME_RE.match(d.name) for d in dirs), dirs
     assert sorted(d.name for d in exp.iterdir()) == sorted(d.name for d in dirs)  # no other run, staged or not
     logged = [steps(d) for d in dirs]
     last = saved["iteration"]
