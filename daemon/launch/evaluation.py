@@ -7,7 +7,7 @@ shim reads these variables. Set after the environment's scrub (an owner's proces
 
 from __future__ import annotations
 
-from .context import EvalLaunch, LaunchContext
+from .context import LaunchContext
 from .contributions import Contribution, Env
 
 EVAL_ENV = "ISAACD_EVAL"  # "1": the shim runs the play path on a checkpoint instead of training
