@@ -22,6 +22,7 @@ import os
 import statistics
 import sys
 import time
+from typing import NoReturn
 
 # ---------------------------------------------------------------------------------------------- environment
 EVAL_ENV = "ISAACD_EVAL"  # "1": evaluation mode
@@ -225,7 +226,7 @@ def write_json_atomic(path: str, doc: dict) -> None:
         os.close(dfd)
 
 
-def fail(error: str, environ=None) -> "NoReturn":  # noqa: F821
+def fail(error: str, environ=None) -> NoReturn:
     """Write the error JSON (as far as the variables allow) and exit EXIT_EVAL_ERROR."""
     ck, it, result = EvalSettings.partial(environ)
     print(f"[isaacd-eval] evaluation failed: {error}", file=sys.stderr, flush=True)
