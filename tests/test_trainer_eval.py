@@ -160,3 +160,56 @@ def test_the_builtin_trainer_runs_as_is_and_other_libraries_are_refused(tmp_path
 def test_no_video_on_the_cpu_and_the_reason_says_so(tmp_path):
     p = E.plan(TRAIN, settings(tmp_path, ISAACD_EVAL_VIDEO="200"))
     assert "--video" not in p.argv and p.video_reason.startswith("no renderer: the evaluation runs on cpu")
+
+
+# ----------------------------------------------------------------------------------------------- the shim's hooks
+class _Vec(list):
+    """A tensor's two methods the step hook uses (tolist, reshape)."""
+
+    def tolist(self) -> list:
+        return list(self)
+
+    def reshape(self, *shape) -> "_Vec":
+        return self
+
+
+def test_a_checkpoint_that_does_not_load_is_the_error_json_and_exports_are_skipped(tmp_path, monkeypatch):
+    s = settings(tmp_path)
+    for k, v in (("ISAACD_EVAL_CHECKPOINT", s.checkpoint), ("ISAACD_EVAL_ITERATION", "40"),
+                 ("ISAACD_EVAL_RESULT", s.result)):
+        monkeypatch.setenv(k, v)
+
+    class OnPolicyRunner:  # rsl_rl's load of another library's checkpoint: its dict has no actor_state_dict
+        def load(self, path, load_cfg=None):
+            raise KeyError("actor_state_dict")
+
+        def export_policy_to_jit(self, path, filename="policy.pt"):
+            raise AssertionError("exported")
+
+        export_policy_to_onnx = export_policy_to_jit
+
+    E._patch_runner_class(OnPolicyRunner)
+    runner = OnPolicyRunner()
+    runner.export_policy_to_jit(path=str(tmp_path / "exported"), filename="policy.pt")  # nothing written
+    runner.export_policy_to_onnx(path=str(tmp_path / "exported"), filename="policy.onnx")
+    with pytest.raises(SystemExit) as exc:
+        runner.load(s.checkpoint)
+    assert exc.value.code == C.EXIT_EVAL_ERROR
+    err = json.loads(open(s.result).read())["error"]
+    assert err.startswith(f"checkpoint {s.checkpoint} does not load: KeyError") and not (tmp_path / "exported").exists()
+
+
+def test_the_step_hook_writes_the_result_once_the_count_is_reached_then_ends_play(tmp_path, monkeypatch):
+    s = settings(tmp_path, ISAACD_EVAL_EPISODES="2", ISAACD_EVAL_NUM_ENVS="2", ISAACD_EVAL_TB_DIR="")
+    monkeypatch.setattr(E._Eval, "settings", s)
+    monkeypatch.setattr(E._Eval, "plan", E.plan(TRAIN, s))
+    monkeypatch.setattr(E._Eval, "counter", C.EpisodeCounter(2, 2))
+    monkeypatch.setattr(E._Eval, "finished", False)
+    E._on_step((None, _Vec([1.0, 1.0]), _Vec([1, 0]), {"log": {"Metrics/success_rate": 1.0}}))
+    assert not os.path.exists(s.result)
+    with pytest.raises(KeyboardInterrupt):  # what 3.0's run_playback suppresses: its loop ends, close_env runs
+        E._on_step((None, _Vec([2.0, 2.0]), _Vec([0, 1]), {}))
+    doc = json.loads(open(s.result).read())
+    assert (doc["episodes"], doc["return_mean"], doc["length_mean"], doc["success_rate"]) == (2, 2.0, 1.5, 1.0)
+    assert doc["task"] == "Isaac-Cartpole-Direct" and doc["iteration"] == 40
+    E._on_step((None, _Vec([1.0, 1.0]), _Vec([1, 1]), {}))  # a step after the end (close_env's) counts nothing
