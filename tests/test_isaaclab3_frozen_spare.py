@@ -1,9 +1,9 @@
 """Issue 28 part 1 on the real Isaac Lab 3.0.0 (kit-less, CPU, pip form), where the bug was seen: a booted spare
 parked at rsl_rl's learn() is frozen (SIGSTOP), then the trainer is killed with SIGKILL. Before issue 28 the job
 stayed `starting` until the no_progress watchdog (600 s); now the spare misses the ack deadline (the default
-[jobs.launch] spare_ack_timeout), is killed, and the job starts cold at once. One supervisor story: first a takeover
-by a booted spare that answers (its ack latency is printed: the figure the default's margin rests on), then the
-frozen one."""
+[jobs.launch] spare_ack_timeout), is killed, and the job starts cold at once. The spare that answers, and its ack
+latency (the figure the default's margin rests on), are test_isaaclab3_booted_spare.py's: its takeovers assert and
+print it (suite time, session 18: a takeover here first cost a booted spare's boot and proved nothing more)."""
 
 from __future__ import annotations
 
@@ -27,23 +27,9 @@ def test_a_frozen_booted_spare_is_killed_at_the_ack_deadline_and_the_job_starts_
     ack_bound = LaunchDeadlines().spare_ack_timeout
     sp = supervisor_factory(write_config(tmp_path, il3_job("fz", max_iterations=400, save_interval=5,
                                                            spare="booted")))
-    used: set[int] = set()
 
-    # a booted spare that answers: it acks within milliseconds and trains on
-    j = wait_for(lambda: booted_ready(sp, "fz", 2, frozenset(used)), 2 * BOOT, interval=0.2, what="a booted spare")
-    used.add(j["spare"]["pid"])
-    os.kill(j["pid"], signal.SIGKILL)
-    took = wait_for(lambda: events(sp, "fz", "spare_took_over"), 60, interval=0.05, what="the spare's ack")[-1]
-    assert took["mode"] == "booted" and took["pid"] == j["spare"]["pid"] and 0 < took["ack_seconds"] < ack_bound
-    wait_for(lambda: (x := sp.job("fz"))["state"] == "running" and x["pid"] == j["spare"]["pid"], BOOT,
-             interval=0.1, what="the booted spare training")
-    print(f"real Isaac Lab 3.0, CPU, booted spare: ack of the go {took['ack_seconds'] * 1000:.1f} ms "
-          f"(spare_ack_timeout {ack_bound:g} s), first-step bound {took['first_step_bound_seconds']:.0f} s")
-
-    # the next booted spare, frozen while parked; the trainer killed: the ack deadline, then a cold start
-    j = wait_for(lambda: booted_ready(sp, "fz", 0, frozenset(used)), 2 * BOOT, interval=0.2,
-                 what="a second booted spare")
-    used.add(j["spare"]["pid"])
+    # a booted spare, frozen while parked; the trainer killed: the ack deadline, then a cold start
+    j = wait_for(lambda: booted_ready(sp, "fz", 2), 2 * BOOT, interval=0.2, what="a booted spare")
     before = len(started(sp, "fz"))
     os.kill(j["spare"]["pid"], signal.SIGSTOP)
     os.kill(j["pid"], signal.SIGKILL)
