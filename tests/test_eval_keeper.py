@@ -14,9 +14,11 @@ from types import SimpleNamespace
 
 from backup_fakes import fake_checkpoint
 from test_attempt_planner import JOB, World
+from test_spare_mode import gpu_snapshot
 
 from isaacd.attempt.eval_effects import KillEval, StartEval
 from isaacd.attempt.evals import EvalKeeper
+from isaacd.config.sizes import GiB
 from isaacd.jobs.model import JobState
 from isaacd.observations.checkpoints import Checkpoint
 from isaacd.runner import apply_evals
@@ -107,14 +109,6 @@ def test_a_deadline_kill_is_a_failure_retried_later_while_a_stop_or_the_queues_h
     assert t.tick() == []  # in its backoff
     t.w.clock.advance(3600)
     assert [type(e) for e in t.tick()] == [StartEval]  # retried
-    # the queue needs the memory (DropSpare): killed, not counted, and none started during the hold
-    t.keeper.hold("the queue needs GPU memory for urgent", t.now + 30)
-    kill = t.tick()
-    assert [(type(e), e.failure) for e in kill] == [(KillEval, False)]
-    assert t.events("eval_stopped")[-1]["reason"] == "the queue needs GPU memory for urgent"
-    assert t.tick() == [] and t.keeper.status().failed == 1
-    t.now += 31
-    assert [type(e) for e in t.tick()] == [StartEval]
     # the job stopped: killed, not counted, and nothing starts while it is stopped
     kill = t.tick(JobState.STOPPED)
     assert [(type(e), e.failure) for e in kill] == [(KillEval, False)] and t.tick(JobState.STOPPED) == []
@@ -160,12 +154,30 @@ def test_a_previous_supervisors_evaluation_is_found_by_its_token_and_killed_then
     assert [type(e) for e in t.tick()] == [StartEval]  # evaluated again from scratch
 
 
-def test_a_gpu_evaluation_waits_for_the_sampler_to_show_room_and_counts_for_the_queue_while_it_runs(tmp_path: Path):
-    job = JOB.replace('num_envs = 1024\n', 'num_envs = 1024\ndevice = "cuda:0"\n')
+def test_a_gpu_evaluation_starts_where_the_sampler_shows_room_counts_for_the_queue_and_yields_to_its_hold(
+        tmp_path: Path):
+    job = JOB.replace('num_envs = 1024\n', 'num_envs = 1024\ndevice = "cuda:1"\ngpus = [1]\n')
     t = Eval(tmp_path, its=(0,), job=job + '[jobs.eval]\ngpu_memory = "4GiB"\n')
-    assert t.tick() == [] and "GPU sampler" in (t.keeper.status().last_error or "")
-    assert t.keeper.gpu_bytes() == 0
-    t.keeper.gpu_snapshot = lambda: None  # a sampler that is down: still nothing started
-    assert t.tick() == [] and not t.w.rt.trainers
+    assert t.tick() == [] and "GPU sampler" in (t.keeper.status().last_error or "")  # no sampler: none started
+    full = {"1": (78 * GiB, 80 * GiB, {})}
+    t.keeper.gpu_snapshot = lambda: gpu_snapshot(full)
+    t.now += 3
+    assert t.tick() == [] and "4 GiB" in (t.keeper.status().last_error or "")  # 2 GiB free of the 4 it needs
+    full["1"] = (70 * GiB, 80 * GiB, {})
+    t.now += 3
+    started = t.tick()
+    assert [type(e) for e in started] == [StartEval]
+    assert started[0].spec.env["CUDA_VISIBLE_DEVICES"] == "1" and t.keeper.status().where == "gpu 1 (4 GiB)"
+    assert t.keeper.gpu_bytes() == 4 * GiB  # counted with the spare's by the queue (status/signals.py)
+    # the queue needs the memory (DropSpare): killed, not counted as a failure, and none started during the hold
+    t.keeper.hold("the queue needs GPU memory for urgent", t.now + 30)
+    assert [(type(e), e.failure) for e in t.tick()] == [(KillEval, False)]
+    assert t.events("eval_stopped")[-1]["reason"] == "the queue needs GPU memory for urgent"
+    assert t.tick() == [] and t.keeper.gpu_bytes() == 0 and t.keeper.status().failed == 0
+    t.now += 31
+    assert [type(e) for e in t.tick()] == [StartEval]
+    # the job gave its GPU back (queued again after a preemption): a GPU evaluation goes with it
+    assert [(type(e), e.failure) for e in t.tick(JobState.QUEUED)] == [(KillEval, False)]
+    assert t.tick(JobState.QUEUED) == [] and t.keeper.idle(JobState.QUEUED)
     # a supervisor shutdown: no evaluation starts again in this runner
     assert t.keeper.dismiss("supervisor shutdown") == [] and t.keeper.idle(JobState.RUNNING)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..config.eval import EvalConfig
+from ..config.sizes import gib
 from ..daemon_log import log
 from ..evals.choose import KEEP_NEWEST, EvalTask, backoff, next_eval, plan, should_give_up, waiting_count
 from ..evals.record import EvalRecord, EvalStore
@@ -194,7 +195,7 @@ class EvalKeeper:
             return "[jobs.eval] removed"
         if state in OFF_STATES or (e.on_gpu and state not in ON_GPU_STATES):
             return f"the job is {state.value}"
-        if now < self.held_until:
+        if now < self.held_until and e.on_gpu:  # a CPU evaluation holds no GPU memory: the hold is not about it
             return self.held_reason or "the queue needs its GPU memory"
         return None
 
@@ -230,7 +231,8 @@ class EvalKeeper:
         need = e.gpu_memory_bytes or 0
         free = rooms[0].free if rooms else None
         if free is None or free < need:
-            self.problem = (f"waiting for {e.where()} free on the job's GPU" if rooms else
+            self.problem = (f"waiting for {gib(need)} free on the job's {rooms[0].where} (free: "
+                            f"{'unknown' if free is None else gib(free)})" if rooms else
                             "waiting for the GPU sampler to show the job's GPU")
             return False
         return True
