@@ -39,11 +39,18 @@ def host(tmp_path: Path, free: tuple[int, ...]) -> Path:
     return cfg
 
 
+def toml_value(v: object) -> str:
+    """JSON writes TOML's strings, numbers, booleans and arrays; a table (`environment`) is an inline one."""
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {json.dumps(x)}" for k, x in v.items()) + "}"
+    return json.dumps(v)
+
+
 def job_file(tmp_path: Path, name: str, **over) -> Path:  # noqa: ANN003
     fields = {"gpu_memory": "80GiB", "device": "cpu", "num_envs": 64, "max_iterations": 400, "save_interval": 5,
               "log_root": str(tmp_path / "logs"), "stop_timeout": 60.0, "spare": False,
               "extra_args": ["agent.num_steps_per_env=8"], **over}
-    body = "\n".join(f"{k} = {json.dumps(v)}" for k, v in fields.items() if v is not None)  # None: key left out
+    body = "\n".join(f"{k} = {toml_value(v)}" for k, v in fields.items() if v is not None)  # None: key left out
     path = tmp_path / "submit" / f"{name}.toml"
     path.parent.mkdir(exist_ok=True)
     path.write_text(f'[[jobs]]\nname = "{name}"\n{body}\n{QUIET}')
@@ -67,8 +74,12 @@ def test_submit_queue_preempt_with_a_save_resume_elsewhere_and_drain_in_order(tm
     sp = supervisor_factory(host(tmp_path, free=(0, 1)))
     # g1 is not preemptible and trains for good: anymal is the one urgent preempts, g1 the one cancelled later (a
     # finite g1 could complete before its cancel on a fast worker, leaving nothing to save)
+    # anymal, the victim, runs its script's own cleanup after a stop's save (no quick exit), held there while `hold`
+    # exists (the shim's test seam): a teardown that would keep its GPU until stop_timeout, unless isaacd ends it
+    hold = tmp_path / "hold-cleanup"
+    slow_teardown = {"ISAACD_SHIM_FAST_EXIT": "0", "ISAACD_SHIM_TEST_HOLD_CLEANUP": str(hold)}
     said = {name: sp.cli("submit", str(job_file(tmp_path, name, **over))).stdout.strip()
-            for name, over in (("anymal", {"max_iterations": 60}),
+            for name, over in (("anymal", {"max_iterations": 60, "environment": slow_teardown}),
                                ("g1", {"max_iterations": 100000, "preemptible": False}),
                                ("cartpole", {"max_iterations": 5}))}
     running_at(sp, "anymal", 5), running_at(sp, "g1", 5)
@@ -113,6 +124,7 @@ def test_submit_queue_preempt_with_a_save_resume_elsewhere_and_drain_in_order(tm
 
     # a high-priority submit preempts one job: it saves at the next iteration boundary and goes back to the queue
     # urgent trains long enough to outlast g1's cancel below: its GPU must not come free first
+    hold.touch()
     sp.cli("submit", str(job_file(tmp_path, "urgent", priority=10, max_iterations=40)))
     victim, other = "anymal", "g1"
     wait_for(lambda: events(sp, victim, "preempted"), 60, what="a preemption")
@@ -120,6 +132,11 @@ def test_submit_queue_preempt_with_a_save_resume_elsewhere_and_drain_in_order(tm
     first_gpus = events(sp, victim, "placed")[0]["gpus"]
     wait_for(lambda: sp.job(victim)["state"] == "queued", 90, what=f"{victim} back in the queue")
     saved = events(sp, victim, "trainer_saved_on_stop")[-1]
+    # issue 42: its GPU was handed over at the save: isaacd ended the held cleanup, not its stop_timeout (60 s)
+    (kill,) = events(sp, victim, "stop_saved_kill")
+    assert kill["checkpoint"] == saved["checkpoint"] and kill["cleanup"] == "ISAACD_SHIM_FAST_EXIT=0"
+    assert not events(sp, victim, "stop_timeout") and "SIGKILL" in events(sp, victim, "exited")[-1]["description"]
+    hold.unlink()
     first_run = Path(events(sp, victim, "run_dir")[0]["run_dir"])
     assert saved["iteration"] == steps(first_run)[-1]  # the last iteration it trained is saved: 0 lost
     assert wait_for(lambda: gpus_of(sp, "urgent"), 60, what="urgent placed") == first_gpus

@@ -264,6 +264,12 @@ def _exit_fields(why: str | None) -> dict:
     return {"exit_now": True} if why is None else {"exit_now": False, "cleanup": why}
 
 
+# a test seam (issue 42), never set by isaacd: a stop whose script's cleanup runs (no quick exit) holds here, after its
+# save and its `stopped` event, while the file this names exists: a slow teardown (Isaac Lab's close_env, a logger's
+# finish) made by the real shim, so the supervisor's kill at the save is tested without racing the trainer
+TEST_HOLD_CLEANUP_ENV = "ISAACD_SHIM_TEST_HOLD_CLEANUP"
+
+
 def _end_stop(runner, why: str | None) -> None:
     """After a stop's save: exit now where nothing after learn() needs to run (shim_exit.py); else learn() returns
     once a wrapper's forwarded copy of the signal can no longer land in the script's cleanup."""
@@ -271,6 +277,9 @@ def _end_stop(runner, why: str | None) -> None:
         X.exit_now(runner)  # returns only if the writer could not be closed
     else:
         print(f"[isaacd-shim] the train script's own cleanup runs: {why}", file=sys.stderr, flush=True)
+        hold = os.environ.get(TEST_HOLD_CLEANUP_ENV)
+        while hold and os.path.exists(hold):
+            time.sleep(0.05)
     _await_forwarded_copy()
 
 
