@@ -213,3 +213,17 @@ def test_the_step_hook_writes_the_result_once_the_count_is_reached_then_ends_pla
     assert (doc["episodes"], doc["return_mean"], doc["length_mean"], doc["success_rate"]) == (2, 2.0, 1.5, 1.0)
     assert doc["task"] == "Isaac-Cartpole-Direct" and doc["iteration"] == 40
     E._on_step((None, _Vec([1.0, 1.0]), _Vec([1, 1]), {}))  # a step after the end (close_env's) counts nothing
+
+
+def test_video_is_asked_for_only_where_isaac_lab_can_render(tmp_path, monkeypatch):
+    s = settings(tmp_path, ISAACD_EVAL_DEVICE="cuda:0", ISAACD_EVAL_VIDEO="120")
+    installed = {"isaaclab_visualizers"}  # a pip install of Isaac Lab 3.0: kit-less, no isaacsim
+    monkeypatch.setattr(E.importlib.util, "find_spec", lambda name: object() if name in installed else None)
+    p = E.plan(TRAIN, s)
+    assert "--video" not in p.argv and p.video_reason.startswith("no renderer: Isaac Sim (Kit) is not installed")
+    p = E.plan(TRAIN + ["--viz", "newton_gl"], s)  # the job names a visualizer to record from: upstream's --video
+    assert p.video_reason is None and p.argv[p.argv.index("--video"):][:3] == ["--video", "--video_length", "120"]
+    installed.add("isaacsim")
+    assert E.plan(TRAIN, s).video_reason is None
+    installed.clear()
+    assert E.plan(TRAIN, s).video_reason == "no renderer: the isaaclab_visualizers package is not installed"

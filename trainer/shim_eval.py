@@ -111,8 +111,10 @@ def strip_flags(args: list[str]) -> list[str]:
     return out
 
 
-def _video(settings, kind: str) -> tuple[list[str], str | None]:
-    """(flags to add, why no video) for ISAACD_EVAL_VIDEO."""
+def _video(settings, kind: str, args: list[str]) -> tuple[list[str], str | None]:
+    """(flags to add, why no video) for ISAACD_EVAL_VIDEO. Decided before the boot: a ``--video`` that cannot render
+    fails the whole play run (3.0.0 ``common.apply_video_recording`` raises; a Kit visualizer without Kit does not
+    start), and the scores must come all the same."""
     if not settings.video:
         return [], None
     if kind == "builtin":
@@ -120,8 +122,20 @@ def _video(settings, kind: str) -> tuple[list[str], str | None]:
     if not settings.device.startswith("cuda"):
         return [], (f"no renderer: the evaluation runs on {settings.device}; Isaac Lab renders video on a GPU "
                     "(Kit/RTX or the Newton renderer)")
-    if kind == "isaaclab3" and importlib.util.find_spec("isaaclab_visualizers") is None:
+    def has(module: str) -> bool:
+        try:
+            return importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            return False
+
+    if kind == "isaaclab3" and not has("isaaclab_visualizers"):
         return [], "no renderer: the isaaclab_visualizers package is not installed"
+    chosen = any(a in ("--viz", "--visualizer") or a.startswith(("--viz=", "--visualizer=")) for a in args)
+    # without --viz, 3.0.0 records from a headless Kit visualizer it adds itself (common._resolve_video_source):
+    # that needs Isaac Sim's Kit, which a pip install of Isaac Lab 3.0 (kit-less, Newton) does not have
+    if not chosen and not has("isaacsim"):
+        return [], ("no renderer: Isaac Sim (Kit) is not installed, and Isaac Lab records video from a Kit "
+                    "visualizer unless the job names one (--viz newton_gl, ...)")
     return ["--video", "--video_length", str(settings.video)], None
 
 
@@ -135,7 +149,7 @@ def plan(argv: list[str], settings) -> Plan:
         if library != "rsl_rl":
             return Plan(error=C.NOT_BUILT.format(library=library))
         return Plan(argv=list(argv), kind="builtin", library=library, task=task,
-                    video_reason=_video(settings, "builtin")[1])
+                    video_reason=_video(settings, "builtin", argv)[1])
     if argv[:3] == ["-m", "isaaclab", "train"]:
         kind, head, rest = "isaaclab3", ["-m", "isaaclab", "play"], argv[3:]
     elif argv and not argv[0].startswith("-") and os.path.basename(argv[0]) == "train.py":
@@ -159,7 +173,7 @@ def plan(argv: list[str], settings) -> Plan:
     library = library or "rsl_rl"
     if library != "rsl_rl":
         return Plan(error=C.NOT_BUILT.format(library=library))
-    video_flags, reason = _video(settings, kind)
+    video_flags, reason = _video(settings, kind, rest)
     ours = ["--checkpoint", settings.checkpoint, "--num_envs", str(settings.num_envs), "--seed", str(settings.seed),
             "--device", settings.device] + video_flags
     if kind == "isaaclab2" and "--headless" not in rest:
