@@ -81,6 +81,8 @@ def test_the_evals_table_oldest_first_best_marked():
     assert "newest video: /runs/e/videos/m200.mp4" in text
     assert text.splitlines()[-1] == "given up: iteration 250: deadline: killed after 600 s"
     assert format_evals("c", [], None) == "c: no evaluation finished yet"
+    assert format_evals("c", [], None, given_up=(5, 9), last_error="torn").splitlines()[-1] == \
+        "given up: iterations 5, 9; the newest: torn"
 
 
 def test_the_best_line():

@@ -55,10 +55,10 @@ def cmd_evals(ask: Ask, args: argparse.Namespace) -> int:
     if args.json:  # the supervisor's JSON as it came: scripts may read fields this client does not know
         print(json.dumps(answer, indent=2, default=str))
         return 0
-    given_up = [g["iteration"] for g in answer.get("given_up") or [] if isinstance(g, dict) and "iteration" in g]
-    last_given_up = (answer.get("given_up") or [{}])[-1] if given_up else {}
-    print(format_evals(args.job, _results(answer), answer.get("best"), given_up=given_up,
-                       last_error=last_given_up.get("reason") if isinstance(last_given_up, dict) else None))
+    gave_up = [g for g in answer.get("given_up") or [] if isinstance(g, dict) and isinstance(g.get("iteration"), int)]
+    newest = max(gave_up, key=lambda g: g.get("at") or 0, default={})  # its reason, said with the list
+    print(format_evals(args.job, _results(answer), answer.get("best"), given_up=[g["iteration"] for g in gave_up],
+                       last_error=newest.get("reason")))
     return 0
 
 

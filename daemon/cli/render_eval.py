@@ -120,7 +120,7 @@ def format_evals(job: str, results: Sequence[EvalResult], best: int | None, *, g
     if videos:
         lines.append(f"newest video: {videos[-1].video}" + (f" (GIF {videos[-1].gif})" if videos[-1].gif else ""))
     if given_up:
-        why = f": {last_error}" if last_error else ""
+        why = "" if not last_error else f": {last_error}" if len(given_up) == 1 else f"; the newest: {last_error}"
         lines.append(f"given up: iteration{'' if len(given_up) == 1 else 's'} {_iterations(given_up)}{why}")
     return "\n".join(lines)
 
