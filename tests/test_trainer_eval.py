@@ -217,7 +217,7 @@ def test_the_step_hook_writes_the_result_once_the_count_is_reached_then_ends_pla
 
 def test_video_is_asked_for_only_where_isaac_lab_can_render(tmp_path, monkeypatch):
     s = settings(tmp_path, ISAACD_EVAL_DEVICE="cuda:0", ISAACD_EVAL_VIDEO="120")
-    installed = {"isaaclab_visualizers"}  # a pip install of Isaac Lab 3.0: kit-less, no isaacsim
+    installed = {"isaaclab_visualizers", "moviepy"}  # a pip install of Isaac Lab 3.0: kit-less, no isaacsim
     monkeypatch.setattr(E.importlib.util, "find_spec", lambda name: object() if name in installed else None)
     p = E.plan(TRAIN, s)
     assert "--video" not in p.argv and p.video_reason.startswith("no renderer: Isaac Sim (Kit) is not installed")
@@ -225,5 +225,32 @@ def test_video_is_asked_for_only_where_isaac_lab_can_render(tmp_path, monkeypatc
     assert p.video_reason is None and p.argv[p.argv.index("--video"):][:3] == ["--video", "--video_length", "120"]
     installed.add("isaacsim")
     assert E.plan(TRAIN, s).video_reason is None
+    installed.discard("moviepy")  # VideoRecorder raises ImportError without it: the whole play run would fail
+    assert E.plan(TRAIN, s).video_reason.startswith("no video writer: moviepy is not installed")
     installed.clear()
     assert E.plan(TRAIN, s).video_reason == "no renderer: the isaaclab_visualizers package is not installed"
+
+
+def test_a_small_gif_is_written_beside_each_clip(tmp_path):
+    np = pytest.importorskip("numpy")
+    from PIL import Image
+
+    class VideoRecorder:  # 3.0.0 envs/utils/video_recorder.py: _close_clip writes <prefix>_<index>.mp4, index += 1
+        def __init__(self):
+            self._frames = [np.full((480, 640, 3), i, dtype=np.uint8) for i in range(120)]  # 2 s at 60 fps
+            self._clip_index, self._env = 0, type("Env", (), {"step_dt": 1 / 60})()
+            self.cfg = type("Cfg", (), {"fps": None})()
+
+        def _clip_path(self, index):
+            return str(tmp_path / f"clip_model_9_{index:04d}.mp4")
+
+        def _close_clip(self):
+            open(self._clip_path(self._clip_index), "wb").close()
+            self._clip_index += 1
+            self._frames = []
+
+    E._patch_recorder_module(type("M", (), {"VideoRecorder": VideoRecorder}))
+    VideoRecorder()._close_clip()
+    gif = Image.open(tmp_path / "clip_model_9_0000.gif")
+    assert gif.width == E.GIF_WIDTH and gif.height == 240 and gif.n_frames == 20  # 2 s at 10 fps
+    assert sorted(os.listdir(tmp_path)) == ["clip_model_9_0000.gif", "clip_model_9_0000.mp4"]

@@ -28,8 +28,9 @@ variables (:mod:`eval_core`). The shim then, instead of training:
 * Deterministic actions: the play path's own ``runner.get_inference_policy`` (the policy's mean), seeded by
   ``--seed``.
 * Video (``ISAACD_EVAL_VIDEO`` > 0): upstream's ``--video --video_length L`` where Isaac Lab can render (a CUDA
-  device and the ``isaaclab_visualizers`` package); the clip goes to ``ISAACD_EVAL_VIDEO_DIR``. Elsewhere no video
-  is asked for, ``video_reason`` says why, and the scores are still written.
+  device, ``isaaclab_visualizers``, moviepy, and Kit unless the job names a visualizer); the clip goes to
+  ``ISAACD_EVAL_VIDEO_DIR`` and a small GIF of the same frames beside it. Elsewhere no video is asked for,
+  ``video_reason`` says why, and the scores are still written.
 """
 
 from __future__ import annotations
@@ -136,6 +137,8 @@ def _video(settings, kind: str, args: list[str]) -> tuple[list[str], str | None]
     if not chosen and not has("isaacsim"):
         return [], ("no renderer: Isaac Sim (Kit) is not installed, and Isaac Lab records video from a Kit "
                     "visualizer unless the job names one (--viz newton_gl, ...)")
+    if kind == "isaaclab3" and not has("moviepy"):
+        return [], "no video writer: moviepy is not installed (Isaac Lab 3.0 writes its MP4s with moviepy<2)"
     return ["--video", "--video_length", str(settings.video)], None
 
 
@@ -222,6 +225,62 @@ def _on_step(out) -> None:
     raise KeyboardInterrupt  # 3.0 run_playback suppresses it; close_env follows
 
 
+GIF_WIDTH = 320  # px: small enough for a chat message
+GIF_FPS = 10
+GIF_SECONDS = 10
+
+
+def write_gif(frames, path: str, fps: float) -> str:
+    """A small GIF of ``frames`` (HxWx3 uint8 arrays, at ``fps``): at most GIF_SECONDS, GIF_FPS, GIF_WIDTH wide.
+    Written temp + rename; returns ``path``. PIL (Isaac Lab's own dependency) is imported here only."""
+    from PIL import Image
+
+    stride = max(1, round(fps / GIF_FPS))
+    picked = list(frames)[::stride][: GIF_SECONDS * GIF_FPS]
+    if not picked:
+        raise ValueError("no frames")
+    images = []
+    for frame in picked:
+        img = Image.fromarray(frame)
+        if img.width > GIF_WIDTH:
+            img = img.resize((GIF_WIDTH, max(1, round(img.height * GIF_WIDTH / img.width))))
+        images.append(img.convert("P", palette=Image.ADAPTIVE))
+    tmp = f"{path}.tmp.{os.getpid()}"
+    images[0].save(tmp, format="GIF", save_all=True, append_images=images[1:], loop=0,
+                   duration=max(20, round(1000 * stride / max(fps, 1e-6))))
+    os.replace(tmp, path)
+    return path
+
+
+class _Gif:
+    path: str | None = None  # the newest GIF written beside a clip of this evaluation
+
+
+def _patch_recorder_module(module) -> None:
+    """3.0 ``isaaclab.envs.utils.video_recorder.VideoRecorder._close_clip`` writes the MP4 from its frames: a GIF
+    of the same frames beside it (``.gif``), for a chat message."""
+    cls = getattr(module, "VideoRecorder", None)
+    orig = getattr(cls, "_close_clip", None) if isinstance(cls, type) else None
+    if orig is None or cls.__dict__.get(_PATCHED):
+        return
+
+    def _close_clip(self):
+        frames, index = list(getattr(self, "_frames", []) or []), getattr(self, "_clip_index", None)
+        orig(self)
+        if not frames or index is None or getattr(self, "_clip_index", None) == index:
+            return  # nothing recorded, or the MP4 was not written
+        try:
+            mp4 = self._clip_path(index)
+            step_dt = getattr(self._env, "step_dt", None)
+            fps = self.cfg.fps or (round(1.0 / step_dt) if step_dt else 30)
+            _Gif.path = write_gif(frames, os.path.splitext(mp4)[0] + ".gif", fps)
+        except Exception as e:  # a GIF is a nicety: the MP4 and the scores stand without it
+            print(f"[isaacd-eval] no GIF: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+
+    cls._close_clip = _close_clip
+    setattr(cls, _PATCHED, True)
+
+
 def _attach_video() -> None:
     """At exit (the env closed: its recorder wrote the clip): the newest MP4 of this evaluation into the JSON."""
     s = _Eval.settings
@@ -239,6 +298,7 @@ def _attach_video() -> None:
             doc = json.load(f)
         if found:
             doc["video"] = max(found)[1]
+            doc["gif"] = _Gif.path if _Gif.path and os.path.isfile(_Gif.path) else None
         else:
             doc["video_reason"] = "no video: the recorder wrote no MP4"
         C.write_json_atomic(s.result, doc)
@@ -354,6 +414,8 @@ def prepare(argv: list[str]) -> list[str]:
         _chain("rsl_rl.runners", _patch_runners_module)
         _chain("isaaclab_rl.rsl_rl.exporter", _patch_exporter_module)
         _chain("isaaclab_rl.entrypoints.common", _patch_common_module)
+        if settings.video and p.video_reason is None:
+            _chain("isaaclab.envs.utils.video_recorder", _patch_recorder_module)
     print(f"[isaacd-eval] evaluating {settings.checkpoint} (iteration {settings.iteration}): {settings.episodes} "
           f"episodes on {settings.num_envs} envs, seed {settings.seed}, {settings.device}"
           + (f"; {p.video_reason}" if p.video_reason else ""), file=sys.stderr, flush=True)
