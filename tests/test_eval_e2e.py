@@ -113,7 +113,8 @@ def test_evaluations_beside_training_retried_refused_reproducible_and_the_best_n
     # a checkpoint evaluated twice with the same seed: the same score
     twice = json.loads(again.read_text())
     recorded = json.loads(Path(f"{first['checkpoint']}.eval.json").read_text())
-    assert {k: twice[k] for k in SAME} == {k: recorded[k] for k in SAME} and done["return_mean"] == recorded["return_mean"]
+    assert {k: twice[k] for k in SAME} == {k: recorded[k] for k in SAME}
+    assert done["return_mean"] == recorded["return_mean"]
     # training goes on to its end; an evaluation was no restart of it
     job = wait_for(lambda: (j := sp.job("cp"))["state"] == "completed" and j, 90, what="training completed")
     assert job["restarts"] == 0 and job["attempt"] == 1

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..config.eval import EvalConfig
+from ..config.schema import JobConfig
 from ..config.sizes import gib
 from ..daemon_log import log
 from ..evals.choose import KEEP_NEWEST, EvalTask, backoff, next_eval, plan, should_give_up, waiting_count
@@ -169,7 +170,8 @@ class EvalKeeper:
             task = self._next(e, state, now)
             if task is None:
                 return []
-            p = self._preparing = Preparation(lambda say: self._prepare(e, task), name=f"isaacd-eval-{self.setting.cfg.name}")
+            p = self._preparing = Preparation(lambda say: self._prepare(e, task),
+                                              name=f"isaacd-eval-{self.setting.cfg.name}")
             got = p.answer(INLINE_WAIT)
         else:
             got = self._preparing.answer(0.0)
@@ -210,8 +212,11 @@ class EvalKeeper:
             return None
         if now - self._scanned_at >= SCAN_INTERVAL:
             self._scanned_at, self.checkpoints = now, self._complete_checkpoints()
-        if e.on_gpu and not self._gpu_room(e):
-            return None
+        if e.on_gpu:
+            snap = self.gpu_snapshot() if self.gpu_snapshot is not None else None
+            self.problem = gpu_room_problem(cfg, list(self.observer.live.pids), snap, e.gpu_memory_bytes or 0)
+            if self.problem is not None:
+                return None
         self.problem = None
         rec = self.record
         skipped = rec.skip(plan(e, self.checkpoints, self.rewards, rec).skipped)
@@ -223,19 +228,6 @@ class EvalKeeper:
         # nothing chosen waits (none in its backoff either): a job at rest has nothing more to evaluate
         self._drained = task is None and waiting_count(e, self.checkpoints, self.rewards, rec) == 0
         return task
-
-    def _gpu_room(self, e: EvalConfig) -> bool:
-        """The job's first GPU has `gpu_memory` free as the GPU sampler last saw it (unknown: not started)."""
-        rooms = gpu_rooms(self.setting.cfg, list(self.observer.live.pids),
-                          self.gpu_snapshot() if self.gpu_snapshot is not None else None)
-        need = e.gpu_memory_bytes or 0
-        free = rooms[0].free if rooms else None
-        if free is None or free < need:
-            self.problem = (f"waiting for {gib(need)} free on the job's {rooms[0].where} (free: "
-                            f"{'unknown' if free is None else gib(free)})" if rooms else
-                            "waiting for the GPU sampler to show the job's GPU")
-            return False
-        return True
 
     def _complete_checkpoints(self) -> list[tuple[int, str]]:
         """The job's trainer checkpoints (model_N.pt, not the shim's snapshots) up to its newest complete one."""
@@ -440,6 +432,19 @@ class EvalKeeper:
                            done=len(rec.results), last_error=self.problem or failure,
                            video_unavailable=self.video_unavailable,
                            where=self._where(run.prepared.launch if run is not None else None))
+
+
+def gpu_room_problem(cfg: JobConfig, trainer_pids: list[int], snap: GpuSnapshot | None, need: int) -> str | None:
+    """Why a GPU evaluation cannot start now: the job's first GPU has not `need` bytes free as the GPU sampler last
+    saw it (spare_mode.gpu_rooms), or the sampler does not show it; None: it fits."""
+    rooms = gpu_rooms(cfg, trainer_pids, snap)
+    if not rooms:
+        return "waiting for the GPU sampler to show the job's GPU"
+    free = rooms[0].free
+    if free is None or free < need:
+        return (f"waiting for {gib(need)} free on the job's {rooms[0].where} "
+                f"(free: {'unknown' if free is None else gib(free)})")
+    return None
 
 
 def _token_path(store: EvalStore, job: str) -> Path:

@@ -1,5 +1,6 @@
 """An evaluation's launch (issue 41; /work/notes/eval-design.md B): what it evaluates and how, as one context field
-(`LaunchContext.evaluation`, an `EvalLaunch`: context.py), and the one prepare step that turns it into the evaluation process's variables.
+(`LaunchContext.evaluation`, an `EvalLaunch`: context.py), and the one prepare step that turns it into the
+evaluation process's variables.
 
 The evaluation runs the job's own cold-start command line (no resume, no W&B run) through the shim in eval mode; the
 shim reads these variables. Set after the environment's scrub (an owner's process keeps them) and after the job's own
