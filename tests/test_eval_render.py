@@ -50,7 +50,8 @@ def test_failures_given_up_and_no_video_each_a_line_of_their_own():
     assert lines[2] == "    eval video unavailable: no renderer: Isaac Lab found no GPU on this host (scores only)"
     retried = EvalsStatus(every="1", where="cpu", failed=1, last_error="exit 1: CUDA error", running=120)
     assert eval_lines("c", retried, NOW).splitlines()[1] == "    eval 1 failed attempt in all; last: exit 1: CUDA error"
-    cannot = EvalsStatus(every="1", where="cpu", last_error='evaluations run with runtime = "process" (podman: not yet)')
+    cannot = EvalsStatus(every="1", where="cpu",
+                         last_error='evaluations run with runtime = "process" (podman: not yet)')
     assert eval_lines("c", cannot, NOW).splitlines()[1] == \
         '    eval: evaluations run with runtime = "process" (podman: not yet)'
 

@@ -111,8 +111,8 @@ def test_a_new_best_is_posted_as_slack_and_mattermost_read_it(chat: Chat):
     assert post["path"] == f"/hooks/{SECRET}" and post["type"] == "application/json"
     assert list(post["body"]) == ["text"]
     text = post["body"]["text"]
-    assert text.splitlines()[0] == ("isaacd on gpu-7: cartpole has a new best checkpoint, model_400.pt (iteration 400): "
-                                    "return 487 ± 12 over 100 episodes")
+    assert text.splitlines()[0] == ("isaacd on gpu-7: cartpole has a new best checkpoint, model_400.pt "
+                                    "(iteration 400): return 487 ± 12 over 100 episodes")
     assert "previous best: model_350.pt 450" in text and "checkpoint: /runs/cartpole/model_400.pt" in text
     assert "video: /runs/cartpole/eval/videos/model_400.mp4" in text
 

@@ -6,9 +6,9 @@ One JSON POST per new best: Slack's and Mattermost's `{"text": ...}`, or WeCom's
 with a short timeout, so a slow or dead chat server never holds a tick back; a POST that fails is an event in the
 job's journal (`notify_failed`, through the `report` the caller hands over), never retried (the next best is
 announced anyway). `BestAnnouncer` is the supervisor's part: it sees each job's published row, announces a best that
-changed, and writes the failures into the journals on the tick (app.py wires it). The URL's secret (a hook's path, WeCom's `key=`) is never logged
-nor put in an event: only `redacted_url`'s scheme and host, and any text quoted from an error has the secret parts
-blanked out.
+changed, and writes the failures into the journals on the tick (app.py wires it). The URL's secret (a hook's path,
+WeCom's `key=`) is never logged nor put in an event: only `redacted_url`'s scheme and host, and any text quoted from
+an error has the secret parts blanked out.
 """
 
 from __future__ import annotations
@@ -45,8 +45,9 @@ def _score(x: float, like: float | None = None) -> str:
 def best_text(job: str, host: str, best: EvalResult, previous: EvalResult | None) -> str:
     """What the chat reads: the job, the checkpoint, its score, the one it beat, where its video is."""
     success = f", success {best.success_rate:.0%}" if best.success_rate is not None else ""
+    score = f"{_score(best.return_mean)} ± {_score(best.return_std, best.return_mean)}"
     lines = [f"isaacd on {host}: {job} has a new best checkpoint, {best.checkpoint_name} (iteration {best.iteration}): "
-             f"return {_score(best.return_mean)} ± {_score(best.return_std, best.return_mean)}{success} over {best.episodes} episodes"]
+             f"return {score}{success} over {best.episodes} episodes"]
     if previous is not None:
         lines.append(f"previous best: {previous.checkpoint_name} {_score(previous.return_mean)}")
     lines.append(f"checkpoint: {best.checkpoint}")
