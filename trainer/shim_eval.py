@@ -182,7 +182,7 @@ def plan(argv: list[str], settings) -> Plan:
     if kind == "isaaclab2" and "--headless" not in rest:
         ours.append("--headless")
     kept = strip_flags(rest)
-    # --rl_library first, as `isaaclab play --rl_library rsl_rl` is written; Hydra overrides stay last
+    # --rl_library first, as `isaaclab play --rl_library rsl_rl` is written
     lib_flag: list[str] = []
     if "--rl_library" in kept:
         i = kept.index("--rl_library")
@@ -190,7 +190,6 @@ def plan(argv: list[str], settings) -> Plan:
     # kept in its order: parse_known_args takes flags among Hydra's overrides, the leftovers stay in order
     new = head + lib_flag + ours + kept + [f"agent.device={settings.device}"]
     return Plan(argv=new, kind=kind, library=library, task=task, video_reason=reason)
-
 
 
 # ----------------------------------------------------------------------------------------------- the run
