@@ -21,7 +21,7 @@ BAD = [
     # (toml text, key path expected in the message, words expected in the message)
     ('[supervisor]\nbogus = 1\n', "supervisor.bogus", "unknown key; allowed keys here: admin_group, control_socket"),
     ('[supervisr]\n', "supervisr",
-     "unknown key; did you mean `supervisor`?; allowed keys here: access, gpu, jobs, metrics, queue, ray, supervisor"),
+     "unknown key; did you mean `supervisor`?; allowed keys here: access, gpu, jobs, metrics, notify, queue, ray, supervisor"),
     ('[[jobs]]\nname = "a"\nmax_iteration = 50\n', 'jobs[0] (name = "a").max_iteration',
      "unknown key; did you mean `max_iterations`?; allowed keys here: "),
     # a whole word of one key wins over difflib's nearest: `socket_mode` is closer by ratio
