@@ -150,7 +150,8 @@ class EvalKeeper:
         self.now = now  # monotonic: an evaluation started by this tick's effects counts its deadline from here
         self.releasing.poll()
         e = self.ecfg
-        self._collect_rewards()
+        if e is not None and e.every == "best":  # only "best" reads the training reward
+            self._collect_rewards()
         self._pin_best()
         run = self.running
         if run is not None:
