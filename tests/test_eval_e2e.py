@@ -103,6 +103,9 @@ def test_evaluations_beside_training_retried_refused_reproducible_and_the_best_n
         best = max(scored, key=lambda i: (scored[i], -i))
         assert evals["best"]["iteration"] == best and evals["best"]["checkpoint"] == str(run_dir / f"model_{best}.pt")
         assert evals_of(sp, "eval_best")[-1]["iteration"] == best
+        assert sp.cli("best", "cp").stdout.strip() == str(run_dir / f"model_{best}.pt")  # `cp "$(isaacd best cp)" ..`
+        listed = json.loads(sp.cli("evals", "cp", "--json").stdout)
+        assert [r["iteration"] for r in listed["results"]] == sorted(scored) and listed["best"] == best
         assert evals["given_up"] == [newest - 1] and evals["failed"] == 2 and evals["where"] == "cpu"
         # the evaluations' own event file, at step = each scored checkpoint's iteration
         assert sorted(s for s, _ in scalars(run_dir / "eval")["Eval/return_mean"]) == sorted(scored)
