@@ -32,6 +32,7 @@ video_reason.
     python3 bench/eval_beside.py --isaaclab --python python3 --device cuda:0 --gpu-source nvml \\
         --arms gpu cpu --repeats 3 --out /tmp/x                                             # the GPU (.sh wrapper)
 
+`--render RESULT.json ...` prints the report of saved runs again.
 Results: `--out NAME` -> bench/results/NAME.txt (earlier runs kept above) and NAME.json (this run), or a path.
 """
 
@@ -106,8 +107,8 @@ def config_text(a: argparse.Namespace, d: Path, arm: str) -> str:
         ev: dict[str, Any] = {"every": 1, "episodes": a.episodes, "num_envs": a.eval_num_envs or a.episodes,
                               "seed": 42, "video": a.video, "video_length": a.video_length,
                               "deadline_seconds": a.eval_deadline}
-        if arm == "gpu":
-            ev |= {"gpu_memory": a.gpu_memory}
+        if arm in ("gpu", "video"):
+            ev |= {"gpu_memory": a.gpu_memory, "video": arm == "video" or a.video}
         elif a.device != "cpu":
             ev |= {"device": "cpu"}
         lines += ["[jobs.eval]"] + [f"{k} = {json.dumps(v)}" for k, v in ev.items()]
@@ -237,6 +238,8 @@ def run(a: argparse.Namespace, work: Path) -> dict[str, Any]:
     sp = SupervisorProc(cfg).start()
     res: dict[str, Any] = {"windows": [], "errors": [], "config_none": cfg.read_text()}
     order = [arm for _ in range(a.repeats) for arm in ["none", *a.arms]] + ["none"]
+    if a.video_window:  # a last window with video = true (not a measured arm: whether Isaac Lab renders here)
+        order.append("video")
     try:
         j = wait_for(lambda: (x := sp.job(JOB))["state"] == "running" and (x.get("iteration") or 0) >= a.warmup
                      and x, a.boot_limit, interval=0.5, what=f"the job's iteration {a.warmup}")
@@ -252,7 +255,8 @@ def run(a: argparse.Namespace, work: Path) -> dict[str, Any]:
                  "reload_out": (r.stdout + r.stderr).strip()[-300:]}
             res["windows"].append(w)
             print(f"[{datetime.datetime.now():%T}] window {i} {arm}: reload rc {r.returncode}", flush=True)
-            end = t0 + (a.none_window if arm == "none" and a.none_window else a.window)
+            end = t0 + (a.none_window if arm == "none" and a.none_window else
+                        a.video_window if arm == "video" else a.window)
             while time.time() < end:
                 try:
                     x = sp.job(JOB)
@@ -375,6 +379,8 @@ def latencies(res: dict[str, Any]) -> list[dict[str, Any]]:
             if rj.exists():
                 row["result_at"] = rj.stat().st_mtime
                 row["latency"] = round(row["result_at"] - row["written"], 2)
+                won = [w for w in res["windows"] if w["switch"] <= row["result_at"]]
+                row["arm_at_result"] = won[-1]["arm"] if won else "boot"
                 try:
                     r = json.loads(rj.read_text())
                 except ValueError:
@@ -429,20 +435,21 @@ def report(meta: dict[str, Any], res: dict[str, Any]) -> str:
     lines.append(f"checkpoints: {len(cks)} written, {len(done)} evaluated, "
                  f"{sum(1 for c in cks if c.get('error'))} with an error result")
     for arm in a["arms"]:
-        xs = [c["latency"] for c in done if c["device"] and (c["device"] == "cpu") == (arm == "cpu")]
+        xs = [c["latency"] for c in done if c["device"] and (c["device"] == "cpu") == (arm == "cpu")
+              and c.get("arm_at_result") != "video"]
         fresh = [c["latency"] for c in done if c["arm_at_write"] == arm]
         if xs:
             lines.append(f"  {arm}: write -> result median {med(xs)} s, max {max(xs)} s (n={len(xs)}); of checkpoints "
                          f"written in a {arm} window: median {med(fresh)} s, max {max(fresh) if fresh else None} s "
                          f"(n={len(fresh)}); the evaluation itself (duration_seconds) median "
                          f"{med([c['duration_seconds'] for c in done if (c['device'] == 'cpu') == (arm == 'cpu')])} s")
-    lines.append("  each: " + "; ".join(
-        f"{c['iteration']}@{c['arm_at_write']}: " + (f"{c['latency']} s {c['device']} ret {c['return_mean']:.1f}"
-                                                     if c in done else (c.get("error") or "not evaluated"))
-        for c in cks))
+    lines.append("  evaluated (iteration@arm when written -> arm when the result came: latency, device, return): " + "; ".join(
+        f"{c['iteration']}@{c['arm_at_write']}->{c.get('arm_at_result')}: " +
+        (f"{c['latency']} s {c['device']} {c['return_mean']:.1f}" if c in done else (c.get("error") or "?"))
+        for c in cks if c.get("latency") is not None))
     reasons = {c.get("video_reason") for c in done if c.get("video_reason")}
     videos = [c["video"] for c in done if c.get("video")]
-    if a.get("video"):
+    if a.get("video") or a.get("video_window"):
         lines.append(f"video: {len(videos)} produced {videos[:2]}; video_reason {sorted(reasons)}")
     outs = {}
     for e in res.get("evals", []):
@@ -460,6 +467,11 @@ def report(meta: dict[str, Any], res: dict[str, Any]) -> str:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--render"]:  # the report again from a saved JSON (e.g. after a change of the report)
+        for f in sys.argv[2:]:
+            doc = json.loads(Path(f).read_text())
+            print(report(doc["meta"], doc["result"]))
+        return
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--builtin", action="store_true", help="isaacd's built-in trainer (cart-pole)")
@@ -481,6 +493,8 @@ def main() -> None:
     p.add_argument("--eval-num-envs", type=int, default=None)
     p.add_argument("--gpu-memory", default="4GiB")
     p.add_argument("--video", action="store_true")
+    p.add_argument("--video-window", type=float, default=0.0,
+                   help="seconds of a last window evaluating on the GPU with video = true (0: none)")
     p.add_argument("--video-length", type=int, default=200)
     p.add_argument("--eval-deadline", type=float, default=600.0)
     p.add_argument("--extra-args", nargs="*", default=[], help="the job's extra_args (e.g. agent.num_steps_per_env=8)")

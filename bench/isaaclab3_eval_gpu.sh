@@ -5,11 +5,10 @@
 # The wheels travel as bench/isaaclab3_sweep_gpu.sh's header says (device-wheels.sh -> .dw1 .. .dw5, PARTS=5 since
 # 2026-12-06 11:01: 5 parts of 48 MB), then `run` calls back to back on one warm machine (timeout_s = 600):
 #   1..4. carry=[".dwK"]  command: PARTS=5 bash bench/isaaclab3_eval_gpu.sh stash
-#   5.    carry=[".dw5"]  command: PARTS=5 bash bench/isaaclab3_eval_gpu.sh video   # install, warm-up, the video probe
-#   6.                    command: PARTS=5 bash bench/isaaclab3_eval_gpu.sh bench   # none / gpu / cpu x 3, the figures
-# `video`: one short run (none, then a gpu window with [jobs.eval] video = true, then none): whether Isaac Lab 3.0
-# kit-less renders here (an MP4 and GIF in the result JSON) or why not (video_reason); it also proves the GPU
-# evaluation path before the measured run. On a machine that installed already (/tmp/il3h200/installed,
+#   5.    carry=[".dw5"]  command: PARTS=5 bash bench/isaaclab3_eval_gpu.sh bench   # install, warm-up, the bench
+# `bench`: none / gpu / cpu windows x 3 and a last none, then one more gpu window with [jobs.eval] video = true (not a
+# measured arm): whether Isaac Lab 3.0 kit-less renders here (an MP4 and GIF in the result JSON) or why not
+# (video_reason). `video` (a later call on the warm machine): that probe alone, with a longer window. On a machine that installed already (/tmp/il3h200/installed,
 # ~/.cache/warp: another bench's calls) the stash calls are skipped. A call after the first that reports warm: false
 # ran on a new machine: start again from 1.
 # EVAL_ARGS: more bench/eval_beside.py flags for `bench` (e.g. "--window 40 --repeats 4"); VIDEO_ARGS for `video`;
@@ -55,22 +54,28 @@ eval_bench() {  # $1 the result name, then bench/eval_beside.py flags
   return "$rc"
 }
 
+videos() {  # an MP4 / GIF an evaluation wrote, back in $OUT (small ones), then the work dirs go
+  local f
+  for f in $(find /tmp/eval-beside-* \( -name '*.mp4' -o -name '*.gif' \) 2>/dev/null | head -4); do
+    ls -la "$f"; [ "$(stat -c %s "$f")" -lt 8000000 ] && cp "$f" "$OUT/"
+  done
+  rm -rf /tmp/eval-beside-*
+}
+
 case "$MODE" in
   stash)
     BUDGET=60 OUT=$OUT/h200 bash "$REPO/bench/isaaclab3_h200.sh" stash ;;
-  video)  # install + warm-up, then one gpu window with video = true: an MP4/GIF or video_reason
+  bench)  # (the last part,) the install and warm-up, then none / gpu / cpu x 3, none, and a last gpu window with video
     ready || exit 1
-    eval_bench issue41-eval-beside-gpu-video --arms gpu --repeats 1 --window 60 --none-window 8 --save-interval 50 \
+    eval_bench issue41-eval-beside-gpu --arms gpu cpu --repeats 3 --window 25 --save-interval 50 --video-window 40 \
+      --video-length 100 --keep ${EVAL_ARGS:-}
+    videos ;;
+  video)  # only the video probe: none, a gpu window with video = true, none
+    ready || exit 1
+    eval_bench issue41-eval-beside-gpu-video --arms gpu --repeats 1 --window 45 --none-window 5 --save-interval 50 \
       --video --video-length 100 --keep ${VIDEO_ARGS:-}
-    for f in $(find /tmp/eval-beside-* \( -name '*.mp4' -o -name '*.gif' \) 2>/dev/null | head -4); do
-      ls -la "$f"; [ "$(stat -c %s "$f")" -lt 8000000 ] && cp "$f" "$OUT/"
-    done
-    rm -rf /tmp/eval-beside-*
-    ;;
-  bench)
-    ready || exit 1
-    eval_bench issue41-eval-beside-gpu --arms gpu cpu --repeats 3 --window 28 --save-interval 25 ${EVAL_ARGS:-} ;;
-  *) echo "usage: $0 stash|video|bench"; exit 2 ;;
+    videos ;;
+  *) echo "usage: $0 stash|bench|video"; exit 2 ;;
 esac
 rc=$?
 log "done ($MODE) rc $rc; $OUT: $(ls "$OUT" | tr '\n' ' ')"
