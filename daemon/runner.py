@@ -322,7 +322,7 @@ class JobRunner:
                 self.observer.scan_checkpoint(now)
                 if self.observer.checkpoint != before:
                     self.touched += 1
-                    self._settled = (*settled[:3], self.touched)
+                    self._settled = None if self.evals.ecfg else (*settled[:3], self.touched)  # one to evaluate
             return
         self._full_tick(now)
         self.touched += 1

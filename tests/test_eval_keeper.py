@@ -181,3 +181,16 @@ def test_a_gpu_evaluation_starts_where_the_sampler_shows_room_counts_for_the_que
     assert t.tick(JobState.QUEUED) == [] and t.keeper.idle(JobState.QUEUED)
     # a supervisor shutdown: no evaluation starts again in this runner
     assert t.keeper.dismiss("supervisor shutdown") == [] and t.keeper.idle(JobState.RUNNING)
+
+
+def test_a_completed_jobs_checkpoints_found_after_a_restart_are_still_evaluated(tmp_path: Path):
+    t = Eval(tmp_path, its=(0,))
+    newest, t.observer.checkpoint = t.observer.checkpoint, None  # a new supervisor: the observer has not looked yet
+    assert t.tick(JobState.COMPLETED) == [] and t.keeper.idle(JobState.COMPLETED)  # nothing known: nothing to do
+    t.observer.checkpoint = newest  # its first scan: the runner's tick is no longer settled (runner.tick)
+    assert not t.keeper.idle(JobState.COMPLETED)
+    assert [type(e) for e in t.tick(JobState.COMPLETED)] == [StartEval]  # at once, not at the next 2 s scan
+    t.finish(0, 5.0)
+    t.tick(JobState.COMPLETED)
+    assert t.tick(JobState.COMPLETED) == [] and t.keeper.idle(JobState.COMPLETED)  # all done: the job may settle
+

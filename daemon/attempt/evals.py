@@ -105,6 +105,7 @@ class EvalKeeper:
         self.rewards: dict[int, float] = {}
         self.checkpoints: list[tuple[int, str]] = []
         self._scanned_at = float("-inf")
+        self._scanned_for: Any = None  # the observer's newest complete checkpoint at that scan
         self.held_until, self.held_reason = float("-inf"), None  # type: tuple[float, str | None]
         self.not_before = float("-inf")
         self.now = 0.0
@@ -142,7 +143,9 @@ class EvalKeeper:
         if self.busy:
             return False
         e = self.ecfg
-        return e is None or state in OFF_STATES or self.not_before == float("inf") or self._drained \
+        # drained: nothing waits among the checkpoints as of the observer's newest (a newer one: look again)
+        return e is None or state in OFF_STATES or self.not_before == float("inf") \
+            or (self._drained and self._scanned_for == self.observer.checkpoint) \
             or (e.on_gpu and state not in ON_GPU_STATES)
 
     # ---- life: the keeper decides, the runner's interpreter acts (runner.apply_evals) ---------------------------
@@ -211,8 +214,9 @@ class EvalKeeper:
             self.problem, self.not_before = (f'runtime = "{cfg.runtime}": evaluations run on the process runtime '
                                              "(for now)"), float("inf")
             return None
-        if now - self._scanned_at >= SCAN_INTERVAL:
-            self._scanned_at, self.checkpoints = now, self._complete_checkpoints()
+        if now - self._scanned_at >= SCAN_INTERVAL or self._scanned_for != self.observer.checkpoint:
+            self._scanned_at, self._scanned_for = now, self.observer.checkpoint
+            self.checkpoints = self._complete_checkpoints()
         if e.on_gpu:
             snap = self.gpu_snapshot() if self.gpu_snapshot is not None else None
             self.problem = gpu_room_problem(cfg, list(self.observer.live.pids), snap, e.gpu_memory_bytes or 0)
@@ -408,9 +412,7 @@ class EvalKeeper:
     # ---- read side ----------------------------------------------------------------------------------------------
     def _where(self, launch: EvalLaunch | None = None) -> str:
         e = self.ecfg
-        if e is None:
-            return ""
-        return e.where(launch.gpu if launch is not None else None)
+        return "" if e is None else e.where(launch.gpu if launch is not None else None)
 
     def gpu_bytes(self) -> int:
         """The GPU memory the running evaluation holds on the job's GPU (counted as the job's by the queue)."""
