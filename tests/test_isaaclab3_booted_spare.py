@@ -44,6 +44,21 @@ def booted_ready(sp, job: str, at_least: int = 0, used: frozenset[int] = frozens
             and s.get("mode") == "booted" and s.get("pid") not in used and x)
 
 
+def held_beside_a_ready_spare(sp, job: str, at_least: int, used: frozenset[int] = frozenset()):  # noqa: ANN001, ANN201
+    """Training at `at_least`, then held (SIGSTOP) until a booted spare none of `used` is ready: the trainer's
+    iterations past that point would only take the CPU from the spare's boot (suite time, session 18;
+    test_isaaclab3_real.kill_at_resume_point holds it the same way). The caller kills it, held."""
+    # the newest attempt's pid (the status is published once a tick: a just killed trainer may still show in it)
+    j = wait_for(lambda: (x := sp.job(job))["state"] == "running" and (x["iteration"] or 0) >= at_least
+                 and x["pid"] == started(sp, job)[-1]["pid"] and x, 2 * BOOT, interval=0.2,
+                 what=f"training at iteration {at_least}")
+    os.kill(j["pid"], signal.SIGSTOP)
+    ready = wait_for(lambda: booted_ready(sp, job, at_least, used), 2 * BOOT, interval=0.2,
+                     what=f"a booted spare ready beside the trainer held at iteration {at_least} or later")
+    assert ready["pid"] == j["pid"], (ready, j)  # the held trainer's attempt, not a restart's
+    return ready
+
+
 def staging_dirs(tmp_path: Path, job: str) -> list[Path]:
     base = tmp_path / "state" / "spare" / job
     return [d for d in base.iterdir() if d.is_dir()] if base.is_dir() else []
@@ -119,8 +134,7 @@ def test_kill9_with_a_booted_spare_resumes_exactly_as_a_cold_resume(tmp_path, su
     resume_points = []
     for n in (1, 2):
         floor = resume_points[-1] + 2 if resume_points else 3
-        j = wait_for(lambda: booted_ready(sp, "bs", floor, frozenset(used)), 2 * BOOT, interval=0.2,
-                     what=f"attempt {n} at iteration {floor} with a booted spare ready")
+        j = held_beside_a_ready_spare(sp, "bs", floor, frozenset(used))
         used.add(j["spare"]["pid"])
         os.kill(j["pid"], signal.SIGSTOP)  # freeze: the newest resume point cannot move between the look and the kill
         point = max(c.iteration for d in run_dirs(sp, "bs") if (c := newest_complete(d)) is not None)

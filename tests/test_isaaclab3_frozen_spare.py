@@ -15,7 +15,7 @@ import pytest
 
 from helpers import wait_for, write_config
 from isaaclab3_helpers import BOOT, events, started
-from test_isaaclab3_booted_spare import booted_ready
+from test_isaaclab3_booted_spare import held_beside_a_ready_spare
 from test_isaaclab3_real import _real_isaaclab, il3_job  # noqa: F401 (the fixture)
 
 from isaacd.config.schema import LaunchDeadlines
@@ -29,7 +29,7 @@ def test_a_frozen_booted_spare_is_killed_at_the_ack_deadline_and_the_job_starts_
                                                            spare="booted")))
 
     # a booted spare, frozen while parked; the trainer killed: the ack deadline, then a cold start
-    j = wait_for(lambda: booted_ready(sp, "fz", 2), 2 * BOOT, interval=0.2, what="a booted spare")
+    j = held_beside_a_ready_spare(sp, "fz", 2)
     before = len(started(sp, "fz"))
     os.kill(j["spare"]["pid"], signal.SIGSTOP)
     os.kill(j["pid"], signal.SIGKILL)
