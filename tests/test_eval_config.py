@@ -105,3 +105,15 @@ def test_a_reload_names_the_eval_keys_it_changed():
     assert changed_keys(old, parse(job("every = 10\nvideo = true")).jobs[0]) == ["eval.every", "eval.video"]
     assert changed_keys(parse('[[jobs]]\nname = "a"\n').jobs[0], old) == ["eval"]
     assert changed_keys(old, parse('[[jobs]]\nname = "a"\n').jobs[0]) == ["eval"]
+
+
+@pytest.mark.parametrize("workflow", ["rl_games", "skrl"])
+def test_a_library_whose_checkpoints_cannot_be_evaluated_yet_is_refused(workflow):
+    """Their jobs launch without the shim: an "evaluation" would train a new run (H2, issue 41)."""
+    line = refusal(job("", f'workflow = "{workflow}"\ntask = "Isaac-Cartpole-Direct"'))
+    assert f'workflow = "{workflow}"' in line and "not built yet" in line and "remove [jobs.eval]" in line
+
+
+def test_a_multi_rank_job_is_refused():
+    line = refusal(job('device = "cpu"', 'device = "cuda"\ngpus = [0, 1]'))
+    assert "2 ranks" in line and "one process" in line

@@ -121,6 +121,12 @@ def refusal(job: Any) -> str | None:
     if not job.shim:
         return ("[jobs.eval] with shim = false: an evaluation runs through isaacd's shim (it counts the episodes and "
                 "ends the play loop); set shim = true or remove [jobs.eval]")
+    if job.workflow in ("rl_games", "skrl"):
+        return (f'[jobs.eval] with workflow = "{job.workflow}": evaluation of {job.workflow} checkpoints is not built '
+                'yet (rsl_rl and the built-in trainer are); remove [jobs.eval]')
+    if job.ranks > 1:
+        return (f"[jobs.eval] on a job of {job.ranks} ranks: an evaluation is one process, and launching one from a "
+                "multi-rank job's command line is not built yet; remove [jobs.eval] (or train on one GPU)")
     if job.device == "cpu":
         if cfg.on_gpu:
             return ('[jobs.eval] gpu_memory on a job with device = "cpu": the job has no GPU to evaluate on; remove '
