@@ -59,8 +59,8 @@ def environ(pid: int) -> dict[str, str]:
 
 def test_evaluations_beside_training_retried_refused_reproducible_and_the_best_named(tmp_path, supervisor_factory):
     sp = supervisor_factory(write_config(tmp_path, JOB))
-    run_dir = wait_for(lambda: next((tmp_path / "logs").glob("rsl_rl/cp/*/model_4.pt"), None), 60,
-                       interval=0.02, what="checkpoint 4").parent
+    run_dir = wait_for(lambda: next((tmp_path / "logs").glob("rsl_rl/cp/*/model_2.pt"), None), 60,
+                       interval=0.02, what="checkpoint 2").parent
     trainer = sp.job("cp")["pid"]
     os.killpg(trainer, signal.SIGSTOP)  # held: the keeper chooses from these checkpoints alone
     try:
