@@ -159,7 +159,9 @@ def test_a_gpu_evaluation_starts_where_the_sampler_shows_room_counts_for_the_que
     job = JOB.replace('num_envs = 1024\n', 'num_envs = 1024\ndevice = "cuda:1"\ngpus = [1]\n')
     t = Eval(tmp_path, its=(0,), job=job + '[jobs.eval]\ngpu_memory = "4GiB"\n')
     assert t.tick() == [] and "GPU sampler" in (t.keeper.status().last_error or "")  # no sampler: none started
-    full = {"1": (78 * GiB, 80 * GiB, {})}
+    # its trainer holds a little on GPU 0 too (a stray CUDA context), where there is room: not the GPU it runs on
+    t.observer.live.pids = [4242]
+    full = {"0": (1 * GiB, 80 * GiB, {4242: 1 * GiB}), "1": (78 * GiB, 80 * GiB, {})}
     t.keeper.gpu_snapshot = lambda: gpu_snapshot(full)
     t.now += 3
     assert t.tick() == [] and "4 GiB" in (t.keeper.status().last_error or "")  # 2 GiB free of the 4 it needs

@@ -49,7 +49,7 @@ from ..observations.checkpoints import checkpoint_problem, list_checkpoints, tim
 from ..os_seam.oscalls import HOST_OS, OsCalls
 from ..runtimes.base import ExitStatus, Handle, Runtime
 from .eval_effects import EvalEffect, KillEval, StartEval
-from .eval_launch import eval_context, eval_log_path, evaluation
+from .eval_launch import eval_context, eval_log_path, evaluation, first_gpu
 from .exit_tail import key_line, read_output_tail
 from .setting import JobSetting, lineage
 from .spare_mode import gpu_rooms
@@ -443,10 +443,10 @@ def gpu_room_problem(cfg: JobConfig, trainer_pids: list[int], snap: GpuSnapshot 
     rooms = gpu_rooms(cfg, trainer_pids, snap)
     if not rooms:
         return "waiting for the GPU sampler to show the job's GPU"
-    free = rooms[0].free
-    if free is None or free < need:
-        return (f"waiting for {gib(need)} free on the job's {rooms[0].where} "
-                f"(free: {'unknown' if free is None else gib(free)})")
+    room = next((r for r in rooms if r.where == f"GPU {first_gpu(cfg)}"), rooms[0])  # the one it will run on
+    if room.free is None or room.free < need:
+        return (f"waiting for {gib(need)} free on the job's {room.where} "
+                f"(free: {'unknown' if room.free is None else gib(room.free)})")
     return None
 
 
