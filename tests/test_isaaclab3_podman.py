@@ -167,7 +167,13 @@ def test_a_booted_spare_container_takes_over_exactly_as_a_cold_resume(tmp_path, 
         return x["state"] == "running" and (x["iteration"] or 0) >= 3 and s.get("state") == "ready" \
             and s.get("mode") == "booted" and x
 
+    # the trainer held (SIGSTOP) from iteration 3 until the spare container is ready: its iterations past the kill
+    # point would only take the CPU from the spare's boot (suite time, session 18)
+    held = wait_for(lambda: (x := sp.job(name))["state"] == "running" and (x["iteration"] or 0) >= 3 and x,
+                    3 * BOOT, interval=0.2, what="iteration 3")
+    os.kill(held["pid"], signal.SIGSTOP)
     j = wait_for(ready, 3 * BOOT, interval=0.2, what="a booted spare container ready")
+    assert j["pid"] == held["pid"], (j, held)
     exp = Path(j["run_dir"]).parent
     assert [d.name for d in exp.iterdir()] == [Path(j["run_dir"]).name]  # the boot's run is staged, not here
     spare_container = next(n for n in subprocess.run(
