@@ -57,7 +57,7 @@ def file_seconds() -> dict[str, float]:
 
 # A file not in tests/timings.txt yet (a test written since the last fresh-clone measure) with a mark of the slow or
 # real-thing tests is counted this long, so that it is handed out among the first, not last: an unmeasured Isaac Lab
-# e2e test (60-90 s in the suite) handed out last ran alone at the end while the other worker idled. An unmeasured
+# e2e test (60-90 s in the suite) handed out last would run alone at the end while the other worker idles. An unmeasured
 # file without such a mark counts 0 s, as before: the short unit tests are what should fill the end.
 UNMEASURED_SLOW_SECONDS = 90.0
 SLOW_FILE_MARKS = re.compile(r"pytest\.mark\.(slow|isaaclab3|podman|systemd|prometheus)\b")
