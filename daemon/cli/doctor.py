@@ -21,6 +21,7 @@ from typing import Any, Callable
 import yaml
 
 from .doctor_backup import check_backup
+from .doctor_eval import check_eval_video
 from .doctor_install import check_install
 from .checks import Check
 from ..config.schema import Config, JobConfig
@@ -506,7 +507,7 @@ def check_compile_caches(cfg: Config) -> list[Check]:
 CHECKS: list[Callable[[Config], Check | list[Check]]] = [
     check_driver, check_nvml, check_cdi, check_podman, check_quadlet, check_systemd, check_memlock,
     check_images, check_shm, check_disk, check_ports, check_listeners, check_workflows, check_tasks, check_backup,
-    check_compile_caches, check_install,
+    check_compile_caches, check_install, check_eval_video,
 ]
 
 

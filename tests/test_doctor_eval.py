@@ -1,0 +1,41 @@
+"""`isaacd doctor` says once why a job asking for evaluation videos gets none on this host (issue 41)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from isaacd.cli.doctor import collect
+from isaacd.cli.doctor_eval import check_eval_video
+from isaacd.config.schema import parse_config
+
+
+def cfg(tmp_path: Path, job_lines: str, eval_lines: str):
+    text = (f'[gpu]\nsource = "none"\n[[jobs]]\nname = "cp"\nlog_root = "{tmp_path}/logs"\n{job_lines}\n'
+            f"[jobs.eval]\nvideo = true\n{eval_lines}\n")
+    return parse_config(text, "isaacd.toml", tmp_path)
+
+
+def test_no_renderer_is_said_with_the_reason_where_it_is_known_before_any_evaluation(tmp_path):
+    (builtin,) = check_eval_video(cfg(tmp_path, 'device = "cpu"', ""))
+    assert builtin.status == "warn" and "built-in trainer's environments draw nothing" in builtin.detail
+    (on_cpu,) = check_eval_video(cfg(tmp_path, 'workflow = "rsl_rl"\ndevice = "cuda"\ngpus = [0]', 'device = "cpu"'))
+    assert on_cpu.status == "warn" and "run on the CPU" in on_cpu.detail and "gpu_memory" in on_cpu.fix
+
+
+def test_on_a_gpu_the_newest_evaluations_reason_is_said_and_none_before_the_first(tmp_path):
+    c = cfg(tmp_path, 'workflow = "rsl_rl"\ndevice = "cuda"\ngpus = [0]', 'gpu_memory = "4GiB"')
+    (first,) = check_eval_video(c)
+    assert first.status == "pass" and "no evaluation has run yet" in first.detail
+    run = tmp_path / "logs" / "rsl_rl" / "cp" / "2026-12-06_10-00-00"
+    run.mkdir(parents=True)
+    why = "no renderer: Isaac Sim (Kit) is not installed, and Isaac Lab records video from a Kit visualizer"
+    (run / "model_10.pt.eval.json").write_text(json.dumps({"version": 1, "video_reason": why}))
+    (checked,) = check_eval_video(c)
+    assert checked.status == "warn" and checked.detail.startswith(why) and "model_10.pt.eval.json" in checked.detail
+    assert [x.name for x in collect(c) if x.name.startswith("eval_video")] == ["eval_video:cp"]
+
+
+def test_no_job_asking_for_video_is_a_skip(tmp_path):
+    c = parse_config('[[jobs]]\nname = "cp"\ndevice = "cpu"\n[jobs.eval]\n', "isaacd.toml", tmp_path)
+    assert [x.status for x in check_eval_video(c)] == ["skip"]
