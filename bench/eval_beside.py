@@ -20,11 +20,12 @@ Per window, from the job's own TensorBoard (`--tag`, rsl_rl's Perf/total_fps, wr
 the points whose wall time lies in [switch + --settle, next switch] (the boot is before the first window):
 iterations/s (steps / wall time between the first and last point), the median of the tag itself (rsl_rl's env-steps
 per second of collection + learning), each iteration's time split by whether an evaluation ran at its midpoint
-(eval_started -> eval_done/failed/stopped in the journal), host CPU busy (cores, /proc/stat), the trainer's and the
+(eval_started -> eval_done/failed/stopped in the journal) and by what the evaluation was doing then (its start, its
+CPU part: boot or CPU stepping, its GPU part: from its pid's first NVML SM sample on), host CPU busy (cores, /proc/stat), the trainer's and the
 evaluations' CPU, and on a GPU the GPU's utilisation and the processes' SM shares (NVML). Each eval window's ratio is
 against the mean of the `none` windows on either side. Per evaluated checkpoint: result JSON mtime - checkpoint
 mtime (the goal: <= 2 minutes for the cart-pole), with the result's own duration_seconds, device, video and
-video_reason.
+video_reason. The JSON keeps the 0.5 s samples, the journal and every iteration's wall time, for later analysis.
 
     nice -n 10 .venv/bin/python bench/eval_beside.py --builtin --arms cpu --repeats 3        # CPU host, built-in
     nice -n 10 .venv/bin/python bench/eval_beside.py --isaaclab --arms cpu --repeats 3 \\
@@ -315,7 +316,12 @@ def figures(a: argparse.Namespace, res: dict[str, Any]) -> None:
         pts |= tb_points(Path(rd), a.tag)
     steps = sorted(pts)
     evals = eval_intervals(res["events"])
+    for e in evals:  # when the evaluation's process first shows in NVML's per-process SM samples (its GPU phase)
+        seen = [r["t"] for r in res["samples"] if e["start"] <= r["t"] <= (e["end"] or float("inf"))
+                and (r.get("sm") or {}).get(str(e["pid"]), 0) > 0]
+        e["gpu_from"] = min(seen) - a.sample_interval if seen else None
     res["evals"] = evals
+    res["iterations"] = [[st, round(pts[st][1], 3)] for st in steps]  # every iteration's wall time, for later analysis
     for k, w in enumerate(res["windows"]):
         lo, hi = w["switch"] + a.settle, w.get("end", w["switch"])
         inside = [s for s in steps if lo <= pts[s][1] <= hi]
@@ -327,14 +333,17 @@ def figures(a: argparse.Namespace, res: dict[str, Any]) -> None:
         w["it_per_s"] = round((s1 - s0) / (pts[s1][1] - pts[s0][1]), 4)
         w["tag_median"] = med([pts[s][0] for s in inside[1:]])
         during, outside = [], []
+        by_phase: dict[str, list[float]] = {}
         for s in inside[1:]:
             if s - 1 not in pts:
                 continue
             t_a, t_b = pts[s - 1][1], pts[s][1]
             mid = (t_a + t_b) / 2
-            hit = any(e["start"] <= mid <= (e["end"] or hi) for e in evals)
-            (during if hit else outside).append(t_b - t_a)
+            ph = phase(evals, mid, hi)
+            (outside if ph == "none" else during).append(t_b - t_a)
+            by_phase.setdefault(ph, []).append(t_b - t_a)
         w["iter_s_during_eval"], w["iter_s_no_eval"] = med(during), med(outside)
+        w["iter_s_by_phase"] = {k: [med(v), len(v)] for k, v in by_phase.items()}
         w["n_during"], w["n_no_eval"] = len(during), len(outside)
         busy = sum(max(0.0, min(hi, e["end"] or hi) - max(lo, e["start"])) for e in evals)
         w["eval_duty"] = round(busy / (hi - lo), 3)
@@ -356,6 +365,20 @@ def figures(a: argparse.Namespace, res: dict[str, Any]) -> None:
             if tn and w.get("tag_median"):
                 w["tag_ratio"] = round(w["tag_median"] / statistics.mean(tn), 4)
     res["checkpoints"] = latencies(res)
+
+
+START = 1.0  # seconds after eval_started counted as the evaluation's start (its process spawn and first imports)
+
+
+def phase(evals: list[dict[str, Any]], t: float, hi: float) -> str:
+    """What the evaluation beside training was doing at wall time t: none, start (its first START s), gpu (from its
+    first NVML SM sample on: stepping on the GPU), else cpu (its boot, or stepping on the CPU)."""
+    for e in evals:
+        if e["start"] <= t <= (e["end"] or hi):
+            if t <= e["start"] + START:
+                return "start"
+            return "gpu" if e.get("gpu_from") is not None and t >= e["gpu_from"] else "cpu"
+    return "none"
 
 
 def _mean(xs: list[float]) -> float | None:
@@ -428,6 +451,13 @@ def report(meta: dict[str, Any], res: dict[str, Any]) -> str:
                   if w.get("iter_s_during_eval") and w.get("iter_s_no_eval")]
             if dr:
                 line += f"; an iteration during an evaluation takes {med(dr)} x one outside (median)"
+            base = med([w["iter_s_no_eval"] for w in res["windows"] if w["arm"] == "none" and w.get("iter_s_no_eval")])
+            ph = {k: [x["iter_s_by_phase"][k][0] for x in ws if k in x.get("iter_s_by_phase", {})]
+                  for k in ("start", "cpu", "gpu")}
+            if base and any(ph.values()):
+                line += ("; iteration time against the none windows' median by what the evaluation was doing: " +
+                         ", ".join(f"{k} {med(v) / base:.3f}x (n={sum(x['iter_s_by_phase'][k][1] for x in ws if k in x.get('iter_s_by_phase', {}))})"
+                                   for k, v in ph.items() if v))
         lines.append(line)
     cks = res.get("checkpoints", [])
     done = [c for c in cks if c.get("latency") is not None and not c.get("error")]
@@ -530,7 +560,6 @@ def main() -> None:
             txt, js = out.with_suffix(".txt"), out.with_suffix(".json")
             before = txt.read_text() if txt.exists() else ""
             txt.write_text(before + ("\n" + "=" * 100 + "\n" if before else "") + text)
-            res.pop("samples", None) if not a.keep else None
             js.write_text(json.dumps({"meta": meta, "result": res}, indent=1, default=str))
     finally:
         if a.keep:

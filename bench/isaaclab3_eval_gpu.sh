@@ -8,7 +8,9 @@
 #   5.    carry=[".dw5"]  command: PARTS=5 bash bench/isaaclab3_eval_gpu.sh bench   # install, warm-up, the bench
 # `bench`: none / gpu / cpu windows x 3 and a last none, then one more gpu window with [jobs.eval] video = true (not a
 # measured arm): whether Isaac Lab 3.0 kit-less renders here (an MP4 and GIF in the result JSON) or why not
-# (video_reason). `video` (a later call on the warm machine): that probe alone, with a longer window. On a machine that installed already (/tmp/il3h200/installed,
+# (video_reason). `video` (a later call on the warm machine): that probe alone, with a longer window.
+# (2026-12-06 on an H100: calls 1-4 ~5 s each, the first with the machine's start ~26 s of device time; call 5
+# 425 s: install 17 s, warm-up 96 s, the bench 312 s with --window 25, 3 repeats, a 40 s video window.) On a machine that installed already (/tmp/il3h200/installed,
 # ~/.cache/warp: another bench's calls) the stash calls are skipped. A call after the first that reports warm: false
 # ran on a new machine: start again from 1.
 # EVAL_ARGS: more bench/eval_beside.py flags for `bench` (e.g. "--window 40 --repeats 4"); VIDEO_ARGS for `video`;
