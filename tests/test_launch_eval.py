@@ -44,9 +44,12 @@ def test_an_evaluation_is_the_cold_start_with_its_checkpoint_and_settings_as_var
         "ISAACD_EVAL_EPISODES": "12", "ISAACD_EVAL_NUM_ENVS": "4", "ISAACD_EVAL_SEED": "7",
         "ISAACD_EVAL_DEVICE": "cpu", "ISAACD_EVAL_RESULT": f"{ckpt}.eval.json",
         "ISAACD_EVAL_TB_DIR": str(w.run_dir / "eval"), "ISAACD_EVAL_VIDEO": "0",
-        "ISAACD_EVAL_VIDEO_DIR": str(w.run_dir / "eval" / "videos")}
+        "ISAACD_EVAL_VIDEO_DIR": str(w.run_dir / "eval" / "videos"), "ISAACD_EVAL_NICE": "0"}
     # on the CPU it sees no GPU, whatever the job's own environment names (the step runs after it)
     assert env["CUDA_VISIBLE_DEVICES"] == ""
+    # it never holds training back: one OpenMP/MKL thread, whatever the job's environment says for training
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "1"
+    assert env["ISAACD_EVAL_NICE"] == "0"  # beside a CPU training (every core busy) nice 19 would starve it
     # its own token, no side channel, no W&B run; the job's flags without any resume; its own output file
     assert env["ISAACD_LAUNCH_TOKEN"] == "evtok" and spec.token == "evtok"
     assert "ISAACD_SHIM_EVENTS" not in env and "WANDB_RUN_ID" not in env
@@ -56,9 +59,10 @@ def test_an_evaluation_is_the_cold_start_with_its_checkpoint_and_settings_as_var
 
 
 def test_a_gpu_evaluation_sees_the_jobs_first_gpu_as_its_cuda_0(tmp_path: Path):
-    job = JOB.replace('num_envs = 1024\n', 'num_envs = 1024\ndevice = "cuda:0"\ngpus = [2, 5]\n')
+    job = JOB.replace('num_envs = 1024\n', 'num_envs = 1024\ndevice = "cuda:2"\ngpus = [2, 5]\nnproc_per_node = 1\n')
     _, _, spec = spec_for(tmp_path, job + '[jobs.eval]\ngpu_memory = "4GiB"\nvideo = true\nvideo_length = 50\n')
     assert spec.env["CUDA_VISIBLE_DEVICES"] == "2" and spec.env["ISAACD_EVAL_DEVICE"] == "cuda:0"
+    assert spec.env["ISAACD_EVAL_NICE"] == "19"  # beside a GPU training: it yields the CPU to the trainer
     assert spec.env["ISAACD_EVAL_VIDEO"] == "50" and spec.env["ISAACD_EVAL_NUM_ENVS"] == "100"  # = episodes
 
 

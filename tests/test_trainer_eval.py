@@ -254,3 +254,19 @@ def test_a_small_gif_is_written_beside_each_clip(tmp_path):
     gif = Image.open(tmp_path / "clip_model_9_0000.gif")
     assert gif.width == E.GIF_WIDTH and gif.height == 240 and gif.n_frames == 20  # 2 s at 10 fps
     assert sorted(os.listdir(tmp_path)) == ["clip_model_9_0000.gif", "clip_model_9_0000.mp4"]
+
+
+def test_an_evaluation_beside_a_gpu_training_runs_at_the_lowest_cpu_priority():
+    """It never holds training back where the CPU is contended (bench/results/issue41-eval-beside-gpu.txt: the
+    trainer bound by one core, an evaluation's start-up took it to 0.975x): nice 19 where the daemon asks for it
+    (a GPU training), which its children inherit."""
+    import subprocess
+    import sys
+
+    code = "import os; from isaacd_trainer import shim_eval as E; E._yield_to_training(); print(os.nice(0))"
+    env = {**os.environ, "ISAACD_EVAL_NICE": "19"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60, env=env)
+    assert out.stdout.strip() == "19"
+    env["ISAACD_EVAL_NICE"] = "0"  # beside a CPU training: the trainer's priority (nice 19 would starve it)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60, env=env)
+    assert out.stdout.strip() == str(os.nice(0))

@@ -22,6 +22,12 @@ EVAL_RESULT_ENV = "ISAACD_EVAL_RESULT"
 EVAL_TB_DIR_ENV = "ISAACD_EVAL_TB_DIR"
 EVAL_VIDEO_ENV = "ISAACD_EVAL_VIDEO"
 EVAL_VIDEO_DIR_ENV = "ISAACD_EVAL_VIDEO_DIR"
+EVAL_NICE_ENV = "ISAACD_EVAL_NICE"  # the niceness the shim gives the evaluation (trainer/shim_eval.py)
+# beside a GPU training, whose trainer is bound by one CPU core while the host has many idle ones (an H100: 1.00 core,
+# GPU 24-28 % busy; an evaluation's start-up took it to 0.975x: bench/results/issue41-eval-beside-gpu.txt), the
+# evaluation yields the CPU at once: nice 19. Beside a CPU training, which keeps every core busy, nice 19 would starve
+# the evaluation (about 1.5 % of a contended core): it keeps the trainer's priority and its one thread.
+NICE_BESIDE_GPU_TRAINING = 19
 
 
 def eval_environment(ctx: LaunchContext, oscalls: object) -> Contribution:
@@ -35,4 +41,8 @@ def eval_environment(ctx: LaunchContext, oscalls: object) -> Contribution:
                 "CUDA_VISIBLE_DEVICES": "" if e.gpu is None else e.gpu,
                 EVAL_DEVICE_ENV: "cpu" if e.gpu is None else "cuda:0",
                 EVAL_RESULT_ENV: e.result, EVAL_TB_DIR_ENV: e.tb_dir, EVAL_VIDEO_ENV: str(e.video),
-                EVAL_VIDEO_DIR_ENV: e.video_dir})
+                EVAL_VIDEO_DIR_ENV: e.video_dir,
+                # never hold training back: one CPU thread for its math (torch's intra-op pool would take every core
+                # for its start-up burst); the shim also lowers its priority beside a GPU training (EVAL_NICE_ENV)
+                "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                EVAL_NICE_ENV: str(NICE_BESIDE_GPU_TRAINING if ctx.cfg.device != "cpu" else 0)})
