@@ -11,7 +11,10 @@
 # The wheels travel as bench/isaaclab3_sweep_gpu.sh's header says (5 parts, PARTS=5). Calls back to back, one warm
 # machine:  1-4. carry=[".dwN"] command: PARTS=5 bash bench/issue42_handover_gpu.sh stash
 #           5.   carry=[".dw5"] command: PARTS=5 ARMS="kill base quick" bash bench/issue42_handover_gpu.sh arms
-# (5 installs and warms Isaac Lab up first, ~125 s on a fresh machine; an arm takes ~70-90 s.) QARGS: more
+# Device time, 2026-12-06 on an H100 (counted from the machine's start): the start ~176 s, stash calls ~6 s each,
+# install ~26 s, then Warp's first kernel compile ~100 s (the warm-up, if BUDGET leaves it the time, else the first
+# arm's first launch), then ~75 s an arm (the preemption is reached ~50 s in): about 580 s for all three arms, so
+# give call 5 BUDGET=575 (its default) and timeout_s 600. (5 installs and warms Isaac Lab up first.) QARGS: more
 # bench/queue_h200.py arguments (default: 25 GiB each on an H100, 40 GiB on an H200, so 3 fit and a 4th does not;
 # 10-iteration windows). Results: $OUT/issue42-<arm>.{json,txt}, the log $OUT/handover.log.
 set -uo pipefail
