@@ -94,8 +94,15 @@ def test_a_spare_unit_takes_the_attempt_over(tbed, mode):
 
 
 def _run(t, mode: str) -> None:
-    # 1. a spare unit parked beside the job's unit: its file next to the job's, its own container
+    # 1. a spare unit parked beside the job's unit: its file next to the job's, its own container. The trainer is held
+    # (SIGSTOP) from a checkpoint past iteration 0 (2's resume point: the attempt's log must start past the first
+    # container's "Learning iteration 0/") until then, and killed held in 2: its iterations would only take the CPU
+    # from the spare's preload (suite time, session 18)
+    first = H.wait_job(t, lambda x: x["state"] == "running" and x["pid"] and (x.get("checkpoint") or {}).get(
+        "iteration", 0) >= 1, 180, "the first attempt training, with a checkpoint past iteration 0")
+    t.sh(f"kill -STOP {first['pid']}")
     j = H.wait(lambda: _spare_ready(t), 180, "a ready spare")
+    assert j["pid"] == first["pid"], (j, first)
     spare_pid = j["spare"]["pid"]
     assert j["unit"] == H.UNIT, j
     (spare_file,) = _spare_files(t, mode)
