@@ -101,18 +101,18 @@ def test_a_skipped_checkpoint_the_record_holds_stays_skipped():
 
 
 # ---- failures ------------------------------------------------------------------------------------------------------
-def test_a_failed_evaluation_is_retried_after_30_s_then_60_s_doubling_up_to_10_minutes():
-    assert [backoff(k) for k in range(0, 8)] == [0.0, 30.0, 60.0, 120.0, 240.0, 480.0, 600.0, 600.0]
+def test_a_failed_evaluation_is_retried_after_2_s_then_30_s_doubling_up_to_10_minutes():
+    assert [backoff(k) for k in range(0, 9)] == [0.0, 2.0, 30.0, 60.0, 120.0, 240.0, 480.0, 600.0, 600.0]
     cfg = EvalConfig(retries=10)
     rec = EvalRecord("a")
     rec.started(0)
     rec.failed(0, "killed at the deadline (600 s)", at=T0)
-    assert next_eval(cfg, cks(0), {}, rec, T0 + 29.9) is None
-    assert next_eval(cfg, cks(0), {}, rec, T0 + 30.0) == EvalTask(0, "/runs/a/model_0.pt", 2)
+    assert next_eval(cfg, cks(0), {}, rec, T0 + 1.9) is None
+    assert next_eval(cfg, cks(0), {}, rec, T0 + 2.0) == EvalTask(0, "/runs/a/model_0.pt", 2)
     rec.started(0)
     rec.failed(0, "exit 1", at=T0 + 40)
-    assert next_eval(cfg, cks(0), {}, rec, T0 + 99.9) is None
-    assert next_eval(cfg, cks(0), {}, rec, T0 + 100.0).attempt == 3
+    assert next_eval(cfg, cks(0), {}, rec, T0 + 69.9) is None
+    assert next_eval(cfg, cks(0), {}, rec, T0 + 70.0).attempt == 3
 
 
 def test_a_newer_ready_checkpoint_goes_first_while_a_failed_one_waits_its_backoff_then_the_retry_comes_first():

@@ -10,8 +10,9 @@ The rules, each a test in tests/test_eval_choose.py:
 - *newest few when behind*: a chosen checkpoint never attempted with `KEEP_NEWEST` (3) or more chosen checkpoints
   after it is skipped, so when more than 3 wait only the newest 3 are evaluated. This depends on nothing but what
   is written, so a skipped checkpoint stays skipped (the keeper also records it: `EvalRecord.skip`).
-- *retry with backoff*: after k failed attempts, the next waits 30 s x 2^(k-1) after the last failure, at most
-  10 minutes; meanwhile newer ready checkpoints go first.
+- *retry with backoff*: after the first failure the next attempt comes soon (2 s: a first crash is most often
+  transient, killed from outside or out of memory while training grew), after k >= 2 failures it waits 30 s x 2^(k-2)
+  after the last failure, at most 10 minutes; meanwhile newer ready checkpoints go first.
 - *given up*: after `retries` failed attempts a checkpoint is never chosen again (the keeper records the give-up
   with `should_give_up`).
 """
@@ -25,7 +26,8 @@ from ..config.eval import EvalConfig
 from .record import EvalRecord
 
 KEEP_NEWEST = 3  # when more chosen checkpoints than this wait, only the newest this many are evaluated
-BACKOFF_FIRST = 30.0  # seconds after the first failure
+FIRST_RETRY = 2.0  # seconds after the first failure
+BACKOFF_FIRST = 30.0  # seconds after the second failure, doubling after each further one
 BACKOFF_MAX = 600.0
 
 
@@ -49,7 +51,9 @@ def backoff(failures: int) -> float:
     """Seconds from the last failure to the next attempt, after `failures` failed attempts (0 for none)."""
     if failures <= 0:
         return 0.0
-    return min(BACKOFF_MAX, BACKOFF_FIRST * 2.0 ** (failures - 1))
+    if failures == 1:
+        return FIRST_RETRY
+    return min(BACKOFF_MAX, BACKOFF_FIRST * 2.0 ** (failures - 2))
 
 
 def should_give_up(cfg: EvalConfig, record: EvalRecord, iteration: int) -> bool:
