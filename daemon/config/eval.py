@@ -16,8 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from .sizes import Size, gib, size_bytes
 
 Seconds = Annotated[float, Field(gt=0)]
-# runtimes whose launch cannot start an evaluation process yet, and why (process and podman can)
+# runtimes whose launch cannot start an evaluation process yet, and why (the process runtime can)
 UNSUPPORTED_RUNTIMES = {
+    "podman": "an evaluation would be a third container of the job's spec (its name, its environment, its cleanup), "
+              "which isaacd does not make yet",
     "systemd": "a systemd unit runs one trainer per job, and isaacd cannot start an evaluation unit beside it yet",
     "ray": "isaacd cannot place an evaluation beside the trainer on a Ray node yet",
 }
@@ -117,7 +119,7 @@ def refusal(job: Any) -> str | None:
         return None
     if job.runtime in UNSUPPORTED_RUNTIMES:
         return (f'[jobs.eval] with runtime = "{job.runtime}": {UNSUPPORTED_RUNTIMES[job.runtime]}; evaluations run '
-                'with runtime = "process" or "podman" (or remove [jobs.eval])')
+                'with runtime = "process" (or remove [jobs.eval])')
     if not job.shim:
         return ("[jobs.eval] with shim = false: an evaluation runs through isaacd's shim (it counts the episodes and "
                 "ends the play loop); set shim = true or remove [jobs.eval]")
