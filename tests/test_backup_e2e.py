@@ -16,6 +16,7 @@ import shutil
 import signal
 import time
 import uuid
+from typing import Callable
 
 import pytest
 from backup_fakes import SECRET_KEY, SeaweedS3, weed_binary
@@ -85,7 +86,19 @@ def test_a_lost_disk_resumes_from_the_bucket_and_a_dead_store_never_stops_traini
     fs = s3.fs()
     try:
         # 1. checkpoints and the manifest reach the bucket, each object exactly the file it was made from
-        wait_for(lambda: (_backup(sp).get("last_upload") or {}).get("iteration", -1) >= 10, 120,
+        # The trainer is frozen (SIGSTOP) in the same look that sees each phase's condition: the built-in trainer can
+        # run all MAX_ITERATIONS in ~4 s on an idle machine (CI run of 2026-12-06: it finished during the wait for
+        # the backup error, the job completed and the stop below never made it `stopped`), so it may train only
+        # while a phase needs it to, whatever the relative speed of the trainer, the uploader and this test
+        def frozen_when(pred: Callable[[], object]) -> Callable[[], object]:
+            def look() -> object:
+                got = pred()
+                if got:
+                    os.kill(sp.job("cp")["pid"], signal.SIGSTOP)
+                return got
+            return look
+
+        wait_for(frozen_when(lambda: (_backup(sp).get("last_upload") or {}).get("iteration", -1) >= 10), 120,
                  what="checkpoint 10 in the bucket")
         doc = _manifest_with_every_object_readable(fs, prefix)
         run_dir = sp.job("cp")["run_dir"]
@@ -97,8 +110,9 @@ def test_a_lost_disk_resumes_from_the_bucket_and_a_dead_store_never_stops_traini
         # 2. the store dies mid-training: training goes on, status says so
         s3.kill()
         at_kill = sp.job("cp")["iteration"]
-        wait_for(lambda: _backup(sp).get("error"), 60, what="the backup error in status")
-        wait_for(lambda: sp.job("cp")["iteration"] >= at_kill + 3, 60, what="training going on without the store")
+        os.kill(sp.job("cp")["pid"], signal.SIGCONT)
+        wait_for(frozen_when(lambda: _backup(sp).get("error") and sp.job("cp")["iteration"] >= at_kill + 3), 60,
+                 what="the backup error in status, and training going on without the store")
         job_now = sp.job("cp")
         assert job_now["state"] == "running" and job_now["restarts"] == 0
         text = sp.cli("status").stdout
@@ -107,9 +121,7 @@ def test_a_lost_disk_resumes_from_the_bucket_and_a_dead_store_never_stops_traini
         failed = [e for e in sp.events("cp") if e["event"] == "backup_failed"]
         assert failed and "retry_in_seconds" in failed[0]
         uploaded_before = (_backup(sp)["last_upload"] or {})["iteration"]
-        # the trainer is frozen while the store comes back (on an idle machine it would otherwise reach
-        # max_iterations before the stop below): what is tested from here on is the uploads' catch-up
-        os.kill(job_now["pid"], signal.SIGSTOP)
+        # (the trainer stays frozen while the store comes back: what is tested from here on is the uploads' catch-up)
 
         phase('. the store comes back')
         # 3. the store comes back: uploads catch up
