@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..os_seam.durable import write_private_json
 from .best import best_result
 from .types import EvalResult
 
@@ -194,24 +195,9 @@ class EvalStore:
         return self.dir / f"{job}.json"
 
     def save(self, rec: EvalRecord) -> None:
-        """Written whole: a temporary file beside it, synced, renamed over it, the directory synced. Raises OSError
-        (a full disk): the keeper says it and keeps its record in memory."""
-        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        path = self.path(rec.job)
-        tmp = path.with_name(f".{path.name}.tmp")
-        data = json.dumps(rec.to_json(), sort_keys=True).encode()
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        dfd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        """Written whole (os_seam/durable.write_private_json). Raises OSError (a full disk): the keeper says it and
+        keeps its record in memory."""
+        write_private_json(self.path(rec.job), rec.to_json())
 
     def load(self, job: str, now: float) -> Loaded:
         """The job's record; a fresh one where there is none. A document that cannot be used is moved aside to

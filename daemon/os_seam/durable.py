@@ -25,6 +25,29 @@ def fsync_path(path: Path | str, missing_ok: bool = False) -> None:
         os.close(fd)
 
 
+def write_private_json(path: Path, doc: object) -> None:
+    """A supervisor's document (a sweep's, a job's evaluations) written whole and durable: its directory made 0700, a
+    temporary file beside it (0600, never through a symlink) written and synced, renamed over it, the directory
+    synced. Raises OSError (a full disk): the caller keeps its record in memory and says so."""
+    import json  # (here: the modules that only sync never serialise)
+
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.tmp")
+    data = json.dumps(doc, sort_keys=True).encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
 def fsync_all(files: Iterable[Path | str], dirs: Iterable[Path | str] = (), missing_ok: bool = False) -> None:
     """Every file synced (concurrently), then every directory; the first error is raised once all were tried."""
     from concurrent.futures import ThreadPoolExecutor  # here: the client imports the config, never syncs

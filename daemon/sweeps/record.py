@@ -7,12 +7,12 @@ trial and launches none twice. The trials themselves are ordinary jobs, with his
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..daemon_log import log
+from ..os_seam.durable import write_private_json
 
 SWEEPS_DIR = "sweeps"
 EVENTS_KEPT = 500  # a sweep's own events (submitted, done, cancelled), the newest kept in its document
@@ -81,22 +81,7 @@ class SweepStore:
         return self.path(name).exists()
 
     def save(self, rec: SweepRecord) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        path = self.path(rec.name)
-        tmp = path.with_name(f".{path.name}.tmp")
-        data = json.dumps(rec.to_json(), sort_keys=True).encode()
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        dfd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        write_private_json(self.path(rec.name), rec.to_json())
 
     def load_all(self) -> list[SweepRecord]:
         """Every sweep saved here; a document that cannot be read is said and left where it is (never removed)."""
