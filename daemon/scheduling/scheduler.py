@@ -41,27 +41,10 @@ from dataclasses import dataclass, field, replace
 
 from ..jobs.queue_entry import GiB, QueueEntry, Request
 from .quota import Ledger, Quotas
+from .room import Gpu, PinnedJob, Room
 
 MAX_VICTIM_SETS = 20_000  # preemption search: subsets tried before the greedy fallback (the 40-job benchmark on 8
 # GPUs: 998 searches, none reached it)
-
-
-@dataclass(frozen=True)
-class Gpu:
-    """One physical GPU as placement sees it."""
-
-    index: int
-    total_bytes: int
-    used_bytes: int | None = None  # NVML's used memory; None: unknown (only the asks count)
-    unusable: str | None = None  # why no new job may go here ("XID 79", "84 °C"): jobs on it stay
-
-
-@dataclass(frozen=True)
-class PinnedJob:
-    """A job that names its GPUs in the config: it holds them whole while it may run, outside the queue."""
-
-    name: str
-    gpus: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -113,7 +96,7 @@ class Reservation:
     job: str
     at: float
     gpus: tuple[int, ...]
-    room: "_Room | None" = field(default=None, compare=False, repr=False)
+    room: "Room | None" = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -128,90 +111,6 @@ class Schedule:
     valid_until: float = math.inf
 
 
-# ---- room on the GPUs ----------------------------------------------------------------------------------------------
-@dataclass
-class _Room:
-    """What each GPU has left, as the decisions of this pass take it."""
-
-    gpus: dict[int, Gpu]
-    asked: dict[int, int] = field(default_factory=dict)  # bytes the holders asked for (spares included)
-    whole: dict[int, str] = field(default_factory=dict)  # GPU -> the job that holds it whole
-    holders: dict[int, set[str]] = field(default_factory=dict)
-    foreign: dict[int, int] = field(default_factory=dict)  # bytes used beyond the asks (other processes, overuse)
-
-    @classmethod
-    def of(cls, gpus: Sequence[Gpu], jobs: Sequence[QueueEntry], pinned: Sequence[PinnedJob]) -> "_Room":
-        room = cls({g.index: g for g in gpus})
-        for p in pinned:
-            for i in p.gpus:
-                if i in room.gpus:
-                    room.whole.setdefault(i, p.name)
-                    room.holders.setdefault(i, set()).add(p.name)
-        for j in jobs:
-            if j.placement:
-                room.take(j, j.placement, with_spare=True)
-        queued_whole = {i for j in jobs if j.placement and j.request.memory_bytes is None for i in j.placement}
-        for g in gpus:
-            # what is used beyond the asks is others' memory; on a GPU a queued job holds whole, all of it is that
-            # job's (preempting it frees the GPU)
-            if g.used_bytes is not None and g.index not in queued_whole:
-                room.foreign[g.index] = max(0, g.used_bytes - room.asked.get(g.index, 0))
-        return room
-
-    def take(self, job: QueueEntry, gpus: Iterable[int], with_spare: bool = False) -> None:
-        for i in gpus:
-            if i not in self.gpus:
-                continue  # a GPU gone from the inventory: nothing to count it against
-            self.holders.setdefault(i, set()).add(job.name)
-            if job.request.memory_bytes is None:
-                self.whole[i] = job.name
-            else:
-                self.asked[i] = self.asked.get(i, 0) + job.request.memory_bytes + (job.spare_bytes if with_spare
-                                                                                     else 0)
-
-    def without(self, jobs: Iterable[QueueEntry], spares_of: Iterable[QueueEntry] = ()) -> "_Room":
-        """The room if these jobs gave their GPUs back (and these spares went)."""
-        new = _Room(self.gpus, dict(self.asked), dict(self.whole), {k: set(v) for k, v in self.holders.items()},
-                    dict(self.foreign))
-        for j in jobs:
-            for i in j.placement:
-                if i not in new.gpus:
-                    continue
-                new.holders.get(i, set()).discard(j.name)
-                if new.whole.get(i) == j.name:
-                    del new.whole[i]
-                elif j.request.memory_bytes is not None:
-                    new.asked[i] = new.asked.get(i, 0) - j.request.memory_bytes - j.spare_bytes
-        for j in spares_of:
-            if j.request.memory_bytes is not None and j.spare_bytes:
-                for i in j.placement:
-                    if i in new.gpus:
-                        new.asked[i] = new.asked.get(i, 0) - j.spare_bytes
-        return new
-
-    def free(self, i: int) -> int:
-        g = self.gpus[i]
-        if i in self.whole:
-            return 0
-        return g.total_bytes - self.asked.get(i, 0) - self.foreign.get(i, 0)
-
-    def fits_on(self, i: int, req: Request) -> bool:
-        if self.gpus[i].unusable is not None or i in self.whole:
-            return False
-        if req.memory_bytes is None:  # a whole GPU: nobody else on it
-            return not self.holders.get(i) and self.asked.get(i, 0) <= 0
-        return self.free(i) >= req.memory_bytes
-
-    def best_fit(self, req: Request) -> tuple[int, ...] | None:
-        """The `req.gpus` GPUs it fits on most tightly (least room left after it), or None."""
-        fits = [i for i in sorted(self.gpus) if self.fits_on(i, req)]
-        if len(fits) < req.gpus:
-            return None
-        need = req.memory_bytes or 0
-        fits.sort(key=lambda i: (self.free(i) - need, i))
-        return tuple(sorted(fits[:req.gpus]))
-
-
 # ---- the pass ---------------------------------------------------------------------------------------------------
 def queue_order(jobs: Iterable[QueueEntry]) -> list[QueueEntry]:
     """Priority first (higher first), then submission, then name: the order `isaacd queue` lists."""
@@ -220,7 +119,7 @@ def queue_order(jobs: Iterable[QueueEntry]) -> list[QueueEntry]:
 
 def schedule(jobs: Sequence[QueueEntry], gpus: Sequence[Gpu], now: float, limits: Limits = Limits(),
              pinned: Sequence[PinnedJob] = (), quotas: Quotas = Quotas()) -> Schedule:
-    room = _Room.of(gpus, jobs, pinned)
+    room = Room.of(gpus, jobs, pinned)
     ledger = Ledger(quotas, {g.index: g.total_bytes for g in gpus}, jobs)  # what owners and groups hold (quota.py)
     placements: list[Placement] = []
     preemptions: list[Preemption] = []
@@ -326,7 +225,7 @@ def _end(j: QueueEntry, now: float) -> float | None:
     return None if j.ends_at is None else max(j.ends_at, now)
 
 
-def _reserve(job: QueueEntry, room: _Room, holders: Sequence[QueueEntry], now: float) -> Reservation | None:
+def _reserve(job: QueueEntry, room: Room, holders: Sequence[QueueEntry], now: float) -> Reservation | None:
     """The blocked job's reservation: the earliest time enough room frees, releasing the placed jobs in the order
     their estimates end, and the GPUs it takes then; None when it needs the room of a job with no estimate."""
     ending = sorted(((e, j.name, j) for j in holders if (e := _end(j, now)) is not None), key=lambda t: t[:2])
@@ -402,19 +301,19 @@ def stable_until(jobs: Sequence[QueueEntry], now: float, limits: Limits = Limits
     return min(ends, default=math.inf)
 
 
-def _possible(req: Request, room: _Room) -> bool:
+def _possible(req: Request, room: Room) -> bool:
     """Could this request ever fit this host (every GPU empty)?"""
     big_enough = [g for g in room.gpus.values() if req.memory_bytes is None or g.total_bytes >= req.memory_bytes]
     return len(big_enough) >= req.gpus
 
 
-def _never(req: Request, room: _Room) -> str:
+def _never(req: Request, room: Room) -> str:
     biggest = max((g.total_bytes for g in room.gpus.values()), default=0)
     return (f"needs {req.describe()}; this host has {len(room.gpus)} GPU(s), the largest {biggest / GiB:.1f} GiB: "
             f"it can never start here; lower gpus or gpu_memory, or `isaacd cancel` it")
 
 
-def _spares_in_the_way(job: QueueEntry, room: _Room, jobs: Sequence[QueueEntry]) -> list[QueueEntry] | None:
+def _spares_in_the_way(job: QueueEntry, room: Room, jobs: Sequence[QueueEntry]) -> list[QueueEntry] | None:
     """The fewest spares whose memory, once freed, lets `job` fit; None when dropping every spare is not enough."""
     with_spares = [j for j in jobs if j.spare_bytes and j.placement and not j.preempting]
     if not with_spares:
@@ -446,7 +345,7 @@ def _preemptible_by(job: QueueEntry, other: QueueEntry, now: float, limits: Limi
     return None
 
 
-def _victims(job: QueueEntry, jobs: Sequence[QueueEntry], room: _Room, now: float, limits: Limits,
+def _victims(job: QueueEntry, jobs: Sequence[QueueEntry], room: Room, now: float, limits: Limits,
              taken: set[str]) -> list[QueueEntry] | None:
     """The fewest jobs to preempt so that `job` fits: among sets of one size, the lowest priorities, then the most
     recently started (the least work set back... none is lost either way: each saves first)."""
@@ -475,7 +374,7 @@ def _victims(job: QueueEntry, jobs: Sequence[QueueEntry], room: _Room, now: floa
     return None
 
 
-def _greedy(job: QueueEntry, candidates: list[QueueEntry], base: _Room) -> list[QueueEntry] | None:
+def _greedy(job: QueueEntry, candidates: list[QueueEntry], base: Room) -> list[QueueEntry] | None:
     chosen: list[QueueEntry] = []
     for v in sorted(candidates, key=lambda v: (v.priority, -(v.placed_at or 0.0), v.name)):
         chosen.append(v)
@@ -492,7 +391,7 @@ def _preempt_reason(victim: QueueEntry, by: QueueEntry) -> str:
     return f"preempted by {by.name} ({why}): saving at the next iteration boundary, then queued again"
 
 
-def _short(job: QueueEntry, room: _Room, jobs: Sequence[QueueEntry], now: float, limits: Limits) -> str:
+def _short(job: QueueEntry, room: Room, jobs: Sequence[QueueEntry], now: float, limits: Limits) -> str:
     """Why a job waits, in words: what it needs, what is free, what runs ahead of it."""
     usable = [i for i in room.gpus if room.gpus[i].unusable is None]
     if job.request.memory_bytes is None:
