@@ -102,6 +102,27 @@ def test_a_completed_run_goes_into_the_history_with_its_estimates_error(tmp_path
     assert not list(tmp_path.glob(".estimates.json.*"))  # no temporary file left behind
 
 
+def test_the_history_keeps_its_newest_entries_across_supervisors(tmp_path, monkeypatch):
+    """A host that runs sweeps names thousands of jobs: the document rewritten at each job's end stays bounded, and
+    what goes is the oldest (a task run again moves to the newest), in this supervisor and the next."""
+    monkeypatch.setattr("isaacd.scheduling.estimate_store.MAX_KEPT", 3)
+    store = EstimateStore(tmp_path)
+    for n in range(4):
+        store.record(f"rsl_rl:task{n}:64", Past(0.1 * (n + 1), 10.0))
+    store.record("rsl_rl:task1:64", Past(0.9, 10.0))  # run again: now the newest
+    store.record("rsl_rl:task4:64", Past(0.5, 10.0))
+    assert list(store.runs) == ["rsl_rl:task3:64", "rsl_rl:task1:64", "rsl_rl:task4:64"]
+    for n in range(5):
+        store.overran[f"job{n}"] = 100.0 - n  # job4 overran first
+        store.errors[f"job{n}"] = {"rate": 1.0}
+    store.save()
+    again = EstimateStore(tmp_path)
+    assert list(again.runs) == ["rsl_rl:task3:64", "rsl_rl:task1:64", "rsl_rl:task4:64"]
+    assert again.runs["rsl_rl:task1:64"] == Past(0.9, 10.0)
+    assert sorted(again.overran) == ["job0", "job1", "job2"]  # the three latest to overrun
+    assert list(again.errors) == ["job2", "job3", "job4"]
+
+
 def test_an_unreadable_history_is_set_aside_and_the_queue_starts_without_one(tmp_path):
     (tmp_path / "estimates.json").write_text("{torn")
     store = EstimateStore(tmp_path)

@@ -25,15 +25,16 @@ def fsync_path(path: Path | str, missing_ok: bool = False) -> None:
         os.close(fd)
 
 
-def write_private_json(path: Path, doc: object) -> None:
+def write_private_json(path: Path, doc: object, sort_keys: bool = True) -> None:
     """A supervisor's document (a sweep's, a job's evaluations) written whole and durable: its directory made 0700, a
     temporary file beside it (0600, never through a symlink) written and synced, renamed over it, the directory
-    synced. Raises OSError (a full disk): the caller keeps its record in memory and says so."""
+    synced. Raises OSError (a full disk): the caller keeps its record in memory and says so. `sort_keys=False`: the
+    maps in the order the caller made them (an order that means something, e.g. oldest first)."""
     import json  # (here: the modules that only sync never serialise)
 
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = path.with_name(f".{path.name}.tmp")
-    data = json.dumps(doc, sort_keys=True).encode()
+    data = json.dumps(doc, sort_keys=sort_keys).encode()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     try:
         os.write(fd, data)

@@ -7,6 +7,10 @@
            ahead on an estimate again until one of its estimates has held
   errors   job -> its last completed run's estimate error (took / said, by source), shown by `isaacd status`
 
+Each map keeps its newest MAX_KEPT entries (a host that runs sweeps names thousands of jobs over its life, and
+the whole document is rewritten at each job's end): runs by when each was last written, errors by when each
+was first written, overran by its time.
+
 A file that cannot be read is set aside (`estimates.json.bad-<time>`) and the queue starts with no history: an
 estimate is an optimisation, never a reason not to start.
 """
@@ -14,16 +18,16 @@ estimate is an optimisation, never a reason not to start.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from ..daemon_log import log
+from ..os_seam.durable import write_private_json
 from .estimates import Past
 
 FILE = "estimates.json"
+MAX_KEPT = 1000  # entries per map: every task, library and size a host runs at once, many times over
 
 
 class EstimateStore:
@@ -54,28 +58,27 @@ class EstimateStore:
                 pass
 
     def record(self, key: str, past: Past) -> None:
+        self.runs.pop(key, None)  # the newest last: what pruning keeps
         self.runs[key] = past
         self.save()
+
+    def _prune(self) -> None:
+        for newest_last in (self.runs, self.errors):
+            for key in list(newest_last)[:max(0, len(newest_last) - MAX_KEPT)]:
+                del newest_last[key]
+        if len(self.overran) > MAX_KEPT:
+            self.overran = dict(sorted(self.overran.items(), key=lambda kv: kv[1])[-MAX_KEPT:])
 
     def save(self) -> None:
         if self.path is None:
             return
-        doc: dict[str, Any] = {
+        self._prune()
+        doc: dict[str, Any] = {  # in the order written (oldest first): the next supervisor prunes the same ones
             "version": 1,
             "runs": {k: {"seconds_per_iteration": p.seconds_per_iteration, "startup_seconds": p.startup_seconds}
-                     for k, p in sorted(self.runs.items())},
-            "overran": dict(sorted(self.overran.items())), "errors": dict(sorted(self.errors.items()))}
+                     for k, p in self.runs.items()},
+            "overran": self.overran, "errors": self.errors}
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{FILE}.", dir=self.path.parent)
-            try:
-                with os.fdopen(fd, "w") as f:
-                    json.dump(doc, f, indent=1)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, self.path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            write_private_json(self.path, doc, sort_keys=False)
         except OSError as e:  # a full disk costs the history, never the queue
             log.warning("estimates_not_saved", path=str(self.path), error=str(e))
