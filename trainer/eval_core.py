@@ -36,6 +36,7 @@ RESULT_ENV = "ISAACD_EVAL_RESULT"  # <checkpoint>.eval.json
 TB_DIR_ENV = "ISAACD_EVAL_TB_DIR"  # <run dir>/eval
 VIDEO_ENV = "ISAACD_EVAL_VIDEO"  # 0, or the video length in steps
 VIDEO_DIR_ENV = "ISAACD_EVAL_VIDEO_DIR"  # <run dir>/eval/videos
+BESIDE_PIDS_ENV = "ISAACD_EVAL_BESIDE_PIDS"  # the GPU training's pids: the evaluation keeps off their CPUs (shim_eval)
 
 RESULT_VERSION = 1
 EXIT_EVAL_ERROR = 3  # the evaluation knows why it failed (the error JSON says it); argparse's 2 stays argparse's
@@ -101,6 +102,30 @@ class EvalSettings:
         except ValueError:
             it = None
         return (os.path.abspath(ck) if ck else None), it, env.get(RESULT_ENV, "").strip() or None
+
+
+# ---------------------------------------------------------------------------------------------- CPUs
+def parse_cpu_list(text: str) -> set[int]:
+    """The kernel's CPU list form ("0-3,8,10-11", sysfs topology files) as a set; malformed parts are left out."""
+    out: set[int] = set()
+    for part in text.strip().split(","):
+        lo, _, hi = part.strip().partition("-")
+        try:
+            out.update(range(int(lo), int(hi or lo) + 1))
+        except ValueError:
+            continue
+    return out
+
+
+def cpus_beside(allowed: set[int], busy: set[int], siblings: dict[int, set[int]]) -> set[int]:
+    """The CPUs an evaluation may use beside a training whose threads run on ``busy``: ``allowed`` without those CPUs
+    and their SMT siblings (``siblings[cpu]``: its thread_siblings_list; a sibling shares the core's execution
+    units, so an evaluation there slows the trainer's core as surely as one on it). Where that leaves nothing, only
+    the busy CPUs themselves are left out; where even that leaves nothing (a one-CPU box), ``allowed`` as it is."""
+    avoid = set(busy)
+    for cpu in busy:
+        avoid |= siblings.get(cpu, set())
+    return (allowed - avoid) or (allowed - busy) or set(allowed)
 
 
 # ---------------------------------------------------------------------------------------------- counting

@@ -398,16 +398,71 @@ def _yield_to_training() -> None:
     """An evaluation never holds training back (issue 41). On an H100 the trainer was bound by one CPU core (GPU
     24-28 % busy) and an evaluation's start-up (imports, the environment, the checkpoint: ~10 of its 13 s on one core,
     with a burst over ~5 cores) took it to 0.975x (bench/results/issue41-eval-beside-gpu.txt). So beside a GPU training
-    the daemon asks for nice 19 (ISAACD_EVAL_NICE; its children inherit it) and one OpenMP/MKL thread."""
+    the daemon asks for nice 19 (ISAACD_EVAL_NICE; its children inherit it) and one OpenMP/MKL thread, and names the
+    training's pids so that it keeps off their cores (ISAACD_EVAL_BESIDE_PIDS)."""
     try:
         wanted = int(os.environ.get("ISAACD_EVAL_NICE", "0") or 0)
     except ValueError:
-        return
+        wanted = 0
     try:
         if wanted > os.nice(0):
             os.nice(wanted - os.nice(0))
     except OSError:
         pass  # a container or a seccomp profile may refuse it: the evaluation still runs
+    _keep_off_training(os.environ.get(C.BESIDE_PIDS_ENV, ""))
+
+
+def _running_cpus(pid: int) -> set[int]:
+    """The CPUs a process's threads run on now: its main thread's last CPU (/proc/PID/stat field 39; the trainer's
+    Python loop, the thread that holds its one core) and that of each thread running at this instant (state R)."""
+    cpus: set[int] = set()
+    try:
+        tasks = [f"/proc/{pid}/stat"] + [f"/proc/{pid}/task/{t}/stat" for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return cpus
+    for k, path in enumerate(tasks):
+        try:
+            with open(path) as f:
+                stat = f.read()
+            fields = stat[stat.rindex(")") + 2:].split()  # fields[0] is field 3 (state): field 39 is fields[36]
+            if k == 0 or fields[0] == "R":
+                cpus.add(int(fields[36]))
+        except (OSError, ValueError, IndexError):
+            continue
+    return cpus
+
+
+def _keep_off_training(pids_text: str) -> set[int] | None:
+    """Beside a GPU training (the daemon names its pids, ISAACD_EVAL_BESIDE_PIDS), run on other cores than the
+    trainer's: nice 19 only orders a shared CPU's queue, and on this H100 VM's 16 vCPUs an evaluation on the trainer's
+    SMT sibling slows its one bound core all the same (issue 41, 0.975x). Set once, before the heavy imports, so
+    every thread the evaluation makes inherits it. The new set, or None where nothing changed (no pids, no
+    /proc or sysfs, no other CPU, or the kernel refused)."""
+    try:
+        pids = [int(p) for p in pids_text.split()]
+        allowed = os.sched_getaffinity(0)
+    except (ValueError, AttributeError, OSError):
+        return None
+    busy: set[int] = set()
+    for pid in pids:
+        busy |= _running_cpus(pid)
+    siblings: dict[int, set[int]] = {}
+    for cpu in busy:
+        try:
+            with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list") as f:
+                siblings[cpu] = C.parse_cpu_list(f.read())
+        except OSError:
+            pass  # no topology: the CPU itself is still avoided
+    mine = C.cpus_beside(set(allowed), busy, siblings)
+    if not busy or mine == set(allowed):
+        return None
+    try:
+        os.sched_setaffinity(0, mine)
+    except OSError:
+        return None
+    print(f"[isaacd-eval] on CPUs {sorted(mine)}: off the training's CPUs {sorted(busy)} and their SMT siblings",
+          file=sys.stderr, flush=True)
+    return mine
 
 
 def prepare(argv: list[str]) -> list[str]:

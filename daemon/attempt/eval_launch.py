@@ -39,12 +39,12 @@ def first_gpu(cfg: JobConfig) -> str:
 
 
 def evaluation(ev: EvalConfig, cfg: JobConfig, checkpoint: Path, iteration: int, resolved: Resolved,
-               on_gpu: bool) -> EvalLaunch:
+               on_gpu: bool, beside_pids: tuple[int, ...] = ()) -> EvalLaunch:
     run_dir = run_dir_of(checkpoint, resolved)
     return EvalLaunch(checkpoint=str(checkpoint), iteration=iteration, episodes=ev.episodes, num_envs=ev.envs,
                       seed=ev.seed, gpu=first_gpu(cfg) if on_gpu else None, result=str(result_path(checkpoint)),
                       tb_dir=str(run_dir / "eval"), video=ev.video_length if ev.video else 0,
-                      video_dir=str(run_dir / "eval" / "videos"))
+                      video_dir=str(run_dir / "eval" / "videos"), beside_pids=beside_pids)
 
 
 def eval_context(cfg: JobConfig, state_dir: Path, resolved: Resolved, program: Program, launch: EvalLaunch,

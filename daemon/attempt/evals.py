@@ -275,7 +275,7 @@ class EvalKeeper:
         except Exception as exc:  # noqa: BLE001 - an owner problem, a workflow error, a directory: said, retried
             return f"{type(exc).__name__}: {exc}"
         token = uuid.uuid4().hex
-        launch = evaluation(e, cfg, path, task.iteration, resolved, e.on_gpu)
+        launch = evaluation(e, cfg, path, task.iteration, resolved, e.on_gpu, tuple(self.observer.live.pids))
         spec = prepare(eval_context(cfg, self.state_dir, resolved, program, launch, token, owner), self.oscalls)
         if isinstance(spec, Refusal):
             return spec.reason

@@ -38,6 +38,7 @@ class EvalLaunch:
     tb_dir: str  # <run dir>/eval: its own TensorBoard event file(s)
     video: int  # 0, or the video's length in steps
     video_dir: str  # <run dir>/eval/videos
+    beside_pids: tuple[int, ...] = ()  # the training's processes now (a GPU evaluation keeps off their CPUs)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,9 @@ EVAL_TB_DIR_ENV = "ISAACD_EVAL_TB_DIR"
 EVAL_VIDEO_ENV = "ISAACD_EVAL_VIDEO"
 EVAL_VIDEO_DIR_ENV = "ISAACD_EVAL_VIDEO_DIR"
 EVAL_NICE_ENV = "ISAACD_EVAL_NICE"  # the niceness the shim gives the evaluation (trainer/shim_eval.py)
+# beside a GPU training, the training's pids: the evaluation keeps off the CPUs they run on and those CPUs' SMT
+# siblings (nice only orders one CPU's queue; a sibling shares the trainer's core), set by the shim before its imports
+EVAL_BESIDE_PIDS_ENV = "ISAACD_EVAL_BESIDE_PIDS"
 # beside a GPU training, whose trainer is bound by one CPU core while the host has many idle ones (an H100: 1.00 core,
 # GPU 24-28 % busy; an evaluation's start-up took it to 0.975x: bench/results/issue41-eval-beside-gpu.txt), the
 # evaluation yields the CPU at once: nice 19. Beside a CPU training, which keeps every core busy, nice 19 would starve
@@ -35,6 +38,7 @@ def eval_environment(ctx: LaunchContext, oscalls: object) -> Contribution:
     e = ctx.evaluation
     if e is None:
         return None
+    beside_gpu = ctx.cfg.device != "cpu"
     return Env({EVAL_ENV: "1", EVAL_CHECKPOINT_ENV: e.checkpoint, EVAL_ITERATION_ENV: str(e.iteration),
                 EVAL_EPISODES_ENV: str(e.episodes), EVAL_NUM_ENVS_ENV: str(e.num_envs), EVAL_SEED_ENV: str(e.seed),
                 # the one GPU it may see is its cuda:0; a CPU evaluation sees none (torch cannot pick one by itself)
@@ -45,4 +49,6 @@ def eval_environment(ctx: LaunchContext, oscalls: object) -> Contribution:
                 # never hold training back: one CPU thread for its math (torch's intra-op pool would take every core
                 # for its start-up burst); the shim also lowers its priority beside a GPU training (EVAL_NICE_ENV)
                 "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-                EVAL_NICE_ENV: str(NICE_BESIDE_GPU_TRAINING if ctx.cfg.device != "cpu" else 0)})
+                EVAL_NICE_ENV: str(NICE_BESIDE_GPU_TRAINING if beside_gpu else 0)}
+               # beside a CPU training every core is the trainer's: no core to keep off
+               | ({EVAL_BESIDE_PIDS_ENV: " ".join(map(str, e.beside_pids))} if beside_gpu and e.beside_pids else {}))
