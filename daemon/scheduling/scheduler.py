@@ -302,15 +302,13 @@ def stable_until(jobs: Sequence[QueueEntry], now: float, limits: Limits = Limits
 
 
 def _possible(req: Request, room: Room) -> bool:
-    """Could this request ever fit this host (every GPU empty)?"""
-    big_enough = [g for g in room.gpus.values() if req.memory_bytes is None or g.total_bytes >= req.memory_bytes]
-    return len(big_enough) >= req.gpus
+    """Could this request ever fit this host (every GPU empty)? A MIG instance takes only one rank of a gpu_memory
+    job (room.py)."""
+    return room.possible(req)
 
 
 def _never(req: Request, room: Room) -> str:
-    biggest = max((g.total_bytes for g in room.gpus.values()), default=0)
-    return (f"needs {req.describe()}; this host has {len(room.gpus)} GPU(s), the largest {biggest / GiB:.1f} GiB: "
-            f"it can never start here; lower gpus or gpu_memory, or `isaacd cancel` it")
+    return room.never(req)
 
 
 def _spares_in_the_way(job: QueueEntry, room: Room, jobs: Sequence[QueueEntry]) -> list[QueueEntry] | None:
@@ -402,7 +400,7 @@ def _short(job: QueueEntry, room: Room, jobs: Sequence[QueueEntry], now: float, 
         fitting = sum(1 for i in usable if room.fits_on(i, job.request))
         have = f"{fitting} with room, the most free {most / GiB:.1f} GiB"
     out = [f"needs {job.request.describe()}; {have}"]
-    off = [f"GPU {i}: {g.unusable}" for i, g in sorted(room.gpus.items()) if g.unusable]
+    off = [f"GPU {i}: {g.unusable}" for i, g in room.gpus.items() if g.unusable]  # in place order (Room.of)
     if off:
         out.append("not placing on " + ", ".join(off))
     held = [o for o in jobs if o.placement and not o.waiting and _outranks(job, o)]
