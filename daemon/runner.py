@@ -115,7 +115,7 @@ class JobRunner:
                  gpu_snapshot: Callable[[], GpuSnapshot] | None = None):
         self.store, self.state_dir = store, state_dir
         self.clock: Clock = clock or SystemClock()
-        self.setting = JobSetting.of(cfg)
+        self.setting = JobSetting.of(cfg, gpu_snapshot)  # the inventory: a MIG place's UUID (issue 42)
         self.log = log.bind(job=cfg.name)
         self.record = JobRecord(self.setting, store, state_dir, self.clock)
         self.setting.place(self.record.model.placement)  # a job the queue placed before this supervisor: its GPUs named

@@ -95,12 +95,15 @@ def test_preemptions_count_from_zero_for_every_job_the_queue_places():
 def test_allocated_and_idle_memory_per_gpu():
     got = scrape(STATUS, host())
     alloc, idle = by(got["isaacd_gpu_memory_allocated_bytes"], "gpu"), by(got["isaacd_gpu_memory_idle_bytes"], "gpu")
-    assert alloc == {"0": 28 * GiB, "1": TOTAL, "2": 0, "3": 0}, "MIG device 3:0 is not placed on: no series"
-    # GPU 0: 28 GiB asked, 20 GiB used so far: the asks count; GPU 1: a whole-GPU job; GPU 3: the pinned job's 50 GiB
-    assert idle == {"0": TOTAL - 28 * GiB, "1": 0, "2": TOTAL, "3": TOTAL - 50 * GiB}
+    # GPU 3 is in MIG mode (issue 42): its instance 3:0 is the place, with a row of its own; GPU 3 has none (its
+    # memory would count twice in a sum)
+    assert alloc == {"0": 28 * GiB, "1": TOTAL, "2": 0, "3:0": 0}
+    # GPU 0: 28 GiB asked, 20 GiB used so far: the asks count; GPU 1: a whole-GPU job; 3:0: nothing on it
+    # (3:0 is a scripted "1g.18gb" instance: its own memory, 2 of 8 slices of an 80 GiB GPU)
+    assert idle == {"0": TOTAL - 28 * GiB, "1": 0, "2": TOTAL, "3:0": TOTAL // 4}
     # the identity labels of every GPU series, so it joins isaacd_gpu_memory_total_bytes without on()
     labels = {k for k in got["isaacd_gpu_memory_idle_bytes"]}
-    assert labels == {k for k in got["isaacd_gpu_memory_total_bytes"] if dict(k)["gpu"] != "3:0"}
+    assert labels == {k for k in got["isaacd_gpu_memory_total_bytes"] if dict(k)["gpu"] != "3"}
 
 
 def test_memory_used_beyond_the_asks_is_not_idle():
@@ -119,7 +122,7 @@ def test_no_queue_no_gpus():
     plain = Status(jobs=(JobStatus("pinned", state="running", gpus=["3"]),))
     got = scrape(plain, host())
     assert not {"isaacd_queue_jobs", "isaacd_queue_wait_seconds", "isaacd_job_preemptions_total"} & set(got)
-    assert by(got["isaacd_gpu_memory_allocated_bytes"], "gpu") == dict.fromkeys("0123", 0)
+    assert by(got["isaacd_gpu_memory_allocated_bytes"], "gpu") == dict.fromkeys(["0", "1", "2", "3:0"], 0)
     # without a GPU collector the queue's job series stay, the GPU memory ones go (never a guess)
     got = scrape(STATUS, None)
     assert "isaacd_gpu_memory_allocated_bytes" not in got and "isaacd_gpu_memory_idle_bytes" not in got

@@ -179,9 +179,12 @@ def test_submit_without_a_jobs_dir_says_which_key_to_add(tmp_path):
 
 
 # ---- the tick hook's view of the GPUs ----------------------------------------------------------------------------
-def snapshot(temps: dict[int, float], unhealthy: dict[str, str] | None = None) -> GpuSnapshot:
+def snapshot(temps: dict[int, float], unhealthy: dict[str, str] | None = None, mig: bool = False) -> GpuSnapshot:
+    """`mig`: GPU 0 in MIG mode, with one instance that has no memory reading (tests/test_scheduler_mig.py has MIG
+    places with theirs)."""
     gpus = {str(i): GpuInfo(i, f"GPU-{i}", "NVIDIA H200", f"0000:0{i}:00.0") for i in temps}
-    gpus["0:1"] = GpuInfo(1, "MIG-1", "NVIDIA H200 MIG 1g.18gb", "0000:00:00.0", is_mig=True, parent_index=0)
+    if mig:
+        gpus["0:1"] = GpuInfo(1, "MIG-1", "NVIDIA H200 MIG 1g.18gb", "0000:00:00.0", is_mig=True, parent_index=0)
     samples = {str(i): GpuSample(str(i), time.time(), temperature_celsius=t, memory_used_bytes=GiB,
                                  memory_total_bytes=140 * GiB) for i, t in temps.items()}
     return GpuSnapshot(time.time(), True, None, "scripted", DriverInfo(), MappingProxyType(gpus),
@@ -197,7 +200,10 @@ def waiting_signals(name: str = "w") -> JobSignals:
 def test_the_hook_places_only_on_cool_healthy_whole_gpus_and_says_why_in_the_status():
     q = HostQueue(QueueConfig(hot_celsius=85), lambda: snapshot({0: 90, 1: 40, 2: 40}, {"1": "XID 79"}))
     gpus = {g.index: g.unusable for g in q.gpus(q.gpu_snapshot())}
-    assert gpus == {0: "hot (90 °C, [queue] hot_celsius = 85)", 1: "XID 79", 2: None}  # no MIG device placed on
+    assert gpus == {0: "hot (90 °C, [queue] hot_celsius = 85)", 1: "XID 79", 2: None}
+    # GPU 0 in MIG mode (issue 42) is no place: its instances are, once NVML has read their memory
+    in_mig = q.gpus(snapshot({0: 40, 1: 40, 2: 40}, {"1": "XID 79"}, mig=True))
+    assert {g.index: g.unusable for g in in_mig} == {1: "XID 79", 2: None}
     (placed,) = q.tick(10.0, [waiting_signals()])
     assert placed[0] == "w" and placed[1].gpus == (2,)
     q = HostQueue(QueueConfig(), lambda: snapshot({0: 90}))
@@ -232,7 +238,7 @@ def test_on_a_host_with_users_the_job_files_directory_must_be_the_supervisors_al
     ('gpus = 2\ngpu_memory = "141GiB"', 'asks 2 GPUs with "141GiB" each; this host has 0 that large'),
 ])
 def test_a_request_larger_than_the_host_is_refused_naming_what_it_has(tmp_path, text, words):
-    sup = Sup(host(tmp_path), snapshot({0: 40, 1: 40}))  # two 140 GiB GPUs (and a MIG device of GPU 0: not counted)
+    sup = Sup(host(tmp_path), snapshot({0: 40, 1: 40}))  # two 140 GiB GPUs
     with pytest.raises(ValueError) as info:
         submit_job(sup, f'[[jobs]]\nname = "a"\n{text}\n', "/home/alice/a.toml")
     assert str(info.value).startswith('not submitted: /home/alice/a.toml: jobs[0] (name = "a").gpu')

@@ -3,12 +3,14 @@ to, and the checkpoints on its timeline (the resume choice and the deep check of
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..access.owner import job_run_as
 from ..config.placed import placed_config
 from ..config.schema import JobConfig
+from ..gpu.snapshot import GpuSnapshot
 from ..observations.checkpoints import Checkpoint, Lineage, Validator, choose_resume
 from ..history.store import Attempt, JobHistory
 from ..os_seam.oscalls import RunAs
@@ -26,7 +28,10 @@ class JobSetting:
     cfg: JobConfig
     resolved: Resolved | None = None
     configured: JobConfig | None = None  # the job as written, once it differs from cfg (a placement)
-    placement: tuple[int, ...] = ()
+    placement: tuple[int | str, ...] = ()
+    # the GPU sampler's snapshot, wired at construction: a MIG place's UUID (CUDA_VISIBLE_DEVICES, issue 42)
+    inventory: Callable[[], GpuSnapshot] | None = field(default=None, repr=False, compare=False)
+    mig_uuids: dict[str, str] = field(default_factory=dict)  # MIG place -> its UUID, as far as the inventory knew
     probe_pending: bool = False  # set up while its launcher's version probe ran: resolved once it has answered
     # the owner resolved for the cfg object in force (owner()): (that cfg, its owner); a reload or a placement sets a
     # new cfg, which is resolved again
@@ -51,25 +56,37 @@ class JobSetting:
     def reconfigure(self, cfg: JobConfig) -> None:
         """A reload's new config, with the job's placement kept (a running trainer keeps its GPUs)."""
         self.configured = cfg
-        self.cfg = placed_config(cfg, self.placement)
+        self.cfg = placed_config(cfg, self.placement, self.mig_uuids)
 
-    def place(self, gpus: tuple[int, ...]) -> None:
-        """The GPUs the job holds now (its model's placement; () while it waits or rests)."""
-        if gpus != self.placement:
+    def place(self, gpus: tuple[int | str, ...]) -> None:
+        """The GPUs the job holds now (its model's placement; () while it waits or rests). A MIG instance's UUID is
+        looked up in the inventory until known (asked each tick: a supervisor's first passes may not have it yet)."""
+        uuids = self.mig_uuids
+        if any(isinstance(g, str) and g not in uuids for g in gpus):
+            uuids = self._mig_uuids(gpus)
+        if gpus != self.placement or uuids != self.mig_uuids:
             written = self.written
-            self.configured, self.placement = written, gpus
-            self.cfg = placed_config(written, gpus)
+            self.configured, self.placement, self.mig_uuids = written, gpus, uuids
+            self.cfg = placed_config(written, gpus, uuids)
+
+    def _mig_uuids(self, gpus: tuple[int | str, ...]) -> dict[str, str]:
+        snap = self.inventory() if self.inventory is not None else None
+        if snap is None or not snap.up:
+            return dict(self.mig_uuids)
+        return {g: info.uuid for g in gpus if isinstance(g, str) and (info := snap.gpus.get(g)) is not None
+                and info.is_mig}
 
     @classmethod
-    def of(cls, cfg: JobConfig) -> "JobSetting":
+    def of(cls, cfg: JobConfig, inventory: Callable[[], GpuSnapshot] | None = None) -> "JobSetting":
         """Never waits for a launcher's version probe (a reload makes runners under the supervisor's lock): while it
-        runs on its thread the setting is made unresolved, and `resolve_answered` fills it in on a later tick."""
+        runs on its thread the setting is made unresolved, and `resolve_answered` fills it in on a later tick.
+        `inventory`: the GPU sampler's snapshot (a MIG place's UUID)."""
         try:
-            return cls(cfg, resolve(cfg, wait_probe=False))
+            return cls(cfg, resolve(cfg, wait_probe=False), inventory=inventory)
         except ProbePending:
-            return cls(cfg, probe_pending=True)
+            return cls(cfg, probe_pending=True, inventory=inventory)
         except WorkflowError:
-            return cls(cfg)  # said when the job launches (and by check-config / doctor before that)
+            return cls(cfg, inventory=inventory)  # said when the job launches (and by check-config / doctor before)
 
     def resolve_answered(self) -> None:
         """A setting made while its launcher's probe ran: resolved now if the answer is in (asked each tick, never

@@ -60,10 +60,13 @@ def queue_note(j: JobStatus, now: float) -> str | None:
                 + (f" ({est})" if est else ""))
     if q.placement:
         mem = "whole" if q.memory_bytes is None else f"{round(q.memory_bytes / GiB, 1):g} GiB asked on each"
+        where = "GPU"
+        if any(isinstance(i, str) for i in q.placement):  # a MIG instance "p:j" (issue 42): held whole, alone
+            where, mem = "MIG", f"{round((q.memory_bytes or 0) / GiB, 1):g} GiB asked, the instance held whole"
         extra = f"; started ahead of a blocked job ({_backfill(q.preemptible)})" if q.backfill else ""
         pre = f"; preempted {q.preemptions}x so far" if q.preemptions else ""
         est = estimate_note(j, now)
-        return f"  {j.name} queue: GPU {_gpus(j)} ({mem}; {prio}){extra}{pre}" + (f"; {est}" if est else "")
+        return f"  {j.name} queue: {where} {_gpus(j)} ({mem}; {prio}){extra}{pre}" + (f"; {est}" if est else "")
     return None
 
 

@@ -25,6 +25,13 @@ Script format (JSON, TOML, or the same structure as a Python dict; a bare list i
       ]
     }
 
+A MIG device (``"mig": true, "parent": N``) reads as NVML reads one through its MIG device handle
+(``nvmlDeviceGetMigDeviceHandleByIndex``): its key is ``"N:index"``, its UUID ``MIG-...``, its memory
+the instance's own (``nvmlDeviceGetMemoryInfo`` on the MIG handle: unless an event scripts it, its
+profile's share of the GPUs' memory (``defaults``), read from the model name, ``"... MIG 3g.71gb"`` being 4 of 8 memory slices), no
+utilization, temperature, power, clocks or slow fields (NVML has those on the parent only), and the
+processes on it.  Its parent then reports no processes (NVML reports them per MIG device) and, unless
+scripted, the memory used on all its instances (the aggregate NVML gives on a MIG-mode GPU's handle).
 ``t`` is seconds since :meth:`ScriptedSource.open` on the injected ``clock`` (default ``time.time``).
 Field names are those of :class:`~isaacd.gpu.types.GpuSample` / :class:`~isaacd.gpu.types.GpuSlowSample`.
 Values hold from their ``t`` until changed (step), or ramp linearly up to an event marked
@@ -39,7 +46,9 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 import os
+import re
 import threading
 import time
 import tomllib
@@ -188,6 +197,19 @@ def _children_of(pid: int) -> list[int]:
     return sorted(out)
 
 
+_MIG_PROFILE = re.compile(r"(\d+)g\.(\d+)gb")
+
+
+def mig_memory(model: str, gpu_total: int) -> int:
+    """A MIG instance's memory as NVML reports it on its handle, from its profile in the model name ("1g.18gb",
+    "3g.71gb"): its memory slices (eighths of the GPU's memory, as NVIDIA's profiles on A100/H100/H200 cut it) of
+    `gpu_total`; a name without a profile: one slice."""
+    m = _MIG_PROFILE.search(model)
+    # the nominal GB is rounded up from the slices' share ("7g.141gb" is all 8 of an H200's 150.8 GB)
+    slices = 1 if m is None else max(1, min(8, math.ceil(8 * int(m.group(2)) * 10**9 / gpu_total - 0.1)))
+    return gpu_total * slices // 8
+
+
 class ScriptedSource:
     name = "scripted"
 
@@ -258,6 +280,7 @@ class ScriptedSource:
             if f not in _NUMERIC and f != "temperature_thresholds_celsius":
                 raise ScriptError(f"defaults: unknown field {f!r}")
             defaults[f] = v
+        parent_total = int(defaults["memory_total_bytes"])
         for g in self._gpus:
             self._keys[g.key] = {}
             self._steps[g.key] = {"lost": [(0.0, False)], "fail": [(0.0, {})], "processes": [(0.0, [])],
@@ -267,6 +290,8 @@ class ScriptedSource:
                 if f == "temperature_thresholds_celsius":
                     continue
                 self._keys[g.key][f] = [_Key(0.0, _coerce(f, v, "defaults"), False)]
+            if g.is_mig:  # "defaults" are the GPUs'; an event may still script an instance's own
+                self._keys[g.key]["memory_total_bytes"] = [_Key(0.0, mig_memory(g.model, parent_total), False)]
 
         events = spec.get("events", [])
         if not isinstance(events, list):
@@ -433,11 +458,12 @@ class ScriptedSource:
                 gmax = self._step(gpu.key, "temperature_thresholds_celsius", T).get("gpu_max")
                 if gmax is not None and "thermal_margin_celsius" not in self._step(gpu.key, "fail", T):
                     vals["thermal_margin_celsius"] = gmax - vals["temperature_celsius"]
-            procs = None
-            has_migs = not gpu.is_mig and any(g.is_mig and g.parent_index == gpu.index for g in self._gpus)
-            if "processes" in self._step(gpu.key, "fail", T):
+            procs, migs = None, [g.key for g in self._gpus if g.parent_index == gpu.index and not gpu.is_mig]
+            if migs and vals.get("memory_used_bytes") is not None and not self._explicit(gpu.key, "memory_used_bytes"):
+                vals["memory_used_bytes"] = sum(self._value(k, "memory_used_bytes", T) or 0 for k in migs)  # NVML's
+            if "processes" in self._step(gpu.key, "fail", T):  # aggregate of its instances on a MIG-mode GPU
                 errors.append(FieldError("processes", "error", "scripted failure"))
-            elif not has_migs:  # with MIG on, processes are reported per MIG device (as NVML does)
+            elif not migs:  # with MIG on, processes are reported per MIG device (as NVML does)
                 procs = self._processes(gpu, T)
             return GpuSample(gpu=gpu.key, timestamp=self._t0 + T if self._t0 is not None else T,  # type: ignore[operator]
                              processes=procs, errors=tuple(errors), **vals)

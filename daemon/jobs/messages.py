@@ -120,7 +120,7 @@ class Readded:
 class Placed:
     """The host's queue (scheduling/) gave a waiting job these GPUs: launch it there."""
 
-    gpus: tuple[int, ...]
+    gpus: tuple[int | str, ...]  # GPU indices, or a MIG instance "p:j" (issue 42)
     reason: str
     backfill: bool = False  # ahead of a blocked job: it gives them back the moment that job could run
 

@@ -21,6 +21,7 @@ supervisor crash, so a stop, a backoff deadline or a launch in flight is carried
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -168,11 +169,11 @@ class JobModel:
     startup_ooms: int = 0  # consecutive attempts that ran out of GPU memory before their first iteration
     training_ooms: int = 0  # consecutive attempts that ran out of GPU memory after training ran
     cuda_ooms: tuple[tuple[str, int], ...] = ()  # (OomPhase, count): every one, for metrics
-    # the host's queue (issue 31), for a job that asks for GPUs: the GPUs it holds (physical indices; () while it
-    # waits or rests), when it got them (monotonic: the minimum run time), whether it went ahead of a blocked job
+    # the host's queue (issue 31), for a job that asks for GPUs: the places it holds (physical indices, or a MIG
+    # instance's key "p:j", issue 42; () while it waits or rests), when it got them (monotonic: the minimum run time), whether it went ahead of a blocked job
     # (backfill: it gives them back the moment that job could run), when it was submitted (wall clock: the queue's
     # order, kept across a preemption and a supervisor restart), and how often it was preempted
-    placement: tuple[int, ...] = ()
+    placement: tuple[int | str, ...] = ()
     placed_at: float | None = None
     backfill: bool = False
     submitted_at: float | None = None
@@ -233,13 +234,24 @@ class JobModel:
             startup_ooms=int(d.get("startup_ooms", 0)),
             training_ooms=int(d.get("training_ooms", 0)),
             cuda_ooms=tuple(sorted((str(k), int(v)) for k, v in (d.get("cuda_ooms") or {}).items())),
-            placement=tuple(int(i) for i in d.get("placement") or ()),
+            placement=tuple(_place(i) for i in d.get("placement") or ()),
             placed_at=None if d.get("placed_at") is None else float(d["placed_at"]),
             backfill=bool(d.get("backfill", False)),
             submitted_at=None if d.get("submitted_at") is None else float(d["submitted_at"]),
             queued_at=None if d.get("queued_at") is None else float(d["queued_at"]),
             preemptions=int(d.get("preemptions", 0)),
         )
+
+
+def _place(v: Any) -> int | str:
+    """A saved place: a GPU's index (every document before issue 42), or a MIG instance's key "p:j"."""
+    if isinstance(v, bool):
+        raise TypeError(f"not a place: {v!r}")
+    if isinstance(v, int) or (isinstance(v, str) and v.isdigit()):
+        return int(v)
+    if isinstance(v, str) and re.fullmatch(r"\d+:\d+", v):
+        return v
+    raise ValueError(f"not a place: {v!r}")
 
 
 # ---- a model read back (attempt/record.py): not transitions, no state came before them in this supervisor ----

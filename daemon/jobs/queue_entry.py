@@ -47,7 +47,7 @@ class QueueEntry:
     submitted_at: float | None = None  # the order within a priority: earlier first (None: after every known one)
     preemptible: bool = True
     waiting: bool = False  # queued: it wants GPUs now
-    placement: tuple[int, ...] = ()  # the GPUs it holds (placed, starting, running, stopping; physical indices)
+    placement: tuple[int | str, ...] = ()  # its places (placed, starting, running, stopping): GPU indices, MIG "p:j"
     placed_at: float | None = None  # when it got them (the minimum run time counts from here)
     backfill: bool = False  # placed ahead of a blocked job: gives its GPUs back the moment that job could run
     preempting: bool = False  # a preemption's stop is under way: its GPUs come free once it has saved

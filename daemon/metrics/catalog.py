@@ -117,13 +117,17 @@ METRICS: tuple[MetricDef, ...] = (
        "Times the queue preempted the job (stopped it with a save at an iteration boundary and queued it again), "
        "from 0 for every job the queue places; kept across supervisor restarts."),
     _g("isaacd_gpu_memory_allocated_bytes", G,
-       "GPU memory the queue has given out on this physical GPU: the sum of gpu_memory over the placed jobs "
-       "holding it, a whole-GPU job (gpus = N without gpu_memory) counting the GPU's total. Jobs that name their "
-       "GPUs and warm spares are not counted (their memory shows in isaacd_gpu_memory_used_bytes).", True),
+       "GPU memory the queue has given out on this place: a physical GPU not in MIG mode (the sum of gpu_memory "
+       "over the placed jobs holding it, a whole-GPU job (gpus = N without gpu_memory) counting the GPU's total), "
+       "or a MIG instance (gpu=\"<gpu>:<mig>\"; its total while a job holds it: a job on an instance holds it "
+       "whole). A GPU in MIG mode has no series of its own (its instances have; summing both would count its "
+       "memory twice); an instance's GPU is isaacd_gpu_info's parent_gpu. Jobs that name their GPUs and warm spares "
+       "are not counted (their memory shows in isaacd_gpu_memory_used_bytes).", True),
     _g("isaacd_gpu_memory_idle_bytes", G,
        "GPU memory neither given out by the queue nor in use: isaacd_gpu_memory_total_bytes - "
-       "max(isaacd_gpu_memory_allocated_bytes, isaacd_gpu_memory_used_bytes), at least 0. The queue places "
-       "nothing on a GPU a pinned job holds, or a cordoned (isaacd_gpu_unhealthy) or hot one.", True),
+       "max(isaacd_gpu_memory_allocated_bytes, isaacd_gpu_memory_used_bytes), at least 0, per place as "
+       "isaacd_gpu_memory_allocated_bytes (GPUs not in MIG mode, MIG instances). The queue places nothing on a GPU "
+       "a pinned job holds, or a cordoned (isaacd_gpu_unhealthy) or hot one.", True),
     # ---- per user (issue 32; metrics/queue_collector.py): the owners of jobs the queue places, as quotas count
     _g("isaacd_user_gpus", ("user",),
        "GPUs held by the user's jobs the queue placed (running, starting, saving): a whole GPU counts 1, a "

@@ -15,7 +15,9 @@ from collections.abc import Sequence
 
 from ..config.users import supervisor_user
 from ..gpu.snapshot import GpuSnapshot
+from ..gpu.types import GpuInfo
 from ..jobs.model import JobState
+from ..scheduling.room import place_order
 from ..status.types import JobStatus, QueueStatus
 from .families import Families, num
 
@@ -53,18 +55,19 @@ def collect_queue(f: Families, jobs: Sequence[JobStatus], snap: GpuSnapshot | No
         _gpu_memory(f, [q for _, q in placed], snap)
 
 
-def _totals(snap: GpuSnapshot) -> dict[int, float]:
-    """Each physical GPU's memory, where this pass read it."""
-    out = {}
+def _totals(snap: GpuSnapshot) -> dict[int | str, float]:
+    """Each place's memory, where this pass read it (scheduling/room.py): a physical GPU by its index, a MIG
+    instance by its key "p:j", as a job's placement names them."""
+    out: dict[int | str, float] = {}
     for key, info in snap.gpus.items():
         sample = snap.samples.get(key)
         total = num(sample.memory_total_bytes) if sample is not None else None
-        if not info.is_mig and total:
-            out[info.index] = total
+        if total:
+            out[key if info.is_mig else info.index] = total
     return out
 
 
-def _per_user(f: Families, placed: Sequence[tuple[JobStatus, QueueStatus]], totals: dict[int, float],
+def _per_user(f: Families, placed: Sequence[tuple[JobStatus, QueueStatus]], totals: dict[int | str, float],
               me: str) -> None:
     """Per owner of a job the queue places (issue 32), as the quotas count (scheduling/quota.py): the GPUs their
     placed jobs hold (a whole GPU 1, a gpu_memory job asked / the GPU's total; a GPU without a reading counted
@@ -83,7 +86,7 @@ def _per_user(f: Families, placed: Sequence[tuple[JobStatus, QueueStatus]], tota
             continue
         ask = None if q.memory_bytes is None else num(q.memory_bytes)
         for i in q.placement:
-            total = totals.get(i) if isinstance(i, int) else None
+            total = totals.get(i) if isinstance(i, (int, str)) else None
             if ask is None:
                 gpus[user] += 1.0
                 memory[user] += total or 0.0
@@ -115,24 +118,28 @@ def _queued_since(job: JobStatus, q: QueueStatus) -> float | None:
 
 
 def _gpu_memory(f: Families, queue: Sequence[QueueStatus], snap: GpuSnapshot) -> None:
-    """Per physical GPU with a memory reading (the GPUs the queue places on: MIG devices are not): what the placed
-    jobs asked for on it, and what is neither asked for nor in use."""
-    gpus = {}
+    """Per place with a memory reading (the places the queue puts jobs on, scheduling/room.py: each physical GPU not
+    in MIG mode, each MIG instance): what the placed jobs asked for on it (on an instance, all of it while a job
+    holds it), and what is neither asked for nor in use. A GPU in MIG mode has no row: its instances have."""
+    in_mig = {info.parent_index for info in snap.gpus.values() if info.is_mig}
+    places: dict[int | str, tuple[GpuInfo, float, float | None]] = {}
     for key, info in snap.gpus.items():
         sample = snap.samples.get(key)
         total = num(sample.memory_total_bytes) if sample is not None else None
-        if info.is_mig or not total:
-            continue  # no reading this pass (a lost GPU): no series, never a guess
-        gpus[info.index] = (info, total, num(sample.memory_used_bytes) if sample is not None else None)
-    allocated = dict.fromkeys(gpus, 0.0)
+        if not total or (not info.is_mig and info.index in in_mig):
+            continue  # no reading this pass (a lost GPU): no series, never a guess; a GPU in MIG mode: its instances
+        places[key if info.is_mig else info.index] = (info, total, num(sample.memory_used_bytes) if sample else None)
+    allocated = dict.fromkeys(places, 0.0)
     for q in queue:
         ask = None if q.memory_bytes is None else num(q.memory_bytes)
         if q.memory_bytes is not None and ask is None:
             continue  # an odd row from JSON: counted as nothing rather than as a whole GPU
         for i in q.placement:
-            if isinstance(i, int) and i in gpus:
-                allocated[i] += gpus[i][1] if ask is None else ask  # a whole-GPU job holds all of it
-    for i, (info, total, used) in sorted(gpus.items()):
+            if isinstance(i, (int, str)) and i in places:
+                info, total, _ = places[i]
+                # a whole-GPU job holds all of it, and so does a job on an instance (isolation)
+                allocated[i] += total if ask is None or info.is_mig else ask
+    for i, (info, total, used) in sorted(places.items(), key=lambda kv: place_order(kv[0])):
         base = [info.key, info.uuid, info.model, info.pci_bus_id]
         f.add("isaacd_gpu_memory_allocated_bytes", base, allocated[i])
         f.add("isaacd_gpu_memory_idle_bytes", base, max(0.0, total - max(allocated[i], used or 0.0)))

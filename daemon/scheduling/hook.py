@@ -40,6 +40,7 @@ from ..status.types import JobStatus
 from .estimate_store import EstimateStore
 from .estimates import HELD, Ended, Estimates, Past, error_ratio
 from .owners import Owners
+from .room import pinned_places, places
 from .scheduler import Gpu, Limits, PinnedJob, Schedule, Waiting, schedule, stable_until
 
 SPARE_HOLD_SECONDS = 120.0  # a spare dropped for a waiting job stays off this long after the last pass needing it
@@ -111,8 +112,9 @@ class HostQueue:
             access, admin_group = self._running.config.access, self._running.config.supervisor.admin_group
         quotas, groups = self.owners.quotas((e.owner for e in placed), access, admin_group, now)
         jobs = [_with_groups(e, groups) for e in placed]
-        pinned = [PinnedJob(s.name, tuple(sorted(job_gpus(s.cfg, snap).physical_indices)))
-                  for s in signals if s.queue is None and not s.state.at_rest]
+        pinned = [PinnedJob(s.name, pinned_places(claim.keys, claim.physical_indices))
+                  for s in signals if s.queue is None and not s.state.at_rest
+                  for claim in (job_gpus(s.cfg, snap),)]
         limits = Limits(self.cfg.min_run_seconds)
         inputs = (jobs, gpus, pinned, quotas, limits)
         last = self._last_pass
@@ -214,23 +216,10 @@ class HostQueue:
         return out
 
     def gpus(self, snap: GpuSnapshot | None) -> list[Gpu]:
-        """The physical GPUs as placement sees them: total and used memory from NVML, and why one takes no new job
-        (marked unhealthy by an XID or a watchdog, or hot). MIG devices are not placed on (their GPU is)."""
-        if snap is None or not snap.up:
-            return []
-        out = []
-        for key, info in snap.gpus.items():
-            if info.is_mig:
-                continue
-            sample = snap.samples.get(key)
-            if sample is None or not sample.memory_total_bytes:
-                continue  # no memory reading this pass: not placed on until there is one
-            unusable = snap.unhealthy.get(key)
-            temp = sample.temperature_celsius
-            if unusable is None and temp is not None and temp >= self.cfg.hot_celsius:
-                unusable = f"hot ({temp:.0f} °C, [queue] hot_celsius = {self.cfg.hot_celsius:g})"
-            out.append(Gpu(info.index, sample.memory_total_bytes, sample.memory_used_bytes, unusable))
-        return out
+        """The places as placement sees them (room.places): the GPUs not in MIG mode and the MIG instances, with
+        their total and used memory from NVML, and why one takes no new job (unhealthy by an XID or a watchdog, or
+        hot)."""
+        return places(snap, self.cfg.hot_celsius)
 
     def job_status(self, row: JobStatus) -> JobStatus:
         """A waiting job's place in the queue and why it waits, added to its row at publish; any queue row's estimate."""

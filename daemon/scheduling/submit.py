@@ -28,6 +28,7 @@ from ..config.schema import Config, ConfigError, ConfigIssue, JobConfig, check_j
 from ..config.sizes import gib, written
 from ..gpu.snapshot import GpuSnapshot
 from ..status.types import JobStatus, Status
+from .room import place_name
 
 ONE_AT_A_TIME = threading.Lock()  # two submits of one name must not both find the name free
 
@@ -155,6 +156,8 @@ def _said(row: JobStatus) -> str | None:
     if q is None:  # a job that names its GPUs (or none): no queue
         return row.state + (f" ({row.state_reason})" if row.state_reason else "")
     if q.placement:
+        if any(isinstance(p, str) for p in q.placement):  # a MIG instance (issue 42): "placed on MIG 0:1"
+            return f"placed on {', '.join(place_name(p) for p in q.placement)}, {row.state}"
         return f"placed on GPU{'s' if len(q.placement) > 1 else ''} {', '.join(map(str, q.placement))}, {row.state}"
     if q.position is not None:
         return row.state_reason or f"queued #{q.position}: {q.reason}"

@@ -254,7 +254,7 @@ class QueueStatus:
     preemptible: bool = True
     submitted_at: float | None = None  # wall clock: the order within a priority
     queued_since: float | None = None  # wall clock: when it last entered the queue (a preempted job: its requeue)
-    placement: tuple[int, ...] = ()  # the GPUs it holds (physical indices)
+    placement: tuple[int | str, ...] = ()  # its places (GPU indices, MIG instances "p:j")
     placed_at: float | None = None  # wall clock
     backfill: bool = False  # started ahead of a blocked job: gives its GPUs back the moment that job could run
     preemptions: int = 0

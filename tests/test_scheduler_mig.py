@@ -1,0 +1,232 @@
+"""MIG instances as places of the host's queue (issue 42, daemon/scheduling/room.py): one scenario each, named after
+what a user of the host would notice; then the places a GPU snapshot gives, the saved placement, and what a job placed
+on an instance is told (the launch's own environment and container devices, not the scheduler's answer).
+No process runs here: tests/test_queue_mig_e2e.py runs two trainers on two instances through `isaacd run`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from isaacd.attempt.planner import LaunchPlan, LaunchPlanner
+from isaacd.attempt.setting import JobSetting
+from isaacd.config.schema import parse_config
+from isaacd.gpu import GpuSampler, ManualClock, ScriptedSource
+from isaacd.gpu.scripted import mig_memory
+from isaacd.history.store import JobHistory
+from isaacd.jobs.model import JobModel, JobState, LaunchIntent
+from isaacd.runtimes.container_spec import ContainerSpec
+from isaacd.scheduling.room import Gpu, PinnedJob, Room, pinned_places, places
+from isaacd.scheduling.scheduler import GiB, Limits, QueueEntry, Request, schedule
+from job_fakes import FakeClock
+
+H100 = 80 * GiB
+
+
+def mig(key: str, gib: float, used: float = 0, unusable: str | None = None) -> Gpu:
+    return Gpu(key, int(gib * GiB), int(used * GiB), unusable, parent=int(key.split(":")[0]))
+
+
+def mig_host() -> list[Gpu]:
+    """GPU 0 in MIG mode: two 1g.10gb, one 2g.20gb, one 3g.40gb instance (as NVML reports them: a little under)."""
+    return [mig("0:0", 9.75), mig("0:1", 9.75), mig("0:2", 19.5), mig("0:3", 39.5)]
+
+
+def wants(name: str, mem_gib: float | None = 8, gpus: int = 1, priority: int = 0, order: float = 0.0,
+          **kw) -> QueueEntry:  # noqa: ANN003
+    mem = None if mem_gib is None else int(mem_gib * GiB)
+    return QueueEntry(name, Request(gpus, mem), priority, order, waiting=True, **kw)
+
+
+def holds(name: str, gpus: tuple, mem_gib: float | None = 8, priority: int = 0, since: float = 0.0,
+          **kw) -> QueueEntry:  # noqa: ANN003
+    mem = None if mem_gib is None else int(mem_gib * GiB)
+    return QueueEntry(name, Request(len(gpus), mem), priority, 0.0, placement=gpus, placed_at=since, **kw)
+
+
+def placed(s) -> dict[str, tuple]:  # noqa: ANN001
+    return {p.job: p.gpus for p in s.placements}
+
+
+# ---- the rules ---------------------------------------------------------------------------------------------------
+def test_a_gpu_memory_job_goes_to_the_smallest_instance_that_holds_it():
+    s = schedule([wants("cartpole", 8, order=1), wants("g1", 15, order=2), wants("camera", 30, order=3)],
+                 mig_host(), now=0)
+    assert placed(s) == {"cartpole": ("0:0",), "g1": ("0:2",), "camera": ("0:3",)}
+
+
+def test_a_job_larger_than_every_instance_never_starts_and_says_what_the_largest_is():
+    s = schedule([wants("big", 50)], mig_host(), now=0)
+    assert placed(s) == {}
+    why = s.waiting[0].reason
+    assert "it can never start here" in why and "MIG 0:3 with 39.5 GiB" in why, why
+
+
+def test_never_two_jobs_on_one_instance_even_when_both_would_fit_its_memory():
+    host = [mig("0:0", 19.5)]
+    s = schedule([wants("a", 4, order=1), wants("b", 4, order=2)], host, now=0)
+    assert placed(s) == {"a": ("0:0",)}
+    assert [w.job for w in s.waiting] == ["b"]
+    # and a job already there, which asked for 4 of its 19.5 GiB, still holds it whole
+    s = schedule([holds("a", ("0:0",), 4), wants("b", 4)], host, now=0)
+    assert placed(s) == {} and s.waiting[0].reason.startswith("needs 4 GiB on 1 GPU; 0 with room")
+
+
+def test_a_whole_gpu_job_on_a_host_of_mig_gpus_waits_saying_how_to_run():
+    s = schedule([wants("whole", None)], mig_host(), now=0)
+    assert placed(s) == {}
+    why = s.waiting[0].reason
+    assert why.startswith("needs 1 GPU (a whole GPU); a GPU in MIG mode is never placed on whole"), why
+    assert "ask gpu_memory (at most 39.5 GiB, MIG 0:3)" in why and "nvidia-smi -i 0 -mig 0" in why
+
+
+def test_a_gang_of_several_ranks_never_goes_on_instances():
+    s = schedule([wants("gang", 8, gpus=2)], mig_host(), now=0)
+    assert placed(s) == {}
+    why = s.waiting[0].reason
+    assert "several ranks run only on GPUs not in MIG mode" in why and "CUDA shows a process one MIG device" in why
+    # beside a GPU not in MIG mode a gang of one GPU's worth still needs two such GPUs
+    s = schedule([wants("gang", 8, gpus=2)], mig_host() + [Gpu(1, H100, 0), Gpu(2, H100, 0)], now=0)
+    assert placed(s) == {"gang": (1, 2)}
+
+
+def test_a_mixed_host_places_by_best_fit_over_instances_and_shared_gpus_alike():
+    host = mig_host() + [Gpu(1, H100, 0)]
+    jobs = [holds("big", (1,), 70), wants("small", 8, order=1), wants("mid", 9.9, order=2),
+            wants("tight", 9.5, order=3), wants("whole", None, order=4), wants("wide", 45, order=5)]
+    s = schedule(jobs, host, now=0)
+    # small: GPU 1 has 10 GiB left (2 after it), a 9.75 GiB instance 1.75: the instance; mid: too big for that size,
+    # GPU 1's 10 GiB is tighter (0.1 left) than the 19.5 GiB instance; tight: the other 9.75 GiB instance (0.25);
+    # the whole-GPU job: no GPU not in MIG mode is free; wide: nothing has 45 GiB now
+    assert placed(s) == {"small": ("0:0",), "mid": (1,), "tight": ("0:1",)}
+    assert {w.job for w in s.waiting} == {"whole", "wide"}
+    # an int GPU and "p:j" instances together: in the room's order, and never compared with each other
+    assert list(Room.of(host, jobs, []).gpus) == ["0:0", "0:1", "0:2", "0:3", 1]
+
+
+def test_a_higher_priority_preempts_the_job_on_an_instance_and_takes_it_whole():
+    jobs = [holds("low", ("0:0",), 4, since=0), wants("urgent", 8, priority=10)]
+    s = schedule(jobs, [mig("0:0", 9.75)], now=1000, limits=Limits(min_run_seconds=300))
+    assert [(p.victim, p.by) for p in s.preemptions] == [("low", "urgent")]
+    assert "preempting low" in s.waiting[0].reason
+    # while low saves, nobody else takes the instance it leaves
+    stopping = [holds("low", ("0:0",), 4, since=0, preempting=True), wants("urgent", 8, priority=10),
+                wants("other", 2, order=5)]
+    s = schedule(stopping, [mig("0:0", 9.75)], now=1001)
+    assert placed(s) == {} and "waiting for low to save and stop" in s.waiting[0].reason
+
+
+def test_a_blocked_job_is_reserved_an_instance_by_its_holders_estimate():
+    jobs = [holds("long", ("0:0",), 8, ends_at=5000.0, preemptible=False), wants("next", 8, order=1)]
+    s = schedule(jobs, [mig("0:0", 9.75)], now=1000)
+    assert s.reservation is not None and (s.reservation.gpus, s.reservation.at) == (("0:0",), 5000.0)
+    assert "reserved: GPU 0:0 once long ends" in s.waiting[0].reason
+
+
+def test_a_pinned_job_on_an_instance_keeps_the_queue_off_it():
+    pins = [PinnedJob("mine", pinned_places(["0:1"], [0]))]
+    s = schedule([wants("a", 8)], [mig("0:1", 9.75), mig("0:2", 19.5)], now=0, pinned=pins)
+    assert placed(s) == {"a": ("0:2",)}
+
+
+def test_memory_others_use_on_an_instance_is_not_given_away():
+    s = schedule([wants("a", 8)], [mig("0:0", 9.75, used=3)], now=0)
+    assert placed(s) == {}
+
+
+def test_a_hot_or_unhealthy_instance_takes_no_new_job():
+    s = schedule([wants("a", 8)], [mig("0:0", 9.75, unusable="XID 79"), mig("0:1", 9.75)], now=0)
+    assert placed(s) == {"a": ("0:1",)}
+
+
+# ---- the places of a GPU snapshot --------------------------------------------------------------------------------
+def sampler(events: list | None = None) -> GpuSampler:
+    """A scripted mixed host: GPU 0 an H100 in MIG mode (1g.10gb x2, 3g.40gb), GPU 1 an H100 not in MIG mode."""
+    clock = ManualClock(1_700_000_000.0)
+    script = {"gpus": [{"index": 0, "model": "NVIDIA H100 80GB HBM3"}, {"index": 1, "model": "NVIDIA H100 80GB HBM3"},
+                       {"index": 0, "mig": True, "parent": 0, "model": "NVIDIA H100 80GB HBM3 MIG 1g.10gb"},
+                       {"index": 1, "mig": True, "parent": 0, "model": "NVIDIA H100 80GB HBM3 MIG 1g.10gb"},
+                       {"index": 2, "mig": True, "parent": 0, "model": "NVIDIA H100 80GB HBM3 MIG 3g.40gb"}],
+              "defaults": {"memory_total_bytes": 81559 * 2**20},
+              "events": events or []}
+    s = GpuSampler(ScriptedSource(script, clock=clock), clock=clock)
+    s.poll_fast()
+    return s
+
+
+def test_a_gpu_in_mig_mode_is_not_a_place_its_instances_are_with_their_own_memory():
+    got = places(sampler().snapshot(), hot_celsius=85)
+    assert [(g.index, g.parent) for g in got] == [("0:0", 0), ("0:1", 0), ("0:2", 0), (1, None)]
+    total = 81559 * 2**20
+    assert [g.total_bytes for g in got] == [total // 8, total // 8, total // 2, total]
+
+
+def test_an_instance_is_as_hot_and_as_unhealthy_as_its_gpu():
+    snap = sampler([{"t": 0, "gpu": 0, "temperature_celsius": 90}]).snapshot()
+    assert {g.index: g.unusable for g in places(snap, hot_celsius=85)} == {
+        "0:0": "hot (90 °C, [queue] hot_celsius = 85)", "0:1": "hot (90 °C, [queue] hot_celsius = 85)",
+        "0:2": "hot (90 °C, [queue] hot_celsius = 85)", 1: None}
+
+
+def test_the_scripted_mig_device_reads_as_nvml_reads_one():
+    events = [{"t": 0, "gpu": "0:1", "memory_used_bytes": 3 * GiB, "processes": [{"pid": 4242, "used_bytes": 3 * GiB}]},
+              {"t": 0, "gpu": "0:2", "memory_used_bytes": 5 * GiB}]
+    snap = sampler(events).snapshot()
+    inst, parent = snap.samples["0:1"], snap.samples["0"]
+    assert snap.gpus["0:1"].uuid.startswith("MIG-") and snap.gpus["0:1"].is_mig
+    # the instance's own memory (nvmlDeviceGetMemoryInfo on the MIG handle), nothing NVML has only on the parent
+    assert inst.memory_total_bytes == 81559 * 2**20 // 8 and inst.memory_used_bytes == 3 * GiB
+    assert inst.utilization_gpu_ratio is None and inst.temperature_celsius is None and inst.power_watts is None
+    assert [(p.gpu, p.pid) for p in inst.processes] == [("0:1", 4242)]
+    # the MIG-mode GPU: processes per MIG device only; its memory used the aggregate of its instances
+    assert parent.processes is None and parent.temperature_celsius is not None
+    assert parent.memory_used_bytes == snap.samples["0:0"].memory_used_bytes + 3 * GiB + 5 * GiB
+    assert mig_memory("NVIDIA H200 MIG 7g.141gb", 143771 * 2**20) == 143771 * 2**20  # all 8 slices
+
+
+# ---- the saved placement -------------------------------------------------------------------------------------------
+def test_a_placement_on_an_instance_is_saved_and_read_back_and_old_documents_load_unchanged():
+    m = JobModel(state=JobState.RUNNING, placement=("0:1",))
+    assert JobModel.from_json(m.to_json()).placement == ("0:1",)
+    old = JobModel(state=JobState.RUNNING, placement=(0, 3)).to_json()
+    assert JobModel.from_json(old).placement == (0, 3)
+    with pytest.raises(ValueError):
+        JobModel.from_json({**old, "placement": ["GPU-1234"]})
+
+
+# ---- what the job is told: the launch's own spec ---------------------------------------------------------------
+def job_of(tmp_path: Path, runtime: str):
+    container = '\n[jobs.container]\nimage = "/:O"' if runtime == "podman" else ""
+    toml = (f'[supervisor]\nstate_dir = "{tmp_path}/state"\n[[jobs]]\nname = "cp"\nlog_root = "logs"\n'
+            f'runtime = "{runtime}"\ncommand = ["sleep", "9"]\nspare = false\ngpu_memory = "8GiB"\n{container}\n')
+    return parse_config(toml, "t.toml", tmp_path).jobs[0]
+
+
+def launch(tmp_path: Path, runtime: str, place: tuple) -> tuple:
+    snap = sampler().snapshot()
+    setting = JobSetting.of(job_of(tmp_path, runtime), lambda: snap)
+    setting.place(place)
+    plan = LaunchPlanner(setting, runtime, tmp_path / "state", FakeClock(), lambda *a, **k: None,
+                         lambda program: None, lambda: None).plan(LaunchIntent(), JobHistory("cp"), None)
+    assert isinstance(plan, LaunchPlan)
+    return plan, snap
+
+
+def test_a_process_job_on_an_instance_gets_its_mig_uuid_as_cuda_visible_devices(tmp_path):
+    plan, snap = launch(tmp_path, "process", ("0:2",))
+    assert plan.spec.env["CUDA_VISIBLE_DEVICES"] == snap.gpus["0:2"].uuid
+    assert plan.spec.env["CUDA_VISIBLE_DEVICES"].startswith("MIG-")
+    assert plan.spec.job.device == "cuda:0"  # the one CUDA device it sees
+    # on a GPU not in MIG mode nothing changes: cuda:<its GPU>, no CUDA_VISIBLE_DEVICES of isaacd's
+    plan, _ = launch(tmp_path, "process", (1,))
+    assert plan.spec.job.device == "cuda:1" and "CUDA_VISIBLE_DEVICES" not in plan.spec.job.environment
+
+
+def test_a_podman_job_on_an_instance_gets_its_cdi_device(tmp_path):
+    plan, _ = launch(tmp_path, "podman", ("0:2",))
+    cs = ContainerSpec.from_launch(plan.spec, "tok", 1)
+    assert cs.devices == ["nvidia.com/gpu=0:2"]
+    words = cs.podman_run_options()
+    assert words[words.index("--device") + 1] == "nvidia.com/gpu=0:2"
+    assert "CUDA_VISIBLE_DEVICES" not in cs.env  # CDI gives the container that instance alone
