@@ -132,14 +132,20 @@ def _video(settings, kind: str, args: list[str]) -> tuple[list[str], str | None]
     if kind == "isaaclab3" and not has("isaaclab_visualizers"):
         return [], "no renderer: the isaaclab_visualizers package is not installed"
     chosen = any(a in ("--viz", "--visualizer") or a.startswith(("--viz=", "--visualizer=")) for a in args)
+    viz: list[str] = []
     # without --viz, 3.0.0 records from a headless Kit visualizer it adds itself (common._resolve_video_source):
-    # that needs Isaac Sim's Kit, which a pip install of Isaac Lab 3.0 (kit-less, Newton) does not have
+    # that needs Isaac Sim's Kit, which a pip install of Isaac Lab 3.0 (kit-less, Newton) does not have. There the
+    # evaluation records from Newton's GL viewer instead (isaaclab_visualizers/newton: with no DISPLAY it opens
+    # pyglet's headless EGL window; its frames are the recorder's source "visualizer:newton_gl"), which needs pyglet
     if not chosen and not has("isaacsim"):
-        return [], ("no renderer: Isaac Sim (Kit) is not installed, and Isaac Lab records video from a Kit "
-                    "visualizer unless the job names one (--viz newton_gl, ...)")
+        if kind != "isaaclab3" or not has("isaaclab_visualizers.newton") or not has("pyglet"):
+            return [], ("no renderer: Isaac Sim (Kit) is not installed, and Isaac Lab records video from a Kit "
+                        "visualizer unless the job names one (--viz newton_gl, ...); Newton's GL viewer, headless "
+                        "through EGL, needs pyglet (pip install 'pyglet>=2.1.6,<3')")
+        viz = ["--viz", "newton_gl"]
     if kind == "isaaclab3" and not has("moviepy"):
         return [], "no video writer: moviepy is not installed (Isaac Lab 3.0 writes its MP4s with moviepy<2)"
-    return ["--video", "--video_length", str(settings.video)], None
+    return [*viz, "--video", "--video_length", str(settings.video)], None
 
 
 def plan(argv: list[str], settings) -> Plan:
