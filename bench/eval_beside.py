@@ -11,10 +11,12 @@ is not restarted: a job's keys apply at its next start, [jobs.eval] at the keepe
     gpu   [jobs.eval] gpu_memory = --gpu-memory: evaluations on the job's own GPU (NVML shows the room)
     cpu   [jobs.eval] device = "cpu" (a CPU job: [jobs.eval] with no device)
 
-in the order `--arms` x `--repeats`, then one more `none` window (each eval window has a `none` window on both sides).
-Every arm evaluates `every = 1`: each checkpoint the keeper can reach (the design's "newest 3 when behind" skips the
-others: counted), so an eval window has an evaluation running most of the time (its duty is printed): the worst case
-for training, not a typical `every`.
+in the order `--arms` x `--repeats`, a `none` window before each eval window and one more at the end (each eval
+window has a `none` window on both sides). An arm is `gpu` or `cpu`, optionally with its `every`: `gpu4` evaluates
+every 4th checkpoint (plain `gpu`: `every = 1`, [jobs.eval]'s default, each checkpoint the keeper can reach; the
+design's "newest 3 when behind" skips the others: counted). At `every = 1` an evaluation runs most of the time (its
+duty is printed): the worst case. A sparser arm needs windows long enough to hold its evaluations
+(`--arm-window gpu4=70`): each window's duty says what share of it an evaluation ran.
 
 Per window, from the job's own TensorBoard (`--tag`, rsl_rl's Perf/total_fps, written at each iteration's end) over
 the points whose wall time lies in [switch + --settle, next switch] (the boot is before the first window):
@@ -43,6 +45,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -84,6 +87,14 @@ def tb_points(run_dir: Path, tag: str) -> dict[int, tuple[float, float]]:
 
 
 # ---- the host config, one per arm ------------------------------------------------------------------------------
+def arm_parts(arm: str) -> tuple[str, int]:
+    """'gpu4' -> ('gpu', 4): where the evaluations run and their `every`; 'gpu' -> ('gpu', 1)."""
+    m = re.fullmatch(r"(gpu|cpu|video|none)(\d*)", arm)
+    if not m:
+        raise ValueError(f"arm {arm!r}: gpu, cpu, or either with its every (gpu4)")
+    return m.group(1), int(m.group(2) or 1)
+
+
 def config_text(a: argparse.Namespace, d: Path, arm: str) -> str:
     lines = ["[supervisor]", f'state_dir = "{d / "state"}"', f'control_socket = "{d / "isaacd.sock"}"',
              'log_format = "json"', "[metrics]", "enabled = false", "[gpu]", f'source = "{a.gpu_source}"', "",
@@ -104,12 +115,13 @@ def config_text(a: argparse.Namespace, d: Path, arm: str) -> str:
     lines += [f"{k} = {json.dumps(v)}" for k, v in job.items()]
     if env:
         lines += ["[jobs.environment]"] + [f"{k} = {json.dumps(v)}" for k, v in env.items()]
-    if arm != "none":
-        ev: dict[str, Any] = {"every": 1, "episodes": a.episodes, "num_envs": a.eval_num_envs or a.episodes,
+    where, every = arm_parts(arm)
+    if where != "none":
+        ev: dict[str, Any] = {"every": every, "episodes": a.episodes, "num_envs": a.eval_num_envs or a.episodes,
                               "seed": 42, "video": a.video, "video_length": a.video_length,
                               "deadline_seconds": a.eval_deadline}
-        if arm in ("gpu", "video"):
-            ev |= {"gpu_memory": a.gpu_memory, "video": arm == "video" or a.video}
+        if where in ("gpu", "video"):
+            ev |= {"gpu_memory": a.gpu_memory, "video": where == "video" or a.video}
         elif a.device != "cpu":
             ev |= {"device": "cpu"}
         lines += ["[jobs.eval]"] + [f"{k} = {json.dumps(v)}" for k, v in ev.items()]
@@ -126,6 +138,28 @@ def _ticks(pid: int) -> int | None:
         return None
     f = stat[stat.rindex(")") + 2:].split()
     return int(f[11]) + int(f[12])  # utime stime
+
+
+def _cpu_of(pid: int | None) -> int | None:
+    """The CPU a process's main thread last ran on (/proc/PID/stat field 39)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat[stat.rindex(")") + 2:].split()[36])
+    except (OSError, ValueError, IndexError, TypeError):
+        return None
+
+
+def smt_siblings() -> dict[int, list[int]]:
+    """{cpu: its core's hardware threads} from sysfs (empty where absent)."""
+    out: dict[int, list[int]] = {}
+    for cpu in sorted(os.sched_getaffinity(0)):
+        try:
+            text = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text()
+        except OSError:
+            continue
+        out[cpu] = sorted({c for part in text.strip().split(",") if part
+                           for c in range(int(part.split("-")[0]), int(part.split("-")[-1]) + 1)})
+    return out
 
 
 def _tree(pid: int) -> list[int]:
@@ -191,7 +225,8 @@ class Sampler:
             dt = now - t_prev
             row: dict[str, Any] = {"t": now, "host": round((busy - b_prev) / max(1, tot - tot_prev) * ncpu, 3),
                                    "trainer": round(self._delta(tr, tr_prev) / clk / dt, 3) if tr else None,
-                                   "eval": round(self._delta(evp, ev_prev) / clk / dt, 3) if evp else None}
+                                   "eval": round(self._delta(evp, ev_prev) / clk / dt, 3) if evp else None,
+                                   "tcpu": _cpu_of(self.trainer_pid), "ecpu": _cpu_of(self.eval_pid) if evp else None}
             if self._h is not None:
                 try:
                     row["gpu"] = self._nv.nvmlDeviceGetUtilizationRates(self._h).gpu
@@ -237,8 +272,9 @@ def run(a: argparse.Namespace, work: Path) -> dict[str, Any]:
     cfg.write_text(config_text(a, d, "none"))
     sampler = Sampler(a.sample_interval, a.gpu_source == "nvml")
     sp = SupervisorProc(cfg).start()
-    res: dict[str, Any] = {"windows": [], "errors": [], "config_none": cfg.read_text()}
-    order = [arm for _ in range(a.repeats) for arm in ["none", *a.arms]] + ["none"]
+    res: dict[str, Any] = {"windows": [], "errors": [], "config_none": cfg.read_text(),
+                           "smt": {str(k): v for k, v in smt_siblings().items()}}
+    order = [arm for _ in range(a.repeats) for eval_arm in a.arms for arm in ("none", eval_arm)] + ["none"]
     if a.video_window:  # a last window with video = true (not a measured arm: whether Isaac Lab renders here)
         order.append("video")
     try:
@@ -257,7 +293,7 @@ def run(a: argparse.Namespace, work: Path) -> dict[str, Any]:
             res["windows"].append(w)
             print(f"[{datetime.datetime.now():%T}] window {i} {arm}: reload rc {r.returncode}", flush=True)
             end = t0 + (a.none_window if arm == "none" and a.none_window else
-                        a.video_window if arm == "video" else a.window)
+                        a.video_window if arm == "video" else a.arm_window.get(arm, a.window))
             while time.time() < end:
                 try:
                     x = sp.job(JOB)
@@ -350,6 +386,11 @@ def figures(a: argparse.Namespace, res: dict[str, Any]) -> None:
         rows = [r for r in res["samples"] if lo <= r["t"] <= hi]
         for key in ("host", "trainer", "eval", "gpu"):
             w[f"{key}_mean"] = _mean([r[key] for r in rows if r.get(key) is not None])
+        both = [r for r in rows if r.get("tcpu") is not None and r.get("ecpu") is not None]
+        sib = res.get("smt") or {}
+        w["eval_on_trainer_core"] = (round(sum(1 for r in both if r["ecpu"] in sib.get(str(r["tcpu"]), [r["tcpu"]]))
+                                           / len(both), 3) if both else None)
+        w["trainer_cpus"] = sorted({r["tcpu"] for r in rows if r.get("tcpu") is not None})
         tp = str(res["final_status"].get("pid")) if res.get("final_status") else None
         w["sm_trainer_mean"] = _mean([r["sm"].get(tp, 0) for r in rows if "sm" in r and tp])
         w["sm_eval_mean"] = _mean([v for r in rows if "sm" in r for p, v in r["sm"].items() if p != tp])
@@ -419,7 +460,15 @@ def report(meta: dict[str, Any], res: dict[str, Any]) -> str:
     lines = [f"Issue 41: training throughput with evaluations beside it, {meta['what']}, {meta['when']}",
              f"checkout: {meta['checkout']}; daemon/ or trainer/ modified: {meta['modified']}",
              f"host: {meta['host']}; load average before {meta['load_before']}, after {meta.get('load_after')}",
-             f"settings: {json.dumps(a)}", ""]
+             f"settings: {json.dumps(a)}"]
+    sib = res.get("smt") or {}
+    if sib:
+        pairs = sorted({tuple(v) for v in sib.values()})
+        smt = ("no SMT (one hardware thread a core)" if all(len(x) == 1 for x in pairs)
+               else f"SMT siblings {pairs[:4]}{' ...' if len(pairs) > 4 else ''}")
+        tc = sorted({c for w in res["windows"] for c in w.get("trainer_cpus", [])})
+        lines.append(f"CPU topology: {len(sib)} CPUs, {smt}; the trainer's main thread ran on CPUs {tc}")
+    lines.append("")
     lines.append(f"{'win':>3} {'arm':<5} {'it/s':>7} {'ratio':>6} {a['tag'].split('/')[-1]:>9} {'ratio':>6} "
                  f"{'duty':>5} {'it_s eval':>9} {'it_s none':>9} {'host':>5} {'train':>5} {'evalc':>5} "
                  f"{'gpu%':>5} {'smT':>4} {'smE':>4}  steps")
@@ -446,11 +495,18 @@ def report(meta: dict[str, Any], res: dict[str, Any]) -> str:
             rs = [w["ratio"] for w in ws if "ratio" in w]
             ts = [w["tag_ratio"] for w in ws if "tag_ratio" in w]
             line += (f", ratio vs none median {med(rs)} (each: {rs}); {a['tag']} ratio median {med(ts)}; eval duty "
-                     f"median {med([w['eval_duty'] for w in ws])}")
+                     f"median {med([w['eval_duty'] for w in ws])} (each: {[w['eval_duty'] for w in ws]})")
+            if rs:
+                line += (f"; GOAL >= 0.99x: {'met' if med(rs) >= 0.99 else 'missed'} at the median "
+                         f"({sum(1 for r in rs if r >= 0.99)} of {len(rs)} windows)")
             dr = [w["iter_s_during_eval"] / w["iter_s_no_eval"] for w in ws
                   if w.get("iter_s_during_eval") and w.get("iter_s_no_eval")]
             if dr:
                 line += f"; an iteration during an evaluation takes {med(dr)} x one outside (median)"
+            oc = [w["eval_on_trainer_core"] for w in ws if w.get("eval_on_trainer_core") is not None]
+            if oc:
+                line += (f"; the evaluation's main thread on the trainer's core (or its SMT sibling) in {med(oc)} "
+                         "of samples (window median)")
             base = med([w["iter_s_no_eval"] for w in res["windows"] if w["arm"] == "none" and w.get("iter_s_no_eval")])
             ph = {k: [x["iter_s_by_phase"][k][0] for x in ws if k in x.get("iter_s_by_phase", {})]
                   for k in ("start", "cpu", "gpu")}
@@ -464,10 +520,10 @@ def report(meta: dict[str, Any], res: dict[str, Any]) -> str:
     lines.append("")
     lines.append(f"checkpoints: {len(cks)} written, {len(done)} evaluated, "
                  f"{sum(1 for c in cks if c.get('error'))} with an error result")
-    for arm in a["arms"]:
+    for arm in dict.fromkeys(arm_parts(x)[0] for x in a["arms"]):
         xs = [c["latency"] for c in done if c["device"] and (c["device"] == "cpu") == (arm == "cpu")
               and c.get("arm_at_result") != "video"]
-        fresh = [c["latency"] for c in done if c["arm_at_write"] == arm]
+        fresh = [c["latency"] for c in done if c["arm_at_write"].rstrip("0123456789") == arm]
         if xs:
             lines.append(f"  {arm}: write -> result median {med(xs)} s, max {max(xs)} s (n={len(xs)}); of checkpoints "
                          f"written in a {arm} window: median {med(fresh)} s, max {max(fresh) if fresh else None} s "
@@ -506,10 +562,13 @@ def main() -> None:
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--builtin", action="store_true", help="isaacd's built-in trainer (cart-pole)")
     g.add_argument("--isaaclab", action="store_true", help="the real Isaac Lab 3.0 Isaac-Cartpole-Direct (rsl_rl)")
-    p.add_argument("--arms", nargs="+", default=["cpu"], choices=["gpu", "cpu"], help="the eval arms; none is always in")
+    p.add_argument("--arms", nargs="+", default=["cpu"], type=_arm,
+                   help="the eval arms, gpu or cpu with an optional every (gpu4); none is always in")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--window", type=float, default=60.0, help="seconds per window")
     p.add_argument("--none-window", type=float, default=None, help="seconds per none window (default: --window)")
+    p.add_argument("--arm-window", nargs="*", default=[], metavar="ARM=SECONDS",
+                   help="an arm's own window (a sparse every needs a longer one): gpu4=70")
     p.add_argument("--settle", type=float, default=3.0, help="seconds left out at each window's start")
     p.add_argument("--warmup", type=int, default=5, help="the first window starts at this iteration (boot left out)")
     p.add_argument("--boot-limit", type=float, default=400.0)
@@ -534,7 +593,11 @@ def main() -> None:
     p.add_argument("--out", default=None)
     p.add_argument("--keep", action="store_true")
     a = p.parse_args()
-    if "gpu" in a.arms and a.device == "cpu":
+    try:
+        a.arm_window = {k: float(v) for k, _, v in (x.partition("=") for x in a.arm_window)}
+    except ValueError:
+        p.error("--arm-window takes ARM=SECONDS")
+    if any(arm_parts(x)[0] == "gpu" for x in a.arms) and a.device == "cpu":
         sys.exit("the gpu arm needs a GPU job: --device cuda:0 --gpu-source nvml")
     what = ("the real Isaac Lab 3.0 Isaac-Cartpole-Direct (rsl_rl)" if a.isaaclab else "the built-in trainer's "
             "cart-pole") + f" on {a.device}, {a.num_envs} envs, save_interval {a.save_interval}"
@@ -566,6 +629,16 @@ def main() -> None:
             print("work dir:", work)
         else:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _arm(text: str) -> str:
+    try:
+        where, _ = arm_parts(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if where not in ("gpu", "cpu"):
+        raise argparse.ArgumentTypeError(f"arm {text!r}: gpu or cpu (none is always in)")
+    return text
 
 
 def _gpu_name() -> str:

@@ -6,9 +6,16 @@
 # 2026-12-06 11:01: 5 parts of 48 MB), then `run` calls back to back on one warm machine (timeout_s = 600):
 #   1..4. carry=[".dwK"]  command: PARTS=5 bash bench/isaaclab3_eval_gpu.sh stash
 #   5.    carry=[".dw5"]  command: PARTS=5 bash bench/isaaclab3_eval_gpu.sh bench   # install, warm-up, the bench
-# `bench`: none / gpu / cpu windows x 3 and a last none, then one more gpu window with [jobs.eval] video = true (not a
-# measured arm): whether Isaac Lab 3.0 kit-less renders here (an MP4 and GIF in the result JSON) or why not
-# (video_reason). `video` (a later call on the warm machine): that probe alone, with a longer window.
+# `bench` (since session 19): the gpu arm at [jobs.eval]'s default every = 1 (the worst case: an evaluation beside
+# training ~all the time at the cart-pole's save_interval 50) and at every = 5 (`gpu5`, 62 s windows: each holds one or
+# two evaluations), a none window before each and a last one, 2 repeats; no video window. `video` (a later call on
+# the warm machine): a gpu window with video = true. `video-newton` (carrying .dw6: the wheels Newton's GL viewer and
+# Isaac Lab's recorder need, which the kit-less install lacks: pyglet, moviepy 1.0.3, imageio, imageio-ffmpeg,
+# proglog, decorator, tqdm): whether EGL opens here, then one evaluation through the shim on the warm-up's checkpoint
+# with ISAACD_EVAL_VIDEO (the shim names --viz newton_gl itself), then, if BUDGET leaves the time, `video` with them.
+# CLEAN=1 (give it on the device ONLY, never in the shared working tree: it discards uncommitted edits there): every
+# mode but stash first resets the copy's daemon/ and trainer/ to its HEAD: the shared working tree that travels holds
+# other engineers' unfinished edits, and a result must name the code it measured.
 # (2026-12-06 on an H100: calls 1-4 ~5 s each, the first with the machine's start ~26 s of device time; call 5
 # 425 s: install 17 s, warm-up 96 s, the bench 312 s with --window 25, 3 repeats, a 40 s video window.) On a machine that installed already (/tmp/il3h200/installed,
 # ~/.cache/warp: another bench's calls) the stash calls are skipped. A call after the first that reports warm: false
@@ -33,6 +40,13 @@ PY=$(command -v python3)
 log "isaaclab3_eval_gpu.sh $MODE in $REPO ($(git -C "$REPO" log -1 --format='%h' 2>/dev/null)); OUT=$OUT; PARTS=$PARTS"
 nvidia-smi --query-gpu=index,name,memory.total,memory.used,driver_version --format=csv,noheader 2>&1 | head -2
 nproc; uptime
+if [ "${CLEAN:-0}" = 1 ] && [ "$MODE" != stash ] && git -C "$REPO" rev-parse -q --verify HEAD >/dev/null 2>&1; then
+  echo "this copy's changes to daemon/ trainer/ (reset to HEAD $(git -C "$REPO" rev-parse --short HEAD)):"
+  git -C "$REPO" status --short -- daemon trainer | head -20
+  git -C "$REPO" checkout -q HEAD -- daemon trainer && git -C "$REPO" clean -fdq -- daemon trainer
+fi
+lscpu 2>/dev/null | grep -E '^(Thread|Core|Socket|NUMA node\(s\)|Model name)' | tr -s ' '
+echo "SMT siblings: $(cat /sys/devices/system/cpu/cpu{0,1,2,3}/topology/thread_siblings_list 2>/dev/null | tr '\n' ' ')"
 
 ready() {  # installed and warmed up here (this call or an earlier one on this warm machine)
   if [ ! -f /tmp/il3h200/installed ] || [ ! -d "$HOME/.cache/warp" ]; then
@@ -64,20 +78,61 @@ videos() {  # an MP4 / GIF an evaluation wrote, back in $OUT (small ones), then 
   rm -rf /tmp/eval-beside-*
 }
 
+newton_video() {
+  log "the wheels for Newton's GL viewer and the recorder (.dw6) into /tmp/vsite"
+  ls "$REPO"/.dw6/*.whl >/dev/null 2>&1 || { echo "FATAL: carry .dw6"; return 1; }
+  $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/vsite "$REPO"/.dw6/*.whl 2>&1 | tail -3
+  export PYTHONPATH=/tmp/vsite:$PYTHONPATH
+  echo "EGL: $(ldconfig -p | grep -c -i egl) libEGL entries: $(ldconfig -p | grep -i -E 'libEGL(_nvidia)?\.so' | awk '{print $1}' | tr '\n' ' ')"
+  ls /usr/share/glvnd/egl_vendor.d/ 2>&1 | head -3; echo "NVIDIA_DRIVER_CAPABILITIES=${NVIDIA_DRIVER_CAPABILITIES:-unset} DISPLAY=${DISPLAY:-unset}"
+  unset DISPLAY
+  timeout 30 $PY - <<'PYEOF' 2>&1 | tail -4
+import pyglet
+pyglet.options["headless"] = True
+w = pyglet.window.Window(64, 64, visible=False)
+from pyglet import gl
+print("pyglet headless window ok; GL_RENDERER:", gl.gl_info.get_renderer(), "| GL_VERSION:", gl.gl_info.get_version())
+w.close()
+PYEOF
+  local ck; ck=$(ls -t /var/tmp/il3h200/warmup/logs/rsl_rl/*/*/model_*.pt 2>/dev/null | head -1)
+  [ -n "$ck" ] || { echo "FATAL: no warm-up checkpoint under /var/tmp/il3h200/warmup"; return 1; }
+  local run it; run=$(dirname "$ck"); it=$(basename "$ck" .pt); it=${it#model_}; log "one evaluation with video through the shim: $ck (100 episodes on 100 envs, 100 steps)"
+  (cd /var/tmp/il3h200/warmup && ISAACSIM_ASSET_ROOT="$REPO/tests/isaaclab3/asset_root" ISAACD_EVAL=1 \
+    ISAACD_EVAL_CHECKPOINT="$ck" ISAACD_EVAL_ITERATION="$it" ISAACD_EVAL_EPISODES=100 ISAACD_EVAL_NUM_ENVS=100 \
+    ISAACD_EVAL_SEED=42 ISAACD_EVAL_DEVICE=cuda:0 ISAACD_EVAL_RESULT="$ck.eval.json" ISAACD_EVAL_TB_DIR="$run/eval" \
+    ISAACD_EVAL_VIDEO=100 ISAACD_EVAL_VIDEO_DIR="$run/eval/videos" OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 \
+    timeout "${VIDEO_TIMEOUT:-100}" $PY "$REPO/trainer/shim.py" -m isaaclab train --rl_library rsl_rl \
+      --task Isaac-Cartpole-Direct --num_envs 1024 --max_iterations 2 --device cuda:0 agent.device=cuda:0 \
+      > "$OUT/video-newton-eval.log" 2>&1)
+  log "evaluation rc $?"
+  grep -E 'isaacd-eval|Video|video|Visualizer|EGL|pyglet|Error|error:|Traceback' "$OUT/video-newton-eval.log" | grep -v ALSA | head -30
+  tail -5 "$OUT/video-newton-eval.log"
+  $PY -c "import json,sys; d=json.load(open(sys.argv[1])); print({k: d.get(k) for k in ('return_mean','episodes','duration_seconds','device','video','gif','video_reason','error')})" "$ck.eval.json"
+  ls -la "$run/eval/videos" 2>&1; cp "$run"/eval/videos/*.mp4 "$run"/eval/videos/*.gif "$OUT/" 2>/dev/null
+  if [ "$(left)" -gt "${DAEMON_VIDEO_MIN:-110}" ] && ls "$run"/eval/videos/*.mp4 >/dev/null 2>&1; then
+    eval_bench issue41-eval-beside-gpu-video --arms gpu --repeats 1 --window 45 --none-window 5 --save-interval 50 \
+      --video --video-length 100 --keep ${VIDEO_ARGS:-}
+    videos
+  else echo "no time left for the daemon's video window (left $(left) s)"; fi
+}
+
 case "$MODE" in
   stash)
     BUDGET=60 OUT=$OUT/h200 bash "$REPO/bench/isaaclab3_h200.sh" stash ;;
-  bench)  # (the last part,) the install and warm-up, then none / gpu / cpu x 3, none, and a last gpu window with video
+  bench)  # (the last part,) the install and warm-up, then (none, gpu, none, gpu5) x 2, none
     ready || exit 1
-    eval_bench issue41-eval-beside-gpu --arms gpu cpu --repeats 3 --window 25 --save-interval 50 --video-window 40 \
-      --video-length 100 --keep ${EVAL_ARGS:-}
+    eval_bench issue41-eval-beside-gpu --arms gpu gpu5 --repeats 2 --window 30 --none-window 25 \
+      --arm-window gpu5=62 --save-interval 50 --video-window 0 ${EVAL_ARGS:-}
     videos ;;
   video)  # only the video probe: none, a gpu window with video = true, none
     ready || exit 1
     eval_bench issue41-eval-beside-gpu-video --arms gpu --repeats 1 --window 45 --none-window 5 --save-interval 50 \
       --video --video-length 100 --keep ${VIDEO_ARGS:-}
     videos ;;
-  *) echo "usage: $0 stash|bench|video"; exit 2 ;;
+  video-newton)  # carrying .dw6: Newton's GL viewer headless (EGL) records an evaluation's clip, through the shim
+    ready || exit 1
+    newton_video ;;
+  *) echo "usage: $0 stash|bench|video|video-newton"; exit 2 ;;
 esac
 rc=$?
 log "done ($MODE) rc $rc; $OUT: $(ls "$OUT" | tr '\n' ' ')"

@@ -37,6 +37,13 @@ QARGS=${QARGS:---gpu-memory $ASK --window 10 --max-iterations 400 --urgent-itera
 
 log "issue42_handover_gpu.sh $MODE in $REPO; OUT=$OUT; uptime: $(uptime)"
 nvidia-smi --query-gpu=index,name,memory.total,memory.used,driver_version --format=csv,noheader 2>&1 | head -2
+# CLEAN=1 (on the device ONLY, never in the shared working tree: it discards uncommitted edits there): the arms
+# measure the copy's HEAD, not the other engineers' unfinished edits that travel with the shared working tree
+if [ "${CLEAN:-0}" = 1 ] && [ "$MODE" != stash ] && git -C "$REPO" rev-parse -q --verify HEAD >/dev/null 2>&1; then
+  echo "this copy's changes to daemon/ trainer/ (reset to HEAD $(git -C "$REPO" rev-parse --short HEAD)):"
+  git -C "$REPO" status --short -- daemon trainer | head -20
+  git -C "$REPO" checkout -q HEAD -- daemon trainer && git -C "$REPO" clean -fdq -- daemon trainer
+fi
 
 base_site() {  # /tmp/base-site: isaacd and isaacd_trainer of a copy of this checkout with the issue 42 kill off
   rm -rf /tmp/base /tmp/base-site && mkdir -p /tmp/base /tmp/base-site
