@@ -230,3 +230,39 @@ def test_a_podman_job_on_an_instance_gets_its_cdi_device(tmp_path):
     words = cs.podman_run_options()
     assert words[words.index("--device") + 1] == "nvidia.com/gpu=0:2"
     assert "CUDA_VISIBLE_DEVICES" not in cs.env  # CDI gives the container that instance alone
+
+
+# ---- /metrics ------------------------------------------------------------------------------------------------------
+def test_metrics_show_each_instance_as_its_own_place_held_whole_and_no_row_for_its_gpu():
+    from isaacd.status.types import JobStatus, QueueStatus, Status
+    from test_metrics_queue import by, scrape
+
+    status = Status(jobs=(JobStatus("cartpole", state="running", owner="alice",
+                                    queue=QueueStatus(memory_bytes=4 * GiB, placement=("0:2",))),))
+    got = scrape(status, sampler([{"t": 0, "gpu": "0:2", "memory_used_bytes": 3 * GiB}]))
+    total = 81559 * 2**20
+    alloc, idle = by(got["isaacd_gpu_memory_allocated_bytes"], "gpu"), by(got["isaacd_gpu_memory_idle_bytes"], "gpu")
+    # the 3g.40gb instance is held whole by a job that asked 4 GiB of it: none of it is idle
+    assert alloc == {"0:0": 0, "0:1": 0, "0:2": total // 2, "1": 0}
+    assert idle["0:2"] == 0 and idle["0:0"] == total // 8 - snapshot_used(got, "0:0")
+    # its GPU: joined through isaacd_gpu_info's parent_gpu, as every MIG device's series
+    info = {dict(k)["gpu"]: dict(k)["parent_gpu"] for k in got["isaacd_gpu_info"] if dict(k)["mig"] == "true"}
+    assert info == {"0:0": "0", "0:1": "0", "0:2": "0"}
+    # as quotas count it: the share of the instance it asked for, and the memory it asked
+    assert by(got["isaacd_user_gpu_memory_allocated_bytes"], "user") == {"alice": 4 * GiB}
+    assert by(got["isaacd_user_gpus"], "user") == {"alice": pytest.approx(4 * GiB / (total // 2))}
+
+
+def snapshot_used(got: dict, gpu: str) -> float:
+    return next(v for k, v in got["isaacd_gpu_memory_used_bytes"].items() if dict(k)["gpu"] == gpu)
+
+
+def test_an_evaluation_beside_a_job_on_an_instance_runs_on_that_instance(tmp_path):
+    from isaacd.attempt.eval_launch import first_gpu
+
+    snap = sampler().snapshot()
+    setting = JobSetting.of(job_of(tmp_path, "process"), lambda: snap)
+    setting.place(("0:1",))
+    assert first_gpu(setting.cfg) == snap.gpus["0:1"].uuid  # CUDA_VISIBLE_DEVICES of the evaluation (issue 41)
+    setting.place((1,))
+    assert first_gpu(setting.cfg) == "1"

@@ -33,6 +33,9 @@ def first_gpu(cfg: JobConfig) -> str:
     """The job's first GPU as CUDA_VISIBLE_DEVICES spells it: its first claimed GPU (a placed job's are named:
     config/placed.py), else its device's index."""
     if isinstance(cfg.gpus, list) and cfg.gpus:
+        visible = cfg.environment.get("CUDA_VISIBLE_DEVICES", "")
+        if isinstance(cfg.gpus[0], str) and ":" in cfg.gpus[0] and visible.startswith("MIG-"):
+            return visible.split(",")[0]  # a MIG instance the queue placed it on (issue 42): CUDA takes its UUID only
         return str(cfg.gpus[0])
     _, _, index = cfg.device.partition(":")
     return index or "0"

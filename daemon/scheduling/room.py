@@ -214,9 +214,9 @@ class Room:
             if req.gpus > 1:
                 why = ("several ranks run only on GPUs not in MIG mode (CUDA shows a process one MIG device, and "
                        "NCCL does not run across MIG instances)")
-                return (f"needs {req.describe()}; {why}, and this host has {len(whole)} (GPU {mig_gpus} in MIG "
-                        f"mode): lower gpus to {len(whole) or 1}" + ("" if whole else f" and {on_mig}") +
-                        f", {off}{fix}")
+                return (f"needs {req.describe()}; {why}, and this host has {len(whole)} GPU(s) not in MIG mode "
+                        f"(GPU {mig_gpus} in MIG mode): lower gpus to {len(whole) or 1}" +
+                        ("" if whole else f" and {on_mig}") + f", {off}{fix}")
             return (f"needs {req.describe()}; a GPU in MIG mode is never placed on whole (GPU {mig_gpus} in MIG mode, "
                     f"no other GPU here): {on_mig}, {off}{fix}")
         if not migs:
