@@ -266,3 +266,33 @@ def test_an_evaluation_beside_a_job_on_an_instance_runs_on_that_instance(tmp_pat
     assert first_gpu(setting.cfg) == snap.gpus["0:1"].uuid  # CUDA_VISIBLE_DEVICES of the evaluation (issue 41)
     setting.place((1,))
     assert first_gpu(setting.cfg) == "1"
+
+
+def test_a_gpu_in_mig_mode_with_no_instance_yet_is_no_place_from_nvml_or_the_script():
+    import pynvml
+    from test_gpu_nvml import FakeNvml
+
+    from isaacd.gpu.nvml import NvmlSource
+
+    class NoInstanceYet(FakeNvml):  # GPU 0 in MIG mode, no GPU instance created on it
+        def nvmlDeviceGetMigDeviceHandleByIndex(self, h, j):  # noqa: ANN001, ANN202
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+
+    listed = NvmlSource(NoInstanceYet(2, mig=True), register_xid=False).open()
+    assert [(g.key, g.mig_mode) for g in listed] == [("0", True), ("1", False)]
+    clock = ManualClock(1_700_000_000.0)
+    s = GpuSampler(ScriptedSource({"gpus": [{"index": 0, "mig_mode": True}, {"index": 1}]}, clock=clock), clock=clock)
+    s.poll_fast()
+    assert [g.index for g in places(s.snapshot(), hot_celsius=85)] == [1]  # CUDA would see no device on GPU 0
+    # a GPU with MIG devices is in MIG mode, as NVML says
+    assert sampler().snapshot().gpus["0"].mig_mode and not sampler().snapshot().gpus["1"].mig_mode
+    # and a job that waits there says why, not "no GPU"
+    from isaacd.config.queue import QueueConfig
+    from isaacd.scheduling.hook import HostQueue
+    from test_queue_config import waiting_signals
+
+    only = GpuSampler(ScriptedSource({"gpus": [{"index": 0, "mig_mode": True}]}, clock=clock), clock=clock)
+    only.poll_fast()
+    q = HostQueue(QueueConfig(), only.snapshot)
+    assert q.tick(10.0, [waiting_signals()]) == []
+    assert q.waiting["w"].reason.startswith("no place on this host: GPU 0 in MIG mode with no MIG instance")

@@ -83,14 +83,14 @@ class NvmlSource:
         for i in range(count):
             h = nv.nvmlDeviceGetHandleByIndex(i)
             pci = text(nv.nvmlDeviceGetPciInfo(h).busId)
-            info = GpuInfo(index=i, uuid=text(nv.nvmlDeviceGetUUID(h)), model=text(nv.nvmlDeviceGetName(h)),
-                           pci_bus_id=pci)
-            devices.append(info)
-            handles[info.key] = h
             try:
                 mig_on = nv.nvmlDeviceGetMigMode(h)[0] == 1
             except nv.NVMLError:
                 mig_on = False
+            info = GpuInfo(index=i, uuid=text(nv.nvmlDeviceGetUUID(h)), model=text(nv.nvmlDeviceGetName(h)),
+                           pci_bus_id=pci, mig_mode=mig_on)
+            devices.append(info)
+            handles[info.key] = h
             if not mig_on:
                 continue
             for j in range(nv.nvmlDeviceGetMaxMigDeviceCount(h)):

@@ -7,7 +7,8 @@ Script format (JSON, TOML, or the same structure as a Python dict; a bare list i
 
     {
       "gpus": 2,                         # or a list of {"index", "uuid", "model", "pci_bus_id",
-                                         #   "mig": bool, "parent": int, "unsupported": [field, ...]}
+                                         #   "mig": bool, "parent": int, "unsupported": [field, ...],
+                                         #   "mig_mode": bool (a GPU in MIG mode; implied by its MIG devices)}
       "defaults": {"temperature_celsius": 35},   # start values for every GPU (override built-ins)
       "unavailable": "reason",           # open() fails like NVML without a driver
       "xid_unsupported": "reason",       # wait_xid() raises GpuNotSupportedError
@@ -53,7 +54,7 @@ import threading
 import time
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -85,7 +86,7 @@ _INT = {
 _NUMERIC = (set(FAST_FIELDS) | set(SLOW_FIELDS)) - {"temperature_thresholds_celsius"}
 _EVENT_KEYS = {"t", "gpu", "ramp", "xid", "lost", "fail", "processes", "temperature_thresholds_celsius"}
 _TOP_KEYS = {"gpus", "defaults", "events", "unavailable", "xid_unsupported", "power_limit_settable", "driver"}
-_GPU_KEYS = {"index", "uuid", "model", "pci_bus_id", "mig", "parent", "unsupported"}
+_GPU_KEYS = {"index", "uuid", "model", "pci_bus_id", "mig", "parent", "unsupported", "mig_mode"}
 _MIG_FIELDS = {"memory_used_bytes", "memory_total_bytes"}
 
 #: Built-in start values: an idle H200 (thresholds as the driver reports them on one).
@@ -197,6 +198,47 @@ def _children_of(pid: int) -> list[int]:
     return sorted(out)
 
 
+def script_gpus(gpus_spec: Any) -> tuple[list[GpuInfo], dict[str, set[str]]]:
+    """The script's `gpus` as NVML would list them, and each one's unsupported fields."""
+    gpus: list[GpuInfo] = []
+    unsupported: dict[str, set[str]] = {}
+    if isinstance(gpus_spec, bool) or not isinstance(gpus_spec, (int, list)):
+        raise ScriptError("'gpus' must be a count or a list of GPU objects")
+    if isinstance(gpus_spec, int):
+        gpus_spec = [{"index": i} for i in range(gpus_spec)]
+    for n, g in enumerate(gpus_spec):
+        if not isinstance(g, Mapping):
+            raise ScriptError(f"gpus[{n}] must be an object")
+        bad = set(g) - _GPU_KEYS
+        if bad:
+            raise ScriptError(f"gpus[{n}]: unknown keys {sorted(bad)}; allowed: {sorted(_GPU_KEYS)}")
+        idx = int(g.get("index", n))
+        mig = bool(g.get("mig", False))
+        parent = g.get("parent")
+        if mig and parent is None:
+            raise ScriptError(f"gpus[{n}]: a MIG device needs 'parent' (the physical GPU index)")
+        pidx = parent if mig else idx
+        info = GpuInfo(
+            index=idx,
+            uuid=str(g.get("uuid") or (f"MIG-{pidx:08x}-{idx:04x}-4000-8000-5c0000000000" if mig
+                                         else f"GPU-{idx:08x}-0000-4000-8000-5c0000000000")),
+            model=str(g.get("model") or ("NVIDIA H200 MIG 1g.18gb" if mig else "NVIDIA H200")),
+            pci_bus_id=str(g.get("pci_bus_id") or f"00000000:{0x18 + 0x10 * int(pidx):02X}:00.0"),
+            is_mig=mig,
+            parent_index=int(parent) if mig else None,
+            mig_mode=bool(g.get("mig_mode", False)) and not mig,
+        )
+        gpus.append(info)
+        uns = set(g.get("unsupported", []))
+        bad = uns - _NUMERIC
+        if bad:
+            raise ScriptError(f"gpus[{n}].unsupported: unknown fields {sorted(bad)}")
+        unsupported[info.key] = uns
+    parents = {g.parent_index for g in gpus if g.is_mig}  # NVML: MIG mode on where MIG devices are
+    gpus = [replace(g, mig_mode=True) if not g.is_mig and g.index in parents else g for g in gpus]
+    return gpus, unsupported
+
+
 _MIG_PROFILE = re.compile(r"(\d+)g\.(\d+)gb")
 
 
@@ -237,38 +279,7 @@ class ScriptedSource:
     # ------------------------------------------------------------------ script -> timeline
     def _build(self) -> None:
         spec = self._spec
-        gpus_spec = spec.get("gpus", 1)
-        if isinstance(gpus_spec, bool) or not isinstance(gpus_spec, (int, list)):
-            raise ScriptError("'gpus' must be a count or a list of GPU objects")
-        if isinstance(gpus_spec, int):
-            gpus_spec = [{"index": i} for i in range(gpus_spec)]
-        for n, g in enumerate(gpus_spec):
-            if not isinstance(g, Mapping):
-                raise ScriptError(f"gpus[{n}] must be an object")
-            bad = set(g) - _GPU_KEYS
-            if bad:
-                raise ScriptError(f"gpus[{n}]: unknown keys {sorted(bad)}; allowed: {sorted(_GPU_KEYS)}")
-            idx = int(g.get("index", n))
-            mig = bool(g.get("mig", False))
-            parent = g.get("parent")
-            if mig and parent is None:
-                raise ScriptError(f"gpus[{n}]: a MIG device needs 'parent' (the physical GPU index)")
-            pidx = parent if mig else idx
-            info = GpuInfo(
-                index=idx,
-                uuid=str(g.get("uuid") or (f"MIG-{pidx:08x}-{idx:04x}-4000-8000-5c0000000000" if mig
-                                             else f"GPU-{idx:08x}-0000-4000-8000-5c0000000000")),
-                model=str(g.get("model") or ("NVIDIA H200 MIG 1g.18gb" if mig else "NVIDIA H200")),
-                pci_bus_id=str(g.get("pci_bus_id") or f"00000000:{0x18 + 0x10 * int(pidx):02X}:00.0"),
-                is_mig=mig,
-                parent_index=int(parent) if mig else None,
-            )
-            self._gpus.append(info)
-            uns = set(g.get("unsupported", []))
-            bad = uns - _NUMERIC
-            if bad:
-                raise ScriptError(f"gpus[{n}].unsupported: unknown fields {sorted(bad)}")
-            self._unsupported[info.key] = uns
+        self._gpus, self._unsupported = script_gpus(spec.get("gpus", 1))
         keys = [g.key for g in self._gpus]
         if len(set(keys)) != len(keys):
             raise ScriptError(f"duplicate GPUs in script: {keys}")

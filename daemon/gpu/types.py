@@ -123,6 +123,9 @@ class GpuInfo:
     pci_bus_id: str
     is_mig: bool = False
     parent_index: int | None = None
+    # a physical GPU in MIG mode (NVML's current mode), with or without instances: never used whole (CUDA sees
+    # only its MIG devices), so the queue places on its instances only (scheduling/room.py)
+    mig_mode: bool = False
 
     @property
     def key(self) -> str:

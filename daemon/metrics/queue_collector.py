@@ -126,7 +126,7 @@ def _gpu_memory(f: Families, queue: Sequence[QueueStatus], snap: GpuSnapshot) ->
     for key, info in snap.gpus.items():
         sample = snap.samples.get(key)
         total = num(sample.memory_total_bytes) if sample is not None else None
-        if not total or (not info.is_mig and info.index in in_mig):
+        if not total or (not info.is_mig and (info.mig_mode or info.index in in_mig)):
             continue  # no reading this pass (a lost GPU): no series, never a guess; a GPU in MIG mode: its instances
         places[key if info.is_mig else info.index] = (info, total, num(sample.memory_used_bytes) if sample else None)
     allocated = dict.fromkeys(places, 0.0)

@@ -40,7 +40,7 @@ from ..status.types import JobStatus
 from .estimate_store import EstimateStore
 from .estimates import HELD, Ended, Estimates, Past, error_ratio
 from .owners import Owners
-from .room import pinned_places, places
+from .room import no_place, pinned_places, places
 from .scheduler import Gpu, Limits, PinnedJob, Schedule, Waiting, schedule, stable_until
 
 SPARE_HOLD_SECONDS = 120.0  # a spare dropped for a waiting job stays off this long after the last pass needing it
@@ -104,7 +104,7 @@ class HostQueue:
         gpus = self.gpus(snap)
         if not gpus:
             why = ("no GPU inventory: the GPU collector is down or sees no GPU ([gpu] source); nothing is placed "
-                   "until it is back" if snap is None or not snap.up else "no GPU on this host")
+                   "until it is back" if snap is None or not snap.up else no_place(snap))
             self.waiting = {e.name: Waiting(e.name, i + 1, why) for i, e in enumerate(e for e in placed if e.waiting)}
             return []
         access, admin_group = self.access, self.admin_group

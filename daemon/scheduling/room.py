@@ -67,14 +67,15 @@ def places(snap: GpuSnapshot | None, hot_celsius: float) -> list[Gpu]:
     """The places of this snapshot: total and used memory from NVML (a MIG instance's own, as NVML reports it on the
     instance's handle), and why one takes no new job: marked unhealthy by an XID or a watchdog, or hot (an instance
     by its GPU's: NVML gives no temperature on an instance, and an XID is its GPU's). A GPU with MIG devices is not a
-    place; its instances are. No memory reading this pass: not placed on until there is one."""
+    place (nor one in MIG mode with no instance); its instances are. No memory reading this pass: not placed on until
+    there is one."""
     if snap is None or not snap.up:
         return []
     in_mig = {info.parent_index for info in snap.gpus.values() if info.is_mig}
     out = []
     for key, info in snap.gpus.items():
-        if not info.is_mig and info.index in in_mig:
-            continue
+        if not info.is_mig and (info.mig_mode or info.index in in_mig):
+            continue  # in MIG mode: never a place, even with no instance yet (CUDA would see no device)
         sample = snap.samples.get(key)
         if sample is None or not sample.memory_total_bytes:
             continue
@@ -87,6 +88,16 @@ def places(snap: GpuSnapshot | None, hot_celsius: float) -> list[Gpu]:
         out.append(Gpu(key if info.is_mig else info.index, sample.memory_total_bytes, sample.memory_used_bytes,
                        unusable, info.parent_index if info.is_mig else None))
     return sorted(out, key=lambda g: place_order(g.index))
+
+
+def no_place(snap: GpuSnapshot) -> str:
+    """Why a snapshot that is up has no place: no GPU, or GPUs in MIG mode without instances (or readings)."""
+    bare = sorted(i.index for i in snap.gpus.values() if i.mig_mode and not any(
+        m.is_mig and m.parent_index == i.index for m in snap.gpus.values()))
+    if not bare:
+        return "no GPU on this host"
+    return (f"no place on this host: GPU {', '.join(map(str, bare))} in MIG mode with no MIG instance; create instances "
+            f"(`nvidia-smi mig -i {bare[0]} -cgi <profiles> -C`) and restart isaacd, or turn MIG off")
 
 
 def pinned_places(keys: Iterable[str], physical: Iterable[int]) -> tuple[Place, ...]:
