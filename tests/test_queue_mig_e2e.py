@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -58,5 +59,10 @@ def test_two_jobs_on_two_instances_each_told_its_own_mig_uuid(tmp_path, supervis
     assert "gang" in queue and "0:0" in queue and "0:1" in queue, queue
     status = sp.cli("status").stdout
     assert "queue: MIG 0:" in status and "the instance held whole" in status, status
+    # the GPU table: each instance its own row, by its profile, with the job the queue placed there
+    table = {line.split()[0]: line for line in status.splitlines() if re.match(r"\d+(:\d+)?\s", line)}
+    for n in "ab":
+        (place,) = places[n]
+        assert "MIG 1g.18gb" in table[place] and n in table[place].split(), table
     for n in "ab":
         os.kill(rows[n]["pid"], 0)  # still alive: the supervisor's stop at teardown ends them

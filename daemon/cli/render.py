@@ -242,7 +242,9 @@ def format_gpus(gpus: GpusStatus) -> str:
             return "-" if v is None else fmt.format(v)
 
         power = "-" if g.power_watts is None else f"{g.power_watts:.0f}/{g.power_limit_watts or 0:.0f} W"
-        rows.append([g.index, str(g.model)[:20], f(g.temperature_celsius, "{:.0f}C"), f(g.utilization_ratio, "{:.0%}"),
+        # a MIG device by its profile ("MIG 1g.18gb"): its GPU's model is on its GPU's row
+        model = "MIG " + str(g.model).rsplit(" MIG ", 1)[1] if g.mig and " MIG " in str(g.model) else str(g.model)
+        rows.append([g.index, model[:20], f(g.temperature_celsius, "{:.0f}C"), f(g.utilization_ratio, "{:.0%}"),
                      power, gpu_memory_cell(g), ",".join(gpu_jobs(g)) or "-",
                      g.health if g.health is not None else "ok"])
     return "\n".join(aligned(rows))
