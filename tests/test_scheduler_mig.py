@@ -296,3 +296,19 @@ def test_a_gpu_in_mig_mode_with_no_instance_yet_is_no_place_from_nvml_or_the_scr
     q = HostQueue(QueueConfig(), only.snapshot)
     assert q.tick(10.0, [waiting_signals()]) == []
     assert q.waiting["w"].reason.startswith("no place on this host: GPU 0 in MIG mode with no MIG instance")
+
+
+def test_no_launch_on_an_instance_whose_uuid_the_inventory_has_not_listed_yet(tmp_path):
+    from isaacd.jobs.messages import LaunchRefused
+
+    inventory: list = [None]  # NVML not read yet
+    setting = JobSetting.of(job_of(tmp_path, "process"), lambda: inventory[0])
+    setting.place(("0:2",))
+    plan = LaunchPlanner(setting, "process", tmp_path / "state", FakeClock(), lambda *a, **k: None,
+                         lambda program: None, lambda: None).plan(LaunchIntent(), JobHistory("cp"), None)
+    assert isinstance(plan, LaunchRefused) and plan.settle is None  # a crash: retried after its backoff
+    assert "MIG instance 0:2: its UUID is not known yet" in plan.reason
+    # once the inventory lists it, the next tick's place() names it and the launch goes ahead
+    inventory[0] = sampler().snapshot()
+    setting.place(("0:2",))
+    assert setting.cfg.environment["CUDA_VISIBLE_DEVICES"] == inventory[0].gpus["0:2"].uuid

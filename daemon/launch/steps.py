@@ -33,6 +33,20 @@ def owner_may_run_here(ctx: LaunchContext, oscalls: OsCalls) -> Contribution:
     return None
 
 
+def mig_instance_known(ctx: LaunchContext, oscalls: OsCalls) -> Contribution:
+    """A trainer on the host that the queue placed on a MIG instance is told it by its UUID (config/placed.py: only a
+    gpu_memory job goes on one). While the GPU inventory has not listed it (NVML not read yet), no launch: CUDA with
+    no CUDA_VISIBLE_DEVICES could pick another job's instance. A crash, not the job's end: retried after its backoff."""
+    cfg = ctx.cfg
+    if cfg.in_container or cfg.gpu_memory is None or not isinstance(cfg.gpus, list):
+        return None
+    mig = [str(g) for g in cfg.gpus if isinstance(g, str) and ":" in g]
+    if mig and not cfg.environment.get("CUDA_VISIBLE_DEVICES", "").startswith("MIG-"):
+        return Refusal(f"cannot start: MIG instance {', '.join(mig)}: its UUID is not known yet (the GPU collector has "
+                       "not listed it), and CUDA_VISIBLE_DEVICES needs it", settle=None)
+    return None
+
+
 def owners_directories(ctx: LaunchContext, oscalls: OsCalls) -> Contribution:
     """Its log_root, experiment dir, workdir, caches and log the owner's, no symlink followed (os_seam/owned_dirs.py);
     then the role's own: a spare's FIFO dir and staging, handed deepest first (each chowned while its parent is still
@@ -113,6 +127,6 @@ def role_environment_defaults(ctx: LaunchContext, oscalls: OsCalls) -> Contribut
     return EnvDefaults(ctx.role_env_defaults) if ctx.role_env_defaults else None
 
 
-STEPS: tuple[Step, ...] = (owner_may_run_here, owners_directories, compile_cache_dirs, container_users_directories,
-                           side_channel, trainer_environment, owners_environment, node_backup_environment,
+STEPS: tuple[Step, ...] = (owner_may_run_here, mig_instance_known, owners_directories, compile_cache_dirs,
+                           container_users_directories, side_channel, trainer_environment, owners_environment, node_backup_environment,
                            exploit_values, eval_environment, role_environment, role_environment_defaults)
