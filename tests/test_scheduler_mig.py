@@ -306,7 +306,8 @@ def test_no_launch_on_an_instance_whose_uuid_the_inventory_has_not_listed_yet(tm
     setting.place(("0:2",))
     plan = LaunchPlanner(setting, "process", tmp_path / "state", FakeClock(), lambda *a, **k: None,
                          lambda program: None, lambda: None).plan(LaunchIntent(), JobHistory("cp"), None)
-    assert isinstance(plan, LaunchRefused) and plan.settle is None  # a crash: retried after its backoff
+    assert isinstance(plan, LaunchRefused) and plan.settle is None  # retried after a backoff,
+    assert not plan.crash_loop  # and never the job's end for a crash loop: the trainer is not to blame
     assert "MIG instance 0:2: its UUID is not known yet" in plan.reason
     # once the inventory lists it, the next tick's place() names it and the launch goes ahead
     inventory[0] = sampler().snapshot()

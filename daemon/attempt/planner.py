@@ -225,7 +225,7 @@ class LaunchPlanner:
             node_env=keeper.node_env(wf, resume, token) if keeper is not None and cfg.runtime == "ray" else {})
         spec = prepare(ctx, self.oscalls)
         if isinstance(spec, Refusal):
-            return LaunchRefused(spec.reason, settle=spec.settle)
+            return LaunchRefused(spec.reason, settle=spec.settle, crash_loop=spec.crash_loop)
         return LaunchPlan(attempt, spec, program, args, seed, num_envs, shim_events, run_dirs_before, spare_token)
 
     def _wait_for_launcher(self, pending: ProbePending, say: Callable[..., None]) -> WaitingForLauncher | LaunchRefused:

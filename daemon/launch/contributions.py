@@ -36,6 +36,7 @@ class Refusal:
 
     reason: str
     settle: Settle | None = Settle.FAILED
+    crash_loop: bool = True  # a crash (settle None) the trainer is not to blame for: retried, not counted
 
 
 Contribution = Env | EnvDefaults | ScrubEnv | Refusal | None  # None: nothing to add for this launch

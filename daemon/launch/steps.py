@@ -36,14 +36,15 @@ def owner_may_run_here(ctx: LaunchContext, oscalls: OsCalls) -> Contribution:
 def mig_instance_known(ctx: LaunchContext, oscalls: OsCalls) -> Contribution:
     """A trainer on the host that the queue placed on a MIG instance is told it by its UUID (config/placed.py: only a
     gpu_memory job goes on one). While the GPU inventory has not listed it (NVML not read yet), no launch: CUDA with
-    no CUDA_VISIBLE_DEVICES could pick another job's instance. A crash, not the job's end: retried after its backoff."""
+    no CUDA_VISIBLE_DEVICES could pick another job's instance. Retried after a backoff, not counted in the crash-loop
+    window (the trainer is not to blame)."""
     cfg = ctx.cfg
     if cfg.in_container or cfg.gpu_memory is None or not isinstance(cfg.gpus, list):
         return None
     mig = [str(g) for g in cfg.gpus if isinstance(g, str) and ":" in g]
     if mig and not cfg.environment.get("CUDA_VISIBLE_DEVICES", "").startswith("MIG-"):
         return Refusal(f"cannot start: MIG instance {', '.join(mig)}: its UUID is not known yet (the GPU collector has "
-                       "not listed it), and CUDA_VISIBLE_DEVICES needs it", settle=None)
+                       "not listed it), and CUDA_VISIBLE_DEVICES needs it", settle=None, crash_loop=False)
     return None
 
 
