@@ -4,8 +4,10 @@ many of their jobs count as waiting in line. Pure, like the scheduler that asks 
 
 What counts, per owner and per group of theirs that has a quota:
   * GPUs held by their placed jobs (running, starting, saving after a preemption): a whole GPU counts 1, a
-    `gpu_memory` job its share of each GPU it is on (asked / the GPU's total);
-  * GPU memory held: a whole GPU its total, a `gpu_memory` job what it asked for on each GPU;
+    `gpu_memory` job its share of each GPU it is on (asked / the GPU's total), a job on a MIG instance the
+    instance's share of its GPU (the instance's memory / the GPU's: it holds the instance whole, room.Gpu.holds);
+  * GPU memory held: a whole GPU its total, a `gpu_memory` job what it asked for on each GPU, a job on a MIG
+    instance the instance's memory;
   * jobs waiting: only the first `queued` of them (in the queue's order) wait in line; the rest wait behind everyone.
 A job whose placement would take its owner or one of their groups past a quota waits, saying so; it is never refused,
 it blocks nobody behind it, and it preempts no one to get around its quota.
@@ -17,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..jobs.queue_entry import QueueEntry
+from .room import Gpu, Place, held_on
 
 GiB = 2**30
 SLACK = 1e-9  # float shares (1/3 + 1/3 + 1/3): a quota met exactly is not exceeded
@@ -46,9 +49,9 @@ class Held:
 class Ledger:
     """What each owner and group holds, as the decisions of one scheduling pass take it."""
 
-    def __init__(self, quotas: Quotas, totals: Mapping[int, int], jobs: Sequence[QueueEntry]):
+    def __init__(self, quotas: Quotas, places: Sequence[Gpu], jobs: Sequence[QueueEntry]):
         self.quotas = quotas
-        self.totals = totals  # GPU index -> its memory
+        self.places = {g.index: g for g in places}  # this pass's places (room.py): their memory, an instance's GPU's
         self.held: dict[tuple[str, str], Held] = {}  # ("user", name) / ("group", name) -> held
         for j in jobs:
             if j.placement and not j.waiting:
@@ -61,36 +64,39 @@ class Ledger:
         out += [(("group", g), self.quotas.groups[g]) for g in job.groups if g in self.quotas.groups]
         return out
 
-    def cost(self, job: QueueEntry, gpus: Sequence[int] | None) -> Held:
+    def cost(self, job: QueueEntry, gpus: Sequence[Place] | None) -> Held:
         """What placing `job` on `gpus` holds; `gpus` None: the least it could hold anywhere on this host."""
         mem = job.request.memory_bytes
         if gpus is None:
-            sizes = sorted(self.totals.values())
-            if not sizes:
-                return Held()
-            n = job.request.gpus
-            if mem is None:
-                return Held(float(n), sum(sizes[:n]))
-            return Held(n * mem / sizes[-1], n * mem)
+            return self._least(job)
         held = Held()
-        for i in gpus:
-            total = self.totals.get(i)
-            if mem is None:
-                held.gpus += 1.0
-                held.memory_bytes += total or 0
-            else:
-                held.gpus += mem / total if total else 1.0  # a GPU gone from the inventory: counted whole
-                held.memory_bytes += mem
+        for i in gpus:  # a GPU gone from the inventory: counted whole
+            n, b = held_on(self.places.get(i), mem)
+            held.gpus += n
+            held.memory_bytes += b
         return held
 
-    def take(self, job: QueueEntry, gpus: Sequence[int]) -> None:
+    def _least(self, job: QueueEntry) -> Held:
+        """The least `job` could hold anywhere here, each kind apart: its ranks on the places that could take one
+        (a MIG instance only one rank of a `gpu_memory` job that fits it: it then holds the instance whole)."""
+        n, mem = job.request.gpus, job.request.memory_bytes
+        takes_mig = n == 1 and mem is not None
+        can = [g for g in self.places.values() if (takes_mig or not g.mig) and (mem is None or g.total_bytes >= mem)]
+        if not can:
+            return Held()
+        costs = [g.holds(mem) for g in can]
+        shares = sorted(c[0] for c in costs)
+        sizes = sorted(c[1] for c in costs)
+        return Held(sum(shares[:n]), sum(sizes[:n]))
+
+    def take(self, job: QueueEntry, gpus: Sequence[Place]) -> None:
         cost = self.cost(job, gpus)
         for key, _ in self._holders(job):
             h = self.held.setdefault(key, Held())
             h.gpus += cost.gpus
             h.memory_bytes += cost.memory_bytes
 
-    def refusal(self, job: QueueEntry, gpus: Sequence[int] | None) -> str | None:
+    def refusal(self, job: QueueEntry, gpus: Sequence[Place] | None) -> str | None:
         """Why placing `job` on `gpus` (None: anywhere) would take its owner or a group of theirs past a quota."""
         holders = self._holders(job)
         if not holders:

@@ -49,10 +49,25 @@ class Gpu:
     used_bytes: int | None = None  # NVML's used memory; None: unknown (only the asks count)
     unusable: str | None = None  # why no new job may go here ("XID 79", "84 °C"): jobs on it stay
     parent: int | None = None  # a MIG instance's physical GPU; None: a GPU not in MIG mode
+    parent_total_bytes: int | None = None  # a MIG instance's physical GPU's memory; None: not read (or no instance)
 
     @property
     def mig(self) -> bool:
         return self.parent is not None
+
+    def holds(self, ask: int | None) -> tuple[float, int]:
+        """What a rank asking `ask` bytes here (None: a whole GPU) holds, as the quotas, isaacd_user_gpus and a
+        sweep's GPU-seconds count it: (GPUs, bytes). A whole GPU: 1 and its memory; a `gpu_memory` rank on a shared
+        GPU: its share (ask / the GPU's memory) and what it asked. A rank on a MIG instance holds the instance whole
+        (nobody else may use it), so it counts the instance, not its ask: the instance's share of its GPU (its memory
+        / the GPU's, a 1g.18gb of an H200 about 0.13) and the instance's memory. An instance whose GPU's memory was
+        not read counts 1, as any place without a reading does (never less than it may hold)."""
+        if self.mig:
+            share = self.total_bytes / self.parent_total_bytes if self.parent_total_bytes else 1.0
+            return min(share, 1.0), self.total_bytes
+        if ask is None:
+            return 1.0, self.total_bytes
+        return (ask / self.total_bytes if self.total_bytes else 1.0), ask
 
 
 @dataclass(frozen=True)
@@ -85,9 +100,16 @@ def places(snap: GpuSnapshot | None, hot_celsius: float) -> list[Gpu]:
         temp = of_gpu.temperature_celsius if of_gpu is not None else None
         if unusable is None and temp is not None and temp >= hot_celsius:
             unusable = f"hot ({temp:.0f} °C, [queue] hot_celsius = {hot_celsius:g})"
+        parent_total = (of_gpu.memory_total_bytes or None) if info.is_mig and of_gpu is not None else None
         out.append(Gpu(key if info.is_mig else info.index, sample.memory_total_bytes, sample.memory_used_bytes,
-                       unusable, info.parent_index if info.is_mig else None))
+                       unusable, info.parent_index if info.is_mig else None, parent_total))
     return sorted(out, key=lambda g: place_order(g.index))
+
+
+def held_on(place: Gpu | None, ask: int | None) -> tuple[float, int]:
+    """What a rank asking `ask` bytes (None: a whole GPU) holds on `place` (Gpu.holds); a place without a reading this
+    pass (None): a whole GPU, and its ask or nothing in bytes."""
+    return place.holds(ask) if place is not None else (1.0, ask or 0)
 
 
 def no_place(snap: GpuSnapshot) -> str:

@@ -120,7 +120,7 @@ def queue_order(jobs: Iterable[QueueEntry]) -> list[QueueEntry]:
 def schedule(jobs: Sequence[QueueEntry], gpus: Sequence[Gpu], now: float, limits: Limits = Limits(),
              pinned: Sequence[PinnedJob] = (), quotas: Quotas = Quotas()) -> Schedule:
     room = Room.of(gpus, jobs, pinned)
-    ledger = Ledger(quotas, {g.index: g.total_bytes for g in gpus}, jobs)  # what owners and groups hold (quota.py)
+    ledger = Ledger(quotas, gpus, jobs)  # what owners and groups hold (quota.py; an instance counts its GPU share)
     placements: list[Placement] = []
     preemptions: list[Preemption] = []
     drops: list[SpareDrop] = []
