@@ -24,8 +24,10 @@ from job_fakes import FakeClock
 H100 = 80 * GiB
 
 
-def mig(key: str, gib: float, used: float = 0, unusable: str | None = None) -> Gpu:
-    return Gpu(key, int(gib * GiB), int(used * GiB), unusable, parent=int(key.split(":")[0]))
+def mig(key: str, gib: float, used: float = 0, unusable: str | None = None, of_gib: float = 80) -> Gpu:
+    """An instance of `gib` GiB on a GPU of `of_gib` GiB (an 80 GB H100 by default)."""
+    return Gpu(key, int(gib * GiB), int(used * GiB), unusable, parent=int(key.split(":")[0]),
+               parent_total_bytes=int(of_gib * GiB))
 
 
 def mig_host() -> list[Gpu]:
@@ -140,6 +142,52 @@ def test_a_hot_or_unhealthy_instance_takes_no_new_job():
     assert placed(s) == {"a": ("0:1",)}
 
 
+# ---- quotas: a job on an instance holds the instance whole ---------------------------------------------------------
+def seven_slices() -> list[Gpu]:
+    """An 80 GB H100 in MIG mode as seven 1g.10gb instances (9.75 GiB each, as NVML reports them)."""
+    return [mig(f"0:{j}", 9.75) for j in range(7)]
+
+
+def test_a_job_on_an_instance_counts_the_instances_share_of_its_gpu_against_a_gpus_quota():
+    from isaacd.scheduling.quota import Quota, Quotas
+
+    # four half-GiB jobs: each holds a 1g.10gb instance whole, 9.75/80 = 0.12 of the H100 (not 0.5/9.75 = 0.05 of
+    # the instance, which let all four past a quarter of a GPU)
+    jobs = [wants(f"a{k}", 0.5, order=k, owner="alice") for k in range(4)]
+    s = schedule(jobs, seven_slices(), now=0, quotas=Quotas(users={"alice": Quota(gpus=0.25)}))
+    assert placed(s) == {"a0": ("0:0",), "a1": ("0:1",)}
+    assert [(w.job, w.reason) for w in s.waiting][0] == (
+        "a2", "alice's quota: 0.24 of 0.25 GPUs in use (this job needs 0.12); it starts when enough of them is free")
+    # the same count for the jobs already placed, at the next pass
+    held = [holds("a0", ("0:0",), 0.5, owner="alice"), holds("a1", ("0:1",), 0.5, owner="alice"),
+            wants("a2", 0.5, order=2, owner="alice")]
+    s = schedule(held, seven_slices(), now=0, quotas=Quotas(users={"alice": Quota(gpus=0.25)}))
+    assert placed(s) == {} and s.waiting[0].reason.startswith("alice's quota: 0.24 of 0.25 GPUs in use")
+
+
+def test_a_job_on_an_instance_counts_the_instances_memory_against_a_gpu_memory_quota():
+    from isaacd.scheduling.quota import Quota, Quotas
+
+    quotas = Quotas(users={"alice": Quota(gpu_memory_bytes=16 * GiB)})
+    jobs = [wants("a0", 2, order=0, owner="alice"), wants("a1", 2, order=1, owner="alice"),
+            wants("bob", 2, order=2, owner="bob")]
+    s = schedule(jobs, seven_slices(), now=0, quotas=quotas)
+    # 2 GiB asked, 9.75 GiB held: a second instance would take alice to 19.5 GiB of her 16; bob's job starts past hers
+    assert placed(s) == {"a0": ("0:0",), "bob": ("0:1",)}
+    assert s.waiting[0].reason == ("alice's quota: 9.75 of 16 GiB of GPU memory in use (this job needs 9.75 GiB); it "
+                                   "starts when enough of it is free")
+
+
+def test_on_a_mixed_host_a_gpu_memory_job_on_the_shared_gpu_still_counts_its_ask():
+    from isaacd.scheduling.quota import Quota, Quotas
+
+    # GPU 1 (not in MIG mode) is the best fit for 12 GiB: asked / its memory, as before MIG
+    s = schedule([wants("a", 12, owner="alice"), wants("b", 12, order=1, owner="alice")],
+                 seven_slices() + [Gpu(1, H100, 0)], now=0, quotas=Quotas(users={"alice": Quota(gpus=0.15)}))
+    assert placed(s) == {"a": (1,)}
+    assert s.waiting[0].reason.startswith("alice's quota: 0.15 of 0.15 GPUs in use (this job needs 0.15)")
+
+
 # ---- the places of a GPU snapshot --------------------------------------------------------------------------------
 def sampler(events: list | None = None) -> GpuSampler:
     """A scripted mixed host: GPU 0 an H100 in MIG mode (1g.10gb x2, 3g.40gb), GPU 1 an H100 not in MIG mode."""
@@ -248,9 +296,10 @@ def test_metrics_show_each_instance_as_its_own_place_held_whole_and_no_row_for_i
     # its GPU: joined through isaacd_gpu_info's parent_gpu, as every MIG device's series
     info = {dict(k)["gpu"]: dict(k)["parent_gpu"] for k in got["isaacd_gpu_info"] if dict(k)["mig"] == "true"}
     assert info == {"0:0": "0", "0:1": "0", "0:2": "0"}
-    # as quotas count it: the share of the instance it asked for, and the memory it asked
-    assert by(got["isaacd_user_gpu_memory_allocated_bytes"], "user") == {"alice": 4 * GiB}
-    assert by(got["isaacd_user_gpus"], "user") == {"alice": pytest.approx(4 * GiB / (total // 2))}
+    # as quotas count it: the instance it holds whole, not the 4 GiB it asked: the 3g.40gb's share of its H100 (half
+    # its memory) and the instance's memory
+    assert by(got["isaacd_user_gpu_memory_allocated_bytes"], "user") == {"alice": total // 2}
+    assert by(got["isaacd_user_gpus"], "user") == {"alice": pytest.approx(0.5)}
 
 
 def snapshot_used(got: dict, gpu: str) -> float:

@@ -11,13 +11,14 @@ per priority without a join.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from ..config.users import supervisor_user
 from ..gpu.snapshot import GpuSnapshot
 from ..gpu.types import GpuInfo
 from ..jobs.model import JobState
-from ..scheduling.room import place_order
+from ..scheduling.room import Gpu, held_on, place_order, places
 from ..status.types import JobStatus, QueueStatus
 from .families import Families, num
 
@@ -50,29 +51,19 @@ def collect_queue(f: Families, jobs: Sequence[JobStatus], snap: GpuSnapshot | No
             f.add("isaacd_job_estimate_error_ratio", [job.name], err)
     for prio, n in sorted(waiting.items(), key=lambda kv: (kv[0] == UNKNOWN, 0 if kv[0] == UNKNOWN else int(kv[0]))):
         f.add("isaacd_queue_jobs", [prio], n)
-    _per_user(f, placed, _totals(snap) if snap is not None and snap.up else {}, me or supervisor_user())
+    where = {g.index: g for g in places(snap, math.inf)}  # the queue's places, as the quotas read them
+    _per_user(f, placed, where, me or supervisor_user())
     if snap is not None and snap.up:
         _gpu_memory(f, [q for _, q in placed], snap)
 
 
-def _totals(snap: GpuSnapshot) -> dict[int | str, float]:
-    """Each place's memory, where this pass read it (scheduling/room.py): a physical GPU by its index, a MIG
-    instance by its key "p:j", as a job's placement names them."""
-    out: dict[int | str, float] = {}
-    for key, info in snap.gpus.items():
-        sample = snap.samples.get(key)
-        total = num(sample.memory_total_bytes) if sample is not None else None
-        if total:
-            out[key if info.is_mig else info.index] = total
-    return out
-
-
-def _per_user(f: Families, placed: Sequence[tuple[JobStatus, QueueStatus]], totals: dict[int | str, float],
+def _per_user(f: Families, placed: Sequence[tuple[JobStatus, QueueStatus]], where: dict[int | str, Gpu],
               me: str) -> None:
-    """Per owner of a job the queue places (issue 32), as the quotas count (scheduling/quota.py): the GPUs their
-    placed jobs hold (a whole GPU 1, a gpu_memory job asked / the GPU's total; a GPU without a reading counted
-    whole), the GPU memory (a whole GPU its total), the jobs waiting. Every such owner from 0. Names only: a job's
-    environment and credentials are in no label."""
+    """Per owner of a job the queue places (issue 32), as the quotas count (scheduling/quota.py, room.Gpu.holds): the
+    GPUs their placed jobs hold (a whole GPU 1, a gpu_memory job asked / the GPU's total, a job on a MIG instance
+    the instance's share of its GPU; a place without a reading counted whole), the GPU memory (a whole GPU its
+    total, an instance its memory), the jobs waiting. Every such owner from 0. Names only: a job's environment and
+    credentials are in no label."""
     gpus: dict[str, float] = {}
     memory: dict[str, float] = {}
     waiting: dict[str, int] = {}
@@ -86,13 +77,10 @@ def _per_user(f: Families, placed: Sequence[tuple[JobStatus, QueueStatus]], tota
             continue
         ask = None if q.memory_bytes is None else num(q.memory_bytes)
         for i in q.placement:
-            total = totals.get(i) if isinstance(i, (int, str)) else None
-            if ask is None:
-                gpus[user] += 1.0
-                memory[user] += total or 0.0
-            else:
-                gpus[user] += ask / total if total else 1.0
-                memory[user] += ask
+            n, b = held_on(where.get(i) if isinstance(i, (int, str)) else None,
+                           int(ask) if ask is not None and math.isfinite(ask) else None)
+            gpus[user] += n
+            memory[user] += b
     for user in sorted(gpus):
         f.add("isaacd_user_gpus", [user], gpus[user])
         f.add("isaacd_user_gpu_memory_allocated_bytes", [user], memory[user])
