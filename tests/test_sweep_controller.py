@@ -179,14 +179,40 @@ def test_a_promotion_is_a_start_of_the_paused_trial(tmp_path: Path):
 def test_gpu_time_counts_a_gpu_memory_trial_by_its_share_of_its_gpu():
     from types import SimpleNamespace
 
+    from isaacd.scheduling.room import Gpu
     from isaacd.sweeps.controller import gpus_held
     gib = 2**30
     placed = SimpleNamespace(queue=SimpleNamespace(placement=(3,), request=SimpleNamespace(memory_bytes=14 * gib)))
-    assert gpus_held(placed, {3: 140 * gib}) == 0.1  # type: ignore[arg-type]
+    assert gpus_held(placed, {3: Gpu(3, 140 * gib)}) == 0.1  # type: ignore[arg-type]
     assert gpus_held(placed, {}) == 1.0  # type: ignore[arg-type]  (no reading of the GPU: counted whole)
     whole = SimpleNamespace(queue=SimpleNamespace(placement=(0, 1), request=SimpleNamespace(memory_bytes=None)))
-    assert gpus_held(whole, {0: 80 * gib, 1: 80 * gib}) == 2.0  # type: ignore[arg-type]
+    assert gpus_held(whole, {0: Gpu(0, 80 * gib), 1: Gpu(1, 80 * gib)}) == 2.0  # type: ignore[arg-type]
     assert gpus_held(SimpleNamespace(queue=None), {}) == 1.0  # type: ignore[arg-type]
+
+
+def test_gpu_time_counts_a_trial_on_a_mig_instance_as_the_instances_share_of_its_gpu():
+    from types import SimpleNamespace
+
+    from isaacd.gpu import GpuSampler, ManualClock, ScriptedSource
+    from isaacd.sweeps.controller import gpu_places, gpus_held
+
+    # an H200 in MIG mode as NVML reads it: a 1g.18gb instance (an eighth of its memory) and a 3g.71gb (half)
+    clock = ManualClock(1_700_000_000.0)
+    sampler = GpuSampler(ScriptedSource({"gpus": [
+        {"index": 0, "model": "NVIDIA H200"},
+        {"index": 0, "mig": True, "parent": 0, "model": "NVIDIA H200 MIG 1g.18gb"},
+        {"index": 1, "mig": True, "parent": 0, "model": "NVIDIA H200 MIG 3g.71gb"}],
+        "defaults": {"memory_total_bytes": 143771 * 2**20}}, clock=clock), clock=clock)
+    sampler.poll_fast()
+    where = gpu_places(sampler.snapshot())
+
+    def trial(place: str) -> SimpleNamespace:  # 8 GiB asked: the instance is held whole all the same
+        ask = SimpleNamespace(memory_bytes=8 * 2**30)
+        return SimpleNamespace(queue=SimpleNamespace(placement=(place,), request=ask))
+
+    assert gpus_held(trial("0:0"), where) == 0.125  # type: ignore[arg-type]  (was 1: a whole GPU-second a second)
+    assert gpus_held(trial("0:1"), where) == 0.5  # type: ignore[arg-type]
+    assert gpus_held(trial("0:9"), where) == 1.0  # type: ignore[arg-type]  (an instance not read: counted whole)
 
 
 def test_a_sweeps_concurrency_past_the_users_quota_is_refused_naming_the_concurrency_that_fits(tmp_path: Path):

@@ -24,6 +24,7 @@ from ..daemon_log import log
 from ..gpu.snapshot import GpuSnapshot
 from ..jobs.messages import Command, Start, Stop
 from ..jobs.model import JobState, Origin
+from ..scheduling.room import Gpu, Place, held_on, places
 from ..status.signals import JobSignals
 from .asha import (Asha, Continue, Decision, Done, Launch, Pause, Promote, TrialState, TrialView, best_trial,
                    decide, ranking)
@@ -75,7 +76,7 @@ class SweepController:
         self._lock = threading.Lock()  # the control thread (submit, cancel) against the tick
         self._live: dict[str, _Live] = {}
         self._snapshot: tuple[SweepStatus, ...] = ()
-        self._totals: dict[int, float] = {}
+        self._places: dict[Place, Gpu] = {}
         self.load()
 
     # ---- the extension's life ------------------------------------------------------------------------------
@@ -158,7 +159,7 @@ class SweepController:
     def tick(self, now: float, signals: Sequence[JobSignals]) -> list[tuple[str, Command]]:
         by_name = {s.name: s for s in signals}
         out: list[tuple[str, Command]] = []
-        self._totals = gpu_totals(self.gpu_snapshot() if self.gpu_snapshot is not None else None)
+        self._places = gpu_places(self.gpu_snapshot() if self.gpu_snapshot is not None else None)
         with self._lock:
             for live in self._live.values():
                 out += live.commands
@@ -204,7 +205,7 @@ class SweepController:
                 if sig.iteration is not None:
                     live.iterations[t.number] = sig.iteration
                 if sig.alive:  # GPU time its trainer holds: wall seconds × its GPUs (a gpu_memory trial its share)
-                    t.gpu_seconds += dt * gpus_held(sig, self._totals)
+                    t.gpu_seconds += dt * gpus_held(sig, self._places)
             state = trial_state(t, sig.state if sig is not None else None)
             if state == TrialState.CANCELLED and sig is not None and t.started_attempt is not None \
                     and sig.attempt <= t.started_attempt and rec.state == "running":
@@ -382,27 +383,21 @@ def _population_ranking(spec: SweepSpec, rec: SweepRecord) -> tuple[list[int], i
     return order, (scored[0].number if scored else None), (scored[0].objective if scored else None)
 
 
-def gpu_totals(snap: GpuSnapshot | None) -> dict[int, float]:
-    """Each whole GPU's memory (physical index -> bytes), as the queue's per-user figures read it."""
-    if snap is None or not snap.up:
-        return {}
-    out: dict[int, float] = {}
-    for key, info in snap.gpus.items():
-        sample = snap.samples.get(key)
-        total = sample.memory_total_bytes if sample is not None else None
-        if not info.is_mig and total:
-            out[info.index] = float(total)
-    return out
+def gpu_places(snap: GpuSnapshot | None) -> dict[Place, Gpu]:
+    """The queue's places (a GPU not in MIG mode by its index, a MIG instance by "p:j", scheduling/room.py) with their
+    memory and an instance's GPU's, as the queue's per-user figures read them."""
+    return {g.index: g for g in places(snap, math.inf)}
 
 
-def gpus_held(sig: JobSignals, totals: dict[int, float]) -> float:
-    """The GPUs a trial's trainer holds: a whole GPU 1, a gpu_memory trial asked / the GPU's total (a GPU without a
-    reading counted whole), as isaacd_user_gpus counts them; a trial the queue does not place, 1."""
+def gpus_held(sig: JobSignals, where: dict[Place, Gpu]) -> float:
+    """The GPUs a trial's trainer holds, as isaacd_user_gpus counts them (room.Gpu.holds): a whole GPU 1, a
+    gpu_memory trial asked / the GPU's total, a trial on a MIG instance the instance's share of its GPU (it holds
+    the instance whole); a place without a reading counted whole; a trial the queue does not place, 1."""
     q = sig.queue
     if q is None or not q.placement:
         return 1.0
     ask = q.request.memory_bytes
-    return sum(ask / totals[i] if ask and totals.get(i) else 1.0 for i in q.placement)
+    return sum(held_on(where.get(i), ask)[0] for i in q.placement)
 
 
 def best_of(sweeps: SweepController, name: str) -> str:
