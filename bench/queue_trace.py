@@ -18,6 +18,13 @@ supervisor's hook does the same, one pass a tick). Two policies run on the same 
           what the priority classes cost the makespan.
   isaacd-noest  isaacd with no run-time estimate known (issue 42's "isaacd without estimates"): as issue 31's queue,
           but for a job not preemptible starting beside the room held for a blocked job's saving victims.
+  isaacd-exact-longest-first  (a bound, printed per seed) isaacd-exact with, within each priority class, the
+          longest job first (its whole run, known from its submission, as its order in place of its submission
+          time): what ordering by length could do with knowledge isaacd does not have of a new experiment.
+
+Per seed, `--tail N` (default 3) prints the N jobs that end last under isaacd: their class and length, whether isaacd
+had an estimate of them while they waited, how often they were preempted, how many jobs of a higher class submitted
+after them started before them, and their start and end under isaacd and FIFO (the makespan's cause, per seed).
 
 isaacd's run-time estimates (issue 42, scheduling/estimates.py), as the simulation gives them to `schedule()` in
 each entry (`ends_at`, `run_seconds`, `overran`); the fifo and isaacd-noest arms get none:
@@ -124,6 +131,10 @@ MAX_PASSES = 200_000
 POLICIES = ("isaacd", "fifo", "isaacd-noest")
 EXACT = "isaacd-exact"  # isaacd with every estimate exact, every job's from its submission: what estimates could do
 ONE_PRIORITY = "isaacd-one-priority"  # isaacd's queue with every job at one priority: what the classes cost
+# isaacd with every estimate exact AND, within each priority class, the longest job first (its whole run, known from
+# its submission, in place of its submission time as the order within its class): what the order could do with
+# knowledge isaacd does not have for a new experiment (a diagnosis, not isaacd's rule)
+LONGEST = "isaacd-exact-longest-first"
 RATE_AFTER = SKIP + MIN_INTERVALS + 1  # iterations of an attempt before its own rate is known (estimates.py)
 RATE_NOISE = 0.03  # the rate estimate's error, uniform +- this (an assumption)
 HISTORY_KINDS = ("cartpole", "cartpole-camera", "g1-rough", "shadow-hand")  # the tasks that recur
@@ -216,6 +227,8 @@ class _Live:
     rate_factor: float = 1.0  # this attempt's rate estimate / its true iteration time
     said: dict[str, tuple[float, float]] = field(default_factory=dict)  # source -> (when, end): first of attempt
     overran: bool = False
+    estimated: bool = False  # it had a run-time estimate when it was first placed (what a length order could use)
+    last_start: float | None = None  # its last placement (a resume after a preemption)
 
 
 @dataclass
@@ -238,6 +251,9 @@ class Result:
     overruns: int = 0  # a job still running at the reservation it started ahead of on its estimate
     ahead_on_estimate: int = 0  # starts ahead of a blocked job on an estimate that ended before its reservation
     strict_beside: int = 0  # starts ahead of a blocked job, not preemptible, beside its reservation
+    # job -> (first start, last start, completion, times preempted, had an estimate when first placed): the tail's
+    # diagnosis
+    jobs: dict[str, tuple[float | None, float | None, float | None, int, bool]] = field(default_factory=dict)
 
 
 class QueueSim:
@@ -246,9 +262,9 @@ class QueueSim:
     def __init__(self, trace: list[TraceJob], policy: str, limits: Limits = Limits(min_run_seconds=MIN_RUN_S),
                  nvml_used: bool = True, save_s: float = SAVE_S, gpus: int = GPUS,
                  max_passes: int = MAX_PASSES) -> None:
-        if policy not in (*POLICIES, EXACT, ONE_PRIORITY):
-            raise ValueError(f"policy {policy!r}: one of {', '.join(POLICIES)}, {EXACT}, {ONE_PRIORITY}")
-        self.estimating, self.exact = policy in ("isaacd", EXACT, ONE_PRIORITY), policy == EXACT
+        if policy not in (*POLICIES, EXACT, ONE_PRIORITY, LONGEST):
+            raise ValueError(f"policy {policy!r}: one of {', '.join(POLICIES)}, {EXACT}, {ONE_PRIORITY}, {LONGEST}")
+        self.estimating, self.exact = policy in ("isaacd", EXACT, ONE_PRIORITY, LONGEST), policy in (EXACT, LONGEST)
         self.history: dict[str, tuple[float, float]] = {}  # kind -> (seconds per iteration, start-up) measured
         self.estimate_errors: dict[str, list[float]] = {"history": [], "rate": []}
         self.overruns = self.ahead_on_estimate = self.strict_beside = 0
@@ -281,8 +297,9 @@ class QueueSim:
     def queued(self, live: _Live) -> QueueEntry:
         s = live.spec
         isaacd = self.policy != "fifo"
+        order = -(s.startup_s + s.iterations * s.iteration_s) if self.policy == LONGEST else s.submit_s
         e = QueueEntry(s.name, Request(s.ranks, s.memory_bytes), s.priority if isaacd and self.policy !=
-                       ONE_PRIORITY else 0, s.submit_s,
+                       ONE_PRIORITY else 0, order,
                        s.preemptible if isaacd else False, live.waiting, live.placement, live.running_since,
                        live.backfilled, live.stopping)
         if not self.estimating:
@@ -431,6 +448,8 @@ class QueueSim:
         s = live.spec
         if live.first_start is None:
             live.first_start = self.now
+            live.estimated = self.estimating and self.queued(live).run_seconds is not None
+        live.last_start = self.now
         live.wait_queued += self.now - (live.queued_since if live.queued_since is not None else self.now)
         if live.preempted:
             self.wasted += s.startup_s * s.ranks  # the start-up paid again on a resume
@@ -491,7 +510,9 @@ class QueueSim:
                       self.queued_alloc_integral / (capacity * self.queued_time) if self.queued_time else math.nan,
                       makespan, first, queued, self.preemptions, self.backfills_preempted, lost, self.wasted,
                       self.overcommit_gpu_s, self.overcommits, incomplete, self.livelock, self.estimate_errors,
-                      self.overruns, self.ahead_on_estimate, self.strict_beside)
+                      self.overruns, self.ahead_on_estimate, self.strict_beside,
+                      {n: (j.first_start, j.last_start, j.completed_at, j.preempted, j.estimated)
+                       for n, j in self.jobs.items()})
 
 
 def simulate(trace: list[TraceJob], policy: str, nvml_used: bool = True, gpus: int = GPUS,
@@ -567,12 +588,44 @@ def print_policy(title: str, fig: dict[str, float]) -> None:
           f"jobs not completed {fig['incomplete']:.0f}")
 
 
-def run_seed(seed: int, n_jobs: int, nvml_used: bool) -> dict:
+def tail(trace: list[TraceJob], res: Result, fifo: Result, n: int) -> list[dict]:
+    """The n jobs that end last under isaacd and why they started when they did: their class, length, whether isaacd
+    had an estimate of them while they waited, how often they were preempted, and how many jobs of a higher class
+    submitted after them started before them (the priority order), against their start under FIFO."""
+    spec = {j.name: j for j in trace}
+    ends = sorted(((end, name) for name, (_, _, end, _, _) in res.jobs.items() if end is not None), reverse=True)[:n]
+    out = []
+    for end, name in ends:
+        j, (start, last, _, preempted, estimated) = spec[name], res.jobs[name]
+        later_higher = sorted(o.name for o in trace if o.priority > j.priority and o.submit_s > j.submit_s and
+                              (st := res.jobs[o.name][0]) is not None and start is not None and st < start)
+        out.append({"job": name, "class": j.cls, "whole_gpu": j.memory_bytes is None, "preemptible": j.preemptible,
+                    "run_s": j.startup_s + j.iterations * j.iteration_s, "submitted_s": j.submit_s,
+                    "estimate_while_waiting": estimated, "isaacd_start_s": start, "isaacd_last_start_s": last,
+                    "isaacd_end_s": end,
+                    "preempted": preempted, "later_higher_started_before": later_higher,
+                    "fifo_start_s": fifo.jobs[name][0], "fifo_end_s": fifo.jobs[name][2]})
+    return out
+
+
+def print_tail(rows: list[dict]) -> None:
+    for t in rows:
+        what = f"{t['class']}, {'a whole GPU' if t['whole_gpu'] else 'sized'}, runs {hms(t['run_s'])}"
+        known = "an estimate" if t["estimate_while_waiting"] else "no estimate"
+        again = f" (last at {hms(t['isaacd_last_start_s'])})" if t["preempted"] else ""
+        print(f"        tail: {t['job']} ({what}; submitted at {hms(t['submitted_s'])}; {known} while it waited): "
+              f"isaacd starts it at {hms(t['isaacd_start_s'])}{again}, ends {hms(t['isaacd_end_s'])}; preempted "
+              f"{t['preempted']}x; started after {len(t['later_higher_started_before'])} jobs of a higher class "
+              f"submitted after it | FIFO starts it at {hms(t['fifo_start_s'])}, ends {hms(t['fifo_end_s'])}")
+
+
+def run_seed(seed: int, n_jobs: int, nvml_used: bool, n_tail: int = 0) -> dict:
     trace = make_trace(seed, n_jobs)
     res = {p: simulate(trace, p, nvml_used=nvml_used) for p in POLICIES}
     figs = {p: figures(r) for p, r in res.items()}
     exact = figures(simulate(trace, EXACT, nvml_used=nvml_used))
     one = figures(simulate(trace, ONE_PRIORITY, nvml_used=nvml_used))
+    longest = figures(simulate(trace, LONGEST, nvml_used=nvml_used))
     i, f, n = figs["isaacd"], figs["fifo"], figs["isaacd-noest"]
     ratios = {"high_wait_queued": ratio(i["high_wait_queued_mean_s"], f["high_wait_queued_mean_s"]),
               "high_wait_first": ratio(i["high_wait_first_mean_s"], f["high_wait_first_mean_s"]),
@@ -580,7 +633,8 @@ def run_seed(seed: int, n_jobs: int, nvml_used: bool) -> dict:
               "noest_high_wait_queued": ratio(n["high_wait_queued_mean_s"], f["high_wait_queued_mean_s"]),
               "noest_utilisation": ratio(n["utilisation"], f["utilisation"]),
               "exact_utilisation": ratio(exact["utilisation"], f["utilisation"]),
-              "one_priority_utilisation": ratio(one["utilisation"], f["utilisation"])}
+              "one_priority_utilisation": ratio(one["utilisation"], f["utilisation"]),
+              "exact_longest_utilisation": ratio(longest["utilisation"], f["utilisation"])}
     print(f"seed {seed}: high wait mean isaacd {i['high_wait_queued_mean_s']:5.0f} s / fifo "
           f"{f['high_wait_queued_mean_s']:5.0f} s = {ratios['high_wait_queued']:.3f}; utilisation "
           f"{i['utilisation'] * 100:.1f} / {f['utilisation'] * 100:.1f} % = {ratios['utilisation']:.3f}; makespan "
@@ -597,7 +651,12 @@ def run_seed(seed: int, n_jobs: int, nvml_used: bool) -> dict:
     print(f"        with every estimate exact from submission: utilisation "
           f"{ratio(exact['utilisation'], f['utilisation']):.3f} x fifo, makespan {hms(exact['makespan_s'])}, "
           f"{exact['ahead_on_estimate']:.0f} started ahead on an estimate; every job at one priority: utilisation "
-          f"{ratio(one['utilisation'], f['utilisation']):.3f} x fifo, makespan {hms(one['makespan_s'])}")
+          f"{ratio(one['utilisation'], f['utilisation']):.3f} x fifo, makespan {hms(one['makespan_s'])}; every "
+          f"estimate exact and the longest first within a class: utilisation "
+          f"{ratios['exact_longest_utilisation']:.3f} x fifo, high wait "
+          f"{ratio(longest['high_wait_queued_mean_s'], f['high_wait_queued_mean_s']):.3f} x fifo")
+    tail_rows = tail(trace, res["isaacd"], res["fifo"], n_tail)
+    print_tail(tail_rows)
     for p, r in res.items():
         if r.livelock:
             print(f"    {p}: LIVELOCK: {r.livelock}")
@@ -605,7 +664,7 @@ def run_seed(seed: int, n_jobs: int, nvml_used: bool) -> dict:
             print(f"    {p}: overcommitted: {line}")
         for line in r.incomplete[:5]:
             print(f"    {p}: not completed: {line}")
-    return {"seed": seed, **figs, "ratios": ratios, "estimate_errors": res["isaacd"].estimate_errors,
+    return {"seed": seed, **figs, "ratios": ratios, "estimate_errors": res["isaacd"].estimate_errors, "tail": tail_rows,
             "overcommit_examples": {p: r.overcommits[:5] for p, r in res.items()},
             "not_completed": {p: r.incomplete for p, r in res.items()},
             "livelock": {p: r.livelock for p, r in res.items()}}
@@ -618,13 +677,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="write the figures here")
     ap.add_argument("--asks-only", action="store_true",
                     help="pass Gpu.used_bytes = None (only the asks count) instead of the scripted NVML's used memory")
+    ap.add_argument("--tail", type=int, default=3, metavar="N",
+                    help="per seed, the N jobs that end last under isaacd: why they started when they did (0: none)")
     args = ap.parse_args(argv)
-    if args.seeds < 1 or args.jobs < 1:
-        ap.error("--seeds and --jobs must be at least 1")
+    if args.seeds < 1 or args.jobs < 1 or args.tail < 0:
+        ap.error("--seeds and --jobs must be at least 1, --tail at least 0")
     print(f"queue trace: {args.jobs} jobs, {GPUS} x {GPU_BYTES / GiB:.0f} GiB, min_run_seconds {MIN_RUN_S:.0f}, "
           f"save and exit {SAVE_S:.0f} s, no spares, Gpu.used_bytes "
           f"{'None (asks only)' if args.asks_only else 'from the scripted NVML'}, seeds 1..{args.seeds}")
-    per_seed = [run_seed(seed, args.jobs, not args.asks_only) for seed in range(1, args.seeds + 1)]
+    per_seed = [run_seed(seed, args.jobs, not args.asks_only, args.tail) for seed in range(1, args.seeds + 1)]
     med = {p: {k: median_of([s[p] for s in per_seed], k) for k in per_seed[0][p]} for p in POLICIES}
     print(f"median over {args.seeds} seed(s), each figure on its own:")
     print_policy("isaacd (priorities, backfill by reservation on run-time estimates, preemption)", med["isaacd"])
@@ -650,14 +711,16 @@ def main(argv: list[str] | None = None) -> int:
     incomplete = sum(s[p]["incomplete"] for s in per_seed for p in POLICIES)
     print(f"high class mean wait isaacd / fifo (median of per-seed ratios): {ratios['high_wait_queued']:.3f} queued, "
           f"{ratios['high_wait_first']:.3f} first start  (goal <= 0.2; met in {met_wait} of {args.seeds} seeds)")
-    print(f"utilisation isaacd / fifo (median of per-seed ratios): {ratios['utilisation']:.3f}  (goal >= 1.0 in every "
-          f"seed; met in {met_util} of {args.seeds}: "
-          f"{', '.join(format(s['ratios']['utilisation'], '.3f') for s in per_seed)}); without estimates "
-          f"{ratios['noest_utilisation']:.3f} ({', '.join(format(s['ratios']['noest_utilisation'], '.3f') for s in per_seed)}); "
-          f"every estimate exact {ratios['exact_utilisation']:.3f} "
-          f"({', '.join(format(s['ratios']['exact_utilisation'], '.3f') for s in per_seed)}); every job at one "
-          f"priority {ratios['one_priority_utilisation']:.3f} "
-          f"({', '.join(format(s['ratios']['one_priority_utilisation'], '.3f') for s in per_seed)})")
+    def listed(key: str) -> str:
+        """The median of a per-seed ratio, in how many seeds it is >= 1.0, and each seed's (up to 10 seeds)."""
+        xs = [s["ratios"][key] for s in per_seed]
+        each = f": {', '.join(format(x, '.3f') for x in xs)}" if len(xs) <= 10 else f", min {min(xs):.3f}"
+        return f"{ratios[key]:.3f} (>= 1.0 in {sum(x >= 1.0 for x in xs)} of {len(xs)}{each})"
+
+    print(f"utilisation isaacd / fifo (median of per-seed ratios): {listed('utilisation')}  (goal >= 1.0 in every "
+          f"seed); without estimates {listed('noest_utilisation')}; every estimate exact {listed('exact_utilisation')}; "
+          f"every job at one priority {listed('one_priority_utilisation')}; every estimate exact and the longest "
+          f"first within a class {listed('exact_longest_utilisation')}")
     print(f"iterations lost, most in any seed and policy: {lost:.0f}  (goal 0)")
     goals = {"high class wait <= 0.2 x FIFO (every seed)": met_wait == args.seeds,
              "utilisation >= FIFO (every seed)": met_util == args.seeds, "0 iterations lost": lost == 0}
