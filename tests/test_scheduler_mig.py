@@ -189,10 +189,12 @@ def test_on_a_mixed_host_a_gpu_memory_job_on_the_shared_gpu_still_counts_its_ask
 
 
 # ---- the places of a GPU snapshot --------------------------------------------------------------------------------
-def sampler(events: list | None = None) -> GpuSampler:
-    """A scripted mixed host: GPU 0 an H100 in MIG mode (1g.10gb x2, 3g.40gb), GPU 1 an H100 not in MIG mode."""
+def sampler(events: list | None = None, gpu1: bool = True) -> GpuSampler:
+    """A scripted mixed host: GPU 0 an H100 in MIG mode (1g.10gb x2, 3g.40gb), GPU 1 an H100 not in MIG mode (`gpu1`
+    False: GPU 0 alone)."""
     clock = ManualClock(1_700_000_000.0)
-    script = {"gpus": [{"index": 0, "model": "NVIDIA H100 80GB HBM3"}, {"index": 1, "model": "NVIDIA H100 80GB HBM3"},
+    script = {"gpus": [{"index": 0, "model": "NVIDIA H100 80GB HBM3"}] +
+                      [{"index": 1, "model": "NVIDIA H100 80GB HBM3"}] * gpu1 + [
                        {"index": 0, "mig": True, "parent": 0, "model": "NVIDIA H100 80GB HBM3 MIG 1g.10gb"},
                        {"index": 1, "mig": True, "parent": 0, "model": "NVIDIA H100 80GB HBM3 MIG 1g.10gb"},
                        {"index": 2, "mig": True, "parent": 0, "model": "NVIDIA H100 80GB HBM3 MIG 3g.40gb"}],
@@ -231,6 +233,51 @@ def test_the_scripted_mig_device_reads_as_nvml_reads_one():
     assert parent.processes is None and parent.temperature_celsius is not None
     assert parent.memory_used_bytes == snap.samples["0:0"].memory_used_bytes + 3 * GiB + 5 * GiB
     assert mig_memory("NVIDIA H200 MIG 7g.141gb", 143771 * 2**20) == 143771 * 2**20  # all 8 slices
+
+
+# ---- isaacd submit: what can never fit a host with MIG is refused with the queue's own reason ---------------------
+def submit_to(tmp_path: Path, snap, text: str) -> str:  # noqa: ANN001
+    from isaacd.scheduling.submit import submit_job
+    from test_queue_config import Sup, host
+
+    tmp_path.mkdir(exist_ok=True)
+    return submit_job(Sup(host(tmp_path), snap), f'[[jobs]]\nname = "a"\n{text}\n', "/home/alice/a.toml")
+
+
+def queue_says(gpus: list[Gpu], request: Request) -> str:
+    """What the queue would answer the job if it were queued (its reason, less the cancel a refused job has no use
+    for)."""
+    (w,) = schedule([QueueEntry("a", request, 0, 0.0, waiting=True)], gpus, now=0).waiting
+    return w.reason.removesuffix("; or `isaacd cancel` it")
+
+
+@pytest.mark.parametrize("gpu1, text, field, asks", [
+    (True, "gpus = 2", "gpus", Request(2, None)),  # a gang: one GPU here is not in MIG mode
+    (True, 'gpus = 2\ngpu_memory = "8GiB"', "gpus", Request(2, 8 * GiB)),  # a gang never on instances
+    (False, "gpus = 1", "gpus", Request(1, None)),  # a whole GPU where every GPU is in MIG mode
+    (False, 'gpu_memory = "50GiB"', "gpu_memory", Request(1, 50 * GiB)),  # more than the 3g.40gb, the largest place
+])
+def test_submit_refuses_what_can_never_fit_a_host_with_mig_with_the_queues_reason(tmp_path, gpu1, text, field, asks):
+    snap = sampler(gpu1=gpu1).snapshot()
+    with pytest.raises(ValueError) as info:
+        submit_to(tmp_path, snap, text)
+    said = str(info.value)
+    assert said.startswith(f'not submitted: /home/alice/a.toml: jobs[0] (name = "a").{field}: needs '), said
+    assert said.endswith(queue_says(places(snap, 85), asks)), said  # word for word what it would wait saying
+    assert "isaacd cancel" not in said  # there is nothing to cancel
+    assert list((tmp_path / "jobs.d").iterdir()) == []
+
+
+def test_submit_takes_what_fits_a_host_with_mig_and_a_layout_still_being_made(tmp_path):
+    only_mig = sampler(gpu1=False).snapshot()
+    assert "queued #1" in submit_to(tmp_path / "a", only_mig, 'gpu_memory = "30GiB"')  # the 3g.40gb holds it
+    assert "queued #1" in submit_to(tmp_path / "b", sampler().snapshot(), "gpus = 1")  # GPU 1, not in MIG mode
+    # GPU 0 in MIG mode with no instance yet (they appear at isaacd's restart): nothing refused, the job waits
+    clock = ManualClock(1_700_000_000.0)
+    bare = GpuSampler(ScriptedSource({"gpus": [{"index": 0, "mig_mode": True}, {"index": 1}]}, clock=clock),
+                      clock=clock)
+    bare.poll_fast()
+    assert "queued #1" in submit_to(tmp_path / "c", bare.snapshot(), "gpus = 2")
 
 
 # ---- the saved placement -------------------------------------------------------------------------------------------

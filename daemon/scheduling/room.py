@@ -233,11 +233,12 @@ class Room:
         """Could this request ever fit this host (every place empty)?"""
         return len(self._could_hold(req)) >= req.gpus
 
-    def never(self, req: Request) -> str:
-        """Why a request can never fit this host, and what to change."""
+    def never(self, req: Request, queued: bool = True) -> str:
+        """Why a request can never fit this host, and what to change (`queued` False: said to `isaacd submit`, which
+        refuses it: nothing to cancel)."""
         whole = [g for g in self.gpus.values() if not g.mig]
         migs = [g for g in self.gpus.values() if g.mig]
-        fix = "; or `isaacd cancel` it"
+        fix = "; or `isaacd cancel` it" if queued else ""
         if migs and (req.memory_bytes is None or req.gpus > 1) and len(whole) < req.gpus:
             largest = max(migs, key=lambda g: (g.total_bytes, -place_order(g.index)[0]))
             mig_gpus = ", ".join(str(p) for p in sorted({g.parent for g in migs if g.parent is not None}))
@@ -255,7 +256,8 @@ class Room:
         if not migs:
             biggest = max((g.total_bytes for g in self.gpus.values()), default=0)
             return (f"needs {req.describe()}; this host has {len(self.gpus)} GPU(s), the largest {biggest / GiB:.1f} "
-                    f"GiB: it can never start here; lower gpus or gpu_memory, or `isaacd cancel` it")
+                    "GiB: it can never start here; lower gpus or gpu_memory" + (", or `isaacd cancel` it" if queued
+                                                                                else ""))
         largest = max(self.gpus.values(), key=lambda g: (g.total_bytes, -place_order(g.index)[0]))
         return (f"needs {req.describe()}; the largest place here is {place_name(largest.index)} with "
                 f"{largest.total_bytes / GiB:.1f} GiB ({len(whole)} GPU(s) not in MIG mode, {len(migs)} MIG "

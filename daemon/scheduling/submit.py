@@ -2,16 +2,19 @@
 
 A submitted job is one file in `[supervisor] jobs_dir` (config/jobs_dir.py), written atomically, then applied as a
 reload applies any change; it survives a supervisor restart because it is a file. A request this host can never
-hold (more GPUs than it has, more gpu_memory than its largest GPU) is refused naming what the host has. The answer
-says what the queue's first pass after the reload made of it: placed on which GPUs, or its place and why it waits. A cancel moves the file aside and
-reloads: the job stops with a save (a reload's removal) and its runner goes once the trainer is gone; its history and
-logs stay in the state dir, its file in `jobs_dir/.cancelled/`. A file that does not validate is refused before it is
-written, naming the file, the key and the fix; a reload that fails after it is written (a clash with another file)
-takes it back out. Either way no running job is touched.
+hold (more GPUs than it has, more gpu_memory than its largest GPU; with GPUs in MIG mode, what the queue's room says
+can never fit: whole GPUs or ranks past the GPUs not in MIG mode, more gpu_memory than any instance or such GPU) is
+refused naming what the host has. The answer says what the queue's first pass after the reload made of it: placed
+on which GPUs, or its place and why it waits. A cancel moves the file aside and reloads: the job stops with a save
+(a reload's removal) and its runner goes once the trainer is gone; its history and logs stay in the state dir, its
+file in `jobs_dir/.cancelled/`. A file that does not validate is refused before it is written, naming the file, the
+key and the fix; a reload that fails after it is written (a clash with another file) takes it back out. Either way
+no running job is touched.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -28,7 +31,8 @@ from ..config.schema import Config, ConfigError, ConfigIssue, JobConfig, check_j
 from ..config.sizes import gib, written
 from ..gpu.snapshot import GpuSnapshot
 from ..status.types import JobStatus, Status
-from .room import place_name
+from ..jobs.queue_entry import Request
+from .room import Room, place_name, places
 
 ONE_AT_A_TIME = threading.Lock()  # two submits of one name must not both find the name free
 
@@ -113,10 +117,12 @@ def larger_than_host(job: JobConfig, snap: GpuSnapshot | None) -> ConfigIssue | 
     when the GPUs are not known (no inventory is never a reason to refuse: the job waits, saying why)."""
     if not job.placed_by_isaacd or snap is None or not snap.up:
         return None
-    gpus = sorted((info.index, key) for key, info in snap.gpus.items() if not info.is_mig)  # MIG: its GPU is placed
+    key = f'jobs[0] (name = "{job.name}")'
+    if any(info.is_mig or info.mig_mode for info in snap.gpus.values()):
+        return _never_on_mig_host(job, snap, key)
+    gpus = sorted((info.index, k) for k, info in snap.gpus.items())
     if not gpus:
         return None
-    key = f'jobs[0] (name = "{job.name}")'
     indices = ", ".join(str(i) for i, _ in gpus)
     if job.ranks > len(gpus):
         return ConfigIssue(f"{key}.gpus", f"asks {job.ranks} GPUs; this host has {len(gpus)} (GPU {indices}): lower "
@@ -135,6 +141,25 @@ def larger_than_host(job: JobConfig, snap: GpuSnapshot | None) -> ConfigIssue | 
                                                 "lower gpu_memory")
     return ConfigIssue(f"{key}.gpu_memory", f"asks {job.ranks} GPUs with {written(job.gpu_memory)} each; this host has "
                                             f"{len(large)} that large ({has}); lower gpu_memory or gpus")
+
+
+def _never_on_mig_host(job: JobConfig, snap: GpuSnapshot, key: str) -> ConfigIssue | None:
+    """On a host with GPUs in MIG mode (issue 42), the queue's own answer (room.py: Room.possible, and Room.never's
+    reason): a whole GPU or a gang only on GPUs not in MIG mode, one rank of a gpu_memory job on an instance that
+    holds it. None while a GPU in MIG mode has no instance yet, or a place has no memory reading: its layout is being
+    made (an instance appears at isaacd's restart), so the job waits, saying why, rather than being refused."""
+    in_mig = {info.parent_index for info in snap.gpus.values() if info.is_mig}
+    if any(info.mig_mode and not info.is_mig and info.index not in in_mig for info in snap.gpus.values()):
+        return None
+    expected = sum(1 for info in snap.gpus.values() if info.is_mig or not (info.mig_mode or info.index in in_mig))
+    room = Room.of(places(snap, math.inf), (), ())
+    if len(room.gpus) < expected:
+        return None
+    req = Request(job.ranks, job.gpu_memory_bytes)
+    if room.possible(req):
+        return None
+    shape = Request(req.gpus, None if req.memory_bytes is None else 1)  # its GPUs and ranks, whatever its memory
+    return ConfigIssue(f"{key}.{'gpu_memory' if room.possible(shape) else 'gpus'}", room.never(req, queued=False))
 
 
 def first_pass(sup: Submittable, name: str, timeout: float) -> str:
