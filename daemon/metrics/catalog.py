@@ -131,10 +131,12 @@ METRICS: tuple[MetricDef, ...] = (
     # ---- per user (issue 32; metrics/queue_collector.py): the owners of jobs the queue places, as quotas count
     _g("isaacd_user_gpus", ("user",),
        "GPUs held by the user's jobs the queue placed (running, starting, saving): a whole GPU counts 1, a "
-       "gpu_memory job its share of the GPU (asked / total). user: the job's owner (a job without one: the "
+       "gpu_memory job its share of the GPU (asked / total), a job on a MIG instance the instance's share of its "
+       "GPU (instance memory / GPU memory). user: the job's owner (a job without one: the "
        "supervisor's user). Every owner of a job the queue places, from 0."),
     _g("isaacd_user_gpu_memory_allocated_bytes", ("user",),
-       "GPU memory held by the user's jobs the queue placed: gpu_memory on each GPU, a whole GPU its total."),
+       "GPU memory held by the user's jobs the queue placed: gpu_memory on each GPU, a whole GPU its total, a MIG "
+       "instance its memory."),
     _g("isaacd_user_queued_jobs", ("user",), "The user's jobs waiting in the host's queue (state queued)."),
     # ---- run-time estimates (issue 42; scheduling/estimates.py, metrics/queue_collector.py)
     _g("isaacd_job_estimated_remaining_seconds", ("job",),
