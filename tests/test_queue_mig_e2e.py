@@ -4,7 +4,8 @@ H200 in MIG mode with two 1g.18gb instances, GPU 1 an H200 not in MIG mode that 
 
 Two jobs asking 8 GiB each land on the two instances (one each: a job on an instance never shares it), and each
 trainer's own environment, read from /proc, names its own instance as CUDA needs it: CUDA_VISIBLE_DEVICES=MIG-<uuid>.
-A gang of two ranks waits, saying that ranks run only on GPUs not in MIG mode. The trainers train on the CPU
+A gang of two ranks is refused by `isaacd submit`, and written into jobs_dir by hand it waits, saying that ranks run
+only on GPUs not in MIG mode. The trainers train on the CPU
 (device = "cpu") while the queue places them on the scripted instances.
 """
 
@@ -42,7 +43,12 @@ def test_two_jobs_on_two_instances_each_told_its_own_mig_uuid(tmp_path, supervis
     for name in ("a", "b"):
         said = sp.cli("submit", str(job_file(tmp_path, name, gpu_memory="8GiB", max_iterations=100000))).stdout
         assert "placed on MIG 0:" in said, said
-    sp.cli("submit", str(job_file(tmp_path, "gang", gpu_memory=None, gpus=2, device="cuda")))
+    gang_file = job_file(tmp_path, "gang", gpu_memory=None, gpus=2, device="cuda")
+    refused = sp.cli("submit", str(gang_file), check=False)  # it can never run here: refused, saying why
+    assert refused.returncode == 1 and '.gpus: needs 2 GPUs (whole); several ranks run only on GPUs not in MIG mode' \
+        in refused.stderr, refused.stderr
+    (tmp_path / "jobs.d" / "gang.toml").write_text(gang_file.read_text())  # written by hand: it waits, saying so
+    sp.cli("reload")
 
     rows = wait_for(lambda: all((r := sp.job(n))["pid"] and r["state"] in ("starting", "running") for n in "ab")
                     and {n: sp.job(n) for n in "ab"}, 30, what="both trainers started")
