@@ -718,7 +718,8 @@ def main(argv: list[str] | None = None) -> int:
         return f"{ratios[key]:.3f} (>= 1.0 in {sum(x >= 1.0 for x in xs)} of {len(xs)}{each})"
 
     print(f"utilisation isaacd / fifo (median of per-seed ratios): {listed('utilisation')}  (goal >= 1.0 in every "
-          f"seed); without estimates {listed('noest_utilisation')}; every estimate exact {listed('exact_utilisation')}; "
+          f"seed); without estimates {listed('noest_utilisation')}; every estimate exact "
+          f"{listed('exact_utilisation')}; "
           f"every job at one priority {listed('one_priority_utilisation')}; every estimate exact and the longest "
           f"first within a class {listed('exact_longest_utilisation')}")
     print(f"iterations lost, most in any seed and policy: {lost:.0f}  (goal 0)")
