@@ -556,7 +556,8 @@ def main() -> None:
     if sys.argv[1:2] == ["--render"]:  # the report again from a saved JSON (e.g. after a change of the report)
         for f in sys.argv[2:]:
             doc = json.loads(Path(f).read_text())
-            print(report(doc["meta"], doc["result"]))
+            for run in doc.get("runs", [doc]):  # a results file may keep several runs of one session
+                print(report(run["meta"], run["result"]))
         return
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     g = p.add_mutually_exclusive_group(required=True)

@@ -13,9 +13,16 @@
 # Isaac Lab's recorder need, which the kit-less install lacks: pyglet, moviepy 1.0.3, imageio, imageio-ffmpeg,
 # proglog, decorator, tqdm): whether EGL opens here, then one evaluation through the shim on the warm-up's checkpoint
 # with ISAACD_EVAL_VIDEO (the shim names --viz newton_gl itself), then, if BUDGET leaves the time, `video` with them.
-# CLEAN=1 (give it on the device ONLY, never in the shared working tree: it discards uncommitted edits there): every
-# mode but stash first resets the copy's daemon/ and trainer/ to its HEAD: the shared working tree that travels holds
-# other engineers' unfinished edits, and a result must name the code it measured.
+# The device's copy of the tree has a stale .git (on 2026-12-06 its HEAD said 61c78b1 while the files were those of
+# abcc020): the results' "checkout" names that stale commit; write the local HEAD at the call into the results by hand.
+# The copy also holds the other engineers' uncommitted edits of the shared working tree (say which in the results).
+# Session 19 on a warm H100 (one machine, no refused start): calls 1-4 ~0.3 s each (the first with the start ~87 s of
+# device time), bench 458 s (install 22 s, warm-up 101 s, the bench 333 s with 2 repeats; EVAL_ARGS="--repeats 3" on
+# the warm machine: 474 s), video-newton 37 s (the shim's evaluation alone) or 102 s with the daemon's video window.
+# video-newton also needs EGL's loader: the device image has NVIDIA's EGL vendor library (libEGL_nvidia.so.0,
+# /usr/share/glvnd/egl_vendor.d/10_nvidia.json, NVIDIA_DRIVER_CAPABILITIES with graphics) but not glvnd's libEGL.so.1 /
+# libGL.so.1 that pyglet loads: .dw6/lib carries Debian 12's libEGL.so.1, libGL.so.1, libGLX.so.0, libGLdispatch.so.0
+# and libOpenGL.so.0 (vendor-neutral), put on LD_LIBRARY_PATH here.
 # (2026-12-06 on an H100: calls 1-4 ~5 s each, the first with the machine's start ~26 s of device time; call 5
 # 425 s: install 17 s, warm-up 96 s, the bench 312 s with --window 25, 3 repeats, a 40 s video window.) On a machine that installed already (/tmp/il3h200/installed,
 # ~/.cache/warp: another bench's calls) the stash calls are skipped. A call after the first that reports warm: false
@@ -40,11 +47,6 @@ PY=$(command -v python3)
 log "isaaclab3_eval_gpu.sh $MODE in $REPO ($(git -C "$REPO" log -1 --format='%h' 2>/dev/null)); OUT=$OUT; PARTS=$PARTS"
 nvidia-smi --query-gpu=index,name,memory.total,memory.used,driver_version --format=csv,noheader 2>&1 | head -2
 nproc; uptime
-if [ "${CLEAN:-0}" = 1 ] && [ "$MODE" != stash ] && git -C "$REPO" rev-parse -q --verify HEAD >/dev/null 2>&1; then
-  echo "this copy's changes to daemon/ trainer/ (reset to HEAD $(git -C "$REPO" rev-parse --short HEAD)):"
-  git -C "$REPO" status --short -- daemon trainer | head -20
-  git -C "$REPO" checkout -q HEAD -- daemon trainer && git -C "$REPO" clean -fdq -- daemon trainer
-fi
 lscpu 2>/dev/null | grep -E '^(Thread|Core|Socket|NUMA node\(s\)|Model name)' | tr -s ' '
 echo "SMT siblings: $(cat /sys/devices/system/cpu/cpu{0,1,2,3}/topology/thread_siblings_list 2>/dev/null | tr '\n' ' ')"
 
@@ -83,6 +85,7 @@ newton_video() {
   ls "$REPO"/.dw6/*.whl >/dev/null 2>&1 || { echo "FATAL: carry .dw6"; return 1; }
   $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/vsite "$REPO"/.dw6/*.whl 2>&1 | tail -3
   export PYTHONPATH=/tmp/vsite:$PYTHONPATH
+  [ -d "$REPO/.dw6/lib" ] && export LD_LIBRARY_PATH=$REPO/.dw6/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   echo "EGL: $(ldconfig -p | grep -c -i egl) libEGL entries: $(ldconfig -p | grep -i -E 'libEGL(_nvidia)?\.so' | awk '{print $1}' | tr '\n' ' ')"
   ls /usr/share/glvnd/egl_vendor.d/ 2>&1 | head -3; echo "NVIDIA_DRIVER_CAPABILITIES=${NVIDIA_DRIVER_CAPABILITIES:-unset} DISPLAY=${DISPLAY:-unset}"
   unset DISPLAY

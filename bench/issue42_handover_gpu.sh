@@ -17,6 +17,10 @@
 # give call 5 BUDGET=575 (its default) and timeout_s 600. (5 installs and warms Isaac Lab up first.) QARGS: more
 # bench/queue_h200.py arguments (default: 25 GiB each on an H100, 40 GiB on an H200, so 3 fit and a 4th does not;
 # 10-iteration windows). Results: $OUT/issue42-<arm>.{json,txt}, the log $OUT/handover.log.
+# Session 19 (2026-12-06, an H100 warm from bench/isaaclab3_eval_gpu.sh's calls: installed, Warp's cache warm): an arm
+# took 54-61 s, and queue_h200.py skips the preemption when less than ~37 s of its --deadline are left ~43 s in, so
+# give each arm >= 85 s: BUDGET = 30 + 85 x arms (ARMS="kill base" BUDGET=270 took 108 s). Return at most ~8 files
+# from $OUT a call (the device returns a limited count): one or two arms a call.
 set -uo pipefail
 MODE=${1:-arms}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,13 +41,6 @@ QARGS=${QARGS:---gpu-memory $ASK --window 10 --max-iterations 400 --urgent-itera
 
 log "issue42_handover_gpu.sh $MODE in $REPO; OUT=$OUT; uptime: $(uptime)"
 nvidia-smi --query-gpu=index,name,memory.total,memory.used,driver_version --format=csv,noheader 2>&1 | head -2
-# CLEAN=1 (on the device ONLY, never in the shared working tree: it discards uncommitted edits there): the arms
-# measure the copy's HEAD, not the other engineers' unfinished edits that travel with the shared working tree
-if [ "${CLEAN:-0}" = 1 ] && [ "$MODE" != stash ] && git -C "$REPO" rev-parse -q --verify HEAD >/dev/null 2>&1; then
-  echo "this copy's changes to daemon/ trainer/ (reset to HEAD $(git -C "$REPO" rev-parse --short HEAD)):"
-  git -C "$REPO" status --short -- daemon trainer | head -20
-  git -C "$REPO" checkout -q HEAD -- daemon trainer && git -C "$REPO" clean -fdq -- daemon trainer
-fi
 
 base_site() {  # /tmp/base-site: isaacd and isaacd_trainer of a copy of this checkout with the issue 42 kill off
   rm -rf /tmp/base /tmp/base-site && mkdir -p /tmp/base /tmp/base-site

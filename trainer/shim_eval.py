@@ -28,9 +28,10 @@ variables (:mod:`eval_core`). The shim then, instead of training:
 * Deterministic actions: the play path's own ``runner.get_inference_policy`` (the policy's mean), seeded by
   ``--seed``.
 * Video (``ISAACD_EVAL_VIDEO`` > 0): upstream's ``--video --video_length L`` where Isaac Lab can render (a CUDA
-  device, ``isaaclab_visualizers``, moviepy, and Kit unless the job names a visualizer); the clip goes to
-  ``ISAACD_EVAL_VIDEO_DIR`` and a small GIF of the same frames beside it. Elsewhere no video is asked for,
-  ``video_reason`` says why, and the scores are still written.
+  device, ``isaaclab_visualizers``, moviepy, and Kit unless the job names a visualizer; without Kit, Newton's GL
+  viewer, ``--viz newton_gl``, headless through EGL where pyglet is installed: an H100 rendered it, 2026-12-06); the
+  clip goes to ``ISAACD_EVAL_VIDEO_DIR`` and a small GIF of the same frames beside it. Elsewhere no video is asked
+  for, ``video_reason`` says why, and the scores are still written.
 """
 
 from __future__ import annotations
