@@ -22,7 +22,11 @@
 # video-newton also needs EGL's loader: the device image has NVIDIA's EGL vendor library (libEGL_nvidia.so.0,
 # /usr/share/glvnd/egl_vendor.d/10_nvidia.json, NVIDIA_DRIVER_CAPABILITIES with graphics) but not glvnd's libEGL.so.1 /
 # libGL.so.1 that pyglet loads: .dw6/lib carries Debian 12's libEGL.so.1, libGL.so.1, libGLX.so.0, libGLdispatch.so.0
-# and libOpenGL.so.0 (vendor-neutral), put on LD_LIBRARY_PATH here.
+# and libOpenGL.so.0 (vendor-neutral), put on LD_LIBRARY_PATH here. .dw6 (git-ignored, ~31 MB) is made here with:
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 --platform any \
+#     -d .dw6 "pyglet>=2.1.6,<3" "imageio<3" imageio-ffmpeg "proglog<=1.0.0" "decorator<5" tqdm
+#   pip wheel --no-deps -w .dw6 moviepy==1.0.3; mkdir .dw6/lib; cp -L /lib/x86_64-linux-gnu/lib{EGL.so.1,GL.so.1,\
+#     GLX.so.0,GLdispatch.so.0,OpenGL.so.0} .dw6/lib/
 # (2026-12-06 on an H100: calls 1-4 ~5 s each, the first with the machine's start ~26 s of device time; call 5
 # 425 s: install 17 s, warm-up 96 s, the bench 312 s with --window 25, 3 repeats, a 40 s video window.) On a machine that installed already (/tmp/il3h200/installed,
 # ~/.cache/warp: another bench's calls) the stash calls are skipped. A call after the first that reports warm: false
