@@ -129,5 +129,6 @@ def role_environment_defaults(ctx: LaunchContext, oscalls: OsCalls) -> Contribut
 
 
 STEPS: tuple[Step, ...] = (owner_may_run_here, mig_instance_known, owners_directories, compile_cache_dirs,
-                           container_users_directories, side_channel, trainer_environment, owners_environment, node_backup_environment,
-                           exploit_values, eval_environment, role_environment, role_environment_defaults)
+                           container_users_directories, side_channel, trainer_environment, owners_environment,
+                           node_backup_environment, exploit_values, eval_environment, role_environment,
+                           role_environment_defaults)
