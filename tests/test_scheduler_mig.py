@@ -188,6 +188,61 @@ def test_on_a_mixed_host_a_gpu_memory_job_on_the_shared_gpu_still_counts_its_ask
     assert s.waiting[0].reason.startswith("alice's quota: 0.15 of 0.15 GPUs in use (this job needs 0.15)")
 
 
+H200 = 143771 * 2**20  # as NVML reports an H200's memory (140.4 GiB)
+
+
+def h200_mixed_host(others_use_gib: float = 100) -> list[Gpu]:
+    """GPU 0 an H200 in MIG mode (a 1g.18gb and a 3g.71gb: an eighth and half of its memory), GPU 1 an H200 not in MIG
+    mode that another team uses `others_use_gib` of."""
+    return [Gpu("0:0", H200 // 8, 0, parent=0, parent_total_bytes=H200),
+            Gpu("0:1", H200 // 2, 0, parent=0, parent_total_bytes=H200), Gpu(1, H200, int(others_use_gib * GiB))]
+
+
+@pytest.mark.parametrize("quota, needs", [
+    (dict(gpus=0.1), "alice's quota: 0 of 0.1 GPUs in use (this job needs 0.12)"),
+    (dict(gpu_memory_bytes=12 * GiB), "alice's quota: 0 of 12 GiB of GPU memory in use (this job needs 17.55 GiB)"),
+])
+def test_best_fit_within_the_quota_puts_a_job_on_a_shared_gpu_when_the_tightest_instance_is_past_it(quota, needs):
+    from isaacd.scheduling.quota import Quota, Quotas
+
+    # 8 GiB: the 1g.18gb (17.55 GiB, 0.125 of the H200, held whole) is the tightest fit, past alice's quota; beside
+    # the other team on GPU 1 the same job holds 8 / 140.4 = 0.06 GPU and 8 GiB, within it: it starts there
+    jobs = [wants("a1", 8, order=1, owner="alice"), wants("bob", 8, order=2, owner="bob"),
+            wants("a2", 8, order=3, owner="alice")]
+    s = schedule(jobs, h200_mixed_host(), now=0, quotas=Quotas(users={"alice": Quota(**quota)}))
+    # bob has no quota: he gets the instance alice's job left; alice's second job would take her past her quota
+    # wherever it went, so it waits for it, as before
+    assert placed(s) == {"a1": (1,), "bob": ("0:0",)}
+    assert [p.reason for p in s.placements][0] == f"fits; within its owner's quota (not on MIG 0:0: {needs})"
+    assert [w.job for w in s.waiting] == ["a2"] and s.waiting[0].reason.startswith("alice's quota: ")
+    # without a quota the same job takes the tightest fit, the instance, as any job does
+    assert placed(schedule(jobs[:1], h200_mixed_host(), now=0)) == {"a1": ("0:0",)}
+
+
+def test_best_fit_within_the_quota_keeps_the_backfill_rules_of_a_job_behind_a_blocked_one():
+    from isaacd.scheduling.quota import Quota, Quotas
+
+    # a whole-GPU job is blocked, reserved GPU 1 (the only GPU not in MIG mode) once `other` ends there; alice's 8 GiB
+    # job behind it fits her quota only on GPU 1, inside that reservation: not preemptible and without an estimate,
+    # it may not start there (without her quota it starts on the instance, beside the reservation)
+    quotas = Quotas(users={"alice": Quota(gpus=0.1)})
+    jobs = [holds("other", (1,), 30, ends_at=600.0), wants("big", None, order=0),
+            wants("a1", 8, order=1, owner="alice", preemptible=False)]
+    assert placed(schedule(jobs, h200_mixed_host(0), now=0)) == {"a1": ("0:0",)}
+    s = schedule(jobs, h200_mixed_host(0), now=0, quotas=quotas)
+    assert placed(s) == {} and s.reservation is not None and s.reservation.gpus == (1,)
+    assert [w.job for w in s.waiting] == ["big", "a1"]
+    assert s.waiting[1].reason.endswith("no estimate of its run time (no earlier run of its task, library and "
+                                        "num_envs here)")
+    # preemptible, it starts ahead on GPU 1 and says both why it is there and that it gives it back
+    jobs[2] = wants("a1", 8, order=1, owner="alice", preemptible=True)
+    s = schedule(jobs, h200_mixed_host(0), now=0, quotas=quotas)
+    assert placed(s) == {"a1": (1,)} and s.placements[0].backfill
+    assert s.placements[0].reason == ("ahead of big (blocked), preemptible: gives the GPUs back when it could run; "
+                                      "within its owner's quota (not on MIG 0:0: alice's quota: 0 of 0.1 GPUs in use "
+                                      "(this job needs 0.12))")
+
+
 # ---- the places of a GPU snapshot --------------------------------------------------------------------------------
 def sampler(events: list | None = None, gpu1: bool = True) -> GpuSampler:
     """A scripted mixed host: GPU 0 an H100 in MIG mode (1g.10gb x2, 3g.40gb), GPU 1 an H100 not in MIG mode (`gpu1`

@@ -10,12 +10,14 @@ A place is where the queue puts one rank of a job (issue 42):
     it (isolation is what MIG is for). A job asking for whole GPUs, or a gang of several ranks (CUDA shows a process
     one MIG device, and NCCL does not run across instances), goes only on GPUs not in MIG mode.
 Best fit treats instances and shared GPUs alike: the place with the least room left after the job, so a job goes to
-the smallest instance that holds it and big instances stay for big jobs.
+the smallest instance that holds it and big instances stay for big jobs. Where that place would take the job's owner
+past a quota (an instance counts its whole share of its GPU), the scheduler asks for the best fit among the places
+within the quota (`best_fit(req, accept)`), so a job that fits its quota somewhere does not wait for it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ..gpu.snapshot import GpuSnapshot
@@ -213,9 +215,10 @@ class Room:
             return not self.holders.get(i) and self.asked.get(i, 0) <= 0
         return self.free(i) >= req.memory_bytes
 
-    def best_fit(self, req: Request) -> tuple[Place, ...] | None:
-        """The `req.gpus` places it fits on most tightly (least room left after it), or None."""
-        fits = [i for i in self.gpus if self.fits_on(i, req)]
+    def best_fit(self, req: Request, accept: Callable[[Place], bool] | None = None) -> tuple[Place, ...] | None:
+        """The `req.gpus` places it fits on most tightly (least room left after it), or None; `accept`: only among the
+        places it says yes to (the scheduler's places within the owner's quotas)."""
+        fits = [i for i in self.gpus if self.fits_on(i, req) and (accept is None or accept(i))]
         if len(fits) < req.gpus:
             return None
         need = req.memory_bytes or 0

@@ -30,6 +30,11 @@ The rules, each a scenario in tests/test_scheduler.py:
   * Quotas (issue 32, quota.py): a job whose placement would take its owner (or a group of theirs) past a quota of
     GPUs or GPU memory held waits, saying so; it blocks nobody behind it and preempts nobody to get past it. Past a
     `queued` quota, an owner's later jobs wait behind everyone's.
+  * Best fit within the quota (issue 42): where the tightest fit would take the owner past a quota but another place
+    with room would not (a MIG instance counts its whole share of its GPU, an ask on a shared GPU only its own), the
+    job goes to the best fit among the places within it, under the same rules as any placement (backfill, the
+    reservation); it waits for its quota only when no such place has room. Preemption and reservations still take
+    the tightest fit, as before. Scenario: tests/test_scheduler_mig.py.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from dataclasses import dataclass, field, replace
 
 from ..jobs.queue_entry import GiB, QueueEntry, Request
 from .quota import Ledger, Quotas
-from .room import Gpu, PinnedJob, Room
+from .room import Gpu, PinnedJob, Place, Room, place_name
 
 MAX_VICTIM_SETS = 20_000  # preemption search: subsets tried before the greedy fallback (the 40-job benchmark on 8
 # GPUs: 998 searches, none reached it)
@@ -150,9 +155,14 @@ def schedule(jobs: Sequence[QueueEntry], gpus: Sequence[Gpu], now: float, limits
             waiting.append(Waiting(job.name, len(waiting) + 1, f"behind {blocked.name}, which waits for GPUs; "
                                                                "not preemptible, so it may not start ahead of it"))
             continue
+        moved = ""  # why it is not on its tightest fit: that one would take its owner past a quota
         if where is not None and (over := ledger.refusal(job, where)) is not None:
-            waiting.append(Waiting(job.name, len(waiting) + 1, over))
-            continue
+            if (within := _within_quota(job, room, ledger)) is None:
+                waiting.append(Waiting(job.name, len(waiting) + 1, over))
+                continue
+            tightest = ", ".join(place_name(i) for i in where)
+            moved = f"; within its owner's quota (not on {tightest}: {over.split(';')[0]})"
+            where = within
         ahead: tuple[str, float | None] | None = None
         if where is not None and blocked is not None:
             ahead = _ahead(job, where, blocked, reserved, now)
@@ -165,7 +175,7 @@ def schedule(jobs: Sequence[QueueEntry], gpus: Sequence[Gpu], now: float, limits
             continue
         if where is not None:
             why, deadline = ahead if ahead is not None else ("fits", None)
-            placements.append(Placement(job.name, where, blocked is not None, why, deadline))
+            placements.append(Placement(job.name, where, blocked is not None, why + moved, deadline))
             room.take(job, where)
             ledger.take(job, where)
             holders.append(replace(job, placement=where, waiting=False, placed_at=now,
@@ -299,6 +309,15 @@ def stable_until(jobs: Sequence[QueueEntry], now: float, limits: Limits = Limits
         return now  # a countdown in its reason: every pass is new
     ends = [end for j in jobs if j.placed_at is not None and (end := j.placed_at + limits.min_run_seconds) > now]
     return min(ends, default=math.inf)
+
+
+def _within_quota(job: QueueEntry, room: Room, ledger: Ledger) -> tuple[Place, ...] | None:
+    """The best fit among the places within the owner's quotas, for a job whose tightest fit is past one (a MIG
+    instance counts its whole share of its GPU: an 8 GiB job holds 0.125 of an H200 on a 1g.18gb, 0.06 beside others
+    on a shared one). A place is within them when every rank there would be (its cost times the ranks): then any
+    choice of such places is, as their sum is at most the ranks times the dearest. None: no such place has room."""
+    ranks = max(1, job.request.gpus)
+    return room.best_fit(job.request, lambda i: ledger.refusal(job, (i,) * ranks) is None)
 
 
 def _possible(req: Request, room: Room) -> bool:
