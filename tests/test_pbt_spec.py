@@ -120,3 +120,30 @@ def test_a_population_larger_than_an_empty_host_holds_is_refused_saying_how_many
     assert members_that_fit(member, snapshot({0: 40.0, 1: 40.0})) == 4  # (the MIG slice is its GPU's: not counted)
     assert members_that_fit(member, snapshot({0: 40.0})) == 2
     assert members_that_fit(member, None) is None  # no inventory: never a reason to refuse
+
+
+def test_a_population_on_a_host_with_mig_counts_one_member_per_instance_that_holds_it():
+    from test_scheduler_mig import sampler
+
+    from isaacd.gpu import GpuSampler, ManualClock, ScriptedSource
+    from isaacd.sweeps.spec import trial_job
+    from isaacd.sweeps.submit import members_that_fit
+
+    def member(size: str):  # noqa: ANN202
+        spec = parse(job=JOB.replace('"2 GB"', f'"{size}"'))
+        return trial_job(spec, 1, {"agent.algorithm.learning_rate": 1e-3, "agent.algorithm.entropy_coef": 0.0})
+
+    # GPU 0 an 80 GB H100 in MIG mode (1g.10gb x2: 9.96 GiB each, 3g.40gb: 39.8 GiB), GPU 1 an H100 not in MIG mode:
+    # GPU 1 holds 9 members of 8 GiB, each instance one (held whole), GPU 0 itself none (it counted 9, as a GPU)
+    mixed = sampler().snapshot()
+    assert members_that_fit(member("8GiB"), mixed) == 12
+    assert members_that_fit(member("30GiB"), mixed) == 3  # 2 on GPU 1, 1 on the 3g.40gb
+    assert members_that_fit(member("8GiB").model_copy(update={"gpu_memory": None, "gpus": 1}), mixed) == 1
+    assert members_that_fit(member("8GiB").model_copy(update={"gpus": 2}), mixed) == 4  # a gang: never on instances
+    assert members_that_fit(member("8GiB"), sampler(gpu1=False).snapshot()) == 3
+    # a GPU in MIG mode with no instance yet (the layout being made): never a reason to refuse
+    clock = ManualClock(1_700_000_000.0)
+    bare = GpuSampler(ScriptedSource({"gpus": [{"index": 0, "mig_mode": True}, {"index": 1}]}, clock=clock),
+                      clock=clock)
+    bare.poll_fast()
+    assert members_that_fit(member("8GiB"), bare.snapshot()) is None

@@ -230,6 +230,29 @@ def test_a_sweeps_concurrency_past_the_users_quota_is_refused_naming_the_concurr
     assert "set concurrency = 2 or fewer" in (concurrency_over_quota(4, whole, Limits(gpus=2)) or "")
 
 
+def test_a_sweeps_concurrency_on_a_host_with_mig_counts_the_instances_its_trials_would_hold(tmp_path: Path):
+    from test_scheduler_mig import sampler
+
+    from isaacd.config.access import Limits
+    from isaacd.sweeps.spec import trial_job
+    from isaacd.sweeps.submit import concurrency_over_quota
+
+    spec = parse_sweep(SWEEP.replace('"1 GB"', '"8GiB"'), "lr.toml", tmp_path)
+    trial = trial_job(spec, 1, sample(spec.space, spec.trials, spec.seed)[0])
+    # GPU 0 an 80 GB H100 in MIG mode (1g.10gb x2: 9.96 GiB each, 3g.40gb: 39.8 GiB) and nothing else: an 8 GiB
+    # trial holds an instance whole, as the queue counts it against gpu_memory; three at once hold at least 59.7 GiB
+    only_mig = sampler(gpu1=False).snapshot()
+    assert concurrency_over_quota(3, trial, Limits(gpu_memory="24GiB"), only_mig) == (
+        '3 trials at once of "8GiB" each is more than your quota of 24GiB ([access] gpu_memory) (on this host 3 of '
+        "them would each hold a MIG instance whole: at least 59.7 GiB in all): set concurrency = 2 or fewer")
+    assert concurrency_over_quota(2, trial, Limits(gpu_memory="24GiB"), only_mig) is None
+    assert concurrency_over_quota(3, trial, Limits(gpu_memory="24GiB")) is None  # no inventory: the asks, as before
+    # with GPU 1 not in MIG mode, the five go there at their asks (40 GiB): the queue may run them within the quota
+    assert concurrency_over_quota(5, trial, Limits(gpu_memory="40GiB"), sampler().snapshot()) is None
+    assert "set concurrency = 5 or fewer" in (concurrency_over_quota(6, trial, Limits(gpu_memory="40GiB"),
+                                                                     sampler().snapshot()) or "")
+
+
 def test_nothing_is_decided_until_every_trial_not_yet_launched_is_a_job(tmp_path: Path):
     w = World(tmp_path)  # the record saved, the submit's reload still to come: no trial's job exists yet
     assert w.tick() == [] and w.tick(sig(1, JobState.STOPPED)) == []

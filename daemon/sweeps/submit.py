@@ -9,6 +9,7 @@ nothing is left half-submitted, and no running job is touched."""
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -17,8 +18,9 @@ from ..access.policy import Caller
 from ..config.jobs_dir import job_file, write_all_atomically
 from ..config.access import Limits
 from ..config.schema import ConfigError, ConfigIssue, JobConfig
-from ..config.sizes import size_bytes, written
+from ..config.sizes import gib, size_bytes, written
 from ..gpu.snapshot import GpuSnapshot
+from ..scheduling.room import Gpu, places
 from ..scheduling.submit import ONE_AT_A_TIME, Submittable, as_caller, jobs_dir_of, larger_than_host
 from .controller import SweepController
 from .record import SweepRecord, TrialRecord
@@ -70,15 +72,16 @@ def submit_sweep(sup: Submittable, sweeps: SweepController, text: str, source: s
 def _check(sup: Submittable, spec: SweepSpec, jobs: list[JobConfig], source: str, caller: Caller | None) -> None:
     """Each trial as a submitted job is checked: what a user who is no admin may ask for, a size this host holds; and
     the sweep's concurrency against the user's own quota (trials past it would only wait in the queue)."""
+    snap = sup.gpu_snapshot() if sup.gpu_snapshot is not None else None
     if caller is not None and caller.user is not None and not caller.admin:
         for job in jobs:
             issues = refusals(job, caller.user, sup.config.access)
             if issues:
                 raise ValueError(f"not submitted: {ConfigError(source, issues)}")
-        why = concurrency_over_quota(spec.concurrency, jobs[0], effective_limits(caller.user, sup.config.access))
+        why = concurrency_over_quota(spec.concurrency, jobs[0], effective_limits(caller.user, sup.config.access),
+                                     snap)
         if why is not None:
             raise ValueError(f"not submitted: {ConfigError(source, [ConfigIssue('sweep.concurrency', why)])}")
-    snap = sup.gpu_snapshot() if sup.gpu_snapshot is not None else None
     too_big = larger_than_host(jobs[0], snap)
     if too_big is not None:
         raise ValueError(f"not submitted: {ConfigError(source, [too_big])}")
@@ -92,9 +95,14 @@ def _check(sup: Submittable, spec: SweepSpec, jobs: list[JobConfig], source: str
 
 def members_that_fit(member: JobConfig, snap: GpuSnapshot | None) -> int | None:
     """How many members of this size an empty host holds at once (whole GPUs: the GPUs over its ranks; gpu_memory:
-    each GPU's total over the ask, summed); None when the GPUs or their totals are not known."""
+    each GPU's total over the ask, summed); None when the GPUs or their totals are not known. On a host with GPUs in
+    MIG mode (issue 42) the places are the queue's (room.py): a GPU in MIG mode holds no member itself, each of its
+    instances that holds the ask holds one member of one rank (held whole), a GPU not in MIG mode as above; None
+    while the layout is being made (a GPU in MIG mode with no instance yet, a place with no memory reading)."""
     if snap is None or not snap.up or not member.placed_by_isaacd:
         return None
+    if any(info.is_mig or info.mig_mode for info in snap.gpus.values()):
+        return _members_on_mig_host(member, snap)
     gpus = [key for key, info in snap.gpus.items() if not info.is_mig]
     if not gpus:
         return None
@@ -107,14 +115,44 @@ def members_that_fit(member: JobConfig, snap: GpuSnapshot | None) -> int | None:
     return sum(int(t // ask) for t in totals) // max(1, member.ranks)
 
 
+def _members_on_mig_host(member: JobConfig, snap: GpuSnapshot) -> int | None:
+    where = mig_layout(snap)
+    if where is None:
+        return None
+    ask, ranks = member.gpu_memory_bytes, max(1, member.ranks)
+    whole = [g for g in where if not g.mig]
+    if ask is None:
+        return len(whole) // ranks
+    shared = sum(int(g.total_bytes // ask) for g in whole) // ranks
+    return shared + (sum(1 for g in where if g.mig and g.total_bytes >= ask) if ranks == 1 else 0)
+
+
+def mig_layout(snap: GpuSnapshot) -> list[Gpu] | None:
+    """The queue's places on a host with GPUs in MIG mode (room.places), or None while its layout is being made: a
+    GPU in MIG mode with no instance yet, or a place with no memory reading (as `isaacd submit` reads it,
+    scheduling/submit.py: then nothing is refused, the trials wait saying why)."""
+    in_mig = {info.parent_index for info in snap.gpus.values() if info.is_mig}
+    if any(info.mig_mode and not info.is_mig and info.index not in in_mig for info in snap.gpus.values()):
+        return None
+    expected = sum(1 for info in snap.gpus.values() if info.is_mig or not (info.mig_mode or info.index in in_mig))
+    where = places(snap, math.inf)
+    return where if len(where) == expected else None
+
+
 def _size(member: JobConfig) -> str:
     return written(member.gpu_memory) if member.gpu_memory is not None else f"{member.ranks} GPU(s)"
 
 
-def concurrency_over_quota(concurrency: int, trial: JobConfig, limits: Limits) -> str | None:
+def concurrency_over_quota(concurrency: int, trial: JobConfig, limits: Limits,
+                           snap: GpuSnapshot | None = None) -> str | None:
     """Why `concurrency` trials at once are more than the user's quota lets them hold, with the fix; None when they
     fit (or no quota of that kind is set). A trial asking whole GPUs counts them; one asking gpu_memory counts its
-    memory (its share of a GPU against a `gpus` quota depends on the GPU it lands on: the queue holds it to that)."""
+    memory (its share of a GPU against a `gpus` quota depends on the GPU it lands on: the queue holds it to that).
+    On a host with GPUs in MIG mode (`snap`, issue 42) a trial of one rank on an instance holds the instance's memory,
+    as the queue counts it (room.Gpu.holds): the trials count the least they could hold at once there (the asks on
+    GPUs not in MIG mode first, then the smallest instances that hold one), never more than the queue would count,
+    so nothing the queue would run within the quota is refused. Where the trials land is the queue's at each start:
+    without the layout (no inventory, a layout being made) they count their asks."""
     if limits.gpus is not None and trial.gpu_memory is None and trial.ranks * concurrency > limits.gpus:
         fits = limits.gpus // max(1, trial.ranks)
         return (f"{concurrency} trials at once of {trial.ranks} GPU(s) each is more than your quota of {limits.gpus} "
@@ -122,11 +160,33 @@ def concurrency_over_quota(concurrency: int, trial: JobConfig, limits: Limits) -
     ask = trial.gpu_memory_bytes
     if limits.gpu_memory is not None and ask is not None:
         quota = size_bytes(limits.gpu_memory)
-        if ask * trial.ranks * concurrency > quota:
-            fits = quota // (ask * max(1, trial.ranks))
+        held, on_mig = _least_held(trial, ask, concurrency, snap)
+        if sum(held) > quota:
+            fits = sum(1 for k in range(1, concurrency + 1) if sum(held[:k]) <= quota)
+            mig = (f" (on this host {on_mig} of them would each hold a MIG instance whole: at least "
+                   f"{gib(sum(held))} in all)" if on_mig else "")
             return (f"{concurrency} trials at once of {written(trial.gpu_memory)} each is more than your quota of "
-                    f"{limits.gpu_memory} ([access] gpu_memory): set concurrency = {max(1, fits)} or fewer")
+                    f"{limits.gpu_memory} ([access] gpu_memory){mig}: set concurrency = {max(1, fits)} or fewer")
     return None
+
+
+def _least_held(trial: JobConfig, ask: int, concurrency: int, snap: GpuSnapshot | None) -> tuple[list[int], int]:
+    """The least memory each of `concurrency` trials at once could hold on this host, cheapest first, and how many
+    of them on a MIG instance: a rank holds its ask on a GPU not in MIG mode (as many as its memory holds) and an
+    instance's memory on an instance (one trial each, of one rank: room.py). Past the host's room, and without a
+    layout, a trial counts its ask (the least it holds anywhere), as every trial does on a host without MIG."""
+    own = ask * max(1, trial.ranks)
+    on_instances = snap is not None and snap.up and trial.placed_by_isaacd and trial.ranks == 1 and any(
+        info.is_mig for info in snap.gpus.values())  # (a gang never goes on an instance)
+    where = mig_layout(snap) if on_instances and snap is not None else None
+    if where is None:
+        return [own] * concurrency, 0
+    shared = min(concurrency, sum(int(g.total_bytes // ask) for g in where if not g.mig))  # (a tiny ask: millions)
+    slots = sorted([ask] * shared + [g.total_bytes for g in where if g.mig and g.total_bytes >= ask])[:concurrency]
+    if not slots:
+        return [own] * concurrency, 0
+    on_mig = sum(1 for b in slots if b > ask)  # (an instance of exactly the ask counts as its ask either way)
+    return slots + [ask] * (concurrency - len(slots)), on_mig  # past the room: its ask, as on a host without MIG
 
 
 def _check_names(sup: Submittable, sweeps: SweepController, spec: SweepSpec, jobs_dir: Path) -> None:
