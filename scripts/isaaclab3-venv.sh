@@ -26,7 +26,12 @@ REST=(hydra-core omegaconf gymnasium tensordict gitpython prettytable trimesh ne
       # METADATA) and Weights & Biases (extra "wandb": wandb>=0.13.11), for the one-W&B-run-per-job test
       skrl==2.1.1 rl-games==1.6.5 wandb==0.31.0
       # isaaclab_rl/rl_games/rl_games.py: `import gym.spaces` ("rl-games still expects OpenAI Gym spaces")
-      gym==0.26.2)
+      gym==0.26.2
+      # evaluation video (issue 41, docs/evals.md): Newton's GL viewer opens a headless EGL window through pyglet
+      # (isaaclab 3.0.0 requires pyglet>=2.1.6,<3), and the recorder writes MP4s with moviepy (its extra "video":
+      # moviepy>=1.0.3,<2; imageio, imageio-ffmpeg, proglog, decorator come with it); the EGL/GL libraries are
+      # the host's (Mesa's on a CPU host: scripts/test.sh installs them where missing)
+      "pyglet>=2.1.6,<3" "moviepy>=1.0.3,<2")
 STAMP=$VENV/.isaacd-isaaclab3-stamp
 want=$( { cat "$0"; "$PY" -VV; } | sha256sum | cut -d' ' -f1)
 if [ -x "$VENV/bin/python" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$want" ]; then

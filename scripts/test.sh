@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test suite, as CI runs it. Installs what the real-thing tests need when missing
 # (Debian's prometheus/promtool, prometheus-alertmanager, systemd; Podman via tests/testbed/host-setup.sh;
-# the real Isaac Lab 3.0.0 in .venv-isaaclab3 via scripts/isaaclab3-venv.sh), then runs pytest.
+# the real Isaac Lab 3.0.0 in .venv-isaaclab3 via scripts/isaaclab3-venv.sh, and Mesa's EGL for its video), then runs
+# pytest.
 # Everything it uses is in this repository.
 #   scripts/test.sh                      # the whole suite: everything above is set up (what CI runs)
 #   scripts/test.sh tests/FILE.py ...    # only what the named files' pytest markers ask for (pyproject.toml):
@@ -52,6 +53,12 @@ if want prometheus; then
 fi
 if want systemd; then
   command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+fi
+# evaluation video on the CPU (tests/test_isaaclab3_eval.py): Newton's GL viewer draws through Mesa's EGL (llvmpipe)
+if want isaaclab3; then
+  libs=$(ldconfig -p 2>/dev/null || true)
+  [[ $libs == *"libEGL_mesa.so.0 "* && $libs == *"libGL.so.1 "* ]] \
+    || need+=(libegl1 libegl-mesa0 libgl1 libgl1-mesa-dri)
 fi
 if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
   apt-get update -qq >/dev/null 2>&1 || true

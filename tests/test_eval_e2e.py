@@ -22,6 +22,9 @@ import pytest
 from helpers import wait_for, write_config
 from test_trainer import scalars
 
+from isaacd.cli.doctor_eval import check_eval_video
+from isaacd.config.schema import parse_config
+
 pytestmark = pytest.mark.slow
 
 MAX_ITERATIONS = 10
@@ -43,8 +46,10 @@ episodes = 8
 num_envs = 8
 seed = 7
 retries = 2
+video = true
 """ + "".join(f"[jobs.watchdogs.{w}]\nenabled = false\n" for w in (  # a held trainer is no hang here
     "no_progress", "duty_cycle", "loss_stagnation", "reward_plateau", "divergence", "gpu_temperature", "xid"))
+NO_VIDEO = "no renderer: the built-in trainer's environments draw nothing"  # evaluate.py's; doctor_eval's at once
 SAME = ("return_mean", "return_std", "length_mean", "length_std", "episodes", "seed", "num_envs")
 
 
@@ -107,6 +112,9 @@ def test_evaluations_beside_training_retried_refused_reproducible_and_the_best_n
         listed = json.loads(sp.cli("evals", "cp", "--json").stdout)
         assert [r["iteration"] for r in listed["results"]] == sorted(scored) and listed["best"] == best
         assert evals["given_up"] == [newest - 1] and evals["failed"] == 2 and evals["where"] == "cpu"
+        # no video here, and `isaacd status` and `isaacd doctor` say why in the same words
+        (doctor,) = check_eval_video(parse_config(Path(sp.config).read_text(), str(sp.config), tmp_path))
+        assert evals["video_unavailable"] == doctor.detail == NO_VIDEO and doctor.status == "warn"
         # the evaluations' own event file, at step = each scored checkpoint's iteration
         assert sorted(s for s, _ in scalars(run_dir / "eval")["Eval/return_mean"]) == sorted(scored)
         _, err = by_hand.communicate(timeout=60)

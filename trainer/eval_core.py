@@ -128,6 +128,49 @@ def cpus_beside(allowed: set[int], busy: set[int], siblings: dict[int, set[int]]
     return (allowed - avoid) or (allowed - busy) or set(allowed)
 
 
+# ---------------------------------------------------------------------------------------------- headless GL
+EGL_SONAME = "libEGL.so.1"
+GL_SONAME = "libGL.so.1"
+MESA_PACKAGES = "Debian's libegl1, libegl-mesa0 and libgl1-mesa-dri"  # Mesa's EGL and its CPU renderer (llvmpipe)
+
+
+def headless_gl_missing(egl: str = EGL_SONAME, gl: str = GL_SONAME) -> str | None:
+    """What keeps Newton's GL viewer from opening pyglet's headless window on this host, in words, or None where it
+    can. With no DISPLAY, Isaac Lab 3.0's Newton visualizer sets pyglet's ``headless`` option
+    (isaaclab_visualizers/newton/newton_visualizer.py), and pyglet 2.1 then loads EGL and GL by name
+    (pyglet/libs/egl/lib.py, pyglet/gl/lib_glx.py: ``ImportError: Library "EGL" not found.``) and opens a pbuffer
+    on EGL's device 0 (pyglet/display/headless.py: eglQueryDevicesEXT). Checked here before Isaac Lab's boot, with
+    ctypes (~30 ms; the libraries are only loaded, no display is opened): a viewer that cannot start would fail the
+    whole play run, scores and all. Mesa's EGL lists its CPU renderer as a device, so a host with no GPU records
+    too; glvnd's loader with no vendor library lists none."""
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL(egl)
+    except OSError:
+        return (f"there is no EGL library ({egl}: {MESA_PACKAGES} render on the CPU; on an NVIDIA GPU the "
+                "driver's libEGL_nvidia.so.0 with glvnd's loader)")
+    try:
+        ctypes.CDLL(gl)
+    except OSError:
+        return f"there is no OpenGL library ({gl}: Debian's libgl1)"
+    try:
+        get = lib.eglGetProcAddress
+        get.restype, get.argtypes = ctypes.c_void_p, [ctypes.c_char_p]
+        address = get(b"eglQueryDevicesEXT")
+        if not address:
+            return f"{egl} cannot list EGL devices (no EGL_EXT_device_enumeration)"
+        query = ctypes.CFUNCTYPE(ctypes.c_uint, ctypes.c_int32, ctypes.c_void_p,
+                                 ctypes.POINTER(ctypes.c_int32))(address)
+        count = ctypes.c_int32(0)
+        if not query(0, None, ctypes.byref(count)) or count.value < 1:
+            return (f"EGL lists no device to render on ({egl} has no vendor library: {MESA_PACKAGES} on the CPU, "
+                    "or the NVIDIA driver's libEGL_nvidia.so.0)")
+    except (AttributeError, OSError) as e:
+        return f"{egl} could not be asked for its devices ({type(e).__name__}: {e})"
+    return None
+
+
 # ---------------------------------------------------------------------------------------------- counting
 def quotas(episodes: int, num_envs: int) -> list[int]:
     """Each environment's share of the episodes: the first ``episodes % num_envs`` take one more."""

@@ -27,11 +27,12 @@ variables (:mod:`eval_core`). The shim then, instead of training:
   upstream ends playback after one clip, here the episode count ends it.
 * Deterministic actions: the play path's own ``runner.get_inference_policy`` (the policy's mean), seeded by
   ``--seed``.
-* Video (``ISAACD_EVAL_VIDEO`` > 0): upstream's ``--video --video_length L`` where Isaac Lab can render (a CUDA
-  device, ``isaaclab_visualizers``, moviepy, and Kit unless the job names a visualizer; without Kit, Newton's GL
-  viewer, ``--viz newton_gl``, headless through EGL where pyglet is installed: an H100 rendered it, 2026-12-06); the
-  clip goes to ``ISAACD_EVAL_VIDEO_DIR`` and a small GIF of the same frames beside it. Elsewhere no video is asked
-  for, ``video_reason`` says why, and the scores are still written.
+* Video (``ISAACD_EVAL_VIDEO`` > 0): upstream's ``--video --video_length L`` where Isaac Lab can render
+  (:func:`_video`: ``isaaclab_visualizers`` and moviepy, and Kit on a CUDA device; without Kit, or on the CPU,
+  Newton's GL viewer, ``--viz newton_gl``, headless through pyglet's EGL window: an H100 rendered it, and Mesa's
+  llvmpipe on a CPU host, 2026-12-06); the clip goes to ``ISAACD_EVAL_VIDEO_DIR`` and a small GIF of the same frames
+  beside it. Elsewhere no video is asked for, ``video_reason`` says exactly what is missing, and the scores are
+  still written.
 """
 
 from __future__ import annotations
@@ -113,40 +114,97 @@ def strip_flags(args: list[str]) -> list[str]:
     return out
 
 
+_NO_CAPTURE = ("rerun", "viser")  # 3.0.0 common._NO_CAPTURE_VISUALIZERS: streaming only, no frames to record
+_RTX = ("kit", "newton_rtx")  # render with RTX: a GPU's
+NEWTON_GL = "newton_gl"
+
+
+def _has(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _named_visualizers(args: list[str]) -> list[str] | None:
+    """The visualizers the job names (``--viz a,b`` / ``--visualizer=a``, 3.0.0 sim_launcher's CSV; ``newton`` is
+    ``newton_gl``), None where it names none."""
+    names: list[str] | None = None
+    for i, a in enumerate(args):
+        value = None
+        if a in ("--viz", "--visualizer") and i + 1 < len(args):
+            value = args[i + 1]
+        elif a.startswith(("--viz=", "--visualizer=")):
+            value = a.split("=", 1)[1]
+        if value is not None:
+            names = [{"newton": NEWTON_GL}.get(n, n) for n in value.split(",") if n]
+    return names
+
+
 def _video(settings, kind: str, args: list[str]) -> tuple[list[str], str | None]:
     """(flags to add, why no video) for ISAACD_EVAL_VIDEO. Decided before the boot: a ``--video`` that cannot render
-    fails the whole play run (3.0.0 ``common.apply_video_recording`` raises; a Kit visualizer without Kit does not
-    start), and the scores must come all the same."""
+    fails the whole play run (3.0.0 ``common.apply_video_recording`` raises; a visualizer that cannot start takes
+    the run with it), and the scores must come all the same.
+
+    What 3.0.0 records from (``common._resolve_video_source``): the first capture-capable visualizer the job names,
+    else a headless Kit visualizer it adds itself. Kit (Isaac Sim) is absent from a pip install of Isaac Lab 3.0
+    (kit-less, Newton), and on the CPU an evaluation keeps off the GPU that Kit's RTX renders on: there the shim
+    names Newton's GL viewer instead (``--viz newton_gl``), which with no DISPLAY opens pyglet's headless EGL window
+    and renders with whatever EGL offers: the GPU's, or Mesa's llvmpipe on the CPU."""
     if not settings.video:
         return [], None
     if kind == "builtin":
         return [], "no renderer: the built-in trainer's environments draw nothing"
-    if not settings.device.startswith("cuda"):
-        return [], (f"no renderer: the evaluation runs on {settings.device}; Isaac Lab renders video on a GPU "
-                    "(Kit/RTX or the Newton renderer)")
-    def has(module: str) -> bool:
-        try:
-            return importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):
-            return False
-
-    if kind == "isaaclab3" and not has("isaaclab_visualizers"):
+    on_gpu = settings.device.startswith("cuda")
+    if kind == "isaaclab2":  # 2.x records through Kit's cameras only
+        if not on_gpu:
+            return [], (f"no renderer: the evaluation runs on {settings.device}, and Isaac Lab 2.x renders video "
+                        "with Kit on a GPU")
+        if not _has("isaacsim"):
+            return [], "no renderer: Isaac Sim (Kit) is not installed, and Isaac Lab 2.x renders video with Kit"
+        return ["--video", "--video_length", str(settings.video)], None
+    if not _has("isaaclab_visualizers"):
         return [], "no renderer: the isaaclab_visualizers package is not installed"
-    chosen = any(a in ("--viz", "--visualizer") or a.startswith(("--viz=", "--visualizer=")) for a in args)
+    named = _named_visualizers(args)
     viz: list[str] = []
-    # without --viz, 3.0.0 records from a headless Kit visualizer it adds itself (common._resolve_video_source):
-    # that needs Isaac Sim's Kit, which a pip install of Isaac Lab 3.0 (kit-less, Newton) does not have. There the
-    # evaluation records from Newton's GL viewer instead (isaaclab_visualizers/newton: with no DISPLAY it opens
-    # pyglet's headless EGL window; its frames are the recorder's source "visualizer:newton_gl"), which needs pyglet
-    if not chosen and not has("isaacsim"):
-        if kind != "isaaclab3" or not has("isaaclab_visualizers.newton") or not has("pyglet"):
-            return [], ("no renderer: Isaac Sim (Kit) is not installed, and Isaac Lab records video from a Kit "
-                        "visualizer unless the job names one (--viz newton_gl, ...); Newton's GL viewer, headless "
-                        "through EGL, needs pyglet (pip install 'pyglet>=2.1.6,<3')")
-        viz = ["--viz", "newton_gl"]
-    if kind == "isaaclab3" and not has("moviepy"):
+    if named is None:
+        if on_gpu and _has("isaacsim"):
+            source = "kit"  # upstream's own choice
+        else:
+            source, viz = NEWTON_GL, ["--viz", NEWTON_GL]
+    else:
+        capture = [n for n in named if n not in (*_NO_CAPTURE, "none")]
+        if not capture:
+            return [], (f"no renderer: the job's visualizers ({','.join(named) or 'none'}) record no frames; Isaac "
+                        "Lab 3.0 records video from kit, newton_gl or newton_rtx")
+        source = capture[0]
+    if source in _RTX and not on_gpu:
+        return [], (f"no renderer: the evaluation runs on {settings.device}, and the job's visualizer {source} "
+                    "renders with RTX on a GPU (newton_gl renders on the CPU)")
+    if source == "kit" and not _has("isaacsim"):
+        return [], "no renderer: the job's visualizer is kit, and Isaac Sim (Kit) is not installed"
+    if source == NEWTON_GL:
+        why = _newton_gl_missing()
+        if why:
+            head = ("" if named is not None else "Isaac Sim (Kit) is not installed, and " if on_gpu
+                    else f"on {settings.device}, ")
+            return [], f"no renderer: {head}{why}"
+    if not _has("moviepy"):
         return [], "no video writer: moviepy is not installed (Isaac Lab 3.0 writes its MP4s with moviepy<2)"
     return [*viz, "--video", "--video_length", str(settings.video)], None
+
+
+def _newton_gl_missing() -> str | None:
+    """What Newton's GL viewer lacks on this host (a clause), or None."""
+    if not _has("isaaclab_visualizers.newton"):
+        return "Newton's GL viewer is not installed (isaaclab_visualizers.newton)"
+    if not _has("pyglet"):
+        return "Newton's GL viewer needs pyglet, which is not installed (pip install 'pyglet>=2.1.6,<3')"
+    if not os.environ.get("DISPLAY"):
+        missing = C.headless_gl_missing()
+        if missing:
+            return f"Newton's GL viewer renders headless through EGL here (no DISPLAY), and {missing}"
+    return None
 
 
 def plan(argv: list[str], settings) -> Plan:
@@ -284,6 +342,32 @@ def _patch_recorder_module(module) -> None:
             print(f"[isaacd-eval] no GIF: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
 
     cls._close_clip = _close_clip
+    setattr(cls, _PATCHED, True)
+
+
+CLIP_SIZE = (640, 360)  # px: the window of a Newton GL viewer the shim adds (Isaac Lab's default is 1920x1080)
+
+
+def _patch_newton_visualizer_module(module) -> None:
+    """3.0 ``isaaclab_visualizers.newton.newton_visualizer.NewtonGLVisualizer._create_viewer``: the viewer the shim
+    added for the clip (``--viz newton_gl``, the job named none) opens at CLIP_SIZE. Each recorded frame is rendered
+    at the window's size (``render_rgb_array``, headless: on demand) and encoded into the MP4 at that size. On the
+    2-core CPU test host (Mesa's llvmpipe) a 16-episode cart-pole evaluation with a 100-step clip took 33 s at
+    1920x1080 and 18 s at 640x360, against 10-11 s without video (tests/test_isaaclab3_eval.py); the GIF is
+    GIF_WIDTH wide either way."""
+    cls = getattr(module, "NewtonGLVisualizer", None)
+    orig = cls.__dict__.get("_create_viewer") if isinstance(cls, type) else None
+    if orig is None or cls.__dict__.get(_PATCHED):
+        return
+
+    def _create_viewer(self, *args, **kwargs):
+        cfg = getattr(self, "cfg", None)
+        if cfg is not None and hasattr(cfg, "window_width") and hasattr(cfg, "window_height"):
+            cfg.window_width, cfg.window_height = CLIP_SIZE
+        return orig(self, *args, **kwargs)
+
+    _create_viewer.__wrapped__ = orig
+    cls._create_viewer = _create_viewer
     setattr(cls, _PATCHED, True)
 
 
@@ -494,6 +578,8 @@ def prepare(argv: list[str]) -> list[str]:
         _chain("isaaclab_rl.entrypoints.common", _patch_common_module)
         if settings.video and p.video_reason is None:
             _chain("isaaclab.envs.utils.video_recorder", _patch_recorder_module)
+            if _named_visualizers(argv) is None and "--viz" in p.argv:  # the shim's own viewer, for the clip
+                _chain("isaaclab_visualizers.newton.newton_visualizer", _patch_newton_visualizer_module)
     print(f"[isaacd-eval] evaluating {settings.checkpoint} (iteration {settings.iteration}): {settings.episodes} "
           f"episodes on {settings.num_envs} envs, seed {settings.seed}, {settings.device}"
           + (f"; {p.video_reason}" if p.video_reason else ""), file=sys.stderr, flush=True)

@@ -363,9 +363,8 @@ class EvalKeeper:
         previous = self.record.best
         new_best = self.record.finished(res)
         self._save()
-        why_no_video = video_reason(result_file)
-        if why_no_video and self.video_unavailable is None and self.ecfg is not None and self.ecfg.video:
-            self.video_unavailable = why_no_video
+        if self.ecfg is not None and self.ecfg.video:  # the newest result's reason (None once one has a video), as
+            self.video_unavailable = video_reason(result_file)  # `isaacd doctor` reads it (cli/doctor_eval.py)
         self._event("eval_done", iteration=res.iteration, checkpoint=res.checkpoint, return_mean=res.return_mean,
                     return_std=res.return_std, length_mean=res.length_mean, episodes=res.episodes,
                     success_rate=res.success_rate, duration_seconds=res.duration_seconds)

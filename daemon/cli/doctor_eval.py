@@ -1,10 +1,11 @@
 """`isaacd doctor`'s video check for evaluations (issue 41): a job with `[jobs.eval] video = true` on a host where
 Isaac Lab cannot render gets its scores all the same, and no video; doctor says so once, with the reason.
 
-What is known without running anything is said at once (the built-in trainer draws nothing; an evaluation on the CPU
-renders nothing). Whether the trainer's Python can render (Isaac Lab's visualizers, Kit, moviepy) is decided by the
-evaluation process itself (trainer/shim_eval.py `_video`), which writes its reason into each result
-(`<checkpoint>.eval.json` `video_reason`): doctor reads the newest one under the job's log_root."""
+What is known without running anything is said at once (the built-in trainer draws nothing). Whether Isaac Lab can
+render for an evaluation (on the GPU or the CPU: its visualizers, Kit, Newton's GL viewer with pyglet and the host's
+EGL, moviepy) is decided by the evaluation process itself, in the trainer's Python (trainer/shim_eval.py `_video`),
+which writes its reason into each result (`<checkpoint>.eval.json` `video_reason`): doctor reads the newest one under
+the job's log_root, the same result whose reason `isaacd status` shows."""
 
 from __future__ import annotations
 
@@ -25,13 +26,11 @@ def check_eval_video(cfg: Config) -> list[Check]:
 def _one(job: JobConfig) -> Check:
     name = f"eval_video:{job.name}"
     assert job.eval is not None
-    fix = "scores are recorded without a video; remove video = true, or evaluate on a GPU host with Isaac Lab's " \
-          "renderer"
     if job.workflow == "builtin":
-        return Check(name, "warn", "no renderer: the built-in trainer's environments draw nothing", fix)
-    if not job.eval.on_gpu:
-        return Check(name, "warn", "no renderer: its evaluations run on the CPU; Isaac Lab renders video on a GPU",
-                     'evaluate on the GPU (gpu_memory = "4GiB") or remove video = true')
+        return Check(name, "warn", "no renderer: the built-in trainer's environments draw nothing",
+                     "scores are recorded without a video; remove video = true")
+    fix = "scores are recorded without a video; install what the reason names (docs/evals.md, Video), or remove " \
+          "video = true"
     newest = _newest_result(job.log_root)
     if newest is None:
         return Check(name, "pass", "no evaluation has run yet: the first one says whether this host can render")
