@@ -123,7 +123,7 @@ def test_a_blocked_job_is_reserved_an_instance_by_its_holders_estimate():
     jobs = [holds("long", ("0:0",), 8, ends_at=5000.0, preemptible=False), wants("next", 8, order=1)]
     s = schedule(jobs, [mig("0:0", 9.75)], now=1000)
     assert s.reservation is not None and (s.reservation.gpus, s.reservation.at) == (("0:0",), 5000.0)
-    assert "reserved: GPU 0:0 once long ends" in s.waiting[0].reason
+    assert "reserved: MIG 0:0 once long ends" in s.waiting[0].reason
 
 
 def test_a_pinned_job_on_an_instance_keeps_the_queue_off_it():

@@ -44,7 +44,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from ..jobs.queue_entry import GiB, QueueEntry, Request
+from ..jobs.queue_entry import GiB, QueueEntry, Request  # noqa: F401 - Request re-exported (tests, bench)
 from .quota import Ledger, Quotas
 from .room import Gpu, PinnedJob, Place, Room, place_name
 
@@ -144,8 +144,8 @@ def schedule(jobs: Sequence[QueueEntry], gpus: Sequence[Gpu], now: float, limits
             waiting.append(Waiting(job.name, len(waiting) + 1, f"backing off after a failed attempt: its GPUs given "
                                                                f"back; in line again in {max(job.not_before - now, 0):.0f} s"))
             continue
-        if not _possible(job.request, room):
-            waiting.append(Waiting(job.name, len(waiting) + 1, _never(job.request, room)))
+        if not room.possible(job.request):  # could it ever fit this host, every place empty?
+            waiting.append(Waiting(job.name, len(waiting) + 1, room.never(job.request)))
             continue
         if (over := ledger.refusal(job, None)) is not None:  # past a quota wherever it went: it blocks nobody
             waiting.append(Waiting(job.name, len(waiting) + 1, over))
@@ -253,10 +253,10 @@ def _describe(r: Reservation, holders: Sequence[QueueEntry], now: float) -> str:
     """The reservation in words without a clock (a reason is compared pass to pass): whose estimated ends free it."""
     gone = sorted(j.name for j in holders if (e := _end(j, now)) is not None and e <= r.at and set(j.placement) &
                   set(r.gpus))
-    where = ", ".join(str(i) for i in r.gpus)
+    where = ", ".join(place_name(i) for i in r.gpus)
     who = ", ".join(gone[:3]) + (" ..." if len(gone) > 3 else "")
     ends = f"{who} ends (by its estimate)" if len(gone) == 1 else f"{who or 'the jobs there'} end (by their estimates)"
-    return f"GPU {where} once {ends}; only jobs that end before then, or fit beside it, start ahead"
+    return f"{where} once {ends}; only jobs that end before then, or fit beside it, start ahead"
 
 
 def _ahead(job: QueueEntry, where: tuple[int, ...], blocked: QueueEntry, r: Reservation | None,
@@ -318,16 +318,6 @@ def _within_quota(job: QueueEntry, room: Room, ledger: Ledger) -> tuple[Place, .
     choice of such places is, as their sum is at most the ranks times the dearest. None: no such place has room."""
     ranks = max(1, job.request.gpus)
     return room.best_fit(job.request, lambda i: ledger.refusal(job, (i,) * ranks) is None)
-
-
-def _possible(req: Request, room: Room) -> bool:
-    """Could this request ever fit this host (every GPU empty)? A MIG instance takes only one rank of a gpu_memory
-    job (room.py)."""
-    return room.possible(req)
-
-
-def _never(req: Request, room: Room) -> str:
-    return room.never(req)
 
 
 def _spares_in_the_way(job: QueueEntry, room: Room, jobs: Sequence[QueueEntry]) -> list[QueueEntry] | None:
@@ -419,7 +409,7 @@ def _short(job: QueueEntry, room: Room, jobs: Sequence[QueueEntry], now: float, 
         fitting = sum(1 for i in usable if room.fits_on(i, job.request))
         have = f"{fitting} with room, the most free {most / GiB:.1f} GiB"
     out = [f"needs {job.request.describe()}; {have}"]
-    off = [f"GPU {i}: {g.unusable}" for i, g in room.gpus.items() if g.unusable]  # in place order (Room.of)
+    off = [f"{place_name(i)}: {g.unusable}" for i, g in room.gpus.items() if g.unusable]  # in place order (Room.of)
     if off:
         out.append("not placing on " + ", ".join(off))
     held = [o for o in jobs if o.placement and not o.waiting and _outranks(job, o)]
