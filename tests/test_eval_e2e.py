@@ -24,6 +24,7 @@ from test_trainer import scalars
 
 from isaacd.cli.doctor_eval import check_eval_video
 from isaacd.config.schema import parse_config
+from isaacd.observations.checkpoints import checkpoint_problem
 
 pytestmark = pytest.mark.slow
 
@@ -64,12 +65,16 @@ def environ(pid: int) -> dict[str, str]:
 
 def test_evaluations_beside_training_retried_refused_reproducible_and_the_best_named(tmp_path, supervisor_factory):
     sp = supervisor_factory(write_config(tmp_path, JOB))
-    run_dir = wait_for(lambda: next((tmp_path / "logs").glob("rsl_rl/cp/*/model_2.pt"), None), 60,
-                       interval=0.02, what="checkpoint 2").parent
+    # model_4 begun: model_2 is whole (the trainer saves one at a time), so at least 0 and 2 are whole at the freeze
+    run_dir = wait_for(lambda: next((tmp_path / "logs").glob("rsl_rl/cp/*/model_4.pt"), None), 60,
+                       interval=0.02, what="checkpoint 4").parent
     trainer = sp.job("cp")["pid"]
     os.killpg(trainer, signal.SIGSTOP)  # held: the keeper chooses from these checkpoints alone
     try:
-        saved = sorted(int(p.stem.split("_")[1]) for p in run_dir.glob("model_*.pt"))
+        # the whole ones only: rsl_rl's save writes model_N.pt in place, so the freeze may catch one half-written,
+        # and the keeper looks only up to the newest whole one (the observer's): a torn one put below a half-written
+        # newest was above it, and never looked at until the trainer ran again (CI, 2026-12-06)
+        saved = sorted(int(p.stem.split("_")[1]) for p in run_dir.glob("model_*.pt") if checkpoint_problem(p) is None)
         newest = saved[-1]
         # a torn checkpoint just below the newest (among the newest few, which are always evaluated): the first half
         # of a real one, as a trainer killed mid-save leaves it
