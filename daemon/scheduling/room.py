@@ -114,6 +114,19 @@ def held_on(place: Gpu | None, ask: int | None) -> tuple[float, int]:
     return place.holds(ask) if place is not None else (1.0, ask or 0)
 
 
+def mig_layout(snap: GpuSnapshot) -> list[Gpu] | None:
+    """The queue's places on a host with GPUs in MIG mode, or None while its layout is being made: a GPU in MIG mode
+    with no instance yet, or a place with no memory reading (an instance appears at isaacd's restart). What a submit
+    may refuse by (scheduling/submit.py, sweeps/submit.py): without a whole layout nothing is refused, the job waits
+    saying why."""
+    in_mig = {info.parent_index for info in snap.gpus.values() if info.is_mig}
+    if any(info.mig_mode and not info.is_mig and info.index not in in_mig for info in snap.gpus.values()):
+        return None
+    expected = sum(1 for info in snap.gpus.values() if info.is_mig or not (info.mig_mode or info.index in in_mig))
+    where = places(snap, float("inf"))
+    return where if len(where) == expected else None
+
+
 def no_place(snap: GpuSnapshot) -> str:
     """Why a snapshot that is up has no place: no GPU, or GPUs in MIG mode without instances (or readings)."""
     bare = sorted(i.index for i in snap.gpus.values() if i.mig_mode and not any(

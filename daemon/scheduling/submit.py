@@ -14,7 +14,6 @@ no running job is touched.
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 import time
@@ -32,7 +31,7 @@ from ..config.sizes import gib, written
 from ..gpu.snapshot import GpuSnapshot
 from ..status.types import JobStatus, Status
 from ..jobs.queue_entry import Request
-from .room import Room, place_name, places
+from .room import Room, mig_layout, place_name
 
 ONE_AT_A_TIME = threading.Lock()  # two submits of one name must not both find the name free
 
@@ -148,13 +147,10 @@ def _never_on_mig_host(job: JobConfig, snap: GpuSnapshot, key: str) -> ConfigIss
     reason): a whole GPU or a gang only on GPUs not in MIG mode, one rank of a gpu_memory job on an instance that
     holds it. None while a GPU in MIG mode has no instance yet, or a place has no memory reading: its layout is being
     made (an instance appears at isaacd's restart), so the job waits, saying why, rather than being refused."""
-    in_mig = {info.parent_index for info in snap.gpus.values() if info.is_mig}
-    if any(info.mig_mode and not info.is_mig and info.index not in in_mig for info in snap.gpus.values()):
+    where = mig_layout(snap)
+    if where is None:
         return None
-    expected = sum(1 for info in snap.gpus.values() if info.is_mig or not (info.mig_mode or info.index in in_mig))
-    room = Room.of(places(snap, math.inf), (), ())
-    if len(room.gpus) < expected:
-        return None
+    room = Room.of(where, (), ())
     req = Request(job.ranks, job.gpu_memory_bytes)
     if room.possible(req):
         return None

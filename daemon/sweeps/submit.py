@@ -9,7 +9,6 @@ nothing is left half-submitted, and no running job is touched."""
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from ..config.access import Limits
 from ..config.schema import ConfigError, ConfigIssue, JobConfig
 from ..config.sizes import gib, size_bytes, written
 from ..gpu.snapshot import GpuSnapshot
-from ..scheduling.room import Gpu, places
+from ..scheduling.room import mig_layout
 from ..scheduling.submit import ONE_AT_A_TIME, Submittable, as_caller, jobs_dir_of, larger_than_host
 from .controller import SweepController
 from .record import SweepRecord, TrialRecord
@@ -125,18 +124,6 @@ def _members_on_mig_host(member: JobConfig, snap: GpuSnapshot) -> int | None:
         return len(whole) // ranks
     shared = sum(int(g.total_bytes // ask) for g in whole) // ranks
     return shared + (sum(1 for g in where if g.mig and g.total_bytes >= ask) if ranks == 1 else 0)
-
-
-def mig_layout(snap: GpuSnapshot) -> list[Gpu] | None:
-    """The queue's places on a host with GPUs in MIG mode (room.places), or None while its layout is being made: a
-    GPU in MIG mode with no instance yet, or a place with no memory reading (as `isaacd submit` reads it,
-    scheduling/submit.py: then nothing is refused, the trials wait saying why)."""
-    in_mig = {info.parent_index for info in snap.gpus.values() if info.is_mig}
-    if any(info.mig_mode and not info.is_mig and info.index not in in_mig for info in snap.gpus.values()):
-        return None
-    expected = sum(1 for info in snap.gpus.values() if info.is_mig or not (info.mig_mode or info.index in in_mig))
-    where = places(snap, math.inf)
-    return where if len(where) == expected else None
 
 
 def _size(member: JobConfig) -> str:
