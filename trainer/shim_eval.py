@@ -525,8 +525,8 @@ def _running_cpus(pid: int) -> set[int]:
 
 def _keep_off_training(pids_text: str) -> set[int] | None:
     """Beside a GPU training (the daemon names its pids, ISAACD_EVAL_BESIDE_PIDS), run on other cores than the
-    trainer's: nice 19 only orders a shared CPU's queue, and on this H100 VM's 16 vCPUs an evaluation on the trainer's
-    SMT sibling slows its one bound core all the same (issue 41, 0.975x). Set once, before the heavy imports, so
+    trainer's: nice 19 only orders a shared CPU's queue, and a CPU-bound trainer shares its core with whatever runs on
+    that CPU (or on its SMT sibling, where there are some; the H100 VM measured in issue 41 had none). Set once, before the heavy imports, so
     every thread the evaluation makes inherits it. The new set, or None where nothing changed (no pids, no
     /proc or sysfs, no other CPU, or the kernel refused)."""
     try:
