@@ -74,6 +74,14 @@ def iteration_steps(run_dir: Path) -> list[int]:
     return sorted({s for t, vals in scalars(run_dir).items() if not t.endswith("/time") for s, _ in vals})
 
 
+def printed_iterations(stdout: str) -> list[int]:
+    """Iteration numbers rsl_rl printed ("Learning iteration N/M"). For a run that has exited, this and not
+    TensorBoard is the record of its last iterations: rsl_rl's SummaryWriter is never closed (its Logger's
+    stop_logging_writer stops only W&B/Neptune writers) and writes from a daemon thread, so the scalars still queued
+    at the interpreter's exit are lost, upstream as here: under load, a 1-iteration run's file held none (CI, stop 47)."""
+    return [int(n) for n in re.findall(r"Learning iteration (\d+)/\d+", stdout)]
+
+
 def checkpoints(run_dir: Path) -> list[int]:
     return sorted(int(p.stem.split("_")[1]) for p in run_dir.glob("model_*.pt"))
 
@@ -230,7 +238,7 @@ def test_v23_layout_exact_resume_and_vanilla_numbering(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     (first,) = run_dirs(tmp_path, "exp")
     assert re.fullmatch(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_job", first.name)
-    assert checkpoints(first) == [0, 7, 8] and iteration_steps(first) == list(range(9))
+    assert checkpoints(first) == [0, 7, 8] and printed_iterations(r.stdout) == list(range(9))
     agent = (first / "params" / "agent.yaml").read_text()
     assert "save_interval: 7" in agent and "learning_rate: 0.0005" in agent and "experiment_name: exp" in agent
     assert "max_episode_length: 200" in (first / "params" / "env.yaml").read_text()
@@ -248,7 +256,7 @@ def test_v23_layout_exact_resume_and_vanilla_numbering(tmp_path):
     new = [d for d in run_dirs(tmp_path, "exp") if d not in (first, sibling)]
     assert len(new) == 1  # a new run dir per launch, resumed or not
     # vanilla rsl_rl: iteration 7 runs again, --max_iterations 3 = 7, 8, 9, the final save is model_9.pt
-    assert iteration_steps(new[0]) == [7, 8, 9]
+    assert printed_iterations(r.stdout) == [7, 8, 9]
     assert checkpoints(new[0]) == [7, 9]
     assert checkpoints(first) == [0, 7, 8]  # the old run is untouched
 
@@ -321,7 +329,7 @@ def test_v30_device_sets_only_the_sim_the_policy_needs_agent_device(tmp_path):
     assert all(checkpoints(d) == [] for d in run_dirs(tmp_path))
     r = run(V30 + QUICK_SIM + ["--max_iterations", "1", "agent.device=cpu"], tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert iteration_steps(run_dirs(tmp_path)[-1]) == [0] and checkpoints(run_dirs(tmp_path)[-1]) == [0]
+    assert printed_iterations(r.stdout) == [0] and checkpoints(run_dirs(tmp_path)[-1]) == [0]
 
 
 @pytest.mark.timeout(240)
@@ -340,13 +348,14 @@ def test_v30_checkpoint_contract(tmp_path, procs):
     assert r.returncode == 0, r.stderr[-3000:]
     assert loaded_from(r.stdout) == str(first / "model_3.pt")
     second = run_dirs(tmp_path)[-1]
-    assert iteration_steps(second) == [3, 4] and checkpoints(second) == [4]
+    assert printed_iterations(r.stdout) == [3, 4] and checkpoints(second) == [4]
+    assert set(iteration_steps(second)) <= {3, 4}  # TensorBoard numbers them alike (its last may be lost, above)
     # an absolute file path is taken as it is (retrieve_file_path), also from an older run
     time.sleep(1.0)
     r = run(V30 + QUICK + ["--max_iterations", "1", "--checkpoint", str(first / "model_2.pt")], tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     assert loaded_from(r.stdout) == str(first / "model_2.pt")
-    assert iteration_steps(run_dirs(tmp_path)[-1]) == [2]
+    assert printed_iterations(r.stdout) == [2] and checkpoints(run_dirs(tmp_path)[-1]) == [2]
     # a missing file: FileNotFoundError, exit 1
     r = run(V30 + QUICK + ["--max_iterations", "1", "--checkpoint", str(first / "model_99.pt")], tmp_path)
     assert r.returncode == 1 and "Unable to find the file" in r.stderr
