@@ -201,9 +201,13 @@ def test_ray_job_resumes_in_place_after_kill_and_on_another_node_after_node_loss
     assert again["resume_from"] is not None
 
     # the node's raylet SIGKILLed: the job resumes on the other worker from its newest checkpoint
-    wait_for(lambda: (sup.job("cp")["checkpoint"] or {}).get("iteration", -1) > again["resume_from"]["iteration"],
-             60, what="a newer checkpoint on the first node")
-    before = sup.job("cp")["checkpoint"]["iteration"]
+    # a newer model_N.pt of rsl_rl's own on the first node: the trainer on a lost node may run on and rotate its shim
+    # snapshots, so a resume after the loss never names one of those (attempt/setting.py lost_trainer_run_dir)
+    def newest_model() -> int:
+        run_dir = Path(((sup.job("cp")["checkpoint"] or {}).get("path")) or ".").parent
+        return max((int(p.stem.split("_")[1]) for p in run_dir.glob("model_*.pt")), default=-1)
+    before = wait_for(lambda: (n := newest_model()) > again["resume_from"]["iteration"] and n, 60,
+                      what="a newer model checkpoint on the first node")
     os.kill(raylet_pid(cluster.dirs[first]), signal.SIGKILL)
     lost_at = time.monotonic()
     moved = wait_for(lambda: (j := sup.job("cp"))["restarts"] == 2 and j["state"] == "running" and j["node"]
@@ -214,6 +218,7 @@ def test_ray_job_resumes_in_place_after_kill_and_on_another_node_after_node_loss
     assert moved["restarts_by_reason"] == {"signal": 1, "node_lost": 1}, moved
     assert moved["last_restart_reason"].startswith(f"node lost: {first}"), moved
     assert moved["resume_from"]["iteration"] >= before, (moved["resume_from"], before)
+    assert Path(moved["resume_from"]["path"]).name.startswith("model_"), moved["resume_from"]
     print(f"node lost -> training on {other} in {took:.1f} s")
 
     exits = [e for e in sup.events("cp") if e["event"] == "exited"]

@@ -11,7 +11,7 @@ from ..access.owner import job_run_as
 from ..config.placed import placed_config
 from ..config.schema import JobConfig
 from ..gpu.snapshot import GpuSnapshot
-from ..observations.checkpoints import Checkpoint, Lineage, Validator, choose_resume
+from ..observations.checkpoints import SNAPSHOT_PREFIX, Checkpoint, Lineage, Validator, choose_resume
 from ..history.store import Attempt, JobHistory
 from ..os_seam.oscalls import RunAs
 from ..workflows import ProbePending, Resolved, WorkflowError, resolve
@@ -139,8 +139,35 @@ def validator(setting: JobSetting, history: JobHistory) -> Validator | None:
 def newest_checkpoint(setting: JobSetting, history: JobHistory, deep: bool = False,
                       before_iteration: int | None = None,
                       rejected: list[tuple[Checkpoint, str]] | None = None) -> Checkpoint | None:
-    """Newest complete checkpoint on the job's timeline; `deep` also asks whether its trainer can load it."""
+    """Newest complete checkpoint on the job's timeline; `deep` (the resume's choice) also asks whether its trainer
+    can load it, and whether it stays: see `lost_trainer_run_dir`."""
     if setting.resolved is None:
         return None
-    return choose_resume(lineage(history), before_iteration, rejected, setting.resolved.workflow.layout,
-                         validator(setting, history) if deep else None)
+    check = validator(setting, history) if deep else None
+    live = lost_trainer_run_dir(history) if deep else None
+    if live is not None:
+        check = _keeping_off_snapshots_in(live, check)
+    return choose_resume(lineage(history), before_iteration, rejected, setting.resolved.workflow.layout, check)
+
+
+def lost_trainer_run_dir(history: JobHistory) -> Path | None:
+    """The run dir of a trainer that may still be running unseen: the newest attempt's, when it ended with its node
+    lost (ray: its raylet gone, a partition). Nothing there ended it: until it dies of its own it trains on and its
+    launcher shim rotates its snapshots (isaacd_snapshot_<N>.pt, shim_snapshots.py keeps the newest few). A resume
+    that named one of them found it deleted 3 s later ("No checkpoints in the directory", one restart wasted: CI of
+    session 19). Its model_<N>.pt files are rsl_rl's own and never deleted."""
+    if not history.attempts:
+        return None
+    last = history.attempts[-1]
+    if last.run_dir is None or not (last.exit or {}).get("node_lost"):
+        return None
+    return Path(last.run_dir)
+
+
+def _keeping_off_snapshots_in(run_dir: Path, check: Validator | None) -> Validator:
+    def problem(c: Checkpoint) -> str | None:
+        if c.path.parent == run_dir and c.path.name.startswith(SNAPSHOT_PREFIX):
+            return ("a snapshot of the trainer on the lost node, which may still run and rotate it away: "
+                    "resumed from a checkpoint it never deletes")
+        return check(c) if check is not None else None
+    return problem
