@@ -89,7 +89,7 @@ parallel=()
 if { [ ${#paths[@]} -eq 0 ] || [ -n "$fast" ]; } && [[ " $* " != *" -n "* && " $* " != *" -n"[0-9]* && " $* " != *"no:xdist"* ]]; then
   # one more worker than cores: with as many as cores the CPU idled 14 % of the suite (each e2e test waits on its
   # trainers, deadlines and backoffs), 1312 s of pytest on 2 cores; with 3 workers it idled ~2 %, 1120 s, same
-  # machine, same day, nothing failed (session 20, docs/testing.md)
+  # machine, same day, and no test failed (session 20, docs/testing.md)
   workers=${ISAACD_TEST_WORKERS:-$(( $(nproc 2>/dev/null || echo 2) + 1 ))}
   [ "$workers" -lt 2 ] && workers=2
   parallel=(-n "$workers" --dist loadscope --no-loadscope-reorder)

@@ -202,7 +202,7 @@ def test_ray_job_resumes_in_place_after_kill_and_on_another_node_after_node_loss
 
     # the node's raylet SIGKILLed: the job resumes on the other worker from its newest checkpoint
     # a newer model_N.pt of rsl_rl's own on the first node: the trainer on a lost node may run on and rotate its shim
-    # snapshots, so a resume after the loss never names one of those (attempt/setting.py lost_trainer_run_dir)
+    # snapshots, so a resume after the loss never names one of those (attempt/setting.py lost_trainer_run_dirs)
     def newest_model() -> int:
         run_dir = Path(((sup.job("cp")["checkpoint"] or {}).get("path")) or ".").parent
         return max((int(p.stem.split("_")[1]) for p in run_dir.glob("model_*.pt")), default=-1)

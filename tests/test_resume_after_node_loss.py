@@ -1,4 +1,4 @@
-"""A resume after a node loss never names a snapshot of the lost trainer (attempt/setting.py lost_trainer_run_dir).
+"""A resume after a node loss never names a snapshot of the lost trainer (attempt/setting.py lost_trainer_run_dirs).
 
 The trainer on a lost node may still run (its raylet dead, a partition) and its launcher shim rotates its snapshots:
 CI once chose isaacd_snapshot_11.pt and the old trainer deleted it 3 s before the new one loaded it. Its model_N.pt

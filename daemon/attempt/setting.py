@@ -140,33 +140,28 @@ def newest_checkpoint(setting: JobSetting, history: JobHistory, deep: bool = Fal
                       before_iteration: int | None = None,
                       rejected: list[tuple[Checkpoint, str]] | None = None) -> Checkpoint | None:
     """Newest complete checkpoint on the job's timeline; `deep` (the resume's choice) also asks whether its trainer
-    can load it, and whether it stays: see `lost_trainer_run_dir`."""
+    can load it, and whether it stays: see `lost_trainer_run_dirs`."""
     if setting.resolved is None:
         return None
     check = validator(setting, history) if deep else None
-    live = lost_trainer_run_dir(history) if deep else None
-    if live is not None:
-        check = _keeping_off_snapshots_in(live, check)
+    lost = lost_trainer_run_dirs(history) if deep else set()
+    if lost:
+        check = _keeping_off_snapshots_in(lost, check)
     return choose_resume(lineage(history), before_iteration, rejected, setting.resolved.workflow.layout, check)
 
 
-def lost_trainer_run_dir(history: JobHistory) -> Path | None:
-    """The run dir of a trainer that may still be running unseen: the newest attempt's, when it ended with its node
-    lost (ray: its raylet gone, a partition). Nothing there ended it: until it dies of its own it trains on and its
+def lost_trainer_run_dirs(history: JobHistory) -> set[Path]:
+    """The run dirs of trainers that may still be running unseen: those of attempts that ended with their node lost
+    (ray: its raylet gone, a partition). Nothing ended those trainers: until each dies of its own it trains on and its
     launcher shim rotates its snapshots (isaacd_snapshot_<N>.pt, shim_snapshots.py keeps the newest few). A resume
     that named one of them found it deleted 3 s later ("No checkpoints in the directory", one restart wasted: CI of
-    session 19). Its model_<N>.pt files are rsl_rl's own and never deleted."""
-    if not history.attempts:
-        return None
-    last = history.attempts[-1]
-    if last.run_dir is None or not (last.exit or {}).get("node_lost"):
-        return None
-    return Path(last.run_dir)
+    session 19). Their model_<N>.pt files are rsl_rl's own and never deleted."""
+    return {Path(a.run_dir) for a in history.attempts if a.run_dir is not None and (a.exit or {}).get("node_lost")}
 
 
-def _keeping_off_snapshots_in(run_dir: Path, check: Validator | None) -> Validator:
+def _keeping_off_snapshots_in(run_dirs: set[Path], check: Validator | None) -> Validator:
     def problem(c: Checkpoint) -> str | None:
-        if c.path.parent == run_dir and c.path.name.startswith(SNAPSHOT_PREFIX):
+        if c.path.parent in run_dirs and c.path.name.startswith(SNAPSHOT_PREFIX):
             return ("a snapshot of the trainer on the lost node, which may still run and rotate it away: "
                     "resumed from a checkpoint it never deletes")
         return check(c) if check is not None else None
