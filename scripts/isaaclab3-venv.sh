@@ -28,10 +28,16 @@ REST=(hydra-core omegaconf gymnasium tensordict gitpython prettytable trimesh ne
       # isaaclab_rl/rl_games/rl_games.py: `import gym.spaces` ("rl-games still expects OpenAI Gym spaces")
       gym==0.26.2
       # evaluation video (issue 41, docs/evals.md): Newton's GL viewer opens a headless EGL window through pyglet
-      # (isaaclab 3.0.0 requires pyglet>=2.1.6,<3), and the recorder writes MP4s with moviepy (its extra "video":
-      # moviepy>=1.0.3,<2; imageio, imageio-ffmpeg, proglog, decorator come with it); the EGL/GL libraries are
-      # the host's (Mesa's on a CPU host: scripts/test.sh installs them where missing)
-      "pyglet>=2.1.6,<3" "moviepy>=1.0.3,<2")
+      # (isaaclab 3.0.0 requires pyglet>=2.1.6,<3); the EGL/GL libraries are the host's (Mesa's on a CPU host:
+      # scripts/test.sh installs them where missing). moviepy: VIDEO below
+      "pyglet>=2.1.6,<3")
+# The recorder writes MP4s with moviepy (isaaclab's extra "video": moviepy>=1.0.3,<2, with imageio, imageio-ffmpeg,
+# proglog and decorator), which is not in a default install, and which Isaac Lab imports whenever it is importable
+# (isaaclab/envs/utils/video_recorder.py: `from moviepy.editor import ImageSequenceClip`, 1.4 s of CPU a launch here:
+# it pulls matplotlib and scipy.ndimage). So it lives in a directory of its own, which only the test that records a
+# video puts on its evaluation's PYTHONPATH (tests/test_isaaclab3_eval.py); every other launch is a default
+# install's, ~57 launches a suite run (suite time, session 20).
+VIDEO=(moviepy==1.0.3 imageio==2.38.2 imageio-ffmpeg==0.8.1 proglog==0.1.12 decorator==4.4.2)
 STAMP=$VENV/.isaacd-isaaclab3-stamp
 want=$( { cat "$0"; "$PY" -VV; } | sha256sum | cut -d' ' -f1)
 if [ -x "$VENV/bin/python" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$want" ]; then
@@ -47,6 +53,8 @@ quiet() { grep -v -e "^WARNING: Location" -e "^isaaclab .* requires " -e "depend
 if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then "${pip[@]}" "torch==$TORCH" 2>&1 | quiet; fi
 "${pip[@]}" --no-deps --ignore-requires-python "${PINNED[@]}" 2>&1 | quiet
 "${pip[@]}" "${DEPS[@]}" "${REST[@]}" "torch==$TORCH" 2>&1 | quiet
+rm -rf "$VENV/video-extra"
+"${pip[@]}" --no-deps --target "$VENV/video-extra" "${VIDEO[@]}" 2>&1 | quiet
 echo "isaaclab3-venv: isaaclab's own pins torch==2.11.0 and Python 3.12 are not met here, on purpose (see docs/testing.md)"
 "$VENV/bin/python" - <<'PY'
 import importlib.metadata as md

@@ -7,8 +7,9 @@ Isaac Lab's own `isaaclab play` on each (its inference policy: deterministic act
 `RslRlVecEnvWrapper.step` and ends the play loop through upstream's own KeyboardInterrupt suppression: exit 0, the
 result JSON, `Eval/*` in the eval's own event file. The trained checkpoint scores higher than the untrained one.
 The trained one's evaluation asks for video (`[jobs.eval] video = true`) on the CPU: the shim records from Newton's
-GL viewer, headless through pyglet's EGL window on Mesa's llvmpipe (the EGL libraries are the host's, pyglet and
-moviepy come with scripts/isaaclab3-venv.sh), and the result names an MP4 and a small GIF of the cart-poles.
+GL viewer, headless through pyglet's EGL window on Mesa's llvmpipe (the EGL libraries are the host's, pyglet comes
+with scripts/isaaclab3-venv.sh, and moviepy, Isaac Lab's extra "video", from its `video-extra` dir, on that
+evaluation's PYTHONPATH only: see the script), and the result names an MP4 and a small GIF of the cart-poles.
 
 Cost: one boot and 20 iterations of training, then the two evaluations at once (each a boot and 16 episodes). The
 video (100 frames drawn at 640x360, their MP4 and GIF) takes the trained one's evaluation from ~10 s to ~18 s; the
@@ -35,6 +36,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.isaaclab3]
 
 SHIM = str(Path(__file__).resolve().parents[1] / "trainer" / "shim.py")
 ITERATIONS = 20
+VIDEO_EXTRA = PY.parent.parent / "video-extra"  # scripts/isaaclab3-venv.sh: moviepy, outside the venv
 # the command line isaacd builds for a pip-installed 3.0 rsl_rl job (daemon/workflows/rsl_rl.py), cold start
 TRAIN = ["-m", "isaaclab", "train", "--rl_library", "rsl_rl", "--task", TASK, "--num_envs", "16", "--seed", "42",
          "--max_iterations", str(ITERATIONS), "--device", "cpu", "--experiment_name", "cartpole", "--run_name", "ev",
@@ -64,6 +66,8 @@ def test_two_checkpoints_of_a_trained_cartpole_the_later_scores_higher(tmp_path)
                  "ISAACD_EVAL_DEVICE": "cpu", "ISAACD_EVAL_RESULT": f"{ck}.eval.json",
                  "ISAACD_EVAL_TB_DIR": str(run / "eval"), "ISAACD_EVAL_VIDEO": "100" if it == last else "0",
                  "ISAACD_EVAL_VIDEO_DIR": str(run / "eval" / "videos")}
+        if it == last:  # Isaac Lab's extra "video" (moviepy), installed for this evaluation only
+            extra["PYTHONPATH"] = os.pathsep.join(filter(None, [str(VIDEO_EXTRA), os.environ.get("PYTHONPATH")]))
         procs[it] = subprocess.Popen([str(PY), SHIM, *TRAIN], cwd=tmp_path, env=env(extra),
                                      stdout=open(tmp_path / f"eval{it}.log", "w"), stderr=subprocess.STDOUT)
     codes = {it: p.wait(timeout=600) for it, p in procs.items()}
