@@ -116,7 +116,10 @@ def test_two_supervisors_on_one_prefix_one_writer_takeover_after_expiry_and_same
         os.kill(a_trainer["pid"], signal.SIGCONT)
         lost = wait_for(lambda: _events(a, "backup_lease_lost"), 60, what="A learns it lost the prefix")[0]
         assert "host-b" in lost["holder"]
-        uploads = _backup(a)["uploads_total"]
+        # the count once A's status says so (the status is published once a tick, the journal at once: read right
+        # after the event, it missed A's last upload before the loss, model_45, and counted 9 of 10: CI, session 20)
+        uploads = wait_for(lambda: "host-b" in ((x := _backup(a)).get("blocked") or "") and x["uploads_total"], 30,
+                           what="A's status naming the lost prefix")
         wait_for(lambda: a.job("cp")["iteration"] >= a_trainer["iteration"] + 10, 60, what="A training on")
         assert _backup(a)["uploads_total"] == uploads and "host-b" in (_backup(a).get("blocked") or "")
         a.stop()
