@@ -33,8 +33,9 @@ REST=(hydra-core omegaconf gymnasium tensordict gitpython prettytable trimesh ne
       "pyglet>=2.1.6,<3")
 # The recorder writes MP4s with moviepy (isaaclab's extra "video": moviepy>=1.0.3,<2, with imageio, imageio-ffmpeg,
 # proglog and decorator), which is not in a default install, and which Isaac Lab imports whenever it is importable
-# (isaaclab/envs/utils/video_recorder.py: `from moviepy.editor import ImageSequenceClip`, 1.4 s of CPU a launch here:
-# it pulls matplotlib and scipy.ndimage). So it lives in a directory of its own, which only the test that records a
+# (isaaclab/envs/utils/video_recorder.py: `from moviepy.editor import ImageSequenceClip`, 1.4 s of imports by
+# `python -X importtime`, with matplotlib, scipy.ndimage and pygame; one launch 15.1 -> 12.8 s of CPU without it).
+# A venv built before this keeps its moviepy (pip uninstalls nothing): `pip uninstall moviepy` there for the speed. So it lives in a directory of its own, which only the test that records a
 # video puts on its evaluation's PYTHONPATH (tests/test_isaaclab3_eval.py); every other launch is a default
 # install's, ~57 launches a suite run (suite time, session 20).
 VIDEO=(moviepy==1.0.3 imageio==2.38.2 imageio-ffmpeg==0.8.1 proglog==0.1.12 decorator==4.4.2)
