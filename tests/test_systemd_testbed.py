@@ -28,9 +28,12 @@ import tb as testbed  # noqa: E402
 pytestmark = [pytest.mark.systemd, pytest.mark.slow]
 
 PROBE = Path(__file__).parent / "testbed" / "rt_probe.py"
-# the slowest any Runtime method may take in the caller; measured 0.1-5 ms, before this was 15 s (start over a
-# live unit) and 20-100 ms (poll: systemctl show + journalctl). Generous: the testbed shares 2 cores with the test.
-CALL_MS = 50
+# No Runtime method may wait on a process in the caller (the supervisor's tick): the probe counts every command a
+# method starts in the caller's own thread (before: poll ran systemctl show + journalctl there, 20-100 ms; start
+# over a live unit waited 15 s for its stop), and that count must be 0. A clock cannot say this on a loaded box (a
+# 5 ms call takes 60 when the testbed shares 2 cores with 3 test workers), so the time is only a gross bound, for
+# a wait that starts no process (a lock, a sleep): the 15 s one, never a few ms of load.
+CALL_MS = 2000
 
 
 def booted_testbed(name: str):  # noqa: ANN201 - a fixture's generator
@@ -99,9 +102,10 @@ def _check_probe(out: dict) -> None:
     # and seen first; the spare's unit is stopped and its file gone after
     rel = out["slow_spare_release"]
     print("slow_spare_release", rel)
-    assert rel["attempt"]["signal"] == 9 and rel["kill_seen_s"] < 3 <= rel["spare_released_s"], rel
+    assert rel["attempt"]["signal"] == 9 and not rel["spare_released_when_kill_seen"], rel
     assert not rel["spare_file_left"] and rel["spare_unit_state"] == "inactive", rel
-    # no Runtime method, over the whole probe, kept the caller (the supervisor's tick) waiting
+    # no Runtime method, over the whole probe, kept the caller (the supervisor's tick) waiting on a process
+    assert out["spawned_in_caller"] == {}, out["spawned_in_caller"]
     assert max(out["max_call_ms"].values()) < CALL_MS, out["max_call_ms"]
 
 

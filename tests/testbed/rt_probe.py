@@ -12,6 +12,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -42,18 +43,37 @@ while :; do sleep 0.1; done
 CALLS = ("start", "poll", "signal", "kill", "pids", "cleanup", "describe")
 TIMES: dict[str, float] = {}  # the slowest call of each Runtime method, in ms (per scenario)
 ALL: dict[str, float] = {}  # ... over the whole probe
+# the commands a Runtime method ran in the caller's own thread (systemctl, podman, journalctl: each waits on a
+# process): none may, they belong on the runtime's worker. Counted, not timed, so a loaded host cannot fail it.
+SPAWNED_IN_CALLER: dict[str, list[str]] = {}
+_IN_CALL = threading.local()
+_popen_init = subprocess.Popen.__init__
+
+
+def _watched_popen_init(self: subprocess.Popen, args: Any, *a: Any, **kw: Any) -> None:
+    name = getattr(_IN_CALL, "name", None)
+    if name is not None:
+        argv = [str(x) for x in args] if isinstance(args, (list, tuple)) else [str(args)]
+        SPAWNED_IN_CALLER.setdefault(name, []).append(" ".join(argv)[:120])
+    _popen_init(self, args, *a, **kw)
+
+
+subprocess.Popen.__init__ = _watched_popen_init  # type: ignore[method-assign]
 
 
 def timed(rt: Any) -> Any:
-    """Record how long every Runtime method takes in the caller (the supervisor's tick)."""
+    """Record how long every Runtime method takes in the caller (the supervisor's tick), and every process it
+    starts there."""
     for name in CALLS:
         fn = getattr(rt, name)
 
         def wrap(*a: Any, _fn: Any = fn, _name: str = name, **kw: Any) -> Any:
             t0 = time.perf_counter()
+            outer, _IN_CALL.name = getattr(_IN_CALL, "name", None), _name
             try:
                 return _fn(*a, **kw)
             finally:
+                _IN_CALL.name = outer
                 ms = (time.perf_counter() - t0) * 1000
                 TIMES[_name] = max(TIMES.get(_name, 0.0), ms)
                 ALL[_name] = max(ALL.get(_name, 0.0), ms)
@@ -334,14 +354,18 @@ def main() -> None:
     rts.kill(ha)
     st = wait_exit(rts, ha)
     kill_seen = time.monotonic() - t0
+    # the order, not a clock: the kill's exit was seen while the spare's unit was still stopping (its 4 s save)
+    released_at_kill_seen = rts.cleanup(sp)
     while not rts.cleanup(sp):
         assert time.monotonic() - t0 < 60, "the spare's unit was never released"
         time.sleep(0.05)
     out["slow_spare_release"] = {
         "kill_seen_s": round(kill_seen, 2), "spare_released_s": round(time.monotonic() - t0, 2),
+        "spare_released_when_kill_seen": released_at_kill_seen,
         "attempt": ex(st), "spare_file_left": Path(sp.state["unit_file"]).exists(),
         "spare_unit_state": rts.show(sp.state["unit"], ("ActiveState",), keep=False)["ActiveState"]}
     out["max_call_ms"] = dict(ALL)
+    out["spawned_in_caller"] = dict(SPAWNED_IN_CALLER)
 
     print(json.dumps(out))
 
