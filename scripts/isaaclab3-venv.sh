@@ -35,9 +35,9 @@ REST=(hydra-core omegaconf gymnasium tensordict gitpython prettytable trimesh ne
 # proglog and decorator), which is not in a default install, and which Isaac Lab imports whenever it is importable
 # (isaaclab/envs/utils/video_recorder.py: `from moviepy.editor import ImageSequenceClip`, 1.4 s of imports by
 # `python -X importtime`, with matplotlib, scipy.ndimage and pygame; one launch 15.1 -> 12.8 s of CPU without it).
-# A venv built before this keeps its moviepy (pip uninstalls nothing): `pip uninstall moviepy` there for the speed. So it lives in a directory of its own, which only the test that records a
-# video puts on its evaluation's PYTHONPATH (tests/test_isaaclab3_eval.py); every other launch is a default
-# install's, ~57 launches a suite run (suite time, session 20).
+# So it lives in a directory of its own, which only the test that records a video puts on its evaluation's
+# PYTHONPATH (tests/test_isaaclab3_eval.py); every other launch is a default install's, ~57 launches a suite run
+# (suite time, session 20). A venv built before that had it in its site-packages: taken out below, once.
 VIDEO=(moviepy==1.0.3 imageio==2.38.2 imageio-ffmpeg==0.8.1 proglog==0.1.12 decorator==4.4.2)
 STAMP=$VENV/.isaacd-isaaclab3-stamp
 want=$( { cat "$0"; "$PY" -VV; } | sha256sum | cut -d' ' -f1)
@@ -54,6 +54,7 @@ quiet() { grep -v -e "^WARNING: Location" -e "^isaaclab .* requires " -e "depend
 if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then "${pip[@]}" "torch==$TORCH" 2>&1 | quiet; fi
 "${pip[@]}" --no-deps --ignore-requires-python "${PINNED[@]}" 2>&1 | quiet
 "${pip[@]}" "${DEPS[@]}" "${REST[@]}" "torch==$TORCH" 2>&1 | quiet
+"$VENV/bin/python" -m pip uninstall -y -q moviepy >/dev/null 2>&1 || true  # an older venv's (above); else a no-op
 rm -rf "$VENV/video-extra"
 "${pip[@]}" --no-deps --target "$VENV/video-extra" "${VIDEO[@]}" 2>&1 | quiet
 echo "isaaclab3-venv: isaaclab's own pins torch==2.11.0 and Python 3.12 are not met here, on purpose (see docs/testing.md)"
