@@ -33,6 +33,7 @@ from .evals.record import EVALS_DIR, EvalRecord
 from .history.ended import EndedJob, ended_events, ended_log, ended_log_source
 from .history.log_source import read_log_source
 from .status.sweeps import SweepStatus
+from .sweeps.toml_string import toml_string
 from .status.types import Status
 from .wording import no_such_job
 
@@ -323,17 +324,20 @@ def _sweep_request(sup: Controlled, cmd: str, req: dict[str, Any], caller: Calle
     visible = [s for s in sup.sweep_statuses()
                if read_refusal(caller, s.name, s.owner, rules.supervisor_user, _scope(sup), rules.admin_group) is None]
     if cmd == "sweeps":
-        return [s.to_json() for s in visible]
+        return redact([s.to_json() for s in visible], _hidden(sup, caller, rules))
     name = req.get("sweep")
     if not isinstance(name, str) or not name:
         raise RequestError(f"{cmd} needs 'sweep': the sweep's name")
     found = next((s for s in sup.sweep_statuses() if s.name == name), None)
     if found is None or found not in visible:
         raise RequestError(f"no sweep named {name!r}; `isaacd sweeps` lists them")
+    # a sweep's trials are its owner's jobs, and its best trial's job file holds their `environment` as written
+    # (sweeps/trial_file.py): another user who may see the sweep reads both with those values hidden, as in status
     if cmd == "sweep-status":
-        return found.to_json()
-    if cmd == "sweep-best":
-        return sup.sweep_best(name)
+        return redact(found.to_json(), _hidden(sup, caller, rules))
+    if cmd == "sweep-best":  # a TOML file: a value is there as TOML writes it (a quote or backslash escaped)
+        hidden = _hidden(sup, caller, rules)
+        return redact(sup.sweep_best(name), hidden | {toml_string(s)[1:-1] for s in hidden})
     if cmd == "sweep-cancel":
         _refuse(job_refusal(caller, "cancel", name, found.owner, rules.supervisor_user, rules.admin_group), caller,
                 cmd, name)

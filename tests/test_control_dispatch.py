@@ -23,6 +23,7 @@ from isaacd.status.signals import JobSignals
 from isaacd.runtimes.ray import RayRuntime
 from isaacd.runtimes.ray_fleet import FleetStatus, NodeStatus
 from isaacd.status.types import Status
+from isaacd.sweeps.trial_file import toml_job_file
 from isaacd.supervisor import Supervisor
 from isaacd.watchdogs.engine import WatchdogEngine
 
@@ -215,6 +216,40 @@ def test_another_users_secrets_are_hidden_from_status_and_events() -> None:
                                                                            "tail": "token is <hidden>"}]
     alice = Caller(1001, "alice", False, User(1001, 1001, "alice", "/home/alice", ("alice",), (1001,)))
     assert "tok-alice-1234" in json.dumps(dispatch_as(sup, {"cmd": "status"}, alice, RULES))
+
+
+class SweepingSupervisor(SharedSupervisor):
+    """SharedSupervisor with alice's sweep "hp": its trials are her jobs (with her token), and its best trial's job
+    file carries the base job's environment, as `isaacd sweep best` prints it (sweeps/trial_file.py)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        env = {"API_TOKEN": "tok-alice-1234", "DB_PASSWORD": 'pa"ss\\word'}  # TOML escapes a quote, a backslash
+        self.config.jobs.append(_job("hp-t001", "alice", env))
+        best = toml_job_file({"name": "hp-best", "environment": env}, "the best trial of sweep hp")
+        self.sweep = SimpleNamespace(name="hp", owner="alice", to_json=lambda: {
+            "name": "hp", "trials": [{"job": "hp-t001", "reason": "exited: token is tok-alice-1234"}]})
+        self.best = best
+
+    def sweep_statuses(self) -> tuple[Any, ...]:
+        return (self.sweep,)
+
+    def sweep_best(self, name: str) -> str:
+        return self.best
+
+
+def test_another_users_sweep_best_and_status_hide_her_environment_values() -> None:
+    """`isaacd sweep best` is a job file, environment and all: another user who may see the sweep gets it with her
+    values hidden, as status and events hide them; she and an admin get them as written."""
+    sup = SweepingSupervisor()
+    best = dispatch_as(sup, {"cmd": "sweep-best", "sweep": "hp"}, BOB, RULES)
+    assert 'API_TOKEN = "<hidden>"' in best and 'DB_PASSWORD = "<hidden>"' in best, best
+    status = dispatch_as(sup, {"cmd": "sweep-status", "sweep": "hp"}, BOB, RULES)
+    assert status["trials"][0]["reason"] == "exited: token is <hidden>"
+    assert dispatch_as(sup, {"cmd": "sweeps"}, BOB, RULES) == [status]
+    alice = Caller(1001, "alice", False, User(1001, 1001, "alice", "/home/alice", ("alice",), (1001,)))
+    for caller in (alice, ROOT):
+        assert "tok-alice-1234" in dispatch_as(sup, {"cmd": "sweep-best", "sweep": "hp"}, caller, RULES)
 
 
 def test_status_own_leaves_out_other_users_rows_and_their_names_on_the_gpus() -> None:

@@ -26,14 +26,12 @@ else:  # pragma: no cover
 from ..config.jobs_dir import with_paths_under
 from .sampler import as_override, trial_name
 from .spec import SweepSpec, is_job_key
+from .toml_string import toml_string
 from .space import Value
 
 BEST_SUFFIX = "-best"  # the best trial's job: <sweep>-best, beside the trial jobs (<sweep>-t007) without clashing
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-# TOML basic strings: ", \ and the control characters (U+0000-U+001F, U+007F) must be escaped; the rest is UTF-8
-_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
-_NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f\x7f]')
 _COMMENT_UNSAFE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # a comment may hold a tab, not a line break
 
 
@@ -68,7 +66,7 @@ def _table_body(table: dict[str, Any], path: tuple[str, ...], lines: list[str]) 
 def _key(key: Any, path: tuple[str, ...]) -> str:
     if not isinstance(key, str):
         raise TypeError(f"{'.'.join(path)}: key {key!r} is not a string; TOML keys are strings")
-    return key if _BARE_KEY.fullmatch(key) else _string(key)
+    return key if _BARE_KEY.fullmatch(key) else toml_string(key)
 
 
 def _value(v: Any, path: tuple[str, ...]) -> str:
@@ -83,7 +81,7 @@ def _value(v: Any, path: tuple[str, ...]) -> str:
             return "inf" if v > 0 else "-inf"
         return repr(v)  # the shortest text that reads back as this float: 0.1, 1e-05, 1e+16 are all TOML floats
     if isinstance(v, str):
-        return _string(v)
+        return toml_string(v)
     if isinstance(v, (datetime.datetime, datetime.date, datetime.time)):
         return v.isoformat()  # as tomllib reads them (offset or local)
     if isinstance(v, (list, tuple)):
@@ -93,11 +91,6 @@ def _value(v: Any, path: tuple[str, ...]) -> str:
         return "{ " + items + " }" if items else "{}"
     raise TypeError(f"{'.'.join(path)} = {v!r}: TOML has no {type(v).__name__} (a string, number, true/false, "
                     "list or table)")
-
-
-def _string(s: str) -> str:
-    """A TOML basic string: quotes, backslashes and control characters escaped, everything else as it is."""
-    return '"' + _NEEDS_ESCAPE.sub(lambda m: _ESCAPES.get(m.group(0), f"\\u{ord(m.group(0)):04x}"), s) + '"'
 
 
 # ------------------------------------------------------------------------------------------------ trial tables
