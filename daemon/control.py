@@ -33,8 +33,8 @@ from .evals.record import EVALS_DIR, EvalRecord
 from .history.ended import EndedJob, ended_events, ended_log, ended_log_source
 from .history.log_source import read_log_source
 from .status.sweeps import SweepStatus
-from .sweeps.toml_string import toml_string
 from .status.types import Status
+from .sweeps.toml_string import toml_string
 from .wording import no_such_job
 
 MAX_REQUEST_BYTES = 64 * 1024

@@ -70,9 +70,11 @@ log_root = "{logs}"
 extra_args = ["agent.num_steps_per_env=8", "agent.algorithm.schedule=fixed"]
 [job.environment]
 OMP_NUM_THREADS = "1"  # two trainers on a 2-core host: one math thread each, else their spinning threads fight
+WANDB_API_KEY = "{token}"  # hers: another user reads `isaacd sweep best`'s file with it hidden
 {quiet}
 """
 TRIALS = [f"hers-t{n:03d}" for n in range(1, 9)]
+TOKEN = f"her-key-{uuid.uuid4().hex}"
 # 20 iterations past the rung at 4: a pause must land before its trial has trained to the end, whatever the speed of
 # a trainer against the tick (at 8, a quiet machine trained the last 4 before the pause's stop came)
 MAX_ITERATIONS = 24
@@ -104,7 +106,7 @@ def sweep_file(area: Path, who: pwd.struct_passwd, python: str, concurrency: int
     quiet = QUIET.replace("[jobs.watchdogs.", "[job.watchdogs.")
     path = area / f"hers-c{concurrency}.sweep.toml"
     path.write_text(SWEEP.format(concurrency=concurrency, lrs=json.dumps(list(LRS)), python=python,
-                                 max_iterations=MAX_ITERATIONS, logs=area / "logs", quiet=quiet))
+                                 max_iterations=MAX_ITERATIONS, logs=area / "logs", quiet=quiet, token=TOKEN))
     os.chown(path, who.pw_uid, who.pw_gid)
     return path
 
@@ -191,6 +193,7 @@ def test_her_sweep_of_8_runs_as_her_within_her_quota_pauses_promotes_exactly_and
         status = json.loads(her.ok("sweep", "status", "hers", "--json"))
         events = {t: sp.events(t) for t in TRIALS}
         best = her.ok("sweep", "best", "hers")
+        his_view_of_best = him.ok("sweep", "best", "hers")  # he may see her sweep ([access] status = "all")
     finally:
         watch.done.set()
         sp.stop()
@@ -206,6 +209,9 @@ def test_her_sweep_of_8_runs_as_her_within_her_quota_pauses_promotes_exactly_and
     assert {j: t["state"] for j, t in by_job.items()} == {
         **{t: "completed" for t in TRIALS[:4]}, **{t: "paused" for t in TRIALS[4:]}}
     assert 'name = "hers-best"' in best and "agent.algorithm.learning_rate=0.001" in best
+    # her job file is hers to submit again, her key in it; his is the same file with her key hidden
+    assert f'WANDB_API_KEY = "{TOKEN}"' in best
+    assert his_view_of_best == best.replace(TOKEN, "<hidden>") and TOKEN not in his_view_of_best
     # each trained at its own learning rate, as its trainer logged it at the rung and at its end (after a promotion:
     # a resume keeps the searched value in effect)
     for job, lr in zip(TRIALS, LRS):
