@@ -135,6 +135,17 @@ def wait_spare_ready(sp: SupervisorProc, job: str, timeout: float, interval: flo
     raise AssertionError(f"timed out after {timeout}s waiting for {job}'s spare to be ready (last: {last})")
 
 
+def alive(pid: int | None) -> bool:
+    """A process that runs (or is stopped): it exists and is no zombie (killed, not yet reaped by its parent)."""
+    if not pid:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def children_of(pid: int) -> dict[int, str]:
     """The processes whose parent is `pid`, with their state letter from /proc/<pid>/stat ("Z": a zombie, ended and
     not reaped by its parent; `ps` shows it `<defunct>`)."""

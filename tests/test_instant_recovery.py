@@ -10,21 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from helpers import builtin_job, wait_for, write_config
+from helpers import alive, builtin_job, wait_for, write_config
 
 from isaacd.observations.tensorboard import TensorBoardTail
 
 pytestmark = pytest.mark.slow
-
-
-def alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def events(sp, name):  # noqa: ANN001, ANN201

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import BIN, builtin_job, wait_for, wait_spare_ready, write_config
+from helpers import BIN, alive, builtin_job, wait_for, wait_spare_ready, write_config
 from isaaclab3_helpers import ASSET_ROOT, BOOT, PY, TASK, events, run_dirs, started, steps
 
 from isaacd.observations.checkpoints import newest_complete
@@ -82,8 +82,9 @@ def kill_at_resume_point(sp, job: str, at_least: int, spare: bool = False) -> tu
     race between the trainer's iterations and the spare's boot (a spare ready only at iteration 27 of 30 left the
     next kill waiting for an iteration that never came). Returns (that resume point's iteration, the kill's time,
     the killed attempt's run dir)."""
-    j = wait_for(lambda: (x := sp.job(job))["state"] == "running" and (x["iteration"] or 0) >= at_least and x,
-                 BOOT, interval=0.2, what=f"iteration {at_least}")
+    # alive: right after an earlier kill the status (published once a tick) may still show the killed trainer
+    j = wait_for(lambda: (x := sp.job(job))["state"] == "running" and alive(x["pid"])
+                 and (x["iteration"] or 0) >= at_least and x, BOOT, interval=0.2, what=f"iteration {at_least}")
     os.kill(j["pid"], signal.SIGSTOP)
     if spare:
         wait_spare_ready(sp, job, BOOT, interval=0.2)  # the new one, not the spare that just became this trainer

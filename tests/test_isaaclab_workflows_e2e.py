@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import BIN, builtin_job, wait_for, write_config
+from helpers import BIN, alive, builtin_job, wait_for, write_config
 
 from isaacd.observations.checkpoints import list_checkpoints, newest_complete
 
@@ -60,8 +60,10 @@ def all_steps(run_dir: Path) -> set[int]:
 
 
 def kill_after_checkpoint(sp, job: str, at_least: int) -> int:  # noqa: ANN001
-    """kill -9 the trainer once it saved a checkpoint >= at_least; returns the newest complete checkpoint then."""
-    j = wait_for(lambda: (x := sp.job(job))["state"] == "running" and x["checkpoint"]
+    """kill -9 the trainer once it saved a checkpoint >= at_least; returns the newest complete checkpoint then.
+    The status is published once a tick, so right after a kill it may still show the killed trainer "running":
+    only a pid that is alive is this job's trainer (CI of ca7e296: a second kill read the first one's pid)."""
+    j = wait_for(lambda: (x := sp.job(job))["state"] == "running" and alive(x["pid"]) and x["checkpoint"]
                  and x["checkpoint"]["iteration"] >= at_least and x, 180, what=f"checkpoint {at_least}")
     os.kill(j["pid"], signal.SIGSTOP)  # freeze it so "newest" cannot move between the look and the kill
     newest = newest_complete(Path(j["run_dir"]))

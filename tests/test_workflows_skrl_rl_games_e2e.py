@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import builtin_job, wait_for, wait_spare_ready, write_config
+from helpers import alive, builtin_job, wait_for, wait_spare_ready, write_config
 
 from isaacd.config.schema import parse_config
 from isaacd.observations.checkpoints import newest_complete
@@ -62,8 +62,9 @@ def test_two_kills_then_completed_with_exactly_max_iterations(tmp_path, supervis
         return newest_complete(Path(x["run_dir"]), layout=wf.layout, offset=offset)
 
     def kill_after_checkpoint(at_least: int) -> int:
-        j = wait_for(lambda: (n := on_disk(x := sp.job("cp"))) is not None and n.iteration >= at_least and x, 120,
-                     interval=0.05, what=f"checkpoint {at_least}")
+        # alive: right after the first kill the status (published once a tick) may still show the killed trainer
+        j = wait_for(lambda: alive((x := sp.job("cp"))["pid"]) and (n := on_disk(x)) is not None
+                     and n.iteration >= at_least and x, 120, interval=0.05, what=f"checkpoint {at_least}")
         os.kill(j["pid"], signal.SIGSTOP)  # freeze it so "newest" cannot move between the look and the kill
         # and kill only beside a ready spare: a kill while the new spare still boots restarts cold instead, so
         # which path (and how long) followed a race with the spare's boot
