@@ -168,9 +168,13 @@ def test_a_booted_spare_container_takes_over_exactly_as_a_cold_resume(tmp_path, 
             and s.get("mode") == "booted" and x
 
     # the trainer held (SIGSTOP) from iteration 3 until the spare container is ready: its iterations past the kill
-    # point would only take the CPU from the spare's boot (suite time, session 18)
-    held = wait_for(lambda: (x := sp.job(name))["state"] == "running" and (x["iteration"] or 0) >= 3 and x,
-                    3 * BOOT, interval=0.2, what="iteration 3")
+    # point would only take the CPU from the spare's boot (suite time, session 18). And held only once a resume point
+    # past model_0.pt is complete (a snapshot is written beside training, so on a loaded host iteration 3 can come
+    # first: CI of a341eed resumed from model_0.pt), else the takeover's own output starts at "Learning iteration 0/"
+    # and could not be told from the first container's below
+    held = wait_for(lambda: (x := sp.job(name))["state"] == "running" and (x["iteration"] or 0) >= 3
+                    and (c := newest_complete(Path(x["run_dir"]))) is not None and c.iteration >= 1 and x,
+                    3 * BOOT, interval=0.2, what="iteration 3 and a resume point past iteration 0")
     os.kill(held["pid"], signal.SIGSTOP)
     j = wait_for(ready, 3 * BOOT, interval=0.2, what="a booted spare container ready")
     assert j["pid"] == held["pid"], (j, held)

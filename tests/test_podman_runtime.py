@@ -528,6 +528,10 @@ def test_a_spare_container_takes_the_attempt_over_and_dies_with_its_supervisor(t
     spares = [n for n in live if n.startswith(f"isaaclab-job-{name}-spare-")]
     assert len(live) == 2 and len(spares) == 1 and f"isaaclab-job-{name}" in live, live
     assert "warm spare" in sup.cli("status").stdout
+    # a resume point past model_0.pt first (the spare can be ready before one on a loaded host): the takeover's output
+    # then starts past "Learning iteration 0/", which tells it from the first container's below
+    j = wait_for(lambda: (x := sup.job(name))["checkpoint"] and x["checkpoint"]["iteration"] >= 1 and x, 120,
+                 what="a checkpoint past iteration 0")
 
     # kill -9 of the trainer: the spare's container is the next attempt's, under its own name
     os.kill(j["pid"], signal.SIGKILL)
