@@ -136,14 +136,15 @@ def wait_spare_ready(sp: SupervisorProc, job: str, timeout: float, interval: flo
 
 
 def alive(pid: int | None) -> bool:
-    """A process that runs (or is stopped): it exists and is no zombie (killed, not yet reaped by its parent)."""
-    if not pid:
+    """A process that runs (or is stopped): it exists and is neither a zombie (ended, not yet reaped by its parent)
+    nor dead."""
+    if not pid or pid < 0:
         return False
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
         return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def children_of(pid: int) -> dict[int, str]:

@@ -20,6 +20,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from helpers import alive  # noqa: E402
 from test_shim import SHIM, by, events, shim_env  # noqa: E402
 from test_shim_snapshots import same, snapshots  # noqa: E402
 from test_trainer import PY, QUICK, V23, checkpoints, procs, run, run_dirs, start, wait_for  # noqa: E402
@@ -136,12 +137,12 @@ def test_a_spare_dies_with_its_parent(tmp_path):
         parent.kill()
         parent.wait(10)
         # it exits on its own (it polls its parent; ~1 s here, a figure not asserted: a loaded host is slower)
-        wait_for(lambda: not _alive(pid), 30, "the orphaned spare to exit")
+        wait_for(lambda: not alive(pid), 30, "the orphaned spare to exit")
         assert by(events(tmp_path / "spare.jsonl"), "spare_exited")[0]["reason"] == "parent exited"
         assert sorted(os.listdir(tmp_path)) == ["control", "spare.jsonl"]
     finally:
         parent.kill()
-        if _alive(locals().get("pid", -1)):
+        if alive(locals().get("pid", -1)):
             os.kill(pid, signal.SIGKILL)
 
 
@@ -153,15 +154,6 @@ def _catches(pid: int, sig: int) -> bool:
     except (OSError, StopIteration):
         return False
     return bool(int(cgt, 16) >> (sig - 1) & 1)
-
-
-def _alive(pid: int) -> bool:
-    """Running (a zombie, reaped by whoever adopted it, counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
 
 
 @pytest.mark.timeout(120)
