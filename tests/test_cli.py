@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from free_ports import free_port
 from helpers import BIN, builtin_job, wait_for, write_config
 
 ISAACD = str(BIN / "isaacd")
@@ -44,12 +45,6 @@ def isaacd(*args: str, cwd: Path | None = None, env: dict[str, str] | None = Non
 def idle_job(name: str) -> str:
     """A job that never launches: enough for talking to the supervisor without training."""
     return f'\n[[jobs]]\nname = "{name}"\nautostart = false\n'
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def metrics_on(port: int) -> str:

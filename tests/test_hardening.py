@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from free_ports import free_port
 from helpers import builtin_job, wait_for, write_config
 
 from isaacd.control import request
@@ -274,16 +275,10 @@ def tiny_disk(tmp_path, tmpfs):
     return tmpfs(tmp_path / "small")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_a_full_log_root_is_named_in_the_exit_event_status_metrics_and_doctor(tmp_path, tiny_disk,
                                                                               supervisor_factory):
-    port = _free_port()
+    port = free_port()
     job = builtin_job("cp", log_root=str(tiny_disk), extra_args=["agent.num_steps_per_env=8"],
                       restart={"max_restarts": 1, "backoff_initial": 0.1, "backoff_max": 0.2})
     cfg = write_config(tmp_path, job)
@@ -399,7 +394,7 @@ def _metrics_up(port: int) -> None:
 
 
 def test_metrics_http_head_delete_and_http09(tmp_path, supervisor_factory):
-    port = _free_port()
+    port = free_port()
     cfg = write_config(tmp_path, builtin_job("cp", command=SLEEPER))
     cfg.write_text(cfg.read_text().replace("[metrics]\nenabled = false",
                                            f'[metrics]\nenabled = true\nlisten = "127.0.0.1:{port}"'))
@@ -417,7 +412,7 @@ def test_metrics_http_head_delete_and_http09(tmp_path, supervisor_factory):
 
 
 def test_silent_http_clients_cost_the_supervisor_a_bounded_number_of_fds(tmp_path, supervisor_factory):
-    port = _free_port()
+    port = free_port()
     cfg = write_config(tmp_path, builtin_job("cp", command=SLEEPER))
     cfg.write_text(cfg.read_text().replace("[metrics]\nenabled = false",
                                            f'[metrics]\nenabled = true\nlisten = "127.0.0.1:{port}"'))
