@@ -104,7 +104,7 @@ def config_text(a: argparse.Namespace, d: Path, arm: str) -> str:
                            "stop_timeout": 60.0}
     env: dict[str, str] = {}
     if a.isaaclab:
-        job |= {"workflow": "rsl_rl", "task": "Isaac-Cartpole-Direct", "launcher": [a.python]}
+        job |= {"workflow": "rsl_rl", "task": "Isaac-Cartpole-Direct", "launcher": pinned(a) + [a.python]}
         env = {"ISAACSIM_ASSET_ROOT": str(ASSET_ROOT), "WARP_CACHE_PATH": str(Path.home() / ".cache" / "warp")}
         if os.environ.get("PYTHONPATH"):  # the device machine: isaaclab and isaacd in /tmp/site
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
@@ -128,6 +128,19 @@ def config_text(a: argparse.Namespace, d: Path, arm: str) -> str:
     for w in QUIET:
         lines += [f"[jobs.watchdogs.{w}]", "enabled = false"]
     return "\n".join(lines) + "\n"
+
+
+def pinned(a: argparse.Namespace) -> list[str]:
+    """`--pin-trainer CPUS`: the trainer's launcher under `taskset -c CPUS` (a measurement choice, not isaacd's: on a
+    VM whose vCPUs run at different speeds, an unpinned trainer's main thread migrates between them and its speed
+    with it, window to window, by more than the 1 % the goal asks; the evaluation still keeps off the trainer's CPUs
+    by itself, trainer/shim_eval.py)."""
+    if not a.pin_trainer:
+        return []
+    taskset = shutil.which("taskset")
+    if taskset is None:
+        raise SystemExit("--pin-trainer: no taskset on PATH (util-linux)")
+    return [taskset, "-c", a.pin_trainer]
 
 
 # ---- samples beside the run: host CPU, the trainer's and the evaluation's CPU, NVML --------------------------------
@@ -200,9 +213,18 @@ class Sampler:
         self._t.start()
 
     @staticmethod
-    def _cpu() -> tuple[int, int]:
+    def _cpu() -> tuple[int, int, int]:
         f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-        return sum(f) - f[3] - f[4], sum(f)  # busy, total (idle and iowait out)
+        return sum(f) - f[3] - f[4], sum(f), f[7]  # busy, total (idle and iowait out), steal (the hypervisor's)
+
+    @staticmethod
+    def _waited(pid: int | None) -> int | None:
+        """Nanoseconds the trainer's main thread has waited on a run queue (/proc/PID/schedstat's second field): what
+        another process on its CPU costs it, whatever the window's drift."""
+        try:
+            return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) if pid else None
+        except (OSError, ValueError, IndexError):
+            return None
 
     @staticmethod
     def _procs(pid: int | None) -> dict[int, int]:
@@ -216,14 +238,19 @@ class Sampler:
     def _loop(self) -> None:
         clk = os.sysconf("SC_CLK_TCK")
         ncpu = os.cpu_count() or 1
-        t_prev, (b_prev, tot_prev) = time.time(), self._cpu()
+        t_prev, (b_prev, tot_prev, st_prev) = time.time(), self._cpu()
         tr_prev, ev_prev = self._procs(self.trainer_pid), self._procs(self.eval_pid)
+        w_prev = self._waited(self.trainer_pid)
         last_seen = 0
         while not self._stop.wait(self.interval):
-            now, (busy, tot) = time.time(), self._cpu()
+            now, (busy, tot, steal) = time.time(), self._cpu()
             tr, evp = self._procs(self.trainer_pid), self._procs(self.eval_pid)
+            waited = self._waited(self.trainer_pid)
             dt = now - t_prev
             row: dict[str, Any] = {"t": now, "host": round((busy - b_prev) / max(1, tot - tot_prev) * ncpu, 3),
+                                   "steal": round((steal - st_prev) / max(1, tot - tot_prev) * ncpu, 3),
+                                   "wait": (round((waited - w_prev) / 1e9 / dt, 4)
+                                            if waited is not None and w_prev is not None else None),
                                    "trainer": round(self._delta(tr, tr_prev) / clk / dt, 3) if tr else None,
                                    "eval": round(self._delta(evp, ev_prev) / clk / dt, 3) if evp else None,
                                    "tcpu": _cpu_of(self.trainer_pid), "ecpu": _cpu_of(self.eval_pid) if evp else None}
@@ -239,7 +266,7 @@ class Sampler:
                 except Exception:  # noqa: BLE001 - no samples in this interval (NVML_ERROR_NOT_FOUND)
                     pass
             self.rows.append(row)
-            t_prev, b_prev, tot_prev, tr_prev, ev_prev = now, busy, tot, tr, evp
+            t_prev, b_prev, tot_prev, st_prev, tr_prev, ev_prev, w_prev = now, busy, tot, steal, tr, evp, waited
 
     def stop(self) -> None:
         self._stop.set()
@@ -384,7 +411,7 @@ def figures(a: argparse.Namespace, res: dict[str, Any]) -> None:
         busy = sum(max(0.0, min(hi, e["end"] or hi) - max(lo, e["start"])) for e in evals)
         w["eval_duty"] = round(busy / (hi - lo), 3)
         rows = [r for r in res["samples"] if lo <= r["t"] <= hi]
-        for key in ("host", "trainer", "eval", "gpu"):
+        for key in ("host", "trainer", "eval", "gpu", "steal", "wait"):
             w[f"{key}_mean"] = _mean([r[key] for r in rows if r.get(key) is not None])
         both = [r for r in rows if r.get("tcpu") is not None and r.get("ecpu") is not None]
         sib = res.get("smt") or {}
@@ -471,20 +498,22 @@ def report(meta: dict[str, Any], res: dict[str, Any]) -> str:
     lines.append("")
     lines.append(f"{'win':>3} {'arm':<5} {'it/s':>7} {'ratio':>6} {a['tag'].split('/')[-1]:>9} {'ratio':>6} "
                  f"{'duty':>5} {'it_s eval':>9} {'it_s none':>9} {'host':>5} {'train':>5} {'evalc':>5} "
-                 f"{'gpu%':>5} {'smT':>4} {'smE':>4}  steps")
+                 f"{'gpu%':>5} {'smT':>4} {'smE':>4} {'steal':>5} {'wait':>5}  steps")
     f = lambda v, n=7, p=3: f"{v:>{n}.{p}f}" if isinstance(v, (int, float)) else f"{'-':>{n}}"  # noqa: E731
     for w in res["windows"]:
         lines.append(f"{w['n']:>3} {w['arm']:<5} {f(w.get('it_per_s'))} {f(w.get('ratio'), 6)} "
                      f"{f(w.get('tag_median'), 9, 0)} {f(w.get('tag_ratio'), 6)} {f(w.get('eval_duty'), 5, 2)} "
                      f"{f(w.get('iter_s_during_eval'), 9)} {f(w.get('iter_s_no_eval'), 9)} {f(w.get('host_mean'), 5, 2)} "
                      f"{f(w.get('trainer_mean'), 5, 2)} {f(w.get('eval_mean'), 5, 2)} {f(w.get('gpu_mean'), 5, 0)} "
-                     f"{f(w.get('sm_trainer_mean'), 4, 0)} {f(w.get('sm_eval_mean'), 4, 0)}  {w.get('steps')}"
+                     f"{f(w.get('sm_trainer_mean'), 4, 0)} {f(w.get('sm_eval_mean'), 4, 0)} {f(w.get('steal_mean'), 5, 2)} "
+                     f"{f(w.get('wait_mean'), 5, 3)}  {w.get('steps')}"
                      + ("" if w.get("reload_rc") == 0 else f"  reload rc {w.get('reload_rc')}: {w.get('reload_out')}"))
     lines.append("(it/s: iterations per second from the TensorBoard wall times; ratio: against the mean of the none "
                  "windows either side; duty: share of the window an evaluation process ran; it_s eval / none: median "
                  "iteration time whose midpoint fell in / outside an evaluation; host: busy cores; train / evalc: "
                  "cores of the trainer's / the evaluation's process tree; gpu%: NVML utilisation; smT / smE: NVML SM "
-                 "% of the trainer / the other processes)")
+                 "% of the trainer / the other processes; steal: cores the hypervisor took (/proc/stat); wait: share of "
+                 "the time the trainer's main thread waited on a run queue (/proc/PID/schedstat))")
     lines.append("")
     for arm in ["none", *a["arms"]]:
         ws = [w for w in res["windows"] if w["arm"] == arm and "it_per_s" in w]
@@ -499,6 +528,9 @@ def report(meta: dict[str, Any], res: dict[str, Any]) -> str:
             if rs:
                 line += (f"; GOAL >= 0.99x: {'met' if med(rs) >= 0.99 else 'missed'} at the median "
                          f"({sum(1 for r in rs if r >= 0.99)} of {len(rs)} windows)")
+            if len(rs) >= 3:  # how sure: the ratios' mean and its standard error (windows as independent pairs)
+                line += (f"; mean {statistics.mean(rs):.4f} +- {statistics.stdev(rs) / len(rs) ** 0.5:.4f} (s.e.), "
+                         f"window sd {statistics.stdev(rs):.4f}")
             dr = [w["iter_s_during_eval"] / w["iter_s_no_eval"] for w in ws
                   if w.get("iter_s_during_eval") and w.get("iter_s_no_eval")]
             if dr:
@@ -556,8 +588,8 @@ def main() -> None:
     if sys.argv[1:2] == ["--render"]:  # the report again from a saved JSON (e.g. after a change of the report)
         for f in sys.argv[2:]:
             doc = json.loads(Path(f).read_text())
-            for run in doc.get("runs", [doc]):  # a results file may keep several runs of one session
-                print(report(run["meta"], run["result"]))
+            for saved in doc.get("runs", [doc]):  # a results file may keep several runs of one session
+                print(report(saved["meta"], saved["result"]))
         return
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     g = p.add_mutually_exclusive_group(required=True)
@@ -589,6 +621,8 @@ def main() -> None:
     p.add_argument("--eval-deadline", type=float, default=600.0)
     p.add_argument("--extra-args", nargs="*", default=[], help="the job's extra_args (e.g. agent.num_steps_per_env=8)")
     p.add_argument("--omp-threads", type=int, default=0, help="OMP_NUM_THREADS for the job (0: unset)")
+    p.add_argument("--pin-trainer", default="", metavar="CPUS",
+                   help="run the trainer under taskset -c CPUS (a steadier measurement on a VM; default: unpinned)")
     p.add_argument("--tag", default="Perf/total_fps")
     p.add_argument("--sample-interval", type=float, default=0.5)
     p.add_argument("--out", default=None)
