@@ -104,7 +104,7 @@ def config_text(a: argparse.Namespace, d: Path, arm: str) -> str:
                            "stop_timeout": 60.0}
     env: dict[str, str] = {}
     if a.isaaclab:
-        job |= {"workflow": "rsl_rl", "task": "Isaac-Cartpole-Direct", "launcher": pinned(a) + [a.python]}
+        job |= {"workflow": "rsl_rl", "task": "Isaac-Cartpole-Direct", "launcher": [a.python]}
         env = {"ISAACSIM_ASSET_ROOT": str(ASSET_ROOT), "WARP_CACHE_PATH": str(Path.home() / ".cache" / "warp")}
         if os.environ.get("PYTHONPATH"):  # the device machine: isaaclab and isaacd in /tmp/site
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
@@ -130,17 +130,22 @@ def config_text(a: argparse.Namespace, d: Path, arm: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def pinned(a: argparse.Namespace) -> list[str]:
-    """`--pin-trainer CPUS`: the trainer's launcher under `taskset -c CPUS` (a measurement choice, not isaacd's: on a
-    VM whose vCPUs run at different speeds, an unpinned trainer's main thread migrates between them and its speed
-    with it, window to window, by more than the 1 % the goal asks; the evaluation still keeps off the trainer's CPUs
-    by itself, trainer/shim_eval.py)."""
-    if not a.pin_trainer:
-        return []
-    taskset = shutil.which("taskset")
-    if taskset is None:
-        raise SystemExit("--pin-trainer: no taskset on PATH (util-linux)")
-    return [taskset, "-c", a.pin_trainer]
+def pin(pid: int, cpus: str) -> list[int]:
+    """`--pin-trainer CPUS`: every thread of the trainer's process tree on CPUS, once it trains (a measurement choice,
+    not isaacd's: on a VM whose vCPUs run at different speeds, an unpinned trainer's main thread migrates between
+    them, and its speed with it, window to window, by more than the 1 % the goal asks). Done from outside, after the
+    start, so that the evaluations (started with the job's own launcher) are not pinned with it: each keeps off the
+    trainer's CPUs by itself (trainer/shim_eval.py). Threads made later inherit their maker's set. The threads pinned."""
+    want = {int(c) for c in cpus.split(",")}
+    done = []
+    for p in _tree(pid):
+        for tid in os.listdir(f"/proc/{p}/task") if Path(f"/proc/{p}/task").is_dir() else []:
+            try:
+                os.sched_setaffinity(int(tid), want)
+                done.append(int(tid))
+            except OSError:
+                pass
+    return done
 
 
 # ---- samples beside the run: host CPU, the trainer's and the evaluation's CPU, NVML --------------------------------
@@ -308,6 +313,9 @@ def run(a: argparse.Namespace, work: Path) -> dict[str, Any]:
         j = wait_for(lambda: (x := sp.job(JOB))["state"] == "running" and (x.get("iteration") or 0) >= a.warmup
                      and x, a.boot_limit, interval=0.5, what=f"the job's iteration {a.warmup}")
         sampler.trainer_pid = j.get("pid")
+        if a.pin_trainer and j.get("pid"):
+            res["pinned_threads"] = len(pin(j["pid"], a.pin_trainer))
+            print(f"pinned {res['pinned_threads']} threads of the trainer to CPUs {a.pin_trainer}", flush=True)
         res["boot_done"] = time.time()
         for i, arm in enumerate(order):
             cfg.write_text(config_text(a, d, arm))
