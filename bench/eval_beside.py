@@ -490,6 +490,31 @@ def latencies(res: dict[str, Any]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda r: r["iteration"])
 
 
+def stalls(res: dict[str, Any], slow: float = 1.25, before: float = 1.0, after: float = 0.2) -> str | None:
+    """Where the trainer's slow iterations fall (longer than `slow` x the none windows' median): ending within
+    [-before, +after] s of an evaluation's result write (its JSON's mtime: the end of its stepping, before its
+    teardown) or elsewhere, with the time they lost (above that median) in each place, per evaluated checkpoint."""
+    its = res.get("iterations") or []
+    t = {s: w for s, w in its}
+    base = med([w["iter_s_no_eval"] for w in res["windows"] if w["arm"] == "none" and w.get("iter_s_no_eval")])
+    written = sorted(c["result_at"] for c in res.get("checkpoints", []) if c.get("result_at"))
+    if not base or not written:
+        return None
+    lo, hi = res["windows"][0]["switch"], res["windows"][-1].get("end", float("inf"))
+    near = far = 0
+    lost_near = lost_far = 0.0
+    for s, w in its:
+        if s - 1 not in t or not lo <= w <= hi or (d := w - t[s - 1]) <= slow * base:
+            continue
+        if any(-before <= w - r <= after for r in written):
+            near, lost_near = near + 1, lost_near + d - base
+        else:
+            far, lost_far = far + 1, lost_far + d - base
+    return (f"trainer iterations over {slow} x the none median ({base:.3f} s): {near} ending within -{before}..+{after} s "
+            f"of an evaluation's result write, losing {lost_near:.2f} s ({lost_near / len(written):.3f} s per result, "
+            f"{len(written)} results), {far} elsewhere, losing {lost_far:.2f} s")
+
+
 def report(meta: dict[str, Any], res: dict[str, Any]) -> str:
     a = meta["args"]
     lines = [f"Issue 41: training throughput with evaluations beside it, {meta['what']}, {meta['when']}",
@@ -573,6 +598,9 @@ def report(meta: dict[str, Any], res: dict[str, Any]) -> str:
         f"{c['iteration']}@{c['arm_at_write']}->{c.get('arm_at_result')}: " +
         (f"{c['latency']} s {c['device']} {c['return_mean']:.1f}" if c in done else (c.get("error") or "?"))
         for c in cks if c.get("latency") is not None))
+    st = stalls(res)
+    if st:
+        lines.append(st)
     reasons = {c.get("video_reason") for c in done if c.get("video_reason")}
     videos = [c["video"] for c in done if c.get("video")]
     if a.get("video") or a.get("video_window"):

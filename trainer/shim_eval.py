@@ -277,30 +277,16 @@ def _on_step(out) -> None:
     s, p = _Eval.settings, _Eval.plan
     C.finish(s, _Eval.counter.summary(), task=p.task, library=p.library, started=_STARTED,
              video_reason=p.video_reason)
-    recording = s.video and p.video_reason is None
-    if recording:
+    if s.video and p.video_reason is None:
         atexit.register(_attach_video)
-    # End here, with the result written, unless a clip is being recorded (the recorder writes it as the play loop
-    # closes the environment). 2.x play.py loops while the app runs and lets KeyboardInterrupt out, so it must; for 3.0
-    # it is what keeps the training beside it at full speed: on an H100 (bench/results/issue41-eval-beside-gpu.txt,
-    # session 22) each evaluation's orderly teardown (close_env, then the frees of Warp's and torch's CUDA memory at
-    # interpreter exit) stalled the trainer on the same GPU for ~0.3 s (its 3 iterations then took 0.25 s, not 0.143
-    # s), 2.3 % of its throughput with an evaluation beside it all the time. os._exit leaves the whole context to the
-    # driver at once.
-    if p.kind == "isaaclab2" or not recording:
-        _end_process()
-        return
-    raise KeyboardInterrupt  # 3.0 run_playback suppresses it; close_env follows (and the recorder's clip)
-
-
-def _end_process() -> None:
-    """Exit 0 now, the output flushed (the one place the evaluation ends itself; tests replace it)."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(0)
+    if p.kind == "isaaclab2":  # 2.x play.py loops while the app runs and lets KeyboardInterrupt out: end here
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(0)
+    raise KeyboardInterrupt  # 3.0 run_playback suppresses it; close_env follows
 
 
 GIF_WIDTH = 320  # px: small enough for a chat message
