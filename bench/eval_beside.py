@@ -87,12 +87,22 @@ def tb_points(run_dir: Path, tag: str) -> dict[int, tuple[float, float]]:
 
 
 # ---- the host config, one per arm ------------------------------------------------------------------------------
+ARM = re.compile(r"(gpu|cpu|video|none)(\d*)(?:@(0?\.\d+|0))?")
+
+
 def arm_parts(arm: str) -> tuple[str, int]:
-    """'gpu4' -> ('gpu', 4): where the evaluations run and their `every`; 'gpu' -> ('gpu', 1)."""
-    m = re.fullmatch(r"(gpu|cpu|video|none)(\d*)", arm)
+    """'gpu4' -> ('gpu', 4): where the evaluations run and their `every`; 'gpu' -> ('gpu', 1); 'cpu@0.01' -> ('cpu',
+    1) with max_training_cost = 0.01 (arm_cost)."""
+    m = ARM.fullmatch(arm)
     if not m:
-        raise ValueError(f"arm {arm!r}: gpu, cpu, or either with its every (gpu4)")
+        raise ValueError(f"arm {arm!r}: gpu, cpu, or either with its every (gpu4) and a max_training_cost (cpu@0.01)")
     return m.group(1), int(m.group(2) or 1)
+
+
+def arm_cost(arm: str) -> float | None:
+    """The arm's [jobs.eval] max_training_cost ('gpu@0.01'), or None: isaacd's default (1 % on the GPU, 0 on the CPU)."""
+    m = ARM.fullmatch(arm)
+    return float(m.group(3)) if m and m.group(3) is not None else None
 
 
 def config_text(a: argparse.Namespace, d: Path, arm: str) -> str:
@@ -120,6 +130,8 @@ def config_text(a: argparse.Namespace, d: Path, arm: str) -> str:
         ev: dict[str, Any] = {"every": every, "episodes": a.episodes, "num_envs": a.eval_num_envs or a.episodes,
                               "seed": 42, "video": a.video, "video_length": a.video_length,
                               "deadline_seconds": a.eval_deadline}
+        if (cost := arm_cost(arm)) is not None:
+            ev["max_training_cost"] = cost
         if where in ("gpu", "video"):
             ev |= {"gpu_memory": a.gpu_memory, "video": where == "video" or a.video}
         elif a.device != "cpu":
@@ -588,7 +600,8 @@ def report(meta: dict[str, Any], res: dict[str, Any]) -> str:
     for arm in dict.fromkeys(arm_parts(x)[0] for x in a["arms"]):
         xs = [c["latency"] for c in done if c["device"] and (c["device"] == "cpu") == (arm == "cpu")
               and c.get("arm_at_result") != "video"]
-        fresh = [c["latency"] for c in done if c["arm_at_write"].rstrip("0123456789") == arm]
+        fresh = [c["latency"] for c in done if c["arm_at_write"] != "boot" and c["arm_at_write"] != "none"
+                 and arm_parts(c["arm_at_write"])[0] == arm]
         if xs:
             lines.append(f"  {arm}: write -> result median {med(xs)} s, max {max(xs)} s (n={len(xs)}); of checkpoints "
                          f"written in a {arm} window: median {med(fresh)} s, max {max(fresh) if fresh else None} s "
@@ -601,6 +614,12 @@ def report(meta: dict[str, Any], res: dict[str, Any]) -> str:
     st = stalls(res)
     if st:
         lines.append(st)
+    costs = [e for e in res["events"] if e["event"] == "eval_cost"]
+    if costs:  # pacing (max_training_cost): each measured evaluation's cost to the training and the wait it set
+        lines.append(f"eval_cost (pacing) x{len(costs)}: lost median {med([c['lost_seconds'] for c in costs])} s "
+                     f"(each {[c['lost_seconds'] for c in costs]}), share median {med([c['share'] for c in costs])}, "
+                     f"pause median {med([c['pause_seconds'] for c in costs])} s, budgets "
+                     f"{sorted({c['budget'] for c in costs})}")
     reasons = {c.get("video_reason") for c in done if c.get("video_reason")}
     videos = [c["video"] for c in done if c.get("video")]
     if a.get("video") or a.get("video_window"):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -35,6 +36,7 @@ from ..config.eval import EvalConfig
 from ..config.schema import JobConfig
 from ..config.sizes import gib
 from ..daemon_log import log
+from ..evals import pacing
 from ..evals.choose import KEEP_NEWEST, EvalTask, backoff, next_eval, plan, should_give_up, waiting_count
 from ..evals.record import EvalRecord, EvalStore
 from ..evals.result import one_line, read_result, result_path, video_reason
@@ -114,6 +116,13 @@ class EvalKeeper:
         self.video_unavailable: str | None = None
         self.changed = 0  # one more at each change of what the status shows (runner.still_key)
         self._pinned: tuple[Any, int] | None = None
+        # pacing (evals/pacing.py): the trainer's iteration times, the recent evaluations' runs, the one whose cost
+        # is still to be measured, the newest measure and the wall time the next evaluation waits for
+        self.steps = pacing.TrainerSteps()
+        self.spans: deque[pacing.Span] = deque(maxlen=20)
+        self.pending: pacing.Span | None = None
+        self.last_cost: pacing.Cost | None = None
+        self.paced_until: float | None = None
         self.log = log.bind(job=setting.cfg.name)
 
     @property
@@ -144,6 +153,8 @@ class EvalKeeper:
             return False
         e = self.ecfg
         # drained: nothing waits among the checkpoints as of the observer's newest (a newer one: look again)
+        if self.pending is not None:  # its cost is measured from the trainer's next points
+            return False
         return e is None or state in OFF_STATES or self.not_before == float("inf") \
             or (self._drained and self._scanned_for == self.observer.checkpoint) \
             or (e.on_gpu and state not in ON_GPU_STATES)
@@ -155,6 +166,7 @@ class EvalKeeper:
         e = self.ecfg
         if e is not None and e.every == "best":  # only "best" reads the training reward
             self._collect_rewards()
+        self._collect_steps()
         self._pin_best()
         run = self.running
         if run is not None:
@@ -169,7 +181,9 @@ class EvalKeeper:
             return []
         if e is None or state in OFF_STATES:
             self._discard_preparation()
+            self.pending = None
             return []
+        self._pace(e, state, now)
         if self._preparing is None:
             task = self._next(e, state, now)
             if task is None:
@@ -207,7 +221,7 @@ class EvalKeeper:
 
     def _next(self, e: EvalConfig, state: JobState, now: float) -> EvalTask | None:
         """The next evaluation, if one may start now."""
-        if now < self.not_before or self._stop_reason(state, now) is not None:
+        if now < self.not_before or self.pending is not None or self._stop_reason(state, now) is not None:
             return None
         cfg = self.setting.cfg
         if cfg.runtime not in EVAL_RUNTIMES or cfg.in_container:
@@ -248,6 +262,36 @@ class EvalKeeper:
                         and not c.path.name.startswith("isaacd_snapshot_"):
                     found.setdefault(c.iteration, str(c.path))
         return sorted(found.items())
+
+    def _collect_steps(self) -> None:
+        attempt = self.job.history.current
+        for p in self.observer.live.new_points:
+            self.steps.add(attempt, p.step, p.wall_time)
+
+    def _pace(self, e: EvalConfig, state: JobState, now: float) -> None:
+        """The last evaluation's cost to the training, once the trainer's points tell it, and the next one's wait."""
+        span = self.pending
+        if span is None:
+            return
+        wall = self.wall()
+        if state is not JobState.RUNNING or e.cost_budget <= 0:  # no training beside it to spare
+            self.pending = None
+            return
+        got = pacing.cost(self.steps, span, list(self.spans))
+        if got is None:
+            if wall - span.end > pacing.MEASURE_LIMIT:  # the trainer logged too little since: not measured
+                self.pending = None
+                self.log.info("eval_cost_not_measured", seconds=round(wall - span.end, 1))
+            return
+        self.pending, self.last_cost = None, got
+        pause = pacing.pause_after(got, e.cost_budget)
+        until = span.end + pause
+        self.paced_until = until if until > wall else None
+        if self.paced_until is not None:
+            self.not_before = max(self.not_before, now + (until - wall))
+        self._event("eval_cost", lost_seconds=round(got.lost, 3), seconds=round(got.seconds, 2),
+                    share=round(got.share, 4), iterations=got.iterations, usual_iteration_seconds=round(got.usual, 4),
+                    budget=e.cost_budget, pause_seconds=round(pause, 1))
 
     def _collect_rewards(self) -> None:
         attempt = self.job.history.current
@@ -316,6 +360,7 @@ class EvalKeeper:
         if run is None or run.handle is not kill.handle:
             return
         self._drop(run)
+        self.spans.append(pacing.Span(run.started_wall, self.wall()))  # not a usual iteration time around it
         if kill.failure:
             self._failed(run.prepared.task, kill.reason)
         else:
@@ -347,6 +392,9 @@ class EvalKeeper:
     # ---- outcomes -----------------------------------------------------------------------------------------------
     def _ended(self, run: _Running, status: ExitStatus) -> None:
         self._drop(run)
+        span = pacing.Span(run.started_wall, self.wall())
+        self.spans.append(span)
+        self.pending = span  # its cost to the training: measured from the trainer's next points (_pace)
         task, result = run.prepared.task, run.prepared.launch.result
         got = read_result(result, self.wall(), task.iteration)
         if isinstance(got, EvalResult) and status.code == 0:
@@ -433,7 +481,11 @@ class EvalKeeper:
                            failed=rec.failure_count(), given_up=tuple(sorted(rec.given_up)),
                            done=len(rec.results), last_error=self.problem or failure,
                            video_unavailable=self.video_unavailable,
-                           where=self._where(run.prepared.launch if run is not None else None))
+                           where=self._where(run.prepared.launch if run is not None else None),
+                           cost_seconds=round(self.last_cost.lost, 3) if self.last_cost is not None else None,
+                           cost_share=round(self.last_cost.share, 4) if self.last_cost is not None else None,
+                           paced_until=self.paced_until if self.paced_until is not None
+                           and self.paced_until > self.wall() else None)
 
 
 def gpu_room_problem(cfg: JobConfig, trainer_pids: list[int], snap: GpuSnapshot | None, need: int) -> str | None:

@@ -66,6 +66,10 @@ def eval_lines(name: str, ev: EvalsStatus, now: float) -> str:
         now_doing.append(f"evaluating iteration {ev.running}{since}")
     if ev.waiting:
         now_doing.append(f"{ev.waiting} waiting")
+    if ev.paced_until is not None and ev.paced_until > now and ev.running is None:
+        # max_training_cost: the last evaluation cost the training this much, so the next one waits
+        cost = f" (the last cost the training {ev.cost_seconds:.2f} s)" if ev.cost_seconds is not None else ""
+        now_doing.append(f"next in {age(now, ev.paced_until)}{cost}")
     if now_doing:
         head += "; " + ", ".join(now_doing)
     lines = [head]

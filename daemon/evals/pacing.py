@@ -1,0 +1,97 @@
+"""What an evaluation cost the training beside it, measured, and how long the next one waits (issue 41). Pure.
+
+Measured on an H100 (bench/results/issue41-eval-beside-gpu-pinned.txt): an evaluation of the Isaac Lab 3.0 cart-pole on
+the job's own GPU stalls the trainer for ~0.24 s while it steps (the two processes' CUDA contexts take turns on the
+GPU), every time; at `every = 1`, an evaluation beside the training all the time, that is 2.3 % of its throughput. The
+cost of one evaluation depends on the task, the GPU and what else runs, so isaacd measures it instead of guessing:
+
+* the trainer's iteration wall times (its TensorBoard points, as the queue's estimates read them) give its usual
+  iteration time: the median of the intervals that overlap no evaluation;
+* an evaluation's cost: the time the intervals that ended during it (and up to SETTLE seconds after: the points
+  come once an iteration ends) took above that median;
+* the next evaluation waits until that cost is at most `budget` of the time from this evaluation's start:
+  pause = cost / budget - its own duration (0 where it cost little).
+
+The keeper (attempt/evals.py) feeds the points and applies the pause; this module decides.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass
+
+KEEP = 400  # the newest intervals kept (at 0.15 s an iteration: a minute; at 3 s: 20 minutes)
+SETTLE = 1.0  # seconds after an evaluation's end whose intervals still count as its
+MIN_BASELINE = 3  # intervals outside every evaluation before a median is trusted
+MEASURE_LIMIT = 120.0  # seconds after an evaluation's end without enough points: not measured, no pause
+
+
+@dataclass(frozen=True)
+class Span:
+    """An evaluation's run, wall times (its start and the keeper's sight of its exit)."""
+
+    start: float
+    end: float
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, self.end - self.start)
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What one evaluation cost the training: `lost` seconds of its time over the evaluation's `seconds`."""
+
+    lost: float
+    seconds: float
+    usual: float  # the trainer's usual iteration time (median)
+    iterations: int  # the intervals that counted
+
+    @property
+    def share(self) -> float:
+        return self.lost / self.seconds if self.seconds > 0 else 0.0
+
+
+def pause_after(cost: Cost, budget: float) -> float:
+    """Seconds the next evaluation waits after this one's end so that `cost.lost` is at most `budget` of the time from
+    this one's start to the next one's: lost / budget - its own duration, never negative. 0 where budget is 0 (off)."""
+    if budget <= 0:
+        return 0.0
+    return max(0.0, cost.lost / budget - cost.seconds)
+
+
+class TrainerSteps:
+    """The trainer's iteration intervals (end wall time, seconds) of one attempt, from its TensorBoard points: a step's
+    wall time is its first point's (every tag of an iteration is written at its end, within milliseconds)."""
+
+    def __init__(self) -> None:
+        self.attempt: object = None
+        self.last: tuple[int, float] | None = None
+        self.intervals: deque[tuple[float, float]] = deque(maxlen=KEEP)
+
+    def add(self, attempt: object, step: int, wall: float) -> None:
+        if attempt != self.attempt:  # a new attempt: its start-up is no iteration of the old one's
+            self.attempt, self.last = attempt, None
+            self.intervals.clear()
+        if self.last is not None and step <= self.last[0]:
+            return  # an older step, or another tag of the same one
+        if self.last is not None and step == self.last[0] + 1 and wall > self.last[1]:
+            self.intervals.append((wall, wall - self.last[1]))
+        self.last = (step, wall)
+
+
+def cost(steps: TrainerSteps, span: Span, evaluations: list[Span]) -> Cost | None:
+    """The training time `span`'s evaluation cost, or None while it cannot be told yet: no interval has ended SETTLE
+    seconds past its end (the trainer's points still to come), or fewer than MIN_BASELINE intervals overlap no
+    evaluation (`evaluations`: every recent one, `span` included)."""
+    if not steps.intervals or steps.intervals[-1][0] < span.end + SETTLE:
+        return None
+    outside = [d for end, d in steps.intervals
+               if not any(end - d < e.end + SETTLE and end > e.start for e in evaluations)]
+    if len(outside) < MIN_BASELINE:
+        return None
+    usual = statistics.median(outside)
+    during = [d for end, d in steps.intervals if span.start < end <= span.end + SETTLE]
+    lost = sum(max(0.0, d - usual) for d in during)
+    return Cost(lost=lost, seconds=span.seconds, usual=usual, iterations=len(during))

@@ -1,0 +1,205 @@
+"""Evaluations paced by what they cost the training (daemon/evals/pacing.py, issue 41): pure decisions, then the eval
+keeper applying them with the job's real setting and the fake runtime (tests/test_eval_keeper.py's world).
+
+What a user would notice: an evaluation on the job's GPU that stalls the trainer is followed by a wait long enough that
+evaluations cost at most `max_training_cost` of the training's time (1 % unless set), said in the journal
+(`eval_cost`) and the status ("next in 23s"); one that cost nothing is followed at once; CPU evaluations are not paced
+unless asked; nothing waits for a measure that cannot come (a job no longer training)."""
+
+from __future__ import annotations
+
+import pytest
+from test_eval_keeper import Eval
+
+from isaacd.attempt.eval_effects import StartEval
+from isaacd.config.eval import EvalConfig
+from isaacd.evals.pacing import MEASURE_LIMIT, Cost, Span, TrainerSteps, cost, pause_after
+from isaacd.jobs.model import JobState
+from isaacd.observations.tensorboard import ScalarPoint
+
+
+def steps_at(walls: list[float], attempt: object = 1, first: int = 0) -> TrainerSteps:
+    s = TrainerSteps()
+    for i, w in enumerate(walls):
+        s.add(attempt, first + i, w)
+    return s
+
+
+def walls(start: float, intervals: list[float]) -> list[float]:
+    out = [start]
+    for d in intervals:
+        out.append(out[-1] + d)
+    return out
+
+
+def test_the_cost_is_the_time_the_trainers_iterations_took_above_their_usual_during_the_evaluation():
+    # usual 0.15 s; during the evaluation (t 10..14) three iterations took 0.25 s: 0.3 s lost
+    ts = walls(0.0, [0.15] * 66 + [0.25] * 3 + [0.15] * 30)
+    span = Span(ts[66] - 0.05, ts[69] + 0.1)
+    got = cost(steps_at(ts), span, [span])
+    assert got is not None and got.iterations >= 3
+    assert got.lost == pytest.approx(0.3, abs=1e-9) and got.usual == pytest.approx(0.15)
+
+
+def test_no_cost_until_the_trainer_logged_past_the_evaluations_end_or_without_a_usual_time():
+    ts = walls(0.0, [0.15] * 20)
+    assert cost(steps_at(ts), Span(ts[-1] - 1.0, ts[-1] - 0.5), []) is None  # its points still to come (SETTLE)
+    span = Span(0.0, ts[-1] - 1.2)  # all but one interval overlap it (and SETTLE after): no usual time yet
+    assert cost(steps_at(ts), span, [span]) is None
+
+
+def test_the_usual_time_leaves_out_every_recent_evaluation_not_only_this_one():
+    ts = walls(0.0, [0.2] * 10 + [0.4] * 10 + [0.2] * 10 + [0.4] * 3 + [0.2] * 10)
+    earlier = Span(ts[10], ts[20])  # slow iterations under an earlier evaluation: not the trainer's usual
+    this = Span(ts[30], ts[33])
+    got = cost(steps_at(ts), this, [earlier, this])
+    assert got is not None and got.usual == pytest.approx(0.2) and got.lost == pytest.approx(0.6)
+
+
+def test_steps_of_a_new_attempt_start_afresh_and_other_tags_of_a_step_add_nothing():
+    s = steps_at(walls(0.0, [0.1] * 5))
+    s.add(1, 5, 0.55)  # a second tag of step 5, a moment later
+    assert len(s.intervals) == 5
+    s.add(2, 3, 100.0)  # a resume: attempt 2 logs from step 3 again; the gap since attempt 1 is no iteration
+    s.add(2, 4, 100.3)
+    assert [round(d, 3) for _, d in s.intervals] == [0.3]
+
+
+@pytest.mark.parametrize("lost, seconds, budget, pause", [
+    (0.24, 13.0, 0.01, 11.0),   # H100 cart-pole: 0.24 s per 13 s evaluation -> 24 s from start to start
+    (0.05, 13.0, 0.01, 0.0),    # cheaper than the budget over its own time: the next at once
+    (0.24, 13.0, 0.0, 0.0),     # budget 0: never wait
+    (1.0, 5.0, 0.05, 15.0),
+])
+def test_the_pause_makes_the_cost_at_most_the_budget_of_the_time_from_start_to_start(lost, seconds, budget, pause):
+    c = Cost(lost=lost, seconds=seconds, usual=0.15, iterations=10)
+    got = pause_after(c, budget)
+    assert got == pytest.approx(pause)
+    if budget > 0 and got > 0:
+        assert lost / (seconds + got) == pytest.approx(budget)
+
+
+def test_the_budget_defaults_to_one_percent_on_the_gpu_and_none_on_the_cpu_and_takes_a_setting():
+    assert EvalConfig(gpu_memory="4GiB").cost_budget == 0.01
+    assert EvalConfig().cost_budget == 0.0
+    assert EvalConfig(max_training_cost=0.05).cost_budget == 0.05
+    assert EvalConfig(gpu_memory="4GiB", max_training_cost=0.0).cost_budget == 0.0
+    with pytest.raises(ValueError):
+        EvalConfig(max_training_cost=1.5)
+
+
+# ---- the keeper ---------------------------------------------------------------------------------------------------
+PACED = '[jobs.eval]\nepisodes = 4\nseed = 7\ndeadline_seconds = 60\nretries = 2\nmax_training_cost = 0.01\n'
+
+
+def feed(t: Eval, start_wall: float, intervals: list[float], first_step: int) -> int:
+    """The trainer's TensorBoard points of this tick (one tag each), from `start_wall`; returns the next step."""
+    ws = walls(start_wall, intervals)
+    t.observer.live.new_points = [ScalarPoint(first_step + i, "Loss/value_function", 0.1, w) for i, w in enumerate(ws)]
+    return first_step + len(ws)
+
+
+def test_a_costly_evaluation_delays_the_next_so_they_cost_at_most_the_budget_and_says_so(tmp_path):
+    from test_attempt_planner import JOB
+    t = Eval(tmp_path, job=JOB + PACED)
+    wall0 = t.w.clock.wall()
+    step = feed(t, wall0 - 10.0, [0.2] * 50, 0)  # the trainer's usual: 0.2 s
+    assert [type(e) for e in t.tick()] == [StartEval]
+    t.observer.live.new_points = []
+    t.w.clock.advance(10.0)
+    t.now += 10.0
+    t.finish(0, 20.0)
+    t.tick()  # read and recorded: its cost is still to be measured, so nothing starts
+    status = t.keeper.status()
+    assert status.done == 1 and status.running is None and t.keeper.pending is not None
+    # the trainer's points of the evaluation's 10 s: five iterations took 0.4 s (1.0 s lost), then usual again
+    step = feed(t, wall0 + 0.1, [0.2] * 20 + [0.4] * 5 + [0.2] * 30, step)
+    t.w.clock.advance(3.0)
+    t.now += 3.0
+    assert t.tick() == []  # measured: a 1.0 s cost at 1 % waits until 100 s after its start
+    cost_ev = t.events("eval_cost")
+    assert len(cost_ev) == 1 and cost_ev[0]["lost_seconds"] == pytest.approx(1.0, abs=0.01)
+    assert cost_ev[0]["pause_seconds"] == pytest.approx(90.0, abs=1.0) and cost_ev[0]["budget"] == 0.01
+    status = t.keeper.status()
+    assert status.cost_seconds == pytest.approx(1.0, abs=0.01) and status.paced_until is not None
+    t.observer.live.new_points = []
+    t.w.clock.advance(80.0)
+    t.now += 80.0
+    assert t.tick() == []  # still paced
+    t.w.clock.advance(10.0)
+    t.now += 10.0
+    assert [type(e) for e in t.tick()] == [StartEval]  # 100 s after the first one's start
+
+
+def test_a_cpu_evaluation_is_not_paced_unless_asked_and_a_job_no_longer_training_waits_for_no_measure(tmp_path):
+    t = Eval(tmp_path)  # [jobs.eval] on the CPU, no max_training_cost
+    t.tick()
+    t.finish(0, 20.0)
+    t.tick()
+    assert [type(e) for e in t.tick()] == [StartEval] and t.events("eval_cost") == []  # at once, nothing measured
+    from test_attempt_planner import JOB
+    t = Eval(tmp_path / "b", job=JOB + PACED)
+    t.tick()
+    t.finish(0, 20.0)
+    t.tick()
+    assert t.keeper.pending is not None
+    # the job completed meanwhile: its remaining checkpoints are evaluated without waiting for points that won't come
+    assert [type(e) for e in t.tick(JobState.COMPLETED)] == [StartEval] and t.keeper.pending is None
+
+
+def test_a_measure_that_never_comes_is_given_up_after_its_limit(tmp_path):
+    from test_attempt_planner import JOB
+    t = Eval(tmp_path, job=JOB + PACED)
+    t.tick()
+    t.finish(0, 20.0)
+    t.tick()
+    assert t.tick() == []  # waiting for the trainer's points
+    t.w.clock.advance(MEASURE_LIMIT + 1)
+    t.now += MEASURE_LIMIT + 1
+    assert [type(e) for e in t.tick()] == [StartEval] and t.events("eval_cost") == []
+
+
+# ---- end to end: a real `isaacd run`, the built-in trainer and its real evaluation mode ---------------------------
+PACED_JOB = """
+[[jobs]]
+name = "pc"
+num_envs = 32
+max_iterations = 100000
+save_interval = 5
+log_root = "logs"
+stop_timeout = 10.0
+device = "cpu"
+spare = false
+extra_args = ["agent.num_steps_per_env=8"]
+environment = { OMP_NUM_THREADS = "1" }
+[jobs.eval]
+episodes = 4
+num_envs = 4
+seed = 7
+max_training_cost = 0.03
+""" + "".join(f"[jobs.watchdogs.{w}]\nenabled = false\n" for w in (
+    "no_progress", "duty_cycle", "loss_stagnation", "reward_plateau", "divergence"))
+
+
+@pytest.mark.slow
+def test_a_real_evaluations_cost_is_measured_from_the_trainers_iterations_and_the_next_waits_for_it(
+        tmp_path, supervisor_factory):
+    from helpers import wait_for, write_config
+    sp = supervisor_factory(write_config(tmp_path, PACED_JOB))
+
+    def events(kind: str) -> list[dict]:
+        return [e for e in sp.events("pc") if e["event"] == kind]
+
+    measured = wait_for(lambda: events("eval_cost"), 120, interval=0.2, what="an evaluation's cost measured")[0]
+    done = [e for e in events("eval_done") if e["time"] <= measured["time"]][-1]
+    # what was measured: the trainer's own iterations (its TensorBoard points), and the pause follows from it
+    assert measured["iterations"] >= 1 and measured["usual_iteration_seconds"] > 0 and measured["budget"] == 0.03
+    assert measured["pause_seconds"] == pytest.approx(
+        max(0.0, measured["lost_seconds"] / 0.03 - measured["seconds"]), abs=0.2)
+    # the next evaluation starts only once that pause has run from the measured one's end (the journal's times)
+    nxt = wait_for(lambda: [e for e in events("eval_started") if e["time"] > measured["time"]],
+                   measured["pause_seconds"] + 60, interval=0.2, what="the next evaluation")[0]
+    # (the pause runs from the keeper's sight of the exit, the tick that logs eval_done; on this 2-core box an
+    # evaluation costs the CPU-bound trainer ~0.2 s, a 3-4 s pause at 3 %)
+    assert nxt["time"] >= done["time"] + measured["pause_seconds"] - 0.25
+    assert sp.job("pc")["restarts"] == 0
