@@ -52,7 +52,7 @@ def fake_evals(name: str, now: float) -> dict[str, Any]:
                 "finished_at": now - 100.0}
     return {"every": "1", "last": result(100, 487.1), "best": result(50, 495.4), "running": None, "waiting": 0,
             "done": 2, "failed": 1, "given_up": [75], "last_error": "exit 1", "video_unavailable": None,
-            "where": "cpu"}
+            "where": "cpu", "cost_seconds": 0.24, "cost_share": 0.0186, "paced_until": None}
 
 
 def fake_sweep(name: str = "lr") -> dict[str, Any]:

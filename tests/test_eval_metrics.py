@@ -25,7 +25,8 @@ def evals(**kw: object) -> EvalsStatus:
     return EvalsStatus(every="1", where="cpu", **kw)  # type: ignore[arg-type]
 
 
-SCORED = evals(last=result(400, 487.1, success=0.93), best=result(350, 495.4), failed=2, given_up=(120,), done=7)
+SCORED = evals(last=result(400, 487.1, success=0.93), best=result(350, 495.4), failed=2, given_up=(120,), done=7,
+               cost_seconds=0.24)
 FRESH = evals(running=50)  # [jobs.eval], nothing finished yet
 STATUS = Status(jobs=(JobStatus("cartpole", state="running", evals=SCORED), JobStatus("fresh", evals=FRESH),
                       JobStatus("plain", state="running")))
@@ -51,6 +52,7 @@ def test_the_newest_and_the_best_score_and_where_they_are():
     assert by_job(m["isaacd_job_eval_best_return"]) == {"cartpole": 495.4}
     assert by_job(m["isaacd_job_eval_iteration"]) == {"cartpole": 400}
     assert by_job(m["isaacd_job_eval_success_rate"]) == {"cartpole": 0.93}
+    assert by_job(m["isaacd_job_eval_training_cost_seconds"]) == {"cartpole": 0.24}  # not measured: absent
 
 
 def test_outcomes_count_from_zero_and_a_job_without_evals_has_none():

@@ -131,6 +131,26 @@ def test_a_costly_evaluation_delays_the_next_so_they_cost_at_most_the_budget_and
     assert [type(e) for e in t.tick()] == [StartEval]  # 100 s after the first one's start
 
 
+def test_a_changed_budget_applies_to_the_wait_at_once(tmp_path):
+    from test_attempt_planner import JOB
+    t = Eval(tmp_path, job=JOB + PACED)
+    wall0 = t.w.clock.wall()
+    step = feed(t, wall0 - 10.0, [0.2] * 50, 0)
+    t.tick()
+    t.observer.live.new_points = []
+    t.w.clock.advance(10.0)
+    t.now += 10.0
+    t.finish(0, 20.0)
+    t.tick()
+    feed(t, wall0 + 0.1, [0.2] * 20 + [0.4] * 5 + [0.2] * 30, step)
+    t.w.clock.advance(3.0)
+    t.now += 3.0
+    assert t.tick() == [] and t.keeper.status().paced_until is not None  # paced: 90 s at 1 %
+    cfg = t.w.setting.cfg  # `isaacd reload` with max_training_cost = 0.5: 1.0 / 0.5 - 10 < 0, nothing to wait
+    t.w.setting.cfg = cfg.model_copy(update={"eval": cfg.eval.model_copy(update={"max_training_cost": 0.5})})
+    assert [type(e) for e in t.tick()] == [StartEval]
+
+
 def test_a_cpu_evaluation_is_not_paced_unless_asked_and_a_job_no_longer_training_waits_for_no_measure(tmp_path):
     t = Eval(tmp_path)  # [jobs.eval] on the CPU, no max_training_cost
     t.tick()

@@ -122,7 +122,7 @@ class EvalKeeper:
         self.spans: deque[pacing.Span] = deque(maxlen=20)
         self.pending: pacing.Span | None = None
         self.last_cost: pacing.Cost | None = None
-        self.paced_until: float | None = None
+        self.last_span: pacing.Span | None = None  # the run of the evaluation last_cost measured
         self.log = log.bind(job=setting.cfg.name)
 
     @property
@@ -223,6 +223,8 @@ class EvalKeeper:
         """The next evaluation, if one may start now."""
         if now < self.not_before or self.pending is not None or self._stop_reason(state, now) is not None:
             return None
+        if state is JobState.RUNNING and self.paced_until(e) is not None:  # max_training_cost (_pace)
+            return None
         cfg = self.setting.cfg
         if cfg.runtime not in EVAL_RUNTIMES or cfg.in_container:
             self.problem, self.not_before = (f'runtime = "{cfg.runtime}": evaluations run on the process runtime '
@@ -283,15 +285,19 @@ class EvalKeeper:
                 self.pending = None
                 self.log.info("eval_cost_not_measured", seconds=round(wall - span.end, 1))
             return
-        self.pending, self.last_cost = None, got
+        self.pending, self.last_cost, self.last_span = None, got, span
         pause = pacing.pause_after(got, e.cost_budget)
-        until = span.end + pause
-        self.paced_until = until if until > wall else None
-        if self.paced_until is not None:
-            self.not_before = max(self.not_before, now + (until - wall))
         self._event("eval_cost", lost_seconds=round(got.lost, 3), seconds=round(got.seconds, 2),
                     share=round(got.share, 4), iterations=got.iterations, usual_iteration_seconds=round(got.usual, 4),
                     budget=e.cost_budget, pause_seconds=round(pause, 1))
+
+    def paced_until(self, e: EvalConfig | None) -> float | None:
+        """The wall time the next evaluation waits for: the last measured one's end + its pause by the budget in
+        force now (a changed max_training_cost applies at once), or None where nothing waits."""
+        if e is None or self.last_cost is None or self.last_span is None:
+            return None
+        until = self.last_span.end + pacing.pause_after(self.last_cost, e.cost_budget)
+        return until if until > self.wall() else None
 
     def _collect_rewards(self) -> None:
         attempt = self.job.history.current
@@ -484,8 +490,7 @@ class EvalKeeper:
                            where=self._where(run.prepared.launch if run is not None else None),
                            cost_seconds=round(self.last_cost.lost, 3) if self.last_cost is not None else None,
                            cost_share=round(self.last_cost.share, 4) if self.last_cost is not None else None,
-                           paced_until=self.paced_until if self.paced_until is not None
-                           and self.paced_until > self.wall() else None)
+                           paced_until=self.paced_until(e) if self.running is None else None)
 
 
 def gpu_room_problem(cfg: JobConfig, trainer_pids: list[int], snap: GpuSnapshot | None, need: int) -> str | None:

@@ -25,6 +25,8 @@ def collect_evals(f: Families, name: str, ev: EvalsStatus | None) -> None:
         f.add("isaacd_job_eval_iteration", [name], num(ev.last.iteration))
     if ev.best is not None:
         f.add("isaacd_job_eval_best_return", [name], num(ev.best.return_mean))
+    if ev.cost_seconds is not None:
+        f.add("isaacd_job_eval_training_cost_seconds", [name], num(ev.cost_seconds))
     counts = {"done": ev.done, "failed": ev.failed, "given_up": len(ev.given_up)}
     for outcome in EVAL_OUTCOMES:
         f.add("isaacd_job_evals_total", [name, outcome], num(counts[outcome]))
