@@ -151,10 +151,10 @@ class EvalKeeper:
         """Nothing for the tick to do while the job's state and config stay as they are (runner._quiet)."""
         if self.busy:
             return False
-        e = self.ecfg
-        # drained: nothing waits among the checkpoints as of the observer's newest (a newer one: look again)
         if self.pending is not None:  # its cost is measured from the trainer's next points
             return False
+        e = self.ecfg
+        # drained: nothing waits among the checkpoints as of the observer's newest (a newer one: look again)
         return e is None or state in OFF_STATES or self.not_before == float("inf") \
             or (self._drained and self._scanned_for == self.observer.checkpoint) \
             or (e.on_gpu and state not in ON_GPU_STATES)
