@@ -6,9 +6,13 @@
 # 2026-12-06 11:01: 5 parts of 48 MB), then `run` calls back to back on one warm machine (timeout_s = 600):
 #   1..4. carry=[".dwK"]  command: PARTS=5 bash bench/isaaclab3_eval_gpu.sh stash
 #   5.    carry=[".dw5"]  command: PARTS=5 bash bench/isaaclab3_eval_gpu.sh bench   # install, warm-up, the bench
-# `bench` (since session 19): the gpu arm at [jobs.eval]'s default every = 1 (the worst case: an evaluation beside
-# training ~all the time at the cart-pole's save_interval 50) and at every = 5 (`gpu5`, 62 s windows: each holds one or
-# two evaluations), a none window before each and a last one, 2 repeats; no video window. `video` (a later call on
+# `bench` (since session 22): at [jobs.eval]'s default every = 1, `gpu@0` (max_training_cost = 0: no pacing, an
+# evaluation beside training ~all the time at the cart-pole's save_interval 50, the worst case; 30 s windows) against
+# `gpu` (the default pacing, 1 % on the GPU; 62 s windows, each holding a few evaluations), a none window before each
+# and a last one, 3 repeats, the trainer pinned to vCPU 6 once it trains (--pin-trainer: session 19's unpinned windows
+# moved +-5-7 %, session 22's pinned ones 0.4 %); no video window. Session 22 ran EVAL_ARGS="--arms gpu gpu5
+# --repeats 3 --pin-trainer 6" before the pacing existed (gpu was then unpaced: its run 9). A call with the install
+# and warm-up holds 2 repeats (EVAL_ARGS="--repeats 2"), a warm machine's 3. `video` (a later call on
 # the warm machine): a gpu window with video = true. `video-newton` (carrying .dw6: the wheels Newton's GL viewer and
 # Isaac Lab's recorder need, which the kit-less install lacks: pyglet, moviepy 1.0.3, imageio, imageio-ffmpeg,
 # proglog, decorator, tqdm): whether EGL opens here, then one evaluation through the shim on the warm-up's checkpoint
@@ -126,10 +130,10 @@ PYEOF
 case "$MODE" in
   stash)
     BUDGET=60 OUT=$OUT/h200 bash "$REPO/bench/isaaclab3_h200.sh" stash ;;
-  bench)  # (the last part,) the install and warm-up, then (none, gpu, none, gpu5) x 2, none
+  bench)  # (the last part,) the install and warm-up, then (none, gpu@0, none, gpu) x 3, none, the trainer pinned
     ready || exit 1
-    eval_bench issue41-eval-beside-gpu --arms gpu gpu5 --repeats 2 --window 30 --none-window 25 \
-      --arm-window gpu5=62 --save-interval 50 --video-window 0 ${EVAL_ARGS:-}
+    eval_bench issue41-eval-beside-gpu --arms gpu@0 gpu --repeats 3 --window 30 --none-window 25 \
+      --arm-window gpu=62 --save-interval 50 --video-window 0 --pin-trainer 6 ${EVAL_ARGS:-}
     videos ;;
   video)  # only the video probe: none, a gpu window with video = true, none
     ready || exit 1
