@@ -111,7 +111,7 @@ def test_a_costly_evaluation_delays_the_next_so_they_cost_at_most_the_budget_and
     t.finish(0, 20.0)
     t.tick()  # read and recorded: its cost is still to be measured, so nothing starts
     status = t.keeper.status()
-    assert status.done == 1 and status.running is None and t.keeper.pending is not None
+    assert status.done == 1 and status.running is None and t.keeper.pacer.pending is not None
     # the trainer's points of the evaluation's 10 s: five iterations took 0.4 s (1.0 s lost), then usual again
     step = feed(t, wall0 + 0.1, [0.2] * 20 + [0.4] * 5 + [0.2] * 30, step)
     t.w.clock.advance(3.0)
@@ -162,9 +162,9 @@ def test_a_cpu_evaluation_is_not_paced_unless_asked_and_a_job_no_longer_training
     t.tick()
     t.finish(0, 20.0)
     t.tick()
-    assert t.keeper.pending is not None
+    assert t.keeper.pacer.pending is not None
     # the job completed meanwhile: its remaining checkpoints are evaluated without waiting for points that won't come
-    assert [type(e) for e in t.tick(JobState.COMPLETED)] == [StartEval] and t.keeper.pending is None
+    assert [type(e) for e in t.tick(JobState.COMPLETED)] == [StartEval] and t.keeper.pacer.pending is None
 
 
 def test_a_measure_that_never_comes_is_given_up_after_its_limit(tmp_path):

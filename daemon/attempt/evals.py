@@ -27,8 +27,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections import deque
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -116,13 +115,7 @@ class EvalKeeper:
         self.video_unavailable: str | None = None
         self.changed = 0  # one more at each change of what the status shows (runner.still_key)
         self._pinned: tuple[Any, int] | None = None
-        # pacing (evals/pacing.py): the trainer's iteration times, the recent evaluations' runs, the one whose cost
-        # is still to be measured, the newest measure and the wall time the next evaluation waits for
-        self.steps = pacing.TrainerSteps()
-        self.spans: deque[pacing.Span] = deque(maxlen=20)
-        self.pending: pacing.Span | None = None
-        self.last_cost: pacing.Cost | None = None
-        self.last_span: pacing.Span | None = None  # the run of the evaluation last_cost measured
+        self.pacer = pacing.Pacer()  # max_training_cost: each evaluation's measured cost, the next one's wait
         self.log = log.bind(job=setting.cfg.name)
 
     @property
@@ -151,7 +144,7 @@ class EvalKeeper:
         """Nothing for the tick to do while the job's state and config stay as they are (runner._quiet)."""
         if self.busy:
             return False
-        if self.pending is not None:  # its cost is measured from the trainer's next points
+        if self.pacer.pending is not None:  # its cost is measured from the trainer's next points
             return False
         e = self.ecfg
         # drained: nothing waits among the checkpoints as of the observer's newest (a newer one: look again)
@@ -166,7 +159,7 @@ class EvalKeeper:
         e = self.ecfg
         if e is not None and e.every == "best":  # only "best" reads the training reward
             self._collect_rewards()
-        self._collect_steps()
+        self.pacer.observe(self.job.history.current, self.observer.live.new_points)
         self._pin_best()
         run = self.running
         if run is not None:
@@ -181,9 +174,10 @@ class EvalKeeper:
             return []
         if e is None or state in OFF_STATES:
             self._discard_preparation()
-            self.pending = None
+            self.pacer.pending = None
             return []
-        self._pace(e, state, now)
+        if (cost := self.pacer.measure(e.cost_budget, state is JobState.RUNNING, self.wall())) is not None:
+            self._event("eval_cost", **self.pacer.event(cost, e.cost_budget))
         if self._preparing is None:
             task = self._next(e, state, now)
             if task is None:
@@ -221,9 +215,8 @@ class EvalKeeper:
 
     def _next(self, e: EvalConfig, state: JobState, now: float) -> EvalTask | None:
         """The next evaluation, if one may start now."""
-        if now < self.not_before or self.pending is not None or self._stop_reason(state, now) is not None:
-            return None
-        if state is JobState.RUNNING and self.paced_until(e) is not None:  # max_training_cost (_pace)
+        if now < self.not_before or self.pacer.pending is not None or self._stop_reason(state, now) is not None \
+                or (state is JobState.RUNNING and self.pacer.until(e.cost_budget, self.wall()) is not None):
             return None
         cfg = self.setting.cfg
         if cfg.runtime not in EVAL_RUNTIMES or cfg.in_container:
@@ -251,53 +244,7 @@ class EvalKeeper:
         return task
 
     def _complete_checkpoints(self) -> list[tuple[int, str]]:
-        """The job's trainer checkpoints (model_N.pt, not the shim's snapshots) up to its newest complete one."""
-        newest = self.observer.checkpoint
-        resolved = self.setting.resolved
-        if newest is None or resolved is None:
-            return []
-        layout = resolved.workflow.layout
-        found: dict[int, str] = {}
-        for run_dir, offset, bound in timeline(lineage(self.job.history)):
-            for c in list_checkpoints(run_dir, layout, offset):
-                if c.iteration <= newest.iteration and (bound is None or c.iteration <= bound) \
-                        and not c.path.name.startswith("isaacd_snapshot_"):
-                    found.setdefault(c.iteration, str(c.path))
-        return sorted(found.items())
-
-    def _collect_steps(self) -> None:
-        attempt = self.job.history.current
-        for p in self.observer.live.new_points:
-            self.steps.add(attempt, p.step, p.wall_time)
-
-    def _pace(self, e: EvalConfig, state: JobState, now: float) -> None:
-        """The last evaluation's cost to the training, once the trainer's points tell it, and the next one's wait."""
-        span = self.pending
-        if span is None:
-            return
-        wall = self.wall()
-        if state is not JobState.RUNNING or e.cost_budget <= 0:  # no training beside it to spare
-            self.pending = None
-            return
-        got = pacing.cost(self.steps, span, list(self.spans))
-        if got is None:
-            if wall - span.end > pacing.MEASURE_LIMIT:  # the trainer logged too little since: not measured
-                self.pending = None
-                self.log.info("eval_cost_not_measured", seconds=round(wall - span.end, 1))
-            return
-        self.pending, self.last_cost, self.last_span = None, got, span
-        pause = pacing.pause_after(got, e.cost_budget)
-        self._event("eval_cost", lost_seconds=round(got.lost, 3), seconds=round(got.seconds, 2),
-                    share=round(got.share, 4), iterations=got.iterations, usual_iteration_seconds=round(got.usual, 4),
-                    budget=e.cost_budget, pause_seconds=round(pause, 1))
-
-    def paced_until(self, e: EvalConfig | None) -> float | None:
-        """The wall time the next evaluation waits for: the last measured one's end + its pause by the budget in
-        force now (a changed max_training_cost applies at once), or None where nothing waits."""
-        if e is None or self.last_cost is None or self.last_span is None:
-            return None
-        until = self.last_span.end + pacing.pause_after(self.last_cost, e.cost_budget)
-        return until if until > self.wall() else None
+        return complete_checkpoints(self.observer.checkpoint, self.setting.resolved, lineage(self.job.history))
 
     def _collect_rewards(self) -> None:
         attempt = self.job.history.current
@@ -366,7 +313,7 @@ class EvalKeeper:
         if run is None or run.handle is not kill.handle:
             return
         self._drop(run)
-        self.spans.append(pacing.Span(run.started_wall, self.wall()))  # not a usual iteration time around it
+        self.pacer.ended(run.started_wall, self.wall(), measure=False)  # not a usual iteration time around it
         if kill.failure:
             self._failed(run.prepared.task, kill.reason)
         else:
@@ -398,9 +345,7 @@ class EvalKeeper:
     # ---- outcomes -----------------------------------------------------------------------------------------------
     def _ended(self, run: _Running, status: ExitStatus) -> None:
         self._drop(run)
-        span = pacing.Span(run.started_wall, self.wall())
-        self.spans.append(span)
-        self.pending = span  # its cost to the training: measured from the trainer's next points (_pace)
+        self.pacer.ended(run.started_wall, self.wall())  # its cost: measured from the trainer's next points
         task, result = run.prepared.task, run.prepared.launch.result
         got = read_result(result, self.wall(), task.iteration)
         if isinstance(got, EvalResult) and status.code == 0:
@@ -488,9 +433,7 @@ class EvalKeeper:
                            done=len(rec.results), last_error=self.problem or failure,
                            video_unavailable=self.video_unavailable,
                            where=self._where(run.prepared.launch if run is not None else None),
-                           cost_seconds=round(self.last_cost.lost, 3) if self.last_cost is not None else None,
-                           cost_share=round(self.last_cost.share, 4) if self.last_cost is not None else None,
-                           paced_until=self.paced_until(e) if self.running is None else None)
+                           **asdict(self.pacer.shown(e.cost_budget, self.wall(), run is None)))
 
 
 def gpu_room_problem(cfg: JobConfig, trainer_pids: list[int], snap: GpuSnapshot | None, need: int) -> str | None:
@@ -538,3 +481,18 @@ def _forget_token(store: EvalStore, job: str) -> None:
     except OSError:
         pass
 
+
+
+def complete_checkpoints(newest: Any, resolved: Any, runs: Any) -> list[tuple[int, str]]:
+    """The job's trainer checkpoints (model_N.pt, not the shim's snapshots) up to its newest complete one (`newest`,
+    the observer's), over its timeline's run dirs (`runs`: the lineage of its attempts)."""
+    if newest is None or resolved is None:
+        return []
+    layout = resolved.workflow.layout
+    found: dict[int, str] = {}
+    for run_dir, offset, bound in timeline(runs):
+        for c in list_checkpoints(run_dir, layout, offset):
+            if c.iteration <= newest.iteration and (bound is None or c.iteration <= bound) \
+                    and not c.path.name.startswith("isaacd_snapshot_"):
+                found.setdefault(c.iteration, str(c.path))
+    return sorted(found.items())

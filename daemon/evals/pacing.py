@@ -12,14 +12,16 @@ cost of one evaluation depends on the task, the GPU and what else runs, so isaac
 * the next evaluation waits until that cost is at most `budget` of the time from this evaluation's start:
   pause = cost / budget - its own duration (0 where it cost little).
 
-The keeper (attempt/evals.py) feeds the points and applies the pause; this module decides.
+The keeper (attempt/evals.py) feeds the points to its `Pacer` and applies the pause; this module decides.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 KEEP = 400  # the newest intervals kept (at 0.15 s an iteration: a minute; at 3 s: 20 minutes)
 SETTLE = 1.0  # seconds after an evaluation's end whose intervals still count as its
@@ -95,3 +97,75 @@ def cost(steps: TrainerSteps, span: Span, evaluations: list[Span]) -> Cost | Non
     during = [d for end, d in steps.intervals if span.start < end <= span.end + SETTLE]
     lost = sum(max(0.0, d - usual) for d in during)
     return Cost(lost=lost, seconds=span.seconds, usual=usual, iterations=len(during))
+
+
+class Pacer:
+    """One job's pacing state for the eval keeper: the trainer's steps, the recent evaluations' runs, the one whose
+    cost is still to be measured, and the newest measure with its evaluation's run."""
+
+    def __init__(self) -> None:
+        self.steps = TrainerSteps()
+        self.spans: deque[Span] = deque(maxlen=20)
+        self.pending: Span | None = None
+        self.last_cost: Cost | None = None
+        self.last_span: Span | None = None
+
+    def observe(self, attempt: object, points: Iterable[Any]) -> None:
+        """This tick's TensorBoard points of the job's current attempt (observations/tensorboard.ScalarPoint)."""
+        for p in points:
+            self.steps.add(attempt, p.step, p.wall_time)
+
+    def ended(self, start: float, end: float, measure: bool = True) -> None:
+        """An evaluation's run ended (wall times); `measure`: its cost is to be told (not for one killed by isaacd)."""
+        span = Span(start, end)
+        self.spans.append(span)
+        if measure:
+            self.pending = span
+
+    def measure(self, budget: float, training: bool, wall: float) -> Cost | None:
+        """The pending evaluation's cost once the trainer's points tell it (then it is the newest measure), else None:
+        nothing to measure where no training runs beside it or the budget is 0, and nothing once MEASURE_LIMIT has
+        passed without enough points (the trainer logged too little)."""
+        span = self.pending
+        if span is None:
+            return None
+        if not training or budget <= 0:
+            self.pending = None
+            return None
+        got = cost(self.steps, span, list(self.spans))
+        if got is None:
+            if wall - span.end > MEASURE_LIMIT:
+                self.pending = None
+            return None
+        self.pending, self.last_cost, self.last_span = None, got, span
+        return got
+
+    def until(self, budget: float, wall: float) -> float | None:
+        """The wall time the next evaluation waits for: the newest measured one's end + its pause by `budget`, the one
+        in force now (a changed max_training_cost applies at once); None where nothing waits."""
+        if self.last_cost is None or self.last_span is None:
+            return None
+        end = self.last_span.end + pause_after(self.last_cost, budget)
+        return end if end > wall else None
+
+    def event(self, got: Cost, budget: float) -> dict[str, Any]:
+        """The `eval_cost` event's fields."""
+        return {"lost_seconds": round(got.lost, 3), "seconds": round(got.seconds, 2), "share": round(got.share, 4),
+                "iterations": got.iterations, "usual_iteration_seconds": round(got.usual, 4), "budget": budget,
+                "pause_seconds": round(pause_after(got, budget), 1)}
+
+    def shown(self, budget: float, wall: float, idle: bool) -> Shown:
+        """What the status shows of the pacing (paced_until only while no evaluation runs)."""
+        c = self.last_cost
+        return Shown(cost_seconds=round(c.lost, 3) if c is not None else None,
+                     cost_share=round(c.share, 4) if c is not None else None,
+                     paced_until=self.until(budget, wall) if idle else None)
+
+
+@dataclass(frozen=True)
+class Shown:
+    """EvalsStatus's fields of the pacing: the newest measured cost (seconds, share) and the next one's wait (wall)."""
+
+    cost_seconds: float | None
+    cost_share: float | None
+    paced_until: float | None
