@@ -482,7 +482,6 @@ def _forget_token(store: EvalStore, job: str) -> None:
         pass
 
 
-
 def complete_checkpoints(newest: Any, resolved: Any, runs: Any) -> list[tuple[int, str]]:
     """The job's trainer checkpoints (model_N.pt, not the shim's snapshots) up to its newest complete one (`newest`,
     the observer's), over its timeline's run dirs (`runs`: the lineage of its attempts)."""
