@@ -196,7 +196,7 @@ environment = { OMP_NUM_THREADS = "1" }
 episodes = 4
 num_envs = 4
 seed = 7
-max_training_cost = 0.03
+max_training_cost = 0.05
 """ + "".join(f"[jobs.watchdogs.{w}]\nenabled = false\n" for w in (
     "no_progress", "duty_cycle", "loss_stagnation", "reward_plateau", "divergence"))
 
@@ -213,13 +213,14 @@ def test_a_real_evaluations_cost_is_measured_from_the_trainers_iterations_and_th
     measured = wait_for(lambda: events("eval_cost"), 120, interval=0.2, what="an evaluation's cost measured")[0]
     done = [e for e in events("eval_done") if e["time"] <= measured["time"]][-1]
     # what was measured: the trainer's own iterations (its TensorBoard points), and the pause follows from it
-    assert measured["iterations"] >= 1 and measured["usual_iteration_seconds"] > 0 and measured["budget"] == 0.03
+    assert measured["iterations"] >= 1 and measured["usual_iteration_seconds"] > 0 and measured["budget"] == 0.05
     assert measured["pause_seconds"] == pytest.approx(
-        max(0.0, measured["lost_seconds"] / 0.03 - measured["seconds"]), abs=0.2)
+        max(0.0, measured["lost_seconds"] / 0.05 - measured["seconds"]), abs=0.2)
     # the next evaluation starts only once that pause has run from the measured one's end (the journal's times)
     nxt = wait_for(lambda: [e for e in events("eval_started") if e["time"] > measured["time"]],
                    measured["pause_seconds"] + 60, interval=0.2, what="the next evaluation")[0]
-    # (the pause runs from the keeper's sight of the exit, the tick that logs eval_done; on this 2-core box an
-    # evaluation costs the CPU-bound trainer ~0.2 s, a 3-4 s pause at 3 %)
+    # (the pause runs from the keeper's sight of the exit, the tick that logs eval_done. On this 2-core box an
+    # evaluation costs the CPU-bound trainer ~0.2 s alone (a ~1 s pause at 5 %) and more under the suite's load
+    # (at 3 % this test took 44 s in a fresh-clone CI run, 10 s alone: the wait grows with the cost; hence 5 %)
     assert nxt["time"] >= done["time"] + measured["pause_seconds"] - 0.25
     assert sp.job("pc")["restarts"] == 0
