@@ -143,8 +143,12 @@ def test_a_warm_spare_takes_over_a_skrl_or_rl_games_job_and_it_still_counts_exac
     file); at a kill -9 it runs the train script as plain Python with the resume flags, and the job still ends
     with exactly max_iterations done."""
     lab = fake_isaaclab(tmp_path / "IsaacLab", library)
-    extra = ["--step_delay", "0.03"] + ([f"agent.agent.rollouts={R}"] if library == "skrl"
-                                        else [f"agent.params.config.horizon_length={R}"])
+    # skrl's write_interval "auto" is int(timesteps / 100): a resumed run of fewer than 100 timesteps (a kill that
+    # lands at iteration 6 or later of 12 x 16, as under the suite's load) writes no TensorBoard at all, so isaacd
+    # never sees it train (CI, 2026-12-07: "timed out ... waiting for training again"); every iteration, whatever
+    # the kill's moment
+    extra = ["--step_delay", "0.03"] + ([f"agent.agent.rollouts={R}", f"agent.agent.experiment.write_interval={R}"]
+                                        if library == "skrl" else [f"agent.params.config.horizon_length={R}"])
     preload = [MODULES[library], "isaacd_trainer.minilib"]
     cfg = write_config(tmp_path, builtin_job("cp", workflow=library, isaaclab_dir=str(lab), launcher=[sys.executable],
                                              task="Isaacd-Cartpole-v0", num_envs=32, max_iterations=TOTAL,
