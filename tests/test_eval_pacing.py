@@ -41,6 +41,33 @@ def test_the_cost_is_the_time_the_trainers_iterations_took_above_their_usual_dur
     assert got.lost == pytest.approx(0.3, abs=1e-9) and got.usual == pytest.approx(0.15)
 
 
+def test_noise_in_the_trainers_iteration_times_is_no_cost_only_a_net_slowdown_is():
+    # a noisy host: iterations alternate 0.12 / 0.18 s (usual 0.15) before, during and after an evaluation that costs
+    # nothing. Summing only the iterations above the usual would call that 0.03 s x half of them "lost" (~0.9 s here)
+    ts = walls(0.0, [0.12, 0.18] * 40 + [0.12, 0.18] * 30 + [0.12, 0.18] * 20)
+    span = Span(ts[80] + 0.01, ts[140] - 0.5)
+    got = cost(steps_at(ts), span, [span])
+    assert got is not None and got.iterations >= 50 and got.lost == pytest.approx(0.0, abs=0.05)
+    # the same noise with 0.5 s of real slowdown in it: 0.5 s, not the noise's excesses on top
+    slow = [0.12, 0.18] * 40 + [0.12, 0.18] * 5 + [0.37, 0.43] + [0.12, 0.18] * 24 + [0.12, 0.18] * 20
+    ts = walls(0.0, slow)
+    got = cost(steps_at(ts), Span(ts[80] + 0.01, ts[140] - 0.5), [Span(ts[80] + 0.01, ts[140] - 0.5)])
+    assert got is not None and got.lost == pytest.approx(0.5, abs=0.05)
+
+
+def test_the_pause_is_of_the_recent_measures_mean_so_one_lucky_measure_does_not_unpace_the_next():
+    from isaacd.evals.pacing import Pacer
+    p = Pacer()
+    for lost, end in ((0.6, 100.0), (0.3, 200.0), (-0.3, 300.0)):  # net measures: noise can make one negative
+        p.last_cost, p.last_span = Cost(lost=lost, seconds=10.0, usual=0.15, iterations=60), Span(end - 10.0, end)
+        p.recent.append(p.last_cost)
+    # the mean, 0.2 s, at 1 %: 20 s from start to start, 10 s after the newest one's end (not 0: its own -0.3 s)
+    assert p.until(0.01, 300.0) == pytest.approx(310.0)
+    assert p.shown(0.01, 300.0, idle=True).cost_seconds == pytest.approx(0.2)
+    p.recent.append(Cost(lost=-2.0, seconds=10.0, usual=0.15, iterations=60))  # a mean below 0 paces nothing
+    assert p.until(0.01, 300.0) is None and p.shown(0.01, 300.0, idle=True).cost_seconds == 0.0
+
+
 def test_no_cost_until_the_trainer_logged_past_the_evaluations_end_or_without_a_usual_time():
     ts = walls(0.0, [0.15] * 20)
     assert cost(steps_at(ts), Span(ts[-1] - 1.0, ts[-1] - 0.5), []) is None  # its points still to come (SETTLE)
@@ -113,7 +140,7 @@ def test_a_costly_evaluation_delays_the_next_so_they_cost_at_most_the_budget_and
     status = t.keeper.status()
     assert status.done == 1 and status.running is None and t.keeper.pacer.pending is not None
     # the trainer's points of the evaluation's 10 s: five iterations took 0.4 s (1.0 s lost), then usual again
-    step = feed(t, wall0 + 0.1, [0.2] * 20 + [0.4] * 5 + [0.2] * 30, step)
+    step = feed(t, wall0 + 0.2, [0.2] * 20 + [0.4] * 5 + [0.2] * 30, step)
     t.w.clock.advance(3.0)
     t.now += 3.0
     assert t.tick() == []  # measured: a 1.0 s cost at 1 % waits until 100 s after its start
@@ -142,7 +169,7 @@ def test_a_changed_budget_applies_to_the_wait_at_once(tmp_path):
     t.now += 10.0
     t.finish(0, 20.0)
     t.tick()
-    feed(t, wall0 + 0.1, [0.2] * 20 + [0.4] * 5 + [0.2] * 30, step)
+    feed(t, wall0 + 0.2, [0.2] * 20 + [0.4] * 5 + [0.2] * 30, step)
     t.w.clock.advance(3.0)
     t.now += 3.0
     assert t.tick() == [] and t.keeper.status().paced_until is not None  # paced: 90 s at 1 %

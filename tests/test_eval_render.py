@@ -27,11 +27,11 @@ def test_the_newest_being_the_best_is_said_once():
     assert eval_lines("c", ev, NOW) == "  c eval: model_400.pt 487 ± 12 over 100 episodes, the best so far"
 
 
-def test_a_paced_wait_says_when_the_next_comes_and_what_the_last_cost_and_a_past_one_says_nothing():
+def test_a_paced_wait_says_when_the_next_comes_and_what_each_costs_and_a_past_one_says_nothing():
     ev = EvalsStatus(every="1", last=result(400, 487.1), best=result(400, 487.1), where="gpu 0 (4.0 GiB)",
                      cost_seconds=0.24, cost_share=0.0186, paced_until=NOW + 9.5)
     assert eval_lines("c", ev, NOW) == ("  c eval: model_400.pt 487 ± 12 over 100 episodes, the best so far; "
-                                        "next in 9s (the last cost the training 0.24 s)")
+                                        "next in 9s (each costs the training 0.24 s)")
     assert "next in" not in eval_lines("c", ev, NOW + 10)
 
 

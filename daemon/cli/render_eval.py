@@ -67,8 +67,8 @@ def eval_lines(name: str, ev: EvalsStatus, now: float) -> str:
     if ev.waiting:
         now_doing.append(f"{ev.waiting} waiting")
     if ev.paced_until is not None and ev.paced_until > now and ev.running is None:
-        # max_training_cost: the last evaluation cost the training this much, so the next one waits
-        cost = f" (the last cost the training {ev.cost_seconds:.2f} s)" if ev.cost_seconds is not None else ""
+        # max_training_cost: evaluations lately cost the training this much each, so the next one waits
+        cost = f" (each costs the training {ev.cost_seconds:.2f} s)" if ev.cost_seconds is not None else ""
         now_doing.append(f"next in {age(now, ev.paced_until)}{cost}")
     if now_doing:
         head += "; " + ", ".join(now_doing)

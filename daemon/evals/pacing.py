@@ -6,11 +6,15 @@ GPU), every time; at `every = 1`, an evaluation beside the training all the time
 cost of one evaluation depends on the task, the GPU and what else runs, so isaacd measures it instead of guessing:
 
 * the trainer's iteration wall times (its TensorBoard points, as the queue's estimates read them) give its usual
-  iteration time: the median of the intervals that overlap no evaluation;
+  iteration time: the mean of the intervals that overlap no evaluation;
 * an evaluation's cost: the time the intervals that ended during it (and up to SETTLE seconds after: the points
-  come once an iteration ends) took above that median;
-* the next evaluation waits until that cost is at most `budget` of the time from this evaluation's start:
-  pause = cost / budget - its own duration (0 where it cost little).
+  come once an iteration ends) took, less what as many usual iterations take. Net, not the sum of the excesses: on a
+  noisy host (an H100 VM whose iteration times wandered +-10 % with no evaluation, 2026-12-07) summing only the
+  iterations above the usual counted that noise as 1.7-4.6 s "lost" per evaluation and paced them 300 s apart; the
+  net time is what the throughput (iterations per second, what the goal measures) loses, and noise averages out of it;
+* the next evaluation waits until the cost is at most `budget` of the time from this evaluation's start:
+  pause = cost / budget - its own duration (0 where it cost little), the cost being the mean of the RECENT newest
+  measures (one evaluation's net time is noisy; their mean is not, and one lucky measure does not unpace the next).
 
 The keeper (attempt/evals.py) feeds the points to its `Pacer` and applies the pause; this module decides.
 """
@@ -25,8 +29,9 @@ from typing import Any
 
 KEEP = 400  # the newest intervals kept (at 0.15 s an iteration: a minute; at 3 s: 20 minutes)
 SETTLE = 1.0  # seconds after an evaluation's end whose intervals still count as its
-MIN_BASELINE = 3  # intervals outside every evaluation before a median is trusted
+MIN_BASELINE = 3  # intervals outside every evaluation before a usual time is trusted
 MEASURE_LIMIT = 120.0  # seconds after an evaluation's end without enough points: not measured, no pause
+RECENT = 5  # the newest measures whose mean cost paces the next evaluation
 
 
 @dataclass(frozen=True)
@@ -43,11 +48,12 @@ class Span:
 
 @dataclass(frozen=True)
 class Cost:
-    """What one evaluation cost the training: `lost` seconds of its time over the evaluation's `seconds`."""
+    """What one evaluation cost the training: `lost` seconds of its time over the evaluation's `seconds` (net: below 0
+    where the iterations beside it happened to run faster than usual)."""
 
     lost: float
     seconds: float
-    usual: float  # the trainer's usual iteration time (median)
+    usual: float  # the trainer's usual iteration time (mean)
     iterations: int  # the intervals that counted
 
     @property
@@ -93,9 +99,9 @@ def cost(steps: TrainerSteps, span: Span, evaluations: list[Span]) -> Cost | Non
                if not any(end - d < e.end + SETTLE and end > e.start for e in evaluations)]
     if len(outside) < MIN_BASELINE:
         return None
-    usual = statistics.median(outside)
+    usual = statistics.fmean(outside)
     during = [d for end, d in steps.intervals if span.start < end <= span.end + SETTLE]
-    lost = sum(max(0.0, d - usual) for d in during)
+    lost = sum(during) - usual * len(during)
     return Cost(lost=lost, seconds=span.seconds, usual=usual, iterations=len(during))
 
 
@@ -109,6 +115,7 @@ class Pacer:
         self.pending: Span | None = None
         self.last_cost: Cost | None = None
         self.last_span: Span | None = None
+        self.recent: deque[Cost] = deque(maxlen=RECENT)
 
     def observe(self, attempt: object, points: Iterable[Any]) -> None:
         """This tick's TensorBoard points of the job's current attempt (observations/tensorboard.ScalarPoint)."""
@@ -138,25 +145,37 @@ class Pacer:
                 self.pending = None
             return None
         self.pending, self.last_cost, self.last_span = None, got, span
+        self.recent.append(got)
         return got
+
+    def paced_cost(self) -> Cost | None:
+        """The newest measure with the mean lost time of the RECENT newest (never below 0): what the pause is of."""
+        if self.last_cost is None:
+            return None
+        lost = max(0.0, statistics.fmean(c.lost for c in self.recent))
+        return Cost(lost=lost, seconds=self.last_cost.seconds, usual=self.last_cost.usual,
+                    iterations=self.last_cost.iterations)
 
     def until(self, budget: float, wall: float) -> float | None:
         """The wall time the next evaluation waits for: the newest measured one's end + its pause by `budget`, the one
         in force now (a changed max_training_cost applies at once); None where nothing waits."""
-        if self.last_cost is None or self.last_span is None:
+        paced = self.paced_cost()
+        if paced is None or self.last_span is None:
             return None
-        end = self.last_span.end + pause_after(self.last_cost, budget)
+        end = self.last_span.end + pause_after(paced, budget)
         return end if end > wall else None
 
     def event(self, got: Cost, budget: float) -> dict[str, Any]:
-        """The `eval_cost` event's fields."""
+        """The `eval_cost` event's fields: this measure, the mean of the recent ones and the pause that mean sets."""
+        paced = self.paced_cost() or got
         return {"lost_seconds": round(got.lost, 3), "seconds": round(got.seconds, 2), "share": round(got.share, 4),
-                "iterations": got.iterations, "usual_iteration_seconds": round(got.usual, 4), "budget": budget,
-                "pause_seconds": round(pause_after(got, budget), 1)}
+                "iterations": got.iterations, "usual_iteration_seconds": round(got.usual, 4),
+                "recent_lost_seconds": round(paced.lost, 3), "recent": len(self.recent), "budget": budget,
+                "pause_seconds": round(pause_after(paced, budget), 1)}
 
     def shown(self, budget: float, wall: float, idle: bool) -> Shown:
-        """What the status shows of the pacing (paced_until only while no evaluation runs)."""
-        c = self.last_cost
+        """What the status shows of the pacing (paced_until only while no evaluation runs): the cost it paces by."""
+        c = self.paced_cost()
         return Shown(cost_seconds=round(c.lost, 3) if c is not None else None,
                      cost_share=round(c.share, 4) if c is not None else None,
                      paced_until=self.until(budget, wall) if idle else None)
@@ -164,7 +183,8 @@ class Pacer:
 
 @dataclass(frozen=True)
 class Shown:
-    """EvalsStatus's fields of the pacing: the newest measured cost (seconds, share) and the next one's wait (wall)."""
+    """EvalsStatus's fields of the pacing: the cost it paces by (the recent measures' mean seconds, and their share of
+    the newest evaluation's duration) and the next one's wait (wall)."""
 
     cost_seconds: float | None
     cost_share: float | None

@@ -77,8 +77,8 @@ class EvalsStatus:
     last_error: str | None = None  # the newest failure's reason
     video_unavailable: str | None = None  # said once: why no video on this host
     where: str = ""  # "cpu" or "gpu 0 (4.0 GiB)"
-    cost_seconds: float | None = None  # the newest measured evaluation's cost to the training (evals/pacing.py)
-    cost_share: float | None = None  # that cost over the evaluation's own duration
+    cost_seconds: float | None = None  # an evaluation's cost to the training, the recent measures' mean (evals/pacing.py)
+    cost_share: float | None = None  # that cost over the newest evaluation's own duration
     paced_until: float | None = None  # wall: the next evaluation waits for this (max_training_cost)
 
     def to_json(self) -> JSON:

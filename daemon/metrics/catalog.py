@@ -172,8 +172,9 @@ METRICS: tuple[MetricDef, ...] = (
        "Success rate (0-1) of the job's newest evaluation, only where the task logs one (Metrics/success_rate)."),
     _g("isaacd_job_eval_iteration", ("job",), "Iteration of the checkpoint the job's newest evaluation played."),
     _g("isaacd_job_eval_training_cost_seconds", ("job",),
-       "Training time the job's newest measured evaluation cost it: its iterations' time above their usual while "
-       "the evaluation ran (evals/pacing.py); the next waits by [jobs.eval] max_training_cost. Absent until measured."),
+       "Training time an evaluation of the job costs it (the mean of the newest measures): its iterations' time "
+       "while one ran, less their usual time (evals/pacing.py); the next waits by [jobs.eval] max_training_cost. "
+       "Absent until measured."),
     _c("isaacd_job_evals_total", ("job", "outcome"),
        "The job's evaluations by outcome, each from 0: done (a score recorded), failed (an attempt that crashed, "
        "passed its deadline or could not load its checkpoint; retried), given_up (a checkpoint given up after "
