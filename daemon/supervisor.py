@@ -27,7 +27,7 @@ from . import __version__
 from .service import sdnotify
 from .config.schema import Config, ConfigError, ConfigIssue, JobConfig
 from .config.read import read_settled_config
-from .config.reload_diff import RESTART, ReloadSummary, changed_keys, setting_changes
+from .config.reload_diff import RESTART, ReloadSummary, changed_keys, job_change_detail, setting_changes
 from .clock import Clock, SystemClock
 from .access.policy import Caller
 from .control import ControlServer, Fleet
@@ -374,11 +374,12 @@ class Supervisor(EndedJobs, SweepCommands, ReloadRequests):
                 runner.event("config_changed", detail="back in the config after a reload had removed it")
                 added.append(job_cfg.name)
             elif runner.setting.written is not job_cfg and runner.setting.written != job_cfg:  # as written
-                # Takes effect at the job's next launch; a running trainer is never killed by a reload.
+                # A running trainer is never killed by a reload: its launch keys take effect at its next start, the
+                # keys read live (config/reload_diff.py JOB_KEYS_NOW) at once.
                 job_keys[job_cfg.name] = tuple(changed_keys(runner.setting.written, job_cfg))
                 runner.reconfigure(job_cfg, lambda: self.runtime(job_cfg.runtime))
                 runner.event("config_changed", keys=list(job_keys[job_cfg.name]),
-                             detail="applies at the next start; `isaacd restart` applies it now")
+                             detail=job_change_detail(job_keys[job_cfg.name]))
                 changed.append(job_cfg.name)
         for name in not_in(new, self.runners):
             runner = self.runners[name]

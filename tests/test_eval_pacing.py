@@ -106,8 +106,8 @@ def test_the_pause_makes_the_cost_at_most_the_budget_of_the_time_from_start_to_s
         assert lost / (seconds + got) == pytest.approx(budget)
 
 
-def test_the_budget_defaults_to_one_percent_on_the_gpu_and_none_on_the_cpu_and_takes_a_setting():
-    assert EvalConfig(gpu_memory="4GiB").cost_budget == 0.01
+def test_the_budget_defaults_to_half_a_percent_on_the_gpu_and_none_on_the_cpu_and_takes_a_setting():
+    assert EvalConfig(gpu_memory="4GiB").cost_budget == 0.005
     assert EvalConfig().cost_budget == 0.0
     assert EvalConfig(max_training_cost=0.05).cost_budget == 0.05
     assert EvalConfig(gpu_memory="4GiB", max_training_cost=0.0).cost_budget == 0.0

@@ -10,7 +10,7 @@ from pathlib import Path
 from helpers import write_config
 
 from isaacd.cli.render_reload import format_reload
-from isaacd.config.reload_diff import NOW, RESTART, SettingChange, changed_keys, setting_changes
+from isaacd.config.reload_diff import NOW, RESTART, SettingChange, changed_keys, job_change_detail, setting_changes
 from isaacd.config.schema import load_config, parse_config
 from isaacd.supervisor import Supervisor
 
@@ -70,3 +70,18 @@ def test_a_supervisors_reload_reports_an_access_change_in_force_and_a_metrics_ch
     assert res["settings"] == [{"key": "metrics.listen", "applies": "restart", "note": None},
                                {"key": "access.defaults.gpus", "applies": "now", "note": None}]
     assert sup.config.access.defaults.gpus == 1 and sup.config.metrics.listen == "127.0.0.1:9835"
+
+
+def test_a_jobs_keys_read_live_are_said_in_force_now_and_its_launch_keys_wait_for_its_next_start():
+    # [jobs.eval] is read by the eval keeper at each tick: telling the user to restart the job for it was wrong
+    text = format_reload("/etc/isaacd.toml", {"ok": True, "added": [], "removed": [], "changed": ["cp", "b"],
+                                              "job_keys": {"cp": ["eval.every"], "b": ["num_envs", "watchdogs.xid",
+                                                                                   "eval"]}, "settings": []})
+    assert text.splitlines()[1:] == [
+        "  cp changed (eval.every): in force now",
+        "  b changed (num_envs): applies at its next start; `isaacd restart b` applies it now",
+        "  b changed (watchdogs.xid, eval): in force now"]
+    assert job_change_detail(["eval.max_training_cost"]) == "eval.max_training_cost in force now"
+    assert job_change_detail(["seed"]) == "applies at the next start; `isaacd restart` applies it now"
+    assert job_change_detail(["seed", "priority"]) == ("seed applies at the next start; `isaacd restart` applies it "
+                                                       "now; priority in force now")

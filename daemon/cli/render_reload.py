@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..config.reload_diff import job_change_lines
+
 WHEN = {"now": "in force now", "restart": "needs a supervisor restart (the running supervisor keeps the old value)"}
 
 
@@ -24,8 +26,7 @@ def format_reload(config_path: str, res: Mapping[str, Any]) -> str:
         lines.append(f"removed: {', '.join(res['removed'])} (a running trainer is stopped with a save)")
     keys = res.get("job_keys") or {}
     for job in res.get("changed") or ():
-        what = f" ({', '.join(keys[job])})" if keys.get(job) else ""
-        lines.append(f"{job} changed{what}: applies at its next start; `isaacd restart {job}` applies it now")
+        lines += job_change_lines(job, keys.get(job) or ())
     settings = res.get("settings")
     if isinstance(settings, list):
         for s in settings:
