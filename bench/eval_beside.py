@@ -100,9 +100,27 @@ def arm_parts(arm: str) -> tuple[str, int]:
 
 
 def arm_cost(arm: str) -> float | None:
-    """The arm's [jobs.eval] max_training_cost ('gpu@0.01'), or None: isaacd's default (1 % on the GPU, 0 on the CPU)."""
+    """The arm's [jobs.eval] max_training_cost ('gpu@0.01'), or None: isaacd's default (0.5 % on the GPU, 0 on the CPU)."""
     m = ARM.fullmatch(arm)
     return float(m.group(3)) if m and m.group(3) is not None else None
+
+
+def paced(arm: str) -> bool:
+    """Whether the arm's evaluations are paced by max_training_cost: a GPU arm unless @0, a CPU arm only with @x > 0."""
+    where, _ = arm_parts(arm)
+    cost = arm_cost(arm)
+    return (where in ("gpu", "video") and cost is None) or bool(cost)
+
+
+def cycle_end(status: dict[str, Any], done_at_switch: int, cycles: int) -> float | None:
+    """With --cycles N, a paced window's end: once N evaluations have finished in it and the keeper says when the next
+    may start (status' evals.paced_until), that moment, so that the window holds whole cycles of the pacing (an
+    evaluation and its pause). A shorter window holding one evaluation overweights it: on the H100 of session 23,
+    62 s windows at 1 % measured 0.986 x, one ~81 s cycle 0.990 x by the keeper's own measure."""
+    ev = status.get("evals") or {}
+    if (ev.get("done") or 0) - done_at_switch < cycles or ev.get("running") is not None:
+        return None
+    return ev.get("paced_until")
 
 
 def config_text(a: argparse.Namespace, d: Path, arm: str) -> str:
@@ -341,6 +359,10 @@ def run(a: argparse.Namespace, work: Path) -> dict[str, Any]:
             print(f"[{datetime.datetime.now():%T}] window {i} {arm}: reload rc {r.returncode}", flush=True)
             end = t0 + (a.none_window if arm == "none" and a.none_window else
                         a.video_window if arm == "video" else a.arm_window.get(arm, a.window))
+            by_cycles = bool(a.cycles) and arm not in ("none", "video") and paced(arm)
+            if by_cycles:  # whole pacing cycles, --arm-window (or --window) only as the limit
+                end = t0 + max(a.arm_window.get(arm, a.window), a.cycle_limit)
+                done_at_switch = ((sp.job(JOB).get("evals") or {}).get("done") or 0)
             while time.time() < end:
                 try:
                     x = sp.job(JOB)
@@ -349,6 +371,11 @@ def run(a: argparse.Namespace, work: Path) -> dict[str, Any]:
                     continue
                 if x["state"] != "running":
                     raise RuntimeError(f"the job is {x['state']} in window {i}: {x.get('reason') or ''}")
+                if by_cycles and (until := cycle_end(x, done_at_switch, a.cycles)) is not None:
+                    w["cycles"] = a.cycles
+                    # before the next evaluation would start (the reload to the next arm takes ~0.5-1 s: at 0.3 s
+                    # before, the keeper started it in 2 of 2 windows on a 2-core host, and the reload killed it)
+                    end = min(end, until - 1.5)
                 ev = x.get("evals") or {}
                 sampler.eval_pid = _eval_pid(sp) if ev.get("running") is not None else None
                 w["evals_status"] = ev
@@ -570,6 +597,9 @@ def report(meta: dict[str, Any], res: dict[str, Any]) -> str:
             ts = [w["tag_ratio"] for w in ws if "tag_ratio" in w]
             line += (f", ratio vs none median {med(rs)} (each: {rs}); {a['tag']} ratio median {med(ts)}; eval duty "
                      f"median {med([w['eval_duty'] for w in ws])} (each: {[w['eval_duty'] for w in ws]})")
+            if any("cycles" in w for w in ws):  # --cycles: each window whole pacing cycles, its length theirs
+                line += (f"; windows of {ws[0].get('cycles')} pacing cycle(s), seconds each: "
+                         f"{[round(w['end'] - w['switch'], 1) for w in ws]}")
             if rs:
                 line += (f"; GOAL >= 0.99x: {'met' if med(rs) >= 0.99 else 'missed'} at the median "
                          f"({sum(1 for r in rs if r >= 0.99)} of {len(rs)} windows)")
@@ -657,6 +687,10 @@ def main() -> None:
     p.add_argument("--none-window", type=float, default=None, help="seconds per none window (default: --window)")
     p.add_argument("--arm-window", nargs="*", default=[], metavar="ARM=SECONDS",
                    help="an arm's own window (a sparse every needs a longer one): gpu4=70")
+    p.add_argument("--cycles", type=int, default=0, metavar="N",
+                   help="a paced arm's window (max_training_cost > 0) ends when N evaluations have finished in it and "
+                        "their pause has run out: whole cycles of the pacing, not a fixed time (0: --window)")
+    p.add_argument("--cycle-limit", type=float, default=400.0, help="the longest a --cycles window may run (s)")
     p.add_argument("--settle", type=float, default=3.0, help="seconds left out at each window's start")
     p.add_argument("--warmup", type=int, default=5, help="the first window starts at this iteration (boot left out)")
     p.add_argument("--boot-limit", type=float, default=400.0)

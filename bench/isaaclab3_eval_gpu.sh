@@ -6,7 +6,10 @@
 # 2026-12-06 11:01: 5 parts of 48 MB), then `run` calls back to back on one warm machine (timeout_s = 600):
 #   1..4. carry=[".dwK"]  command: PARTS=5 bash bench/isaaclab3_eval_gpu.sh stash
 #   5.    carry=[".dw5"]  command: PARTS=5 bash bench/isaaclab3_eval_gpu.sh bench   # install, warm-up, the bench
-# `bench` (since session 22): at [jobs.eval]'s default every = 1, `gpu@0` (max_training_cost = 0: no pacing, an
+# `bench` (since session 23): `gpu` at the default pacing (0.005 since session 23), each window one whole pacing
+# cycle (--cycles 1), 2 repeats; session 23 ran the form below with EVAL_ARGS="--repeats 2" (runs 1-2) and
+# "--arms gpu --repeats 4" (run 3): bench/results/issue41-eval-pacing-gpu.txt.
+# Before (session 22): at [jobs.eval]'s default every = 1, `gpu@0` (max_training_cost = 0: no pacing, an
 # evaluation beside training ~all the time at the cart-pole's save_interval 50, the worst case; 30 s windows) against
 # `gpu` (the default pacing, 1 % on the GPU; 62 s windows, each holding a few evaluations), a none window before each
 # and a last one, 3 repeats, the trainer pinned to vCPU 6 once it trains (--pin-trainer: session 19's unpinned windows
@@ -130,10 +133,11 @@ PYEOF
 case "$MODE" in
   stash)
     BUDGET=60 OUT=$OUT/h200 bash "$REPO/bench/isaaclab3_h200.sh" stash ;;
-  bench)  # (the last part,) the install and warm-up, then (none, gpu@0, none, gpu) x 3, none, the trainer pinned
+  bench)  # (the last part,) the install and warm-up, then (none, gpu) x 2, none, the trainer pinned; gpu's windows
+    # are whole pacing cycles (--cycles 1: an evaluation and its pause, 48-180 s on the H100s of sessions 22-23)
     ready || exit 1
-    eval_bench issue41-eval-beside-gpu --arms gpu@0 gpu --repeats 3 --window 30 --none-window 25 \
-      --arm-window gpu=62 --save-interval 50 --video-window 0 --pin-trainer 6 ${EVAL_ARGS:-}
+    eval_bench issue41-eval-beside-gpu --arms gpu --cycles 1 --cycle-limit 240 --repeats 2 --window 30 \
+      --none-window 25 --save-interval 50 --video-window 0 --pin-trainer 6 ${EVAL_ARGS:-}
     videos ;;
   video)  # only the video probe: none, a gpu window with video = true, none
     ready || exit 1
