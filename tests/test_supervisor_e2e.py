@@ -136,7 +136,7 @@ def test_sighup_with_broken_config_keeps_the_job_running(tmp_path, supervisor_fa
 
     # a good edit is applied without touching the running trainer
     cfg.write_text(good.replace("stop_timeout = 10.0", "stop_timeout = 11.0"))
-    assert "  cp changed (stop_timeout): in force now" in sp.cli("reload").stdout  # the key, by name; read live
+    assert "  cp changed (stop_timeout): applies at its next start" in sp.cli("reload").stdout  # the key, by name
     assert sp.job("cp")["pid"] == j["pid"]
 
 

@@ -32,7 +32,8 @@ JOB_KEYS_NOW = {
     "eval": "attempt/evals.py: the eval keeper's tick",
     "watchdogs": "watchdogs/engine.py: rebuilt when they change",
     "restart": "runner.handle_message: the machine's context",
-    "stop_timeout": "runner.handle_message: the machine's context",
+    # not stop_timeout: the supervisor's own stop deadline reads it live, but a container's --stop-timeout and a
+    # unit's TimeoutStopSec are written at its launch (runtimes/container_spec.py, quadlet.py)
     "priority": "jobs/queue_entry.py: the queue's order, from the job as written",
     "preemptible": "jobs/queue_entry.py",
 }
