@@ -27,7 +27,8 @@ from . import __version__
 from .service import sdnotify
 from .config.schema import Config, ConfigError, ConfigIssue, JobConfig
 from .config.read import read_settled_config
-from .config.reload_diff import RESTART, ReloadSummary, changed_keys, job_change_detail, setting_changes
+from .config.live_keys import job_change_detail
+from .config.reload_diff import RESTART, ReloadSummary, changed_keys, setting_changes
 from .clock import Clock, SystemClock
 from .access.policy import Caller
 from .control import ControlServer, Fleet

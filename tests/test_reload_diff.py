@@ -10,7 +10,8 @@ from pathlib import Path
 from helpers import write_config
 
 from isaacd.cli.render_reload import format_reload
-from isaacd.config.reload_diff import NOW, RESTART, SettingChange, changed_keys, job_change_detail, setting_changes
+from isaacd.config.live_keys import job_change_detail
+from isaacd.config.reload_diff import NOW, RESTART, SettingChange, changed_keys, setting_changes
 from isaacd.config.schema import load_config, parse_config
 from isaacd.supervisor import Supervisor
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..config.reload_diff import job_change_lines
+from ..config.live_keys import job_change_lines
 
 WHEN = {"now": "in force now", "restart": "needs a supervisor restart (the running supervisor keeps the old value)"}
 

@@ -14,61 +14,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
-NOW = "now"
+from .live_keys import NOW
+
 RESTART = "restart"
-NEXT_START = "next start"  # a job's key read at its trainer's launch
 # Keys whose effect is more than "now" or "at a restart" (the supervisor's own behaviour, said where a user reads it)
 NOTES = {
     "supervisor.jobs_dir": "the jobs in the new directory are read now; `isaacd submit` and `isaacd cancel` use the "
                            "old one until a restart",
 }
-
-
-# A job's keys read from its config in force at each tick or message, so a reload's change is in force at once; every
-# other job key is read when its trainer launches, and applies at its next start. (A key a later change makes live
-# belongs here, or `isaacd reload` tells a user to restart a job for nothing: it said so of [jobs.eval] until
-# 2026-12-07, which the eval keeper had always read each tick.)
-JOB_KEYS_NOW = {
-    "eval": "attempt/evals.py: the eval keeper's tick",
-    "watchdogs": "watchdogs/engine.py: rebuilt when they change",
-    "restart": "runner.handle_message: the machine's context",
-    # not stop_timeout: the supervisor's own stop deadline reads it live, but a container's --stop-timeout and a
-    # unit's TimeoutStopSec are written at its launch (runtimes/container_spec.py, quadlet.py)
-    "priority": "jobs/queue_entry.py: the queue's order, from the job as written",
-    "preemptible": "jobs/queue_entry.py",
-}
-
-
-def job_key_applies(key: str) -> str:
-    """NOW for a job key read live (JOB_KEYS_NOW, by its top-level name), else NEXT_START."""
-    return NOW if key.partition(".")[0] in JOB_KEYS_NOW else NEXT_START
-
-
-def job_change_lines(job: str, keys: Collection[str]) -> list[str]:
-    """How a changed job's keys read: those in force now, and those that wait for its next start (one line each)."""
-    now = [k for k in keys if job_key_applies(k) == NOW]
-    later = [k for k in keys if job_key_applies(k) != NOW]
-    lines = []
-    if later or not now:
-        what = f" ({', '.join(later)})" if later else ""
-        lines.append(f"{job} changed{what}: applies at its next start; `isaacd restart {job}` applies it now")
-    if now:
-        lines.append(f"{job} changed ({', '.join(now)}): in force now")
-    return lines
-
-
-def job_change_detail(keys: Collection[str]) -> str:
-    """The `config_changed` event's detail: "applies at the next start; `isaacd restart` applies it now" where any
-    key waits for the next start, "eval.every in force now" for those that do not."""
-    now = [k for k in keys if job_key_applies(k) == NOW]
-    later = [k for k in keys if job_key_applies(k) != NOW]
-    parts = []
-    if later or not now:
-        parts.append(f"{', '.join(later) + ' ' if later and now else ''}applies at the next start; "
-                     "`isaacd restart` applies it now")
-    if now:
-        parts.append(f"{', '.join(now)} in force now")
-    return "; ".join(parts)
 
 
 def changed_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -119,8 +72,8 @@ def setting_changes(old: BaseModel, new: BaseModel, held: Collection[str]) -> tu
 @dataclass(frozen=True)
 class ReloadSummary:
     """A reload's answer (the control socket's `reload`): the jobs added, removed and changed (with the keys that
-    changed: in force now or at each job's next start, job_key_applies) and every other changed key with when it
-    takes effect."""
+    changed: in force now or at each job's next start, live_keys.job_key_applies) and every other changed key with
+    when it takes effect."""
 
     added: tuple[str, ...] = ()
     removed: tuple[str, ...] = ()
