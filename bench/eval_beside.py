@@ -123,6 +123,12 @@ def cycle_end(status: dict[str, Any], done_at_switch: int, cycles: int) -> float
     return ev.get("paced_until")
 
 
+def window_most(a: argparse.Namespace, arm: str) -> float:
+    """The longest the arm's window may run: its --arm-window (or --window), or with --cycles its --cycle-limit."""
+    fixed = a.arm_window.get(arm, a.window)
+    return max(fixed, a.cycle_limit) if a.cycles and paced(arm) else fixed
+
+
 def config_text(a: argparse.Namespace, d: Path, arm: str) -> str:
     lines = ["[supervisor]", f'state_dir = "{d / "state"}"', f'control_socket = "{d / "isaacd.sock"}"',
              'log_format = "json"', "[metrics]", "enabled = false", "[gpu]", f'source = "{a.gpu_source}"', "",
@@ -348,6 +354,12 @@ def run(a: argparse.Namespace, work: Path) -> dict[str, Any]:
             print(f"pinned {res['pinned_threads']} threads of the trainer to CPUs {a.pin_trainer}", flush=True)
         res["boot_done"] = time.time()
         for i, arm in enumerate(order):
+            if a.time_limit and arm not in ("none", "video") and time.time() + window_most(a, arm) + (
+                    a.none_window or a.window) + 15 > res["boot_done"] + a.time_limit:
+                # no room for this window and the none after it: the none window just run is the last
+                res["errors"].append(f"--time-limit {a.time_limit:.0f} s: stopped before window {i} ({arm})")
+                print(f"time limit: stopped before window {i} ({arm})", flush=True)
+                break
             cfg.write_text(config_text(a, d, arm))
             if arm != "none":
                 res.setdefault(f"config_{arm}", cfg.read_text())
@@ -361,7 +373,7 @@ def run(a: argparse.Namespace, work: Path) -> dict[str, Any]:
                         a.video_window if arm == "video" else a.arm_window.get(arm, a.window))
             by_cycles = bool(a.cycles) and arm not in ("none", "video") and paced(arm)
             if by_cycles:  # whole pacing cycles, --arm-window (or --window) only as the limit
-                end = t0 + max(a.arm_window.get(arm, a.window), a.cycle_limit)
+                end = t0 + window_most(a, arm)
                 done_at_switch = ((sp.job(JOB).get("evals") or {}).get("done") or 0)
             while time.time() < end:
                 try:
@@ -691,6 +703,9 @@ def main() -> None:
                    help="a paced arm's window (max_training_cost > 0) ends when N evaluations have finished in it and "
                         "their pause has run out: whole cycles of the pacing, not a fixed time (0: --window)")
     p.add_argument("--cycle-limit", type=float, default=400.0, help="the longest a --cycles window may run (s)")
+    p.add_argument("--time-limit", type=float, default=0.0, metavar="SECONDS",
+                   help="from the trainer's boot: no eval window starts that could not end, with the none window "
+                        "after it, within this (the run keeps its last none window and reports what it measured)")
     p.add_argument("--settle", type=float, default=3.0, help="seconds left out at each window's start")
     p.add_argument("--warmup", type=int, default=5, help="the first window starts at this iteration (boot left out)")
     p.add_argument("--boot-limit", type=float, default=400.0)

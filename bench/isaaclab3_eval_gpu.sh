@@ -7,7 +7,9 @@
 #   1..4. carry=[".dwK"]  command: PARTS=5 bash bench/isaaclab3_eval_gpu.sh stash
 #   5.    carry=[".dw5"]  command: PARTS=5 bash bench/isaaclab3_eval_gpu.sh bench   # install, warm-up, the bench
 # `bench` (since session 23): `gpu` at the default pacing (0.005 since session 23), each window one whole pacing
-# cycle (--cycles 1), 2 repeats; session 23 ran the form below with EVAL_ARGS="--repeats 2" (runs 1-2) and
+# cycle (--cycles 1; 48 s on session 22's H100, ~170 s on session 23's), 2 repeats, no eval window started that
+# could not end within the call's BUDGET (--time-limit). At ~170 s a cycle the install and warm-up (~165 s) leave too
+# little in the same call: then call 6 is `prepare` (carrying .dw6) and call 7 `bench` on the warm machine; session 23 ran the form below with EVAL_ARGS="--repeats 2" (runs 1-2) and
 # "--arms gpu --repeats 4" (run 3): bench/results/issue41-eval-pacing-gpu.txt.
 # Before (session 22): at [jobs.eval]'s default every = 1, `gpu@0` (max_training_cost = 0: no pacing, an
 # evaluation beside training ~all the time at the cart-pole's save_interval 50, the worst case; 30 s windows) against
@@ -137,8 +139,11 @@ case "$MODE" in
     # are whole pacing cycles (--cycles 1: an evaluation and its pause, 48-180 s on the H100s of sessions 22-23)
     ready || exit 1
     eval_bench issue41-eval-beside-gpu --arms gpu --cycles 1 --cycle-limit 240 --repeats 2 --window 30 \
-      --none-window 25 --save-interval 50 --video-window 0 --pin-trainer 6 ${EVAL_ARGS:-}
+      --none-window 25 --save-interval 50 --video-window 0 --pin-trainer 6 --time-limit $(( $(left) - 60 )) \
+      ${EVAL_ARGS:-}
     videos ;;
+  prepare)  # (the last part,) only the install and warm-up: then `bench` has a whole call for its windows
+    ready ;;
   video)  # only the video probe: none, a gpu window with video = true, none
     ready || exit 1
     eval_bench issue41-eval-beside-gpu-video --arms gpu --repeats 1 --window 45 --none-window 5 --save-interval 50 \
@@ -147,7 +152,7 @@ case "$MODE" in
   video-newton)  # carrying .dw6: Newton's GL viewer headless (EGL) records an evaluation's clip, through the shim
     ready || exit 1
     newton_video ;;
-  *) echo "usage: $0 stash|bench|video|video-newton"; exit 2 ;;
+  *) echo "usage: $0 stash|prepare|bench|video|video-newton"; exit 2 ;;
 esac
 rc=$?
 log "done ($MODE) rc $rc; $OUT: $(ls "$OUT" | tr '\n' ' ')"
