@@ -270,6 +270,12 @@ def build() -> dm.Dashboard:
              desc="done: a score recorded; failed: an attempt crashed, passed its deadline or could not load its "
                   "checkpoint (retried); given_up: a checkpoint given up after its retries. Alert "
                   "IsaacdJobEvalsFailing: 3 failures in an hour and none done."), w=12)
+    L.add(ts("Evaluation cost to training (seconds each)",
+             [tgt(f"isaacd_job_eval_training_cost_seconds{{{J}}}", "{{job}}")], unit="s", stepped=True,
+             desc="Training time one evaluation costs its job (the mean of the 5 newest measures: the trainer's "
+                  "iterations' time while one ran, less as many usual iterations). The next evaluation waits so "
+                  "that they cost at most [jobs.eval] max_training_cost of the training (0.5 % by default on the "
+                  "job's GPU; docs/evals.md, Pacing). None for unpaced (CPU) evaluations."), w=24)
 
     # ------------------------------------------------------------------ GPUs
     L.row("GPUs")
