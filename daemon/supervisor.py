@@ -376,7 +376,7 @@ class Supervisor(EndedJobs, SweepCommands, ReloadRequests):
                 added.append(job_cfg.name)
             elif runner.setting.written is not job_cfg and runner.setting.written != job_cfg:  # as written
                 # A running trainer is never killed by a reload: its launch keys take effect at its next start, the
-                # keys read live (config/reload_diff.py JOB_KEYS_NOW) at once.
+                # keys read live (config/live_keys.py JOB_KEYS_NOW) at once.
                 job_keys[job_cfg.name] = tuple(changed_keys(runner.setting.written, job_cfg))
                 runner.reconfigure(job_cfg, lambda: self.runtime(job_cfg.runtime))
                 runner.event("config_changed", keys=list(job_keys[job_cfg.name]),

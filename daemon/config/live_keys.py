@@ -29,10 +29,15 @@ def job_key_applies(key: str) -> str:
     return NOW if key.partition(".")[0] in JOB_KEYS_NOW else NEXT_START
 
 
+def split_keys(keys: Collection[str]) -> tuple[list[str], list[str]]:
+    """A changed job's keys: (those in force now, those that wait for its next start), each in the given order."""
+    now = [k for k in keys if job_key_applies(k) == NOW]
+    return now, [k for k in keys if k not in now]
+
+
 def job_change_lines(job: str, keys: Collection[str]) -> list[str]:
     """How a changed job's keys read: those in force now, and those that wait for its next start (one line each)."""
-    now = [k for k in keys if job_key_applies(k) == NOW]
-    later = [k for k in keys if job_key_applies(k) != NOW]
+    now, later = split_keys(keys)
     lines = []
     if later or not now:
         what = f" ({', '.join(later)})" if later else ""
@@ -45,8 +50,7 @@ def job_change_lines(job: str, keys: Collection[str]) -> list[str]:
 def job_change_detail(keys: Collection[str]) -> str:
     """The `config_changed` event's detail: "applies at the next start; `isaacd restart` applies it now" where any
     key waits for the next start, "eval.every in force now" for those that do not."""
-    now = [k for k in keys if job_key_applies(k) == NOW]
-    later = [k for k in keys if job_key_applies(k) != NOW]
+    now, later = split_keys(keys)
     parts = []
     if later or not now:
         parts.append(f"{', '.join(later) + ' ' if later and now else ''}applies at the next start; "
