@@ -178,14 +178,22 @@ def kill_tree_by_job(status_job: dict[str, Any]) -> None:
 
 def steps(run_dir: Path) -> list[int]:
     """Every iteration step a run logged to TensorBoard (rsl_rl's `.../time` tags are stepped by seconds)."""
+    return sorted(step_walls(run_dir))
+
+
+def step_walls(root: Path, skip_dir: str | None = None) -> dict[int, float]:
+    """{iteration step: the wall time of its first point} in the TensorBoard files under `root` (rsl_rl's `.../time`
+    tags, stepped by seconds, left out), leaving out those under a directory named `skip_dir` (an evaluation's)."""
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
-    out: set[int] = set()
-    for f in sorted(run_dir.rglob("events.out.tfevents.*")):
+    out: dict[int, float] = {}
+    for f in sorted(root.rglob("events.out.tfevents.*")):
+        if skip_dir is not None and skip_dir in f.relative_to(root).parts[:-1]:
+            continue
         for ev in EventFileLoader(str(f)).Load():
             if any(not v.tag.endswith("/time") for v in ev.summary.value):
-                out.add(ev.step)
-    return sorted(out)
+                out[ev.step] = min(out.get(ev.step, ev.wall_time), ev.wall_time)
+    return out
 
 
 @contextlib.contextmanager
