@@ -24,12 +24,13 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-KEEP = 400  # the newest intervals kept (at 0.15 s an iteration: a minute; at 3 s: 20 minutes)
+KEEP = 1000  # the newest intervals kept (at 0.15 s an iteration: 2.5 minutes; at 3 s: 50 minutes)
 SETTLE = 1.0  # seconds after an evaluation's end whose intervals still count as its
-MIN_BASELINE = 3  # intervals outside every evaluation before a usual time is trusted
+MIN_BASELINE = 3  # intervals outside every evaluation before a usual time is trusted (and as many as during, to:)
+MAX_BASELINE = 200  # outside intervals that are always enough (a mean of 200 is off by 1/14 of one's spread)
 MEASURE_LIMIT = 120.0  # seconds after an evaluation's end without enough points: not measured, no pause
 RECENT = 5  # the newest measures whose mean cost paces the next evaluation
 
@@ -55,6 +56,9 @@ class Cost:
     seconds: float
     usual: float  # the trainer's usual iteration time (mean)
     iterations: int  # the intervals that counted
+    window: tuple[int, int] = (0, 0)  # the trainer's steps whose intervals were looked at (first, last end step)
+    span: Span | None = None  # the evaluation's run it measured
+    usual_of: int = 0  # the intervals outside every evaluation whose mean is `usual`
 
     @property
     def share(self) -> float:
@@ -70,13 +74,13 @@ def pause_after(cost: Cost, budget: float) -> float:
 
 
 class TrainerSteps:
-    """The trainer's iteration intervals (end wall time, seconds) of one attempt, from its TensorBoard points: a step's
-    wall time is its first point's (every tag of an iteration is written at its end, within milliseconds)."""
+    """The trainer's iteration intervals (end wall time, seconds, end step) of one attempt, from its TensorBoard points:
+    a step's wall time is its first point's (every tag of an iteration is written at its end, within milliseconds)."""
 
     def __init__(self) -> None:
         self.attempt: object = None
         self.last: tuple[int, float] | None = None
-        self.intervals: deque[tuple[float, float]] = deque(maxlen=KEEP)
+        self.intervals: deque[tuple[float, float, int]] = deque(maxlen=KEEP)
 
     def add(self, attempt: object, step: int, wall: float) -> None:
         if attempt != self.attempt:  # a new attempt: its start-up is no iteration of the old one's
@@ -85,24 +89,28 @@ class TrainerSteps:
         if self.last is not None and step <= self.last[0]:
             return  # an older step, or another tag of the same one
         if self.last is not None and step == self.last[0] + 1 and wall > self.last[1]:
-            self.intervals.append((wall, wall - self.last[1]))
+            self.intervals.append((wall, wall - self.last[1], step))
         self.last = (step, wall)
 
 
 def cost(steps: TrainerSteps, span: Span, evaluations: list[Span]) -> Cost | None:
     """The training time `span`'s evaluation cost, or None while it cannot be told yet: no interval has ended SETTLE
-    seconds past its end (the trainer's points still to come), or fewer than MIN_BASELINE intervals overlap no
-    evaluation (`evaluations`: every recent one, `span` included)."""
+    seconds past its end (the trainer's points still to come), or fewer intervals overlap no evaluation
+    (`evaluations`: every recent one, `span` included) than MIN_BASELINE and than ended during it. Why as many: the
+    usual time's error counts once per interval during it, so a usual of the 3 iterations before an evaluation that
+    began at the attempt's 4th (the first checkpoint's) was off by 10 % under load, a cost off by as much as an H100's
+    whole evaluation cost; with as many outside as during, the usual is no noisier than their own mean."""
     if not steps.intervals or steps.intervals[-1][0] < span.end + SETTLE:
         return None
-    outside = [d for end, d in steps.intervals
+    outside = [d for end, d, _ in steps.intervals
                if not any(end - d < e.end + SETTLE and end > e.start for e in evaluations)]
-    if len(outside) < MIN_BASELINE:
+    during = [d for end, d, _ in steps.intervals if span.start < end <= span.end + SETTLE]
+    if len(outside) < max(MIN_BASELINE, min(len(during), MAX_BASELINE)):
         return None
     usual = statistics.fmean(outside)
-    during = [d for end, d in steps.intervals if span.start < end <= span.end + SETTLE]
     lost = sum(during) - usual * len(during)
-    return Cost(lost=lost, seconds=span.seconds, usual=usual, iterations=len(during))
+    return Cost(lost=lost, seconds=span.seconds, usual=usual, iterations=len(during),
+                window=(steps.intervals[0][2], steps.intervals[-1][2]), usual_of=len(outside), span=span)
 
 
 class Pacer:
@@ -153,8 +161,7 @@ class Pacer:
         if self.last_cost is None:
             return None
         lost = max(0.0, statistics.fmean(c.lost for c in self.recent))
-        return Cost(lost=lost, seconds=self.last_cost.seconds, usual=self.last_cost.usual,
-                    iterations=self.last_cost.iterations)
+        return replace(self.last_cost, lost=lost)
 
     def until(self, budget: float, wall: float) -> float | None:
         """The wall time the next evaluation waits for: the newest measured one's end + its pause by `budget`, the one
@@ -170,6 +177,8 @@ class Pacer:
         paced = self.paced_cost() or got
         return {"lost_seconds": round(got.lost, 3), "seconds": round(got.seconds, 2), "share": round(got.share, 4),
                 "iterations": got.iterations, "usual_iteration_seconds": round(got.usual, 4),
+                "usual_of": got.usual_of, "steps": list(got.window),
+                "evaluation": [round(got.span.start, 6), round(got.span.end, 6)] if got.span else None,
                 "recent_lost_seconds": round(paced.lost, 3), "recent": len(self.recent), "budget": budget,
                 "pause_seconds": round(pause_after(paced, budget), 1)}
 
