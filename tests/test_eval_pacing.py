@@ -222,6 +222,11 @@ def test_a_measure_that_never_comes_is_given_up_after_its_limit(tmp_path):
     t.w.clock.advance(MEASURE_LIMIT + 1)
     t.now += MEASURE_LIMIT + 1
     assert [type(e) for e in t.tick()] == [StartEval] and t.events("eval_cost") == []
+    # and the journal says why this evaluation set no pace (once)
+    [why] = t.events("eval_cost_unmeasured")
+    assert "0 iterations in the 120 s after its end" in why["reason"] and "not held back" in why["reason"]
+    t.tick()
+    assert len(t.events("eval_cost_unmeasured")) == 1
 
 
 # ---- end to end: a real `isaacd run`, the built-in trainer and its real evaluation mode ---------------------------

@@ -178,6 +178,8 @@ class EvalKeeper:
             return []
         if (cost := self.pacer.measure(e.cost_budget, state is JobState.RUNNING, self.wall())) is not None:
             self._event("eval_cost", **self.pacer.event(cost, e.cost_budget))
+        elif (why := self.pacer.take_unmeasured()) is not None:
+            self._event("eval_cost_unmeasured", reason=why)
         if self._preparing is None:
             task = self._next(e, state, now)
             if task is None:

@@ -124,6 +124,7 @@ class Pacer:
         self.last_cost: Cost | None = None
         self.last_span: Span | None = None
         self.recent: deque[Cost] = deque(maxlen=RECENT)
+        self.unmeasured: str | None = None  # why the newest evaluation's cost was given up, until the keeper says it
 
     def observe(self, attempt: object, points: Iterable[Any]) -> None:
         """This tick's TensorBoard points of the job's current attempt (observations/tensorboard.ScalarPoint)."""
@@ -150,11 +151,21 @@ class Pacer:
         got = cost(self.steps, span, list(self.spans))
         if got is None:
             if wall - span.end > MEASURE_LIMIT:
-                self.pending = None
+                self.pending, self.unmeasured = None, self._why_unmeasured(span)
             return None
         self.pending, self.last_cost, self.last_span = None, got, span
         self.recent.append(got)
         return got
+
+    def _why_unmeasured(self, span: Span) -> str:
+        after = sum(1 for end, _, _ in self.steps.intervals if end > span.end + SETTLE)
+        return (f"the trainer logged {after} iterations in the {MEASURE_LIMIT:g} s after its end, too few to tell its "
+                "usual iteration time beside it; the next evaluation is not held back for this one")
+
+    def take_unmeasured(self) -> str | None:
+        """Why the newest evaluation's cost was given up (once), for the keeper's `eval_cost_unmeasured` event."""
+        why, self.unmeasured = self.unmeasured, None
+        return why
 
     def paced_cost(self) -> Cost | None:
         """The newest measure with the mean lost time of the RECENT newest (never below 0): what the pause is of."""
