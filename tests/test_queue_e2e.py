@@ -83,6 +83,11 @@ def test_submit_queue_preempt_with_a_save_resume_elsewhere_and_drain_in_order(tm
                                ("g1", {"max_iterations": 100000, "preemptible": False}),
                                ("cartpole", {"max_iterations": 5}))}
     running_at(sp, "anymal", 5), running_at(sp, "g1", 5)
+    # anymal is held (SIGSTOP) from here until urgent's preemption of it is decided: the checks below take a dozen CLI
+    # calls, and a trainer that runs on meanwhile can finish its 60 iterations first under load (at 32-37 of 60 with
+    # five busy loops beside it; finished, and nothing left to preempt, in a run of the suite under load)
+    held = sp.job("anymal")["pid"]
+    os.kill(held, signal.SIGSTOP)
     assert sorted(gpus_of(sp, "anymal") + gpus_of(sp, "g1")) == [0, 1]  # the only GPUs with 80 GiB free
     # submit answers what the queue's first pass did: started at once, or its place and why it waits
     for name in ("anymal", "g1"):
@@ -127,7 +132,10 @@ def test_submit_queue_preempt_with_a_save_resume_elsewhere_and_drain_in_order(tm
     hold.touch()
     sp.cli("submit", str(job_file(tmp_path, "urgent", priority=10, max_iterations=40)))
     victim, other = "anymal", "g1"
-    wait_for(lambda: events(sp, victim, "preempted"), 60, what="a preemption")
+    try:
+        wait_for(lambda: events(sp, victim, "preempted"), 60, what="a preemption")
+    finally:
+        os.kill(held, signal.SIGCONT)  # it saves at its next iteration boundary
     assert events(sp, victim, "preempted")[0]["by"] == "urgent"
     first_gpus = events(sp, victim, "placed")[0]["gpus"]
     wait_for(lambda: sp.job(victim)["state"] == "queued", 90, what=f"{victim} back in the queue")
