@@ -63,7 +63,7 @@ def test_the_pause_is_of_the_recent_measures_mean_so_one_lucky_measure_does_not_
     from isaacd.evals.pacing import Pacer
     p = Pacer()
     for lost, end in ((0.6, 100.0), (0.3, 200.0), (-0.3, 300.0)):  # net measures: noise can make one negative
-        p.last_cost, p.last_span = Cost(lost=lost, seconds=10.0, usual=0.15, iterations=60), Span(end - 10.0, end)
+        p.last_cost = Cost(lost=lost, seconds=10.0, usual=0.15, iterations=60, span=Span(end - 10.0, end))
         p.recent.append(p.last_cost)
     # the mean, 0.2 s, at 1 %: 20 s from start to start, 10 s after the newest one's end (not 0: its own -0.3 s)
     assert p.until(0.01, 300.0) == pytest.approx(310.0)

@@ -115,14 +115,13 @@ def cost(steps: TrainerSteps, span: Span, evaluations: list[Span]) -> Cost | Non
 
 class Pacer:
     """One job's pacing state for the eval keeper: the trainer's steps, the recent evaluations' runs, the one whose
-    cost is still to be measured, and the newest measure with its evaluation's run."""
+    cost is still to be measured, and the newest measures (each with its evaluation's run)."""
 
     def __init__(self) -> None:
         self.steps = TrainerSteps()
         self.spans: deque[Span] = deque(maxlen=20)
         self.pending: Span | None = None
         self.last_cost: Cost | None = None
-        self.last_span: Span | None = None
         self.recent: deque[Cost] = deque(maxlen=RECENT)
         self.unmeasured: str | None = None  # why the newest evaluation's cost was given up, until the keeper says it
 
@@ -153,7 +152,7 @@ class Pacer:
             if wall - span.end > MEASURE_LIMIT:
                 self.pending, self.unmeasured = None, self._why_unmeasured(span)
             return None
-        self.pending, self.last_cost, self.last_span = None, got, span
+        self.pending, self.last_cost = None, got
         self.recent.append(got)
         return got
 
@@ -178,9 +177,9 @@ class Pacer:
         """The wall time the next evaluation waits for: the newest measured one's end + its pause by `budget`, the one
         in force now (a changed max_training_cost applies at once); None where nothing waits."""
         paced = self.paced_cost()
-        if paced is None or self.last_span is None:
+        if paced is None or paced.span is None:
             return None
-        end = self.last_span.end + pause_after(paced, budget)
+        end = paced.span.end + pause_after(paced, budget)
         return end if end > wall else None
 
     def event(self, got: Cost, budget: float) -> dict[str, Any]:
