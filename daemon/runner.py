@@ -437,11 +437,12 @@ class JobRunner:
         self._signals = None if key is None else (key, sig)
         return sig
 
-    def snapshot(self) -> JobStatus:
+    def snapshot(self, wm: float | None = None) -> JobStatus:
         """The job as `isaacd status` and /metrics show it (attempt/job_status.py): the last publish's row again while
-        nothing it is made of changed (`still_key`), else a fresh one (issue 39: 1,000 queued jobs at every tick)."""
+        nothing it is made of changed (`still_key`), else a fresh one (issue 39: 1,000 queued jobs at every tick).
+        `wm`: the publish's wall - monotonic of this runner's clock, read once for all (else read here)."""
         last = self._row
-        wm = key_wall_minus_mono(self)
+        wm = key_wall_minus_mono(self) if wm is None else wm
         if last is not None and self._row_at == self.touched and abs(last[1] - wm) < WM_SLACK \
                 and last[0][-1] == SIZES.version and not SIZES.due():
             return last[2]  # nothing acted since it was made (a still job's: see still_key)

@@ -41,3 +41,22 @@ def test_the_rows_watchdogs_follow_each_change_of_state_and_of_the_row(tmp_path:
     engine.tick(401.0, signals(cfg, JobState.QUEUED, 401.0))
     again = engine.job_status(JobStatus(name="a", state="queued")).watchdogs["no_progress"]
     assert again.state == WatchdogState.IDLE and again.detail == "not watching: the job is queued"
+
+
+def test_a_row_remade_equal_is_known_by_identity_from_the_next_publish_on(tmp_path: Path):
+    # the runner remakes a still job's row when the caches' sizes were walked: equal, another object. The engine's
+    # answer is the same, and from then on the row is known by identity, not compared field by field and its
+    # watchdogs asked again at every publish (~100 of 1,000 rows at every tick, issue 39's rest CPU)
+    cfg = load_config(write_config(tmp_path, '[[jobs]]\nname = "a"\n[jobs.watchdogs.no_progress]\n'
+                                             'warmup_seconds = 0\ntimeout = 60\nhold = 0\n')).jobs[0]
+    engine = WatchdogEngine(NoGpus())
+    engine.tick(100.0, signals(cfg, JobState.QUEUED, 100.0))
+    first = engine.job_status(JobStatus(name="a", state="queued"))
+    wd = engine.sets["a"][1]["no_progress"]
+    asked = []
+    status = wd.status
+    wd.status = lambda: asked.append(1) or status()  # type: ignore[method-assign]
+    remade = JobStatus(name="a", state="queued")
+    assert engine.job_status(remade) is first and len(asked) == 1  # compared once: the same answer
+    assert engine.job_status(remade) is first and engine.job_status(remade) is first
+    assert len(asked) == 1  # then known by identity: the watchdog not asked again

@@ -239,7 +239,10 @@ class BestAnnouncer:
             except Exception:  # noqa: BLE001 - a journal that cannot be written must not fail the publish
                 log.exception("notify_event_failed", job=job)
         best = row.evals.best if row.evals is not None else None
-        seen, before = row.name in self._best, self._best.get(row.name)
+        seen = row.name in self._best
+        before = self._best[row.name] if seen else None
+        if seen and before is best:
+            return row  # as at the last publish (most rows: no evaluation, None again; 1,000 rows at every tick)
         self._best[row.name] = best
         if seen and best is not None and (before is None or before.iteration != best.iteration):
             self.notifier.announce_best(row.name, best, before, self._reporter(row.name))

@@ -155,8 +155,7 @@ class HostQueue:
             if not e.preemptible:
                 self.store.overran[e.name] = time.time()
                 self.store.save()
-        ends, run, overran = self.estimates.ends_at(e.name), self.estimates.run_seconds(e.name), \
-            e.name in self.store.overran
+        (ends, run), overran = self.estimates.end_and_run(e.name), e.name in self.store.overran
         if (ends, run, overran) == (e.ends_at, e.run_seconds, e.overran):
             return e
         made = self._with_estimate.get(e.name)  # the same entry and estimate as last tick: the same copy
@@ -198,13 +197,16 @@ class HostQueue:
         q = row.queue
         if q is None:
             return row
-        wall = time.time() - time.monotonic()
-        ends = self.estimates.ends_at(row.name)
-        w = self.waiting.get(row.name)
-        errors = self.store.errors.get(row.name, {})
-        extra = (None if ends is None else round(ends + wall), self.estimates.run_seconds(row.name),
-                 None if w is None or w.starts_at is None else round(w.starts_at + wall),
-                 errors.get("history", errors.get("rate")))
+        name = row.name
+        ends, run = self.estimates.end_and_run(name)
+        w = self.waiting.get(name)
+        starts = None if w is None else w.starts_at
+        errors = self.store.errors.get(name)
+        error = None if errors is None else errors.get("history", errors.get("rate"))
+        # the clocks read only for a row with a time to show (most of 1,000 queued rows at every publish: none)
+        wall = time.time() - time.monotonic() if ends is not None or starts is not None else 0.0
+        extra = (None if ends is None else round(ends + wall), run, None if starts is None else round(starts + wall),
+                 error)
         if extra == (q.ends_at, q.run_seconds, q.starts_at, q.estimate_error):
             return row
         seen = self._decorated.get(row.name)
