@@ -126,6 +126,7 @@ def build_supervisor(cfg: Config, config_path: str | None) -> Supervisor:
                      gpu_memory=gpu_memory, gpu_snapshot=sampler.snapshot,
                      hooks=Hooks(tick=[observe_memory, watchdogs.tick, sweeps.tick, queue.tick],
                                  job_status=[watchdogs.job_status, queue.job_status, announcer.job_status],
+                                 row_changes=[watchdogs.rows_changed, queue.rows_changed, announcer.rows_changed],
                                  status=[published.status]),
                      extensions=extensions, sweeps=sweeps)
     # a PBT exploit rewrites its member's job file: reloaded as a SIGHUP is, once the files are quiet

@@ -79,6 +79,7 @@ TickHook = Callable[[float, Sequence[JobSignals]], list[tuple[str, Command]] | N
 # parts of the snapshot others own, asked for at publish time; each returns a new value, never mutates
 JobStatusHook = Callable[[JobStatus], JobStatus]  # per job: the row with its part filled in (the watchdogs' states)
 StatusHook = Callable[[list[JobStatus]], GpusStatus | None]  # host-wide: the GPUs, which need the jobs' rows
+RowChanges = Callable[[], Collection[str] | None]  # a job_status hook's: the jobs whose part may differ since asked
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,10 @@ class Hooks:
     tick: Sequence[TickHook] = ()
     job_status: Sequence[JobStatusHook] = ()
     status: Sequence[StatusHook] = ()
+    # one per job_status hook, in its order, where each can say which jobs' part of the row may have changed since
+    # it last said (None: any): then a publish makes again only those rows, and the rows whose runner's row is new
+    # (status/publishing.py). Without them (tests' hooks) every row goes through every hook at every publish.
+    row_changes: Sequence[RowChanges] = ()
 
 
 class Running(Protocol):
@@ -163,6 +168,8 @@ class Supervisor(EndedJobs, SweepCommands, ReloadRequests, Publishing):
         self.gpu_memory = gpu_memory  # likewise
         self.gpu_snapshot = gpu_snapshot  # likewise: the GPU sampler's latest snapshot (a booted spare's room)
         self._snapshot = Status()
+        self._rows: dict[str, tuple[JobStatus, JobStatus]] = {}  # job -> its runner's row, the row published for it
+        self._rows_made_at = float("-inf")  # when every row was last made through every hook (status/publishing.py)
         self._last_notify = float("-inf")
 
     # ---- lifecycle ---------------------------------------------------------------------
@@ -248,8 +255,8 @@ class Supervisor(EndedJobs, SweepCommands, ReloadRequests, Publishing):
                     runner.tick(now)
                 except Exception:  # noqa: BLE001
                     log.exception("job_tick_failed", job=runner.setting.cfg.name)
-                if runner.handle is not None and isinstance(runner.handle.pid, int):
-                    pids.add(runner.handle.pid)
+                if (handle := runner.handle) is not None and isinstance(handle.pid, int):
+                    pids.add(handle.pid)
             # a job removed from the config lingers until its trainer is gone and its killed spare reaped
             for name in [n for n in not_in(self.config, self.runners)
                          if not self.runners[n].state.active and not self.runners[n].releasing]:

@@ -213,3 +213,18 @@ def test_the_hook_reserves_by_a_running_jobs_own_rate_reuses_its_pass_until_then
     assert ("quick", "estimate_overran") in [(j, e) for j, e, _ in events]
     assert "quick" in EstimateStore(tmp_path).overran
     assert q._estimated(signals(JobState.QUEUED, end + 2)[2].queue, end + 2).overran
+
+
+def test_the_jobs_whose_end_or_run_time_changed_are_named_once_for_their_rows():
+    # status/publishing.py makes again only the rows a hook names: a changed estimate must be named, once
+    est = Estimates()
+    history = {KEY: Past(seconds_per_iteration=0.5, startup_seconds=30.0)}
+    est.observe(0.0, WALL, [sig(JobState.QUEUED, 0, name="known"), sig(JobState.QUEUED, 0, name="new")], {})
+    assert est.take_changed() == set()  # no estimate of either: nothing shown changed
+    est.observe(0.2, WALL, [sig(JobState.QUEUED, 0, name="known"), sig(JobState.QUEUED, 0, name="new")], history)
+    assert est.take_changed() == set()  # the same inputs (the history's version unchanged): not looked at again
+    est.history_changed()  # a run of their kind ended: every waiting job's estimate is made again
+    est.observe(0.4, WALL, [sig(JobState.QUEUED, 0, name="known"), sig(JobState.QUEUED, 0, name="new")], history)
+    assert est.take_changed() == {"known", "new"} and est.take_changed() == set()
+    est.observe(0.6, WALL, [sig(JobState.QUEUED, 0, name="known")], history)  # "new" was cancelled
+    assert est.take_changed() == {"new"}

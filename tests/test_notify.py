@@ -251,3 +251,22 @@ def test_the_supervisor_announces_a_best_that_changed_and_journals_failures_on_t
         assert a.notifier.flush(10) and len(chat.posts) == 2
     finally:
         a.stop()
+
+
+def test_a_failure_is_journalled_at_the_next_publish_when_no_row_changes(chat: Chat):
+    # status/publishing.py asks each hook what changed at every publish, and skips unchanged rows: the failure of the
+    # last announcement is written then, not when some job's row next changes
+    from types import SimpleNamespace
+
+    journal: list[tuple[str, str, dict[str, Any]]] = []
+    a = BestAnnouncer(lambda job, event, **fields: journal.append((job, event, fields)), host="gpu-7")
+    a.start(SimpleNamespace(config=SimpleNamespace(notify=NotifyConfig(webhook=f"{chat.url}/hooks/{SECRET}"))))
+    try:
+        a.job_status(Row("cartpole", result(300, 450.0)))
+        chat.status = 500
+        a.job_status(Row("cartpole", result(400, 487.1)))  # a new best, refused by the server
+        assert a.notifier.flush(10) and journal == []
+        assert a.rows_changed() == set()  # nothing of a row is this hook's
+        assert [(job, event) for job, event, _ in journal] == [("cartpole", "notify_failed")]
+    finally:
+        a.stop()

@@ -60,3 +60,21 @@ def test_a_row_remade_equal_is_known_by_identity_from_the_next_publish_on(tmp_pa
     assert engine.job_status(remade) is first and len(asked) == 1  # compared once: the same answer
     assert engine.job_status(remade) is first and engine.job_status(remade) is first
     assert len(asked) == 1  # then known by identity: the watchdog not asked again
+
+
+def test_the_engine_names_a_job_whose_watchdogs_stepped_until_its_row_is_made_again(tmp_path: Path):
+    # status/publishing.py sends a row through this hook again only when the hook names the job
+    cfg = load_config(write_config(tmp_path, '[[jobs]]\nname = "a"\n[jobs.watchdogs.no_progress]\n'
+                                             'warmup_seconds = 0\ntimeout = 60\nhold = 0\n')).jobs[0]
+    engine = WatchdogEngine(NoGpus())
+    queued = signals(cfg, JobState.QUEUED, 100.0)
+    engine.tick(100.0, queued)
+    assert engine.rows_changed() == {"a"}  # its watchdogs stepped: its part of the row may differ
+    engine.job_status(JobStatus(name="a", state="queued"))
+    assert engine.rows_changed() == set()
+    engine.tick(100.2, queued)  # the same signals: asleep, not stepped
+    assert engine.rows_changed() == set()
+    engine.tick(200.0, signals(cfg, JobState.RUNNING, 200.0))  # it runs: stepped, and its row trips
+    assert engine.rows_changed() == {"a"}
+    assert engine.job_status(JobStatus(name="a", state="running")).watchdogs["no_progress"].state == \
+        WatchdogState.TRIPPED

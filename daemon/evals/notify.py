@@ -230,14 +230,23 @@ class BestAnnouncer:
     def stop(self) -> None:
         self.notifier.close()
 
-    def job_status(self, row: _Row) -> _Row:
-        """The hook: `row` unchanged; an announcement queued when its best is new."""
+    def rows_changed(self) -> set[str]:
+        """Called at every publish: the sending thread's failures written into their jobs' journals. Nothing of a row
+        is this hook's: a row that did not change has no new best (none to announce)."""
+        self._drain()
+        return set()
+
+    def _drain(self) -> None:
         while self._failures:  # deque's append and popleft are atomic: the sending thread appends
             job, event, fields = self._failures.popleft()
             try:
                 self._journal(job, event, **fields)
             except Exception:  # noqa: BLE001 - a journal that cannot be written must not fail the publish
                 log.exception("notify_event_failed", job=job)
+
+    def job_status(self, row: _Row) -> _Row:
+        """The hook: `row` unchanged; an announcement queued when its best is new."""
+        self._drain()
         best = row.evals.best if row.evals is not None else None
         seen = row.name in self._best
         before = self._best[row.name] if seen else None

@@ -109,6 +109,7 @@ class Estimates:
 
     def __init__(self) -> None:
         self.jobs: dict[str, _Job] = {}
+        self._changed: set[str] = set()  # jobs whose published end or run time changed since take_changed()
         self.history_version = 0  # the hook bumps it when it records a run: every waiting job's estimate is redone
 
     def history_changed(self) -> None:
@@ -126,7 +127,13 @@ class Estimates:
         if len(self.jobs) > len(seen):
             for gone in set(self.jobs) - seen:
                 del self.jobs[gone]
+                self._changed.add(gone)
         return ended
+
+    def take_changed(self) -> set[str]:
+        """The jobs whose end or run time changed since the last call (their rows show it)."""
+        changed, self._changed = self._changed, set()
+        return changed
 
     def end_and_run(self, job: str) -> tuple[float | None, float | None]:
         """`ends_at` and `run_seconds` in one look (the queue asks both for each of 1,000 jobs at every tick)."""
@@ -149,15 +156,24 @@ class Estimates:
         j = self.jobs.get(sig.name)
         if j is None:
             j = self.jobs[sig.name] = _Job()
-        cfg = sig.cfg
         if not sig.new_points and sig.state not in (JobState.STARTING, JobState.RUNNING, JobState.COMPLETED):
             # a waiting (or resting) job: its estimate changes only with these (issue 39: 1,000 queued jobs a tick)
-            seen = (sig.state, sig.attempt, sig.checkpoint_iteration, cfg, self.history_version)
+            seen = (sig.state, sig.attempt, sig.checkpoint_iteration, sig.cfg, self.history_version)
             if j.seen == seen:
                 return None
             j.seen = seen
         else:
             j.seen = None
+        before = (j.end, j.run)
+        out = self._update(j, now, wall_minus_mono, sig, history)
+        after = self.jobs[sig.name]
+        if (after.end, after.run) != before:
+            self._changed.add(sig.name)
+        return out
+
+    def _update(self, j: _Job, now: float, wall_minus_mono: float, sig,  # noqa: ANN001
+                history: dict[str, Past]) -> Ended | None:
+        cfg = sig.cfg
         key = history_key(cfg.workflow, cfg.task, cfg.num_envs)
         if sig.state == JobState.COMPLETED:
             out = self._ended(j, sig.name, key, now) if j.active else None

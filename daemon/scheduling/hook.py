@@ -52,6 +52,11 @@ class InForce(Protocol):
     config: Config
 
 
+# the rows' wall-clock times (an estimated end, a reservation) are monotonic ones plus wall - monotonic: made again
+# for every row once that moved by more than this (NTP slews < 1 ms a second; a step makes them at once)
+WALL_SLACK = 0.01
+
+
 class HostQueue:
     """Places the jobs that ask for GPUs; one per supervisor, ticked on its main thread."""
 
@@ -72,6 +77,8 @@ class HostQueue:
         self.deadlines: dict[str, float] = {}  # a job started ahead on its estimate -> its reservation's time
         self._decorated: dict[str, tuple[JobStatus, tuple[object, ...], JobStatus]] = {}  # a row's estimate, cached
         self._with_estimate: dict[str, tuple[QueueEntry, tuple[object, ...], QueueEntry]] = {}  # an entry's, cached
+        self._moved: set[str] = set()  # jobs whose place or estimate error changed since the last rows_changed()
+        self._rows_wall: float | None = None  # wall - monotonic when the rows' wall-clock times were last made
 
     @property
     def cfg(self) -> QueueConfig:
@@ -98,14 +105,15 @@ class HostQueue:
             self.deadlines = {k: v for k, v in self.deadlines.items() if k in self.estimates.jobs}
         placed = [self._estimated(s.queue, now) for s in signals if s.queue is not None]
         if not placed:
-            self.waiting = {}
+            self._set_waiting({})
             return []
         snap = self.gpu_snapshot() if self.gpu_snapshot is not None else None
         gpus = self.gpus(snap)
         if not gpus:
             why = ("no GPU inventory: the GPU collector is down or sees no GPU ([gpu] source); nothing is placed "
                    "until it is back" if snap is None or not snap.up else no_place(snap))
-            self.waiting = {e.name: Waiting(e.name, i + 1, why) for i, e in enumerate(e for e in placed if e.waiting)}
+            self._set_waiting({e.name: Waiting(e.name, i + 1, why)
+                               for i, e in enumerate(e for e in placed if e.waiting)})
             return []
         access, admin_group = self.access, self.admin_group
         if self._running is not None:
@@ -128,7 +136,7 @@ class HostQueue:
             log.info("queue_pass", placed={p.job: list(p.gpus) for p in decided.placements},
                      preempted={p.victim: p.by for p in decided.preemptions},
                      waiting=[w.job for w in decided.waiting])
-        self.waiting = {w.job: w for w in decided.waiting}
+        self._set_waiting({w.job: w for w in decided.waiting})
         if decided is not last_pass_answer:  # a new pass: a job gone from the queue leaves no entry behind; the others
             # keep theirs while their place and reason are the same (issue 39: one submit remade 1,000 rows)
             self._shown = {k: v for k, v in self._shown.items() if k in self.waiting}
@@ -139,6 +147,24 @@ class HostQueue:
         out += [(p.victim, Preempt(p.by, p.reason)) for p in decided.preemptions]
         out += [(d.job, DropSpare(d.by, d.reason, now + SPARE_HOLD_SECONDS)) for d in decided.spare_drops]
         return out
+
+    def _set_waiting(self, waiting: dict[str, Waiting]) -> None:
+        """This pass's places; the jobs whose place or reason differs from the last pass's are noted for the rows."""
+        old = self.waiting
+        if waiting != old:  # the same pass answer: the same Waiting objects, compared by identity at C speed
+            self._moved.update(n for n in old.keys() | waiting.keys()
+                               if (a := old.get(n)) is not (b := waiting.get(n)) and a != b)
+        self.waiting = waiting
+
+    def rows_changed(self) -> set[str] | None:
+        """The jobs whose part of the row (place, reason, estimate, its error) may differ since the last call; None:
+        every job's (the wall clock moved against the monotonic one: each row's wall-clock times are made again)."""
+        wall = time.time() - time.monotonic()
+        moved, self._moved = self._moved | self.estimates.take_changed(), set()
+        if self._rows_wall is None or abs(wall - self._rows_wall) > WALL_SLACK:
+            self._rows_wall = wall
+            return None
+        return moved
 
     # ---- estimates (issue 42) ----------------------------------------------------------------------------------
     def _estimated(self, e: QueueEntry, now: float) -> QueueEntry:
@@ -179,6 +205,7 @@ class HostQueue:
                        took_seconds=round(took, 1), ratio=round(ratio, 3))
         if ratios:
             self.store.errors[done.job] = ratios
+            self._moved.add(done.job)
         if "history" in ratios and ratios["history"] <= HELD:
             self.store.overran.pop(done.job, None)  # an estimate that held: it may start ahead on one again
         self.store.save()

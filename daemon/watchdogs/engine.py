@@ -200,6 +200,11 @@ class WatchdogEngine:
                             new_seed=trip.new_seed, max_rollbacks=getattr(wd.cfg, "max_rollbacks", DEFAULT_MAX_ROLLBACKS), note=note)
 
     # ---- read side -------------------------------------------------------------------------
+    def rows_changed(self) -> set[str]:
+        """The jobs whose watchdogs stepped since their row's part was last made: only theirs can differ (a copy:
+        `job_status` forgets each as it makes it)."""
+        return set(self._moved)
+
     def job_status(self, row: JobStatus) -> JobStatus:
         """The job's row with the part this engine owns, its watchdogs' states by name, once it has watchdogs. While
         no trainer runs (queued, backing off, at rest...) a watchdog that watches a trainer watches nothing: it reads
