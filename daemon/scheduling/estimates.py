@@ -101,7 +101,7 @@ class _Job:
     end: float | None = None  # the published end (monotonic)
     run: float | None = None  # the published run time (a waiting job)
     source: str | None = None
-    seen: tuple[object, ...] | None = None  # a job at rest's last inputs: the same again, nothing to redo
+    seen: tuple[object, ...] | None = None  # a job at rest's last signals and inputs: the same again, nothing to redo
 
 
 class Estimates:
@@ -157,9 +157,13 @@ class Estimates:
         if j is None:
             j = self.jobs[sig.name] = _Job()
         if not sig.new_points and sig.state not in (JobState.STARTING, JobState.RUNNING, JobState.COMPLETED):
-            # a waiting (or resting) job: its estimate changes only with these (issue 39: 1,000 queued jobs a tick)
-            seen = (sig.state, sig.attempt, sig.checkpoint_iteration, sig.cfg, self.history_version)
-            if j.seen == seen:
+            # a waiting (or resting) job: its estimate changes only with these (issue 39: 1,000 queued jobs a tick);
+            # the very signals of the last tick (the runner's, kept while nothing of them changed) hold the same
+            if j.seen is not None and j.seen[0] is sig and j.seen[-1] == self.history_version:
+                return None
+            seen = (sig, sig.state, sig.attempt, sig.checkpoint_iteration, sig.cfg, self.history_version)
+            if j.seen is not None and j.seen[1:] == seen[1:]:
+                j.seen = seen
                 return None
             j.seen = seen
         else:
