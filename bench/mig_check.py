@@ -2,7 +2,7 @@
 makes of them (issue 42: "if an H100/H200 you can use is already in MIG mode, run it there too; otherwise say so").
 It changes no GPU setting. On the device machine, with the daemon's dependencies carried as wheels (.dwsmall: the
 nvidia-ml-py, pydantic, pydantic-core, structlog, typing-extensions, typing-inspection, annotated-types and
-prometheus-client wheels for Python 3.12, from ../shared/tools/device-wheels.sh's .dw/whl):
+prometheus-client wheels for Python 3.12, taken from the .dw/whl that the workplace's device-wheels.sh makes):
     run carry=[".dwsmall"]: nvidia-smi --query-gpu=index,name,mig.mode.current,mig.mode.pending --format=csv;
         python3 -m pip install -q --no-index --no-deps --target /tmp/s .dwsmall/*.whl; mkdir -p /tmp/pkg;
         ln -sfn "$PWD/daemon" /tmp/pkg/isaacd; PYTHONPATH=/tmp/pkg:/tmp/s python3 bench/mig_check.py"""

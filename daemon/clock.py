@@ -14,6 +14,12 @@ from pathlib import Path
 from typing import Protocol
 
 
+# A status row's wall-clock times (a backoff's end, a placement, an estimated end) are monotonic ones plus wall -
+# monotonic: a row made before is reused while that is the same to within this (NTP slews the wall clock by < 1 ms a
+# second; a step makes every such row anew). runner.py's rows and the queue's part of them (scheduling/hook.py).
+WALL_MINUS_MONO_SLACK = 0.01
+
+
 class Clock(Protocol):
     boot_id: str
 

@@ -34,7 +34,7 @@ from .backup.fingerprint import job_fingerprint
 from .backup.keeper import JobBackup
 from .backup.lease import Identity
 from .backup.uploader import Run as BackupRun
-from .clock import Clock, SystemClock
+from .clock import WALL_MINUS_MONO_SLACK, Clock, SystemClock
 from .config.schema import JobConfig
 from .gpu.oom_memory import OomNote
 from .gpu.snapshot import GpuSnapshot
@@ -443,21 +443,16 @@ class JobRunner:
         `wm`: the publish's wall - monotonic of this runner's clock, read once for all (else read here)."""
         last = self._row
         wm = key_wall_minus_mono(self) if wm is None else wm
-        if last is not None and self._row_at == self.touched and abs(last[1] - wm) < WM_SLACK \
+        if last is not None and self._row_at == self.touched and abs(last[1] - wm) < WALL_MINUS_MONO_SLACK \
                 and last[0][-1] == SIZES.version and not SIZES.due():
             return last[2]  # nothing acted since it was made (a still job's: see still_key)
         key = still_key(self)
         self._row_at = self.touched
-        if key is not None and last is not None and last[0] == key and abs(last[1] - wm) < WM_SLACK:
+        if key is not None and last is not None and last[0] == key and abs(last[1] - wm) < WALL_MINUS_MONO_SLACK:
             return last[2]
         row = job_status(self)
         self._row = None if key is None else (key, wm, row)
         return row
-
-
-# a row's wall-clock times (a backoff's end, a placement) are its monotonic ones plus wall - monotonic: a row is reused
-# while that is the same to within this (NTP slews the wall clock by < 1 ms a second; a step makes the row anew)
-WM_SLACK = 0.01
 
 
 def key_wall_minus_mono(r: JobRunner) -> float:

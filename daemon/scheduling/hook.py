@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Protocol
 
+from ..clock import WALL_MINUS_MONO_SLACK
 from ..config.access import AccessConfig
 from ..config.queue import QueueConfig
 from ..config.schema import Config
@@ -50,11 +51,6 @@ class InForce(Protocol):
     """The running supervisor as an extension sees it (supervisor.Running): the config in force."""
 
     config: Config
-
-
-# the rows' wall-clock times (an estimated end, a reservation) are monotonic ones plus wall - monotonic: made again
-# for every row once that moved by more than this (NTP slews < 1 ms a second; a step makes them at once)
-WALL_SLACK = 0.01
 
 
 class HostQueue:
@@ -161,7 +157,7 @@ class HostQueue:
         every job's (the wall clock moved against the monotonic one: each row's wall-clock times are made again)."""
         wall = time.time() - time.monotonic()
         moved, self._moved = self._moved | self.estimates.take_changed(), set()
-        if self._rows_wall is None or abs(wall - self._rows_wall) > WALL_SLACK:
+        if self._rows_wall is None or abs(wall - self._rows_wall) > WALL_MINUS_MONO_SLACK:
             self._rows_wall = wall
             return None
         return moved
