@@ -64,7 +64,8 @@ class FakeNvml(types.SimpleNamespace):
         return [1 if self.mig and h == 0 else 0, 0]
 
     def nvmlDeviceGetMaxMigDeviceCount(self, h):
-        return 2
+        # a real H100 with MIG disabled answers 0 (bench/results/issue42-mig-device.txt); in MIG mode, its slots
+        return 2 if self.nvmlDeviceGetMigMode(h)[0] else 0
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, h, j):
         if j == 1:
