@@ -63,12 +63,12 @@ def test_the_pause_is_of_the_recent_measures_mean_so_one_lucky_measure_does_not_
     from isaacd.evals.pacing import Pacer
     p = Pacer()
     for lost, end in ((0.6, 100.0), (0.3, 200.0), (-0.3, 300.0)):  # net measures: noise can make one negative
-        p.last_cost = Cost(lost=lost, seconds=10.0, usual=0.15, iterations=60, span=Span(end - 10.0, end))
-        p.recent.append(p.last_cost)
+        p.recent.append(Cost(lost=lost, seconds=10.0, usual=0.15, iterations=60, span=Span(end - 10.0, end)))
     # the mean, 0.2 s, at 1 %: 20 s from start to start, 10 s after the newest one's end (not 0: its own -0.3 s)
     assert p.until(0.01, 300.0) == pytest.approx(310.0)
     assert p.shown(0.01, 300.0, idle=True).cost_seconds == pytest.approx(0.2)
-    p.recent.append(Cost(lost=-2.0, seconds=10.0, usual=0.15, iterations=60))  # a mean below 0 paces nothing
+    # a mean below 0 paces nothing (a measure always carries its evaluation's run: the newest is the one paced from)
+    p.recent.append(Cost(lost=-2.0, seconds=10.0, usual=0.15, iterations=60, span=Span(290.0, 300.0)))
     assert p.until(0.01, 300.0) is None and p.shown(0.01, 300.0, idle=True).cost_seconds == 0.0
 
 

@@ -121,8 +121,7 @@ class Pacer:
         self.steps = TrainerSteps()
         self.spans: deque[Span] = deque(maxlen=20)
         self.pending: Span | None = None
-        self.last_cost: Cost | None = None
-        self.recent: deque[Cost] = deque(maxlen=RECENT)
+        self.recent: deque[Cost] = deque(maxlen=RECENT)  # the newest measures, the newest last
         self.unmeasured: str | None = None  # why the newest evaluation's cost was given up, until the keeper says it
 
     def observe(self, attempt: object, points: Iterable[Any]) -> None:
@@ -152,7 +151,7 @@ class Pacer:
             if wall - span.end > MEASURE_LIMIT:
                 self.pending, self.unmeasured = None, self._why_unmeasured(span)
             return None
-        self.pending, self.last_cost = None, got
+        self.pending = None
         self.recent.append(got)
         return got
 
@@ -168,10 +167,10 @@ class Pacer:
 
     def paced_cost(self) -> Cost | None:
         """The newest measure with the mean lost time of the RECENT newest (never below 0): what the pause is of."""
-        if self.last_cost is None:
+        if not self.recent:
             return None
         lost = max(0.0, statistics.fmean(c.lost for c in self.recent))
-        return replace(self.last_cost, lost=lost)
+        return replace(self.recent[-1], lost=lost)
 
     def until(self, budget: float, wall: float) -> float | None:
         """The wall time the next evaluation waits for: the newest measured one's end + its pause by `budget`, the one
