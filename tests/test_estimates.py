@@ -58,33 +58,33 @@ def test_a_running_jobs_end_is_its_iterations_left_at_its_recent_rate_across_a_r
     est = Estimates()
     # attempt 1: steps 0..99 at 1 s each, then preempted (saved at 99)
     est.observe(200.0, WALL, [sig(JobState.RUNNING, 1, points(range(0, 100), WALL + 10, 1.0), iteration=99)], {})
-    end = est.ends_at("cp")
+    end = est.end_and_run("cp")[0]
     assert end == pytest.approx(110 + 900 * 1.0, abs=1)  # its last step at 110 (monotonic), 900 iterations left
     assert est.source("cp") == "rate"
     # queued again: no history yet, so no run estimate; then attempt 2 resumes at 99 twice as fast, with a slow
     # first iteration that must not count
     est.observe(300.0, WALL, [sig(JobState.QUEUED, 1, checkpoint=99)], {})
-    assert est.ends_at("cp") is None and est.run_seconds("cp") is None
+    assert est.end_and_run("cp")[0] is None and est.end_and_run("cp")[1] is None
     resumed = points(range(99, 140), WALL + 400, 0.5, slow_first=30.0)
     est.observe(500.0, WALL, [sig(JobState.RUNNING, 2, resumed, iteration=139, started=390.0)], {})
     last = resumed[-1].wall_time - WALL
-    assert est.ends_at("cp") == pytest.approx(last + 860 * 0.5, abs=1)
+    assert est.end_and_run("cp")[0] == pytest.approx(last + 860 * 0.5, abs=1)
 
 
 def test_a_job_that_has_not_run_is_estimated_from_the_last_run_of_its_task_library_and_size():
     est = Estimates()
     history = {KEY: Past(seconds_per_iteration=0.5, startup_seconds=30.0)}
     est.observe(0.0, WALL, [sig(JobState.QUEUED, 0, max_iterations=1000)], history)
-    assert est.run_seconds("cp") == pytest.approx(30 + 1000 * 0.5)
+    assert est.end_and_run("cp")[1] == pytest.approx(30 + 1000 * 0.5)
     est.observe(0.0, WALL, [sig(JobState.QUEUED, 0, name="other")], {})
-    assert est.run_seconds("other") is None  # nothing of its kind ran here: not known
+    assert est.end_and_run("other")[1] is None  # nothing of its kind ran here: not known
 
 
 def test_a_completed_run_goes_into_the_history_with_its_estimates_error(tmp_path):
     est = Estimates()
     history = {KEY: Past(seconds_per_iteration=0.25, startup_seconds=10.0)}
     est.observe(0.0, WALL, [sig(JobState.STARTING, 1, started=0.0, max_iterations=50)], history)
-    said = est.ends_at("cp")
+    said = est.end_and_run("cp")[0]
     assert said == pytest.approx(10 + 50 * 0.25)  # the history's: start-up, then 50 iterations
     run = points(range(0, 50), WALL + 20, 0.5)  # it boots in 20 s and runs at 0.5 s per iteration
     est.observe(50.0, WALL, [sig(JobState.RUNNING, 1, run, iteration=49)], history)
@@ -195,7 +195,7 @@ def test_the_hook_reserves_by_a_running_jobs_own_rate_reuses_its_pass_until_then
     # long's own rate: 1 s per iteration, at iteration 99 of 1000 at t = 110: it ends at about t = 1010
     wall = time.time() - time.monotonic()  # the hook reads the points' wall times on this clock
     cmds = q.tick(200.0, signals(JobState.QUEUED, 200.0, points(range(0, 100), wall + 10, 1.0)))
-    end = q.estimates.ends_at("long")
+    end = q.estimates.end_and_run("long")[0]
     assert end == pytest.approx(110 + 900, abs=2)
     assert q.waiting["head"].starts_at == end
     # GPU 0: long's 90 GiB, 50 free; head needs 100, quick 45. Quick, not preemptible, may not run beside head's

@@ -136,17 +136,10 @@ class Estimates:
         return changed
 
     def end_and_run(self, job: str) -> tuple[float | None, float | None]:
-        """`ends_at` and `run_seconds` in one look (the queue asks both for each of 1,000 jobs at every tick)."""
+        """The job's published end (monotonic) and run time (a waiting job's), None where not known: one look (the queue
+        asks both for each of 1,000 jobs at every tick)."""
         j = self.jobs.get(job)
         return (j.end, j.run) if j is not None else (None, None)
-
-    def ends_at(self, job: str) -> float | None:
-        j = self.jobs.get(job)
-        return j.end if j is not None else None
-
-    def run_seconds(self, job: str) -> float | None:
-        j = self.jobs.get(job)
-        return j.run if j is not None else None
 
     def source(self, job: str) -> str | None:
         j = self.jobs.get(job)
