@@ -341,6 +341,7 @@ class Supervisor(EndedJobs, SweepCommands, ReloadRequests, Publishing):
         refresh_installed_isaaclab((j.launcher, j.owner) for j in new.jobs if j.launcher)  # re-read off the tick
         with self.store.synced_together([j.name for j in new.jobs if j.name not in self.runners]), self.lock:
             changes = self._apply_config(new)  # new jobs' first saves synced in one wait for the disk (store.py)
+            self._publish()  # `isaacd status` right after `isaacd reload` shows a job it added (the queue's why: a tick)
         self._wake.set()  # tick now, not at the next interval: a job just added is placed, and `submit` answers, sooner
         self.config_reloads += 1
         self.last_config_error = None

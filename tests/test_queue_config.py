@@ -264,6 +264,7 @@ def test_submit_says_what_the_first_pass_made_of_the_job():
     assert _said(row("queued", position=2, reason="needs 12 GiB on 1 GPU", why="queued #2: needs 12 GiB on 1 GPU")) \
         == "queued #2: needs 12 GiB on 1 GPU"
     assert _said(row("queued", request="12 GiB on 1 GPU")) is None  # no pass yet: wait for one
+    assert _said(row("pending")) is None  # not ticked yet (the reload shows it at once): wait for the first tick
     assert _said(row("stopped", why="autostart = false")) == "stopped (autostart = false)"  # no queue: its state
 
 

@@ -49,6 +49,7 @@ def test_two_jobs_on_two_instances_each_told_its_own_mig_uuid(tmp_path, supervis
         in refused.stderr, refused.stderr
     (tmp_path / "jobs.d" / "gang.toml").write_text(gang_file.read_text())  # written by hand: it waits, saying so
     sp.cli("reload")
+    assert "gang" in [j["name"] for j in sp.status()["jobs"]]  # shown at once: the reload published it
 
     rows = wait_for(lambda: all((r := sp.job(n))["pid"] and r["state"] in ("starting", "running") for n in "ab")
                     and {n: sp.job(n) for n in "ab"}, 30, what="both trainers started")
@@ -59,7 +60,9 @@ def test_two_jobs_on_two_instances_each_told_its_own_mig_uuid(tmp_path, supervis
         env = environ(rows[n]["pid"])  # what the launch gave the trainer's own process
         assert env.get("CUDA_VISIBLE_DEVICES") == UUIDS[place], (n, place, env.get("CUDA_VISIBLE_DEVICES"))
 
-    gang = sp.job("gang")
+    # the reload's answer published it (supervisor.reload); why it waits is the queue's next pass: a tick later
+    gang = wait_for(lambda: (g := sp.job("gang"))["queue"] and "several ranks" in (g["queue"]["reason"] or "") and g,
+                    10, what="the gang queued, saying why")
     assert gang["state"] == "queued" and "several ranks run only on GPUs not in MIG mode" in gang["queue"]["reason"]
     queue = sp.cli("queue").stdout
     assert "gang" in queue and "0:0" in queue and "0:1" in queue, queue

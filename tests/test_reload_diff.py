@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from helpers import write_config
+from helpers import builtin_job, write_config
 
 from isaacd.cli.render_reload import format_reload
 from isaacd.config.live_keys import job_change_detail
@@ -86,3 +86,19 @@ def test_a_jobs_keys_read_live_are_said_in_force_now_and_its_launch_keys_wait_fo
     assert job_change_detail(["seed"]) == "applies at the next start; `isaacd restart` applies it now"
     assert job_change_detail(["seed", "priority"]) == ("seed applies at the next start; `isaacd restart` applies it "
                                                        "now; priority in force now")
+
+
+def test_a_job_the_reload_added_is_in_the_status_its_answer_leaves_before_any_tick(tmp_path):
+    # the CLI's `reload` then `status` (CI, stop 50: the tick after the reload had not run yet, the job was not shown)
+    path = write_config(tmp_path, "jobs = []\n")
+    path.write_text("jobs = []\n" + path.read_text().replace("jobs = []\n", ""))
+    sup = Supervisor(load_config(path), str(path))
+    try:
+        path.write_text(path.read_text().replace("jobs = []\n", "") + builtin_job("added"))
+        past = time.time() - 5  # settled: the reload reads it at once
+        os.utime(path, (past, past))
+        assert sup.reload()["added"] == ["added"]
+        shown = [j.name for j in sup.status().jobs]
+    finally:
+        os.close(sup._lock_fd)
+    assert shown == ["added"]

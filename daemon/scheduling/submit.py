@@ -173,6 +173,8 @@ def first_pass(sup: Submittable, name: str, timeout: float) -> str:
 
 
 def _said(row: JobStatus) -> str | None:
+    if row.state == "pending":  # not ticked yet (the reload publishes it at once): every job leaves pending at its
+        return None            # first tick (jobs/machine.py _tick: queued, or launched)
     q = row.queue
     if q is None:  # a job that names its GPUs (or none): no queue
         return row.state + (f" ({row.state_reason})" if row.state_reason else "")
