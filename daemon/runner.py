@@ -308,10 +308,11 @@ class JobRunner:
         for msg in recovery_messages(self.setting, self.runtime, self.record, self.observer, self.spares):
             self.handle_message(msg)
 
-    def tick(self, now: float) -> None:
+    def tick(self, now: float) -> bool:
         """One step: what happened (observations), then time passing (Tick). `now` is monotonic. A settled job (the
         last tick found it still, with the same model and config, and nothing of it moves) has nothing to step but
-        its checkpoint scan (issue 39: 1,000 queued jobs at every tick)."""
+        its checkpoint scan (issue 39: 1,000 queued jobs at every tick). True: it was settled (so it has no trainer
+        to watch: `still`), which spares the caller a look at its handle."""
         settled = self._settled
         # settled at this count: the runner has not acted since (all that could move it acts through the runner)
         if settled is not None and settled[3] == self.touched and settled[0] is self.record.model \
@@ -323,12 +324,13 @@ class JobRunner:
                 if self.observer.checkpoint != before:
                     self.touched += 1
                     self._settled = None if self.evals.ecfg else (*settled[:3], self.touched)  # one to evaluate
-            return
+            return True
         self._full_tick(now)
         self.touched += 1
         m = self.record.model
         self._settled = (m, self.setting.cfg, self.setting.resolved, self.touched) \
             if self._quiet() and not tick_moves(m, self.setting.written.placed_by_isaacd) else None
+        return False
 
     def _quiet(self) -> bool:
         """Nothing of the job moves on its own: no trainer, spare, launch, backup, retried save, runtime resources

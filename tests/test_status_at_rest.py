@@ -56,7 +56,7 @@ def test_a_still_jobs_row_and_signals_are_the_last_ones_until_something_changes(
     r, clock = stopped
     row, sig = r.snapshot(), r.signals()
     clock.advance(0.2)
-    r.tick(clock.monotonic())
+    assert r.tick(clock.monotonic()) is True  # settled: the supervisor looks for no trainer of it
     assert r.snapshot() is row and r.signals() is sig  # nothing changed: not made again
     r.handle_message(Start(Origin.OPERATOR, "operator start"))  # the next status shows it, no tick needed
     assert r.snapshot().state == "pending" and r.signals().state == JobState.PENDING
@@ -67,7 +67,7 @@ def test_a_still_jobs_row_and_signals_are_the_last_ones_until_something_changes(
     assert r.snapshot() is r.snapshot()
     r.handle_message(Start(Origin.OPERATOR, "operator start"))
     clock.advance(0.2)
-    r.tick(clock.monotonic())  # a settled job wakes at a message: its next tick launches the trainer
+    assert r.tick(clock.monotonic()) is False  # a settled job wakes at a message: its next tick launches the trainer
     row = r.snapshot()
     assert row.state == "starting" and row.pid is not None and r.signals().alive
 
