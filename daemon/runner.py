@@ -309,10 +309,8 @@ class JobRunner:
             self.handle_message(msg)
 
     def tick(self, now: float) -> bool:
-        """One step: what happened (observations), then time passing (Tick). `now` is monotonic. A settled job (the
-        last tick found it still, with the same model and config, and nothing of it moves) has nothing to step but
-        its checkpoint scan (issue 39: 1,000 queued jobs at every tick). True: it was settled (so it has no trainer
-        to watch: `still`), which spares the caller a look at its handle."""
+        """One step: observations, then time passing (Tick); `now` monotonic. A settled job (still at the last tick,
+        same model and config) has only its checkpoint scan (issue 39). True: settled, so no trainer (`still`)."""
         settled = self._settled
         # settled at this count: the runner has not acted since (all that could move it acts through the runner)
         if settled is not None and settled[3] == self.touched and settled[0] is self.record.model \

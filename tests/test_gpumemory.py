@@ -27,8 +27,11 @@ def sampled(script: dict, seconds: list[float]) -> tuple[GpuSampler, MemoryHisto
     return sampler, history
 
 
+# a neighbour's pid that no process here can have (above the kernel's largest pid_max, 2**22): the note names a
+# process by its /proc comm when one exists, and a CI run once had a real "python" as pid 4242
+NOT_A_PID = 2**22 + 1
 NEIGHBOUR = {"gpus": 1, "defaults": {"memory_used_bytes": 130 * GiB},
-             "events": [{"t": 0, "gpu": 0, "processes": [{"pid": 4242, "used_bytes": 120 * GiB},
+             "events": [{"t": 0, "gpu": 0, "processes": [{"pid": NOT_A_PID, "used_bytes": 120 * GiB},
                                                          {"pid": "self", "used_bytes": 9 * GiB}]}]}
 
 
@@ -40,11 +43,11 @@ def test_note_names_the_gpu_its_memory_and_who_holds_it():
     sampler, history = sampled(NEIGHBOUR, [0, 1])
     gpus = gpu_status(sampler.snapshot(), [jobs_row(pids=(os.getpid(),))])
     note = oom_note("cp", gpus, history, T0)
-    assert note.gpu == ("GPU 0 (NVIDIA H200) has 130.0 of 140.4 GiB in use: 120.0 GiB by pid 4242 "
+    assert note.gpu == (f"GPU 0 (NVIDIA H200) has 130.0 of 140.4 GiB in use: 120.0 GiB by pid {NOT_A_PID} "
                         "(not an isaacd job), 9.0 GiB by this job")
     facts = note.facts["gpus"][0]
     assert facts["gpu"] == "0" and facts["memory_used_bytes"] == 130 * GiB
-    assert {p["pid"]: p["job"] for p in facts["processes"]} == {4242: None, os.getpid(): "cp"}
+    assert {p["pid"]: p["job"] for p in facts["processes"]} == {NOT_A_PID: None, os.getpid(): "cp"}
 
 
 def test_the_jobs_warm_spare_is_the_jobs_memory_not_a_neighbours():
