@@ -117,22 +117,9 @@ class Extension(Protocol):
 
 def not_in(config: Config, names: Iterable[str]) -> list[str]:
     """The names that are no job of `config`, in order (its names as a set, once: config.job(n) for each of 1,000 jobs
-    at every tick was O(N^2), issue 39)."""
-    jobs = _job_names(config)
+    was O(N^2), issue 39). The tick asks only while a removed job lingers (more runners than jobs)."""
+    jobs = {j.name for j in config.jobs}
     return [n for n in names if n not in jobs]
-
-
-_names_made_for: list[tuple[Config, frozenset[str]]] = []  # the last config asked about, and its job names
-
-
-def _job_names(config: Config) -> frozenset[str]:
-    """`config`'s job names, made once per config object: a config is never changed in place (a reload makes a new
-    one), and the tick asks at every tick (1,000 jobs: 5 % of the supervisor's CPU at rest was this set, issue 39)."""
-    if _names_made_for and _names_made_for[0][0] is config:
-        return _names_made_for[0][1]
-    names = frozenset(j.name for j in config.jobs)
-    _names_made_for[:] = [(config, names)]
-    return names
 
 
 # its parts kept beside what they serve: a dropped runner's job ends (attempt/ending.py), the sweep commands
